@@ -1,0 +1,58 @@
+"""The exception tree of kvpilot.
+
+Every error that a user can cause or fix derives from :class:`KvpilotError` and carries a
+one-line ``message`` that names the problem and what to do. The CLI prints that line and exits
+with status 2; the GUI shows it in a banner. Programming errors stay ordinary exceptions.
+
+    KvpilotError
+     ├── ModelSpecError        config.json / safetensors / catalog problems (models/)
+     ├── FitError              impossible inputs to the fit engine (fit/)
+     ├── HardwareError         NVML / driver problems (hardware/)
+     ├── RuntimeNotFoundError  no usable vLLM executable (vllm/runtime.py)
+     ├── CommandError          a plan or extra argument that cannot become a vllm argv
+     └── SettingsError         settings file problems (settings.py)
+"""
+
+from __future__ import annotations
+
+
+class KvpilotError(Exception):
+    """Base of all user-facing errors; ``str(err)`` is the one-line message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ModelSpecError(KvpilotError):
+    """A model description could not be read: names the file and the field."""
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None) -> None:
+        where = f"{path}: " if path else ""
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}{what}{message}")
+        self.path = path
+        self.field = field
+
+
+class FitError(KvpilotError):
+    """Inputs to the fit engine that make no sense (negative context, utilization > 1, ...)."""
+
+
+class HardwareError(KvpilotError):
+    """The GPU or driver could not be read."""
+
+
+class RuntimeNotFoundError(KvpilotError):
+    """No usable vLLM installation was found."""
+
+
+class CommandError(KvpilotError):
+    """A plan or user argument that cannot be turned into a valid ``vllm serve`` command."""
+
+
+class SettingsError(KvpilotError):
+    """The settings file could not be read or written."""

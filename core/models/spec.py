@@ -1,0 +1,127 @@
+"""What the fit engine needs to know about a model, wherever the facts come from.
+
+A :class:`ModelSpec` is built by :mod:`.local` (config.json + safetensors headers), :mod:`.hub`
+(Hugging Face cache or Hub metadata) or :mod:`.catalog` (bundled facts with sources). It is a
+plain frozen record: no I/O, no defaults guessed here. Sizes are in bytes, counts are integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: layer kinds understood by the fit engine (values of ``ModelSpec.layer_types``)
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+LINEAR_ATTENTION = "linear_attention"  # Mamba / GDN style state layers (no per-token KV)
+
+#: where a number came from, for the "why" of every figure in the GUI
+SOURCE_FILE = "file"  # measured from files on disk (config.json, safetensors headers)
+SOURCE_INDEX = "index"  # model.safetensors.index.json metadata.total_size
+SOURCE_HUB = "hub"  # Hugging Face Hub metadata (online)
+SOURCE_CATALOG = "catalog"  # bundled resources/catalog.json (facts with sources)
+SOURCE_ESTIMATE = "estimate"  # computed from the architecture (no file seen)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How the checkpoint's weights are stored.
+
+    ``method`` uses vLLM's names (``awq``, ``gptq``, ``fp8``, ``compressed-tensors``, ``mxfp4``,
+    ``bitsandbytes``...). ``bits`` is the weight width (4, 8); ``group_size`` the quantization
+    group (128 typical, -1 per channel). ``cli_flag_needed`` is True only when vLLM cannot infer
+    the method from the checkpoint's own ``quantization_config`` (never for HF checkpoints).
+    """
+
+    method: str
+    bits: int | None = None
+    group_size: int | None = None
+    cli_flag_needed: bool = False
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Mixture-of-experts shape (only what memory depends on)."""
+
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int = 0
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek V2/V3 style): one latent vector per token and layer."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A language model as the fit engine sees it.
+
+    Attributes:
+        model_id: what the user named (local path, repo id or catalog id).
+        architecture: first entry of ``architectures`` in config.json, e.g. ``LlamaForCausalLM``.
+        model_type: ``model_type`` of the text model (``llama``, ``qwen2``, ``gemma3_text``...).
+        num_hidden_layers: decoder layers of the text model.
+        hidden_size, intermediate_size: widths of the text model (intermediate may be None for
+            pure-MoE models; see ``moe``).
+        num_attention_heads, num_key_value_heads, head_dim: attention shape; ``head_dim`` is
+            resolved (explicit ``head_dim`` or hidden_size // num_attention_heads).
+        vocab_size: rows of the embedding and of the logits.
+        max_position_embeddings: the longest context the config allows (vLLM's derived
+            max_model_len before any rope scaling factor is applied, see ``rope_scaling_factor``).
+        rope_scaling_factor: multiplier vLLM applies to the derived length (1.0 when none or when
+            the rope type does not extend it).
+        torch_dtype: checkpoint dtype name (``bfloat16``, ``float16``, ``float32``).
+        tie_word_embeddings: the lm_head shares the embedding matrix.
+        layer_types: one entry per layer, values ``full_attention`` / ``sliding_attention`` /
+            ``linear_attention``.
+        sliding_window: window in tokens for sliding layers (None when there are none).
+        mla: latent-attention shape (None for ordinary attention).
+        moe: expert shape (None for dense models).
+        quantization: checkpoint quantization (None for 16-bit checkpoints).
+        weights_bytes: exact bytes of all weight tensors in the checkpoint (None if unknown).
+        weights_source: one of the SOURCE_* constants, saying where ``weights_bytes`` came from.
+        is_multimodal: the checkpoint carries a vision/audio encoder (vLLM profiles it too).
+        source: where the spec was read (path, ``hub:repo@rev``, ``catalog:id``).
+        notes: free-form caveats (unverified values, assumptions) to show the user.
+    """
+
+    model_id: str
+    architecture: str
+    model_type: str
+    num_hidden_layers: int
+    hidden_size: int
+    intermediate_size: int | None
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    torch_dtype: str = "bfloat16"
+    rope_scaling_factor: float = 1.0
+    tie_word_embeddings: bool = False
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    mla: MLA | None = None
+    moe: MoE | None = None
+    quantization: Quantization | None = None
+    weights_bytes: int | None = None
+    weights_source: str = SOURCE_ESTIMATE
+    is_multimodal: bool = False
+    source: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def resolved_layer_types(self) -> tuple[str, ...]:
+        """``layer_types`` or, when the config has none, every layer full attention."""
+        if self.layer_types:
+            return self.layer_types
+        return (FULL_ATTENTION,) * self.num_hidden_layers
+
+    @property
+    def derived_max_model_len(self) -> int:
+        """The max_model_len vLLM derives from the config (before any user override)."""
+        return int(self.max_position_embeddings * self.rope_scaling_factor)

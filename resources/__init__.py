@@ -1,0 +1,1 @@
+"""Bundled data: model catalog, GPU specs, icons."""
