@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvpilot.core import failures
 from kvpilot.core.models.spec import ModelSpec
 
 GiB = 1 << 30
@@ -23,13 +24,7 @@ FROM_DEFAULT = "default"  # a vLLM default for this version / GPU
 FROM_USER = "user"  # given explicitly
 FROM_MEASURED = "measured"  # reported by vLLM in an earlier launch on this GPU
 
-#: failure kinds, in vLLM's terms (``Failure.kind``)
-FAIL_KV_TOO_SMALL = "kv_cache_too_small"  # "To serve at least one request ... estimated maximum"
-FAIL_NO_KV_MEMORY = "no_kv_memory"  # "No available memory for the cache blocks"
-FAIL_FREE_BELOW_UTIL = "free_memory_below_utilization"  # "... is less than desired GPU memory"
-FAIL_WEIGHTS_OOM = "weights_oom"  # CUDA out of memory while loading weights
-FAIL_MAX_LEN_ABOVE_MODEL = "max_model_len_above_model"  # "User-specified max_model_len ..."
-FAIL_UNSUPPORTED = "unsupported_on_gpu"  # fp8 KV / quantization below compute capability
+#: failure kinds, in vLLM's terms (``Failure.kind``): see :mod:`kvpilot.core.failures`
 
 
 @dataclass(frozen=True)
@@ -73,7 +68,7 @@ class BudgetTerm:
 class Failure:
     """A startup failure predicted in vLLM's own terms.
 
-    ``kind`` is one of the FAIL_* constants; ``message`` a sentence for the user;
+    ``kind`` is one of the :mod:`kvpilot.core.failures` constants; ``message`` a sentence for the user;
     ``estimated_max_model_len`` vLLM's own estimate when the KV cache is too small for the
     context (None otherwise).
     """

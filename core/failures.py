@@ -1,0 +1,46 @@
+"""Failure kinds shared by the fit engine (predicted) and the supervisor (observed).
+
+One vocabulary for both sides, so that a predicted failure and a classified log failure can be
+compared and the fallback engine can answer either. Values are stable strings (they appear in
+``--json`` output and ``--json-events``).
+"""
+
+from __future__ import annotations
+
+KV_CACHE_TOO_SMALL = "kv_cache_too_small"  # "To serve at least one request with the model's max seq len"
+NO_KV_MEMORY = "no_kv_memory"  # "No available memory for the cache blocks"
+FREE_MEMORY_BELOW_UTILIZATION = "free_memory_below_utilization"  # "... less than desired GPU memory utilization"
+CUDA_OOM_LOADING = "cuda_oom_loading"  # CUDA out of memory while loading weights
+CUDA_OOM_GRAPHS = "cuda_oom_graphs"  # CUDA out of memory while profiling / capturing CUDA graphs
+CUDA_OOM_SERVING = "cuda_oom_serving"  # CUDA out of memory after the server was ready
+UNSUPPORTED_KV_DTYPE = "unsupported_kv_dtype"  # fp8 KV below SM89, bf16 KV below SM80, no backend
+UNSUPPORTED_QUANTIZATION = "unsupported_quantization"  # method needs a newer compute capability
+MODEL_NOT_FOUND = "model_not_found"
+GATED_REPO = "gated_repo"
+MAX_MODEL_LEN_ABOVE_MODEL = "max_model_len_above_model"  # "User-specified max_model_len ..."
+PORT_IN_USE = "port_in_use"
+UNKNOWN_FLAG = "unknown_flag"  # argparse "unrecognized arguments"
+BAD_FLAG_VALUE = "bad_flag_value"  # argparse "invalid ... value" / pydantic range errors
+ENGINE_DIED = "engine_died"  # EngineDeadError / health 503 after ready
+STARTUP_TIMEOUT = "startup_timeout"
+UNKNOWN = "unknown"
+
+ALL_KINDS: tuple[str, ...] = (
+    KV_CACHE_TOO_SMALL,
+    NO_KV_MEMORY,
+    FREE_MEMORY_BELOW_UTILIZATION,
+    CUDA_OOM_LOADING,
+    CUDA_OOM_GRAPHS,
+    CUDA_OOM_SERVING,
+    UNSUPPORTED_KV_DTYPE,
+    UNSUPPORTED_QUANTIZATION,
+    MODEL_NOT_FOUND,
+    GATED_REPO,
+    MAX_MODEL_LEN_ABOVE_MODEL,
+    PORT_IN_USE,
+    UNKNOWN_FLAG,
+    BAD_FLAG_VALUE,
+    ENGINE_DIED,
+    STARTUP_TIMEOUT,
+    UNKNOWN,
+)
