@@ -7,9 +7,11 @@ compared and the fallback engine can answer either. Values are stable strings (t
 
 from __future__ import annotations
 
-KV_CACHE_TOO_SMALL = "kv_cache_too_small"  # "To serve at least one request with the model's max seq len"
+# "To serve at least one request with the model's max seq len ..."
+KV_CACHE_TOO_SMALL = "kv_cache_too_small"
 NO_KV_MEMORY = "no_kv_memory"  # "No available memory for the cache blocks"
-FREE_MEMORY_BELOW_UTILIZATION = "free_memory_below_utilization"  # "... less than desired GPU memory utilization"
+# "Free memory on device ... is less than desired GPU memory utilization"
+FREE_MEMORY_BELOW_UTILIZATION = "free_memory_below_utilization"
 CUDA_OOM_LOADING = "cuda_oom_loading"  # CUDA out of memory while loading weights
 CUDA_OOM_GRAPHS = "cuda_oom_graphs"  # CUDA out of memory while profiling / capturing CUDA graphs
 CUDA_OOM_SERVING = "cuda_oom_serving"  # CUDA out of memory after the server was ready

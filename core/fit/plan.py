@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvpilot.core import failures
 from kvpilot.core.models.spec import ModelSpec
 
 GiB = 1 << 30
@@ -68,8 +67,8 @@ class BudgetTerm:
 class Failure:
     """A startup failure predicted in vLLM's own terms.
 
-    ``kind`` is one of the :mod:`kvpilot.core.failures` constants; ``message`` a sentence for the user;
-    ``estimated_max_model_len`` vLLM's own estimate when the KV cache is too small for the
+    ``kind`` is one of the :mod:`kvpilot.core.failures` constants; ``message`` a sentence for
+    the user; ``estimated_max_model_len`` vLLM's own estimate when the KV cache is too small for the
     context (None otherwise).
     """
 
