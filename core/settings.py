@@ -1,0 +1,687 @@
+"""Profiles and app settings on disk: a versioned JSON file in the platform config directory.
+
+The file is ``settings.json`` in ``platformdirs.user_config_dir("kvpilot")`` (or in
+``$KVPILOT_CONFIG_DIR`` when set, which tests use). It holds a list of :class:`Profile` records,
+the name of the active one, and app-wide state such as the window geometry.
+
+Guarantees:
+
+* writes are atomic (temp file in the same directory, ``fsync``, ``os.replace``) and the file is
+  created with permissions 0600 because it may hold an API key and a Hugging Face token (no OS
+  keyring is used; :data:`SECRETS_STORAGE` says so in words for the settings dialog);
+* a file that is not valid JSON, or not a settings object, is moved aside as
+  ``settings.json.corrupt-<timestamp>`` and :meth:`SettingsStore.load` returns the defaults with a
+  :class:`SettingsWarning` naming the backup; the app keeps running;
+* a field with a value of the wrong type or out of range falls back to its default with a warning
+  (the rest of the file is kept);
+* keys this version does not know (written by a newer kvpilot) are kept and written back
+  unchanged, both at the top level and inside each profile;
+* older files are brought up to :data:`SCHEMA_VERSION` by the functions in :data:`MIGRATIONS`.
+
+Profile operations (:func:`create_profile`, :func:`duplicate_profile`, :func:`rename_profile`,
+:func:`delete_profile`, :func:`switch_profile`) return a new :class:`Settings`; they raise
+:class:`~kvpilot.core.errors.SettingsError` for a name that is empty or taken, an unknown profile
+or deleting the last one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from kvpilot.core.errors import SettingsError
+
+log = logging.getLogger("kvpilot.settings")
+
+#: the schema version this code writes
+SCHEMA_VERSION = 1
+#: file name inside the config directory
+FILE_NAME = "settings.json"
+#: environment variable that overrides the config directory (tests, portable installs)
+CONFIG_DIR_ENV = "KVPILOT_CONFIG_DIR"
+#: how secrets are stored, in words for the settings dialog
+SECRETS_STORAGE = (
+    "API key and Hugging Face token are stored in the settings file, readable only by you "
+    "(permissions 0600); no system keyring is used."
+)
+
+KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+USE_CASES: tuple[str, ...] = ("chat", "long_documents", "batch")
+THEMES: tuple[str, ...] = ("system", "light", "dark")
+MAX_SAMPLING_HZ = 20.0
+DEFAULT_PROFILE_NAME = "Default"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """The goal and the knobs of a plan, as the user last set them.
+
+    ``gpu_memory_utilization`` None means "auto" (the planner picks the highest value that
+    starts); ``max_model_len`` is the context in tokens; ``max_num_seqs`` the concurrent users.
+    """
+
+    use_case: str = "chat"
+    max_model_len: int = 8192
+    max_num_seqs: int = 4
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool = False
+    allow_4bit: bool = True
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One named launch configuration.
+
+    Attributes:
+        name: unique, shown in the profile selector.
+        model_ref: catalog id, Hugging Face repo id or local path ("" = none chosen yet).
+        plan: goal and plan knobs.
+        vllm_runtime: path to a ``vllm`` executable or its Python ("" = detect automatically).
+        host, port: where ``vllm serve`` listens (127.0.0.1 unless the user widens it).
+        api_key: passed as ``--api-key`` ("" = none); never logged (excluded from ``repr``).
+        hf_cache_dir: ``HF_HOME``-style cache directory ("" = library default).
+        hf_token: Hugging Face token for gated models ("" = none); never logged.
+        extra_args: extra ``vllm serve`` arguments as typed by the user (shell-style quoting).
+        sampling_hz: telemetry samples per second (NVML and /metrics), 0 < hz <= 20.
+        theme: ``system``, ``light`` or ``dark``.
+        unknown: keys from a newer schema, written back unchanged.
+    """
+
+    name: str
+    model_ref: str = ""
+    plan: PlanSettings = field(default_factory=PlanSettings)
+    vllm_runtime: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str = field(default="", repr=False)
+    hf_cache_dir: str = ""
+    hf_token: str = field(default="", repr=False)
+    extra_args: str = ""
+    sampling_hz: float = 2.0
+    theme: str = "system"
+    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything in the settings file.
+
+    ``window_geometry`` is an opaque base64 string from the GUI ("" = default placement);
+    ``unknown`` holds top-level keys from a newer schema; ``schema_version`` is the version of
+    the file as read (kept when a newer app wrote it, so that it does not re-migrate its data).
+    """
+
+    profiles: tuple[Profile, ...] = (Profile(name=DEFAULT_PROFILE_NAME),)
+    active_profile: str = DEFAULT_PROFILE_NAME
+    window_geometry: str = ""
+    schema_version: int = SCHEMA_VERSION
+    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def active(self) -> Profile:
+        """The active profile (the first one when the stored name is missing)."""
+        for p in self.profiles:
+            if p.name == self.active_profile:
+                return p
+        return self.profiles[0]
+
+    def profile(self, name: str) -> Profile:
+        """The profile called ``name``; raises SettingsError when there is none."""
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        raise SettingsError(f"no profile named '{name}'; existing: {', '.join(self.names)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Profile names in display order."""
+        return tuple(p.name for p in self.profiles)
+
+
+@dataclass(frozen=True)
+class SettingsWarning:
+    """Something the user should be told about the settings file (the app keeps running).
+
+    ``kind`` is ``corrupt`` (file moved aside to ``backup_path``), ``invalid_value`` (a field
+    reset to its default), ``newer_version`` (file written by a newer kvpilot) or
+    ``permissions`` (file readable by others).
+    """
+
+    kind: str
+    message: str
+    backup_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """The settings that were loaded and what the user must be told about them."""
+
+    settings: Settings
+    warnings: tuple[SettingsWarning, ...] = ()
+    path: Path | None = None
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_profile(profile: Profile) -> list[str]:
+    """Problems with a profile, one sentence each naming the field and the fix ([] = valid)."""
+    problems: list[str] = []
+    if not profile.name.strip():
+        problems.append("name: must not be empty")
+    if not 1 <= profile.port <= 65535:
+        problems.append(f"port: {profile.port} is not a TCP port; use 1024-65535")
+    if not profile.host.strip():
+        problems.append("host: must not be empty; use 127.0.0.1 to stay on this machine")
+    elif profile.host not in ("127.0.0.1", "localhost", "::1") and not profile.api_key:
+        problems.append(
+            f"api_key: the server listens on {profile.host}, reachable from other machines; "
+            "set an API key or use host 127.0.0.1"
+        )
+    if not 0 < profile.sampling_hz <= MAX_SAMPLING_HZ:
+        problems.append(
+            f"sampling_hz: {profile.sampling_hz:g} is out of range; use a value in (0, "
+            f"{MAX_SAMPLING_HZ:g}]"
+        )
+    if profile.theme not in THEMES:
+        problems.append(f"theme: '{profile.theme}' is unknown; use one of {', '.join(THEMES)}")
+    plan = profile.plan
+    if plan.max_model_len < 16:
+        problems.append(f"context: {plan.max_model_len} tokens is too small; use at least 16")
+    if plan.max_num_seqs < 1:
+        problems.append(f"users: {plan.max_num_seqs} must be at least 1")
+    if plan.kv_cache_dtype not in KV_DTYPES:
+        problems.append(
+            f"kv_cache_dtype: '{plan.kv_cache_dtype}' is unknown; use one of {', '.join(KV_DTYPES)}"
+        )
+    if plan.gpu_memory_utilization is not None and not 0 < plan.gpu_memory_utilization <= 1:
+        problems.append(
+            f"gpu_memory_utilization: {plan.gpu_memory_utilization:g} must be in (0, 1] or auto"
+        )
+    if plan.use_case not in USE_CASES:
+        problems.append(
+            f"use_case: '{plan.use_case}' is unknown; use one of {', '.join(USE_CASES)}"
+        )
+    problems.extend(validate_extra_args(profile.extra_args))
+    return problems
+
+
+def validate_extra_args(text: str) -> list[str]:
+    """Problems with the extra ``vllm serve`` arguments typed by the user ([] = valid).
+
+    Uses :func:`kvpilot.core.vllm.command.parse_extra_args`, which knows vLLM's flags and the
+    ones kvpilot sets itself.
+    """
+    if not text.strip():
+        return []
+    try:
+        from kvpilot.core.vllm import command
+    except ImportError:  # pragma: no cover - the command module ships with the package
+        try:
+            shlex.split(text)
+        except ValueError as exc:
+            return [f"extra_args: {exc}"]
+        return []
+    try:
+        command.parse_extra_args(text)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a user-facing problem
+        message = getattr(exc, "message", None) or str(exc)
+        return [f"extra_args: {message}"]
+    return []
+
+
+# --------------------------------------------------------------------------- (de)serialisation
+
+_PLAN_FIELDS = {f.name for f in fields(PlanSettings)}
+_PROFILE_FIELDS = {f.name for f in fields(Profile)} - {"unknown", "plan"}
+_TOP_KEYS = {"schema_version", "profiles", "active_profile", "window_geometry"}
+
+
+def _check_type(value: Any, default: Any, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int) and not isinstance(default, bool):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float) or optional:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    return True
+
+
+def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> PlanSettings:
+    default = PlanSettings()
+    if not isinstance(raw, dict):
+        if raw is not None:
+            warnings.append(
+                SettingsWarning("invalid_value", f"{where}.plan: not an object; using defaults")
+            )
+        return default
+    values: dict[str, Any] = {}
+    for name in _PLAN_FIELDS:
+        if name not in raw:
+            continue
+        dv = getattr(default, name)
+        optional = name == "gpu_memory_utilization"
+        if _check_type(raw[name], dv if dv is not None else 0.0, optional=optional):
+            v = raw[name]
+            values[name] = float(v) if (optional and v is not None) else v
+        else:
+            warnings.append(
+                SettingsWarning(
+                    "invalid_value",
+                    f"{where}.plan.{name}: {raw[name]!r} has the wrong type; using {dv!r}",
+                )
+            )
+    return replace(default, **values)
+
+
+def _profile_from_json(raw: Any, index: int, warnings: list[SettingsWarning]) -> Profile | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"].strip():
+        warnings.append(
+            SettingsWarning("invalid_value", f"profiles[{index}]: no name; profile dropped")
+        )
+        return None
+    name = raw["name"].strip()
+    where = f"profile '{name}'"
+    default = Profile(name=name)
+    values: dict[str, Any] = {}
+    for key in _PROFILE_FIELDS - {"name"}:
+        if key not in raw:
+            continue
+        dv = getattr(default, key)
+        if _check_type(raw[key], dv):
+            values[key] = float(raw[key]) if isinstance(dv, float) else raw[key]
+        else:
+            warnings.append(
+                SettingsWarning(
+                    "invalid_value", f"{where}.{key}: {raw[key]!r} has the wrong type; using {dv!r}"
+                )
+            )
+    plan = _plan_from_json(raw.get("plan"), where, warnings)
+    plan_unknown = (
+        {k: v for k, v in raw["plan"].items() if k not in _PLAN_FIELDS}
+        if isinstance(raw.get("plan"), dict)
+        else {}
+    )
+    unknown = {k: v for k, v in raw.items() if k not in _PROFILE_FIELDS | {"plan"}}
+    if plan_unknown:
+        unknown["__plan__"] = plan_unknown
+    profile = Profile(name=name, plan=plan, unknown=unknown, **values)
+    # out-of-range values: reset the offending field to its default, keep the rest
+    for problem in validate_profile(profile):
+        key = problem.split(":", 1)[0]
+        fixed = _reset_field(profile, key)
+        if fixed is not profile:
+            warnings.append(
+                SettingsWarning("invalid_value", f"{where}: {problem}; reset to the default")
+            )
+            profile = fixed
+    return profile
+
+
+_PLAN_KEY_ALIASES = {"context": "max_model_len", "users": "max_num_seqs", "api_key": "host"}
+
+
+def _reset_field(profile: Profile, key: str) -> Profile:
+    key = _PLAN_KEY_ALIASES.get(key, key)
+    if key in _PLAN_FIELDS:
+        plan = replace(profile.plan, **{key: getattr(PlanSettings(), key)})
+        return replace(profile, plan=plan)
+    if key in _PROFILE_FIELDS and key not in ("name", "api_key"):
+        return replace(profile, **{key: getattr(Profile(name=profile.name), key)})
+    return profile
+
+
+def settings_from_json(
+    data: Mapping[str, Any],
+) -> tuple[Settings, list[SettingsWarning]]:
+    """Build :class:`Settings` from a parsed (and migrated) JSON object.
+
+    Raises:
+        SettingsError: ``data`` is not a settings object at all (no usable profile list).
+    """
+    warnings: list[SettingsWarning] = []
+    raw_profiles = data.get("profiles", [])
+    if not isinstance(raw_profiles, list):
+        raise SettingsError("'profiles' is not a list")
+    profiles: list[Profile] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_profiles):
+        p = _profile_from_json(raw, i, warnings)
+        if p is None:
+            continue
+        if p.name in seen:
+            warnings.append(
+                SettingsWarning(
+                    "invalid_value", f"profile '{p.name}' appears twice; second dropped"
+                )
+            )
+            continue
+        seen.add(p.name)
+        profiles.append(p)
+    if not profiles:
+        profiles = [Profile(name=DEFAULT_PROFILE_NAME)]
+    active = data.get("active_profile")
+    if not isinstance(active, str) or active not in seen:
+        active = profiles[0].name
+    geometry = data.get("window_geometry", "")
+    if not isinstance(geometry, str):
+        geometry = ""
+    version = data.get("schema_version", SCHEMA_VERSION)
+    unknown = {k: v for k, v in data.items() if k not in _TOP_KEYS}
+    return (
+        Settings(
+            profiles=tuple(profiles),
+            active_profile=active,
+            window_geometry=geometry,
+            schema_version=max(int(version), SCHEMA_VERSION),
+            unknown=unknown,
+        ),
+        warnings,
+    )
+
+
+def profile_to_json(profile: Profile) -> dict[str, Any]:
+    """The JSON object for one profile, unknown keys included."""
+    unknown = dict(profile.unknown)
+    plan_unknown = unknown.pop("__plan__", {})
+    plan = {f.name: getattr(profile.plan, f.name) for f in fields(PlanSettings)}
+    plan.update({k: v for k, v in plan_unknown.items() if k not in plan})
+    out: dict[str, Any] = {"name": profile.name}
+    for f in fields(Profile):
+        if f.name in ("name", "unknown", "plan"):
+            continue
+        out[f.name] = getattr(profile, f.name)
+    out["plan"] = plan
+    out.update({k: v for k, v in unknown.items() if k not in out})
+    return out
+
+
+def settings_to_json(settings: Settings) -> dict[str, Any]:
+    """The JSON object for the whole file, unknown keys included."""
+    out: dict[str, Any] = {
+        "schema_version": settings.schema_version,
+        "active_profile": settings.active_profile,
+        "window_geometry": settings.window_geometry,
+        "profiles": [profile_to_json(p) for p in settings.profiles],
+    }
+    out.update({k: v for k, v in settings.unknown.items() if k not in out})
+    return out
+
+
+# --------------------------------------------------------------------------- migration
+
+
+def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 0 (no ``schema_version``) kept profiles as a mapping name -> fields."""
+    profiles = data.get("profiles")
+    if isinstance(profiles, dict):
+        data["profiles"] = [
+            {"name": name, **(body if isinstance(body, dict) else {})}
+            for name, body in profiles.items()
+        ]
+    data["schema_version"] = 1
+    return data
+
+
+#: version N -> function turning a version-N object into a version-N+1 object
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a settings object up to :data:`SCHEMA_VERSION` (newer versions are left as they are).
+
+    Raises:
+        SettingsError: ``schema_version`` is not an integer or no migration exists for it.
+    """
+    version = data.get("schema_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise SettingsError(f"schema_version {version!r} is not a non-negative integer")
+    data = copy.deepcopy(data)
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise SettingsError(f"no migration from settings schema version {version}")
+        data = step(data)
+        version = int(data.get("schema_version", version + 1))
+    return data
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def default_config_dir() -> Path:
+    """``$KVPILOT_CONFIG_DIR`` when set, else the platform's per-user config dir for kvpilot."""
+    env = os.environ.get(CONFIG_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(platformdirs.user_config_dir("kvpilot", appauthor=False))
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write ``text`` to ``path`` atomically: temp file in the same dir, fsync, rename over.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where the platform allows it
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class SettingsStore:
+    """Reads and writes ``settings.json`` in one directory.
+
+    Args:
+        config_dir: the directory (default :func:`default_config_dir`).
+    """
+
+    def __init__(self, config_dir: Path | None = None) -> None:
+        self.config_dir = Path(config_dir) if config_dir is not None else default_config_dir()
+        self.path = self.config_dir / FILE_NAME
+
+    def load(self) -> LoadResult:
+        """Read the settings; never raises for file content problems (see module docstring).
+
+        Returns defaults when the file does not exist yet.
+
+        Raises:
+            SettingsError: the file exists but cannot be read at all (permissions, I/O error).
+        """
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return LoadResult(Settings(), (), self.path)
+        except (OSError, UnicodeDecodeError) as exc:
+            if isinstance(exc, UnicodeDecodeError):
+                return self._corrupt(f"not UTF-8 text ({exc.reason})")
+            raise SettingsError(f"cannot read {self.path}: {exc.strerror or exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return self._corrupt(f"not valid JSON (line {exc.lineno}, column {exc.colno})")
+        if not isinstance(data, dict):
+            return self._corrupt("not a JSON object")
+        warnings: list[SettingsWarning] = []
+        try:
+            data = migrate(data)
+            settings, warnings = settings_from_json(data)
+        except SettingsError as exc:
+            return self._corrupt(exc.message)
+        if settings.schema_version > SCHEMA_VERSION:
+            warnings.insert(
+                0,
+                SettingsWarning(
+                    "newer_version",
+                    f"{self.path} was written by a newer kvpilot (schema "
+                    f"{settings.schema_version}, this is {SCHEMA_VERSION}); settings this version "
+                    "does not know are kept unchanged",
+                ),
+            )
+        has_secrets = any(p.api_key or p.hf_token for p in settings.profiles)
+        with contextlib.suppress(OSError):
+            if has_secrets and self.path.stat().st_mode & 0o077:
+                warnings.append(
+                    SettingsWarning(
+                        "permissions",
+                        f"{self.path} holds an API key or token and is readable by other "
+                        "users; "
+                        "it will be written back with permissions 0600",
+                    )
+                )
+        for w in warnings:
+            log.warning("settings: %s", w.message)
+        return LoadResult(settings, tuple(warnings), self.path)
+
+    def save(self, settings: Settings) -> None:
+        """Write ``settings`` atomically with permissions 0600.
+
+        Raises:
+            SettingsError: the file cannot be written (names the path and the OS reason).
+        """
+        text = json.dumps(settings_to_json(settings), indent=2, sort_keys=False) + "\n"
+        try:
+            atomic_write_text(self.path, text)
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot write {self.path}: {exc.strerror or exc}; check the directory "
+                f"permissions or set {CONFIG_DIR_ENV} to a writable directory"
+            ) from exc
+
+    def _corrupt(self, why: str) -> LoadResult:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = self.path.with_name(f"{FILE_NAME}.corrupt-{stamp}")
+        n = 1
+        while backup.exists():
+            backup = self.path.with_name(f"{FILE_NAME}.corrupt-{stamp}-{n}")
+            n += 1
+        try:
+            self.path.replace(backup)
+        except OSError as exc:
+            msg = (
+                f"{self.path} is {why} and could not be moved aside ({exc.strerror or exc}); "
+                "starting with default settings"
+            )
+            log.warning("settings: %s", msg)
+            return LoadResult(Settings(), (SettingsWarning("corrupt", msg),), self.path)
+        msg = (
+            f"{self.path} is {why}; it was kept as {backup.name} and kvpilot started with "
+            "default settings"
+        )
+        log.warning("settings: %s", msg)
+        return LoadResult(Settings(), (SettingsWarning("corrupt", msg, backup),), self.path)
+
+
+# --------------------------------------------------------------------------- profile CRUD
+
+
+def _check_new_name(settings: Settings, name: str) -> str:
+    clean = name.strip()
+    if not clean:
+        raise SettingsError("a profile name must not be empty")
+    if clean in settings.names:
+        raise SettingsError(f"a profile named '{clean}' already exists; choose another name")
+    return clean
+
+
+def create_profile(settings: Settings, name: str, *, activate: bool = True) -> Settings:
+    """Add a profile with default values (made active unless ``activate`` is False)."""
+    clean = _check_new_name(settings, name)
+    out = replace(settings, profiles=(*settings.profiles, Profile(name=clean)))
+    return replace(out, active_profile=clean) if activate else out
+
+
+def duplicate_profile(
+    settings: Settings, source: str, new_name: str, *, activate: bool = True
+) -> Settings:
+    """Copy profile ``source`` (every field, unknown keys included) under ``new_name``."""
+    base = settings.profile(source)
+    clean = _check_new_name(settings, new_name)
+    copy_ = replace(base, name=clean, unknown=copy.deepcopy(dict(base.unknown)))
+    out = replace(settings, profiles=(*settings.profiles, copy_))
+    return replace(out, active_profile=clean) if activate else out
+
+
+def rename_profile(settings: Settings, old: str, new: str) -> Settings:
+    """Rename a profile; the active profile follows the rename."""
+    settings.profile(old)
+    if new.strip() == old:
+        return settings
+    clean = _check_new_name(settings, new)
+    profiles = tuple(replace(p, name=clean) if p.name == old else p for p in settings.profiles)
+    active = clean if settings.active_profile == old else settings.active_profile
+    return replace(settings, profiles=profiles, active_profile=active)
+
+
+def delete_profile(settings: Settings, name: str) -> Settings:
+    """Remove a profile; the last one cannot be deleted. The first remaining becomes active."""
+    settings.profile(name)
+    if len(settings.profiles) == 1:
+        raise SettingsError(
+            f"'{name}' is the only profile and cannot be deleted; create another first"
+        )
+    profiles = tuple(p for p in settings.profiles if p.name != name)
+    active = settings.active_profile if settings.active_profile != name else profiles[0].name
+    return replace(settings, profiles=profiles, active_profile=active)
+
+
+def switch_profile(settings: Settings, name: str) -> Settings:
+    """Make ``name`` the active profile."""
+    settings.profile(name)
+    return replace(settings, active_profile=name)
+
+
+def update_profile(
+    settings: Settings, profile: Profile, *, old_name: str | None = None
+) -> Settings:
+    """Replace the profile called ``old_name`` (default ``profile.name``) by ``profile``.
+
+    Raises:
+        SettingsError: no such profile, the new name is taken, or the profile is invalid (the
+            message lists every problem).
+    """
+    target = old_name if old_name is not None else profile.name
+    settings.profile(target)
+    if profile.name != target:
+        _check_new_name(settings, profile.name)
+    problems = validate_profile(profile)
+    if problems:
+        raise SettingsError(f"profile '{profile.name}': " + "; ".join(problems))
+    profiles = tuple(profile if p.name == target else p for p in settings.profiles)
+    active = profile.name if settings.active_profile == target else settings.active_profile
+    return replace(settings, profiles=profiles, active_profile=active)
