@@ -1,0 +1,611 @@
+"""A :class:`ModelSpec` from a model directory: ``config.json`` plus safetensors headers.
+
+:func:`spec_from_config` turns a parsed ``config.json`` into a spec the way vLLM reads it (text
+config of multimodal wrappers, explicit ``head_dim``, KV heads, layer kinds, MLA, MoE,
+quantization, the rope factor of the derived max_model_len). :func:`load_local_model` adds the
+exact weight bytes from the safetensors headers (see :mod:`.weights`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.models.bytemodel import estimate_weight_bytes
+from kvpilot.core.models.spec import (
+    FULL_ATTENTION,
+    LINEAR_ATTENTION,
+    MLA,
+    SLIDING_ATTENTION,
+    SOURCE_ESTIMATE,
+    SOURCE_FILE,
+    ModelSpec,
+    MoE,
+    Quantization,
+)
+from kvpilot.core.models.weights import checkpoint_weight_size
+
+CONFIG_FILE = "config.json"
+#: older AutoGPTQ checkpoints keep their quantization settings in a separate file
+QUANTIZE_CONFIG_FILES = ("quantize_config.json", "quant_config.json")
+
+#: architectures (``architectures[0]`` of config.json) whose memory layout kvpilot understands
+SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(
+    {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "GemmaForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "Gemma3ForConditionalGeneration",
+        "Phi3ForCausalLM",
+        "GptOssForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "ChatGLMModel",
+        "ChatGLMForConditionalGeneration",
+        "GlmForCausalLM",
+        "Glm4ForCausalLM",
+        "GraniteForCausalLM",
+        "Olmo2ForCausalLM",
+        "Mistral3ForConditionalGeneration",
+        "LlavaForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+    }
+)
+
+_MULTIMODAL_ARCHITECTURES = frozenset(
+    {
+        "Gemma3ForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
+        "LlavaForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+    }
+)
+
+#: values that transformers' config classes use when config.json omits the key (sparse configs
+#: such as Gemma 3's are written with every default left out)
+_MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        "head_dim": 256,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
+    },
+    "gemma2": {"head_dim": 256, "tie_word_embeddings": True},
+    "gemma": {"head_dim": 256, "tie_word_embeddings": True},
+    "gpt_oss": {"sliding_window": 128},
+    "qwen3": {"head_dim": 128},
+    "qwen3_moe": {"head_dim": 128},
+}
+
+#: ChatGLM (GLM-4 remote code) spells the usual fields differently
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "num_hidden_layers": ("num_layers", "n_layer"),
+    "intermediate_size": ("ffn_hidden_size",),
+    "vocab_size": ("padded_vocab_size",),
+    "num_attention_heads": ("n_head",),
+    "head_dim": ("kv_channels",),
+}
+
+#: vLLM's candidates for the derived max_model_len; the smallest present wins
+_MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+#: rope types whose factor vLLM does not multiply into the derived length
+_ROPE_TYPES_NOT_EXTENDING = frozenset({"su", "longrope", "llama3"})
+
+_LAYER_TYPE_VALUES = {
+    "full_attention": FULL_ATTENTION,
+    "attention": FULL_ATTENTION,
+    "global": FULL_ATTENTION,
+    "sliding_attention": SLIDING_ATTENTION,
+    "sliding": SLIDING_ATTENTION,
+    "local": SLIDING_ATTENTION,
+    "linear_attention": LINEAR_ATTENTION,
+}
+
+
+def read_json_object(path: Path, what: str = "config.json") -> dict[str, Any]:
+    """Parse a JSON file that must hold an object.
+
+    Raises:
+        ModelSpecError: the file is missing, unreadable, not JSON, or not a JSON object.
+    """
+    if not path.is_file():
+        raise ModelSpecError(
+            f"no {what} here; point kvpilot at a model directory that contains {what} "
+            "(a Hugging Face checkpoint)",
+            path=str(path),
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ModelSpecError(f"cannot read {what}: {err.strerror}", path=str(path)) from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelSpecError(
+            f"{what} is not valid JSON ({err}); download it again", path=str(path)
+        ) from err
+    if not isinstance(data, dict):
+        raise ModelSpecError(f"{what} does not hold a JSON object", path=str(path))
+    return data
+
+
+def load_local_model(directory: str | Path, *, model_id: str | None = None) -> ModelSpec:
+    """Read a model directory: config.json, quantization settings and exact weight bytes.
+
+    When the directory holds no safetensors and no index, the weight bytes are estimated from
+    the architecture (``weights_source == SOURCE_ESTIMATE``) and a note says so.
+
+    Raises:
+        ModelSpecError: missing/malformed config.json, an unsupported architecture, a missing
+            required field, or a malformed safetensors header or index.
+    """
+    root = Path(directory).expanduser()
+    if not root.is_dir():
+        raise ModelSpecError(
+            "not a directory; give a model directory, a Hugging Face repo id or a catalog id",
+            path=str(root),
+        )
+    config_path = root / CONFIG_FILE
+    config = read_json_object(config_path)
+    if "quantization_config" not in config:
+        for name in QUANTIZE_CONFIG_FILES:
+            qpath = root / name
+            if qpath.is_file():
+                config = {**config, "quantization_config": read_json_object(qpath, name)}
+                break
+    spec = spec_from_config(
+        config, model_id=model_id or str(root), source=str(root), config_path=str(config_path)
+    )
+    size = checkpoint_weight_size(root)
+    if size is not None:
+        return replace(
+            spec,
+            weights_bytes=size.total_bytes,
+            weights_source=size.source,
+            notes=spec.notes + size.notes,
+        )
+    estimate = estimate_weight_bytes(spec, spec.quantization, text_config_of(config))
+    return replace(
+        spec,
+        weights_bytes=estimate,
+        weights_source=SOURCE_ESTIMATE,
+        notes=(
+            *spec.notes,
+            "no safetensors files or index found; weight bytes estimated from the architecture",
+        ),
+    )
+
+
+def text_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The text model's config: nested ``text_config`` (or ``llm_config``) merged over the top."""
+    for key in ("text_config", "llm_config"):
+        nested = config.get(key)
+        if isinstance(nested, dict):
+            merged = {
+                k: v
+                for k, v in config.items()
+                if k not in ("text_config", "llm_config", "vision_config", "audio_config")
+            }
+            merged.pop("model_type", None)
+            merged.update(nested)
+            if "model_type" not in nested and config.get("model_type") == "gemma3":
+                merged["model_type"] = "gemma3_text"
+            merged.setdefault("model_type", config.get("model_type", ""))
+            return merged
+    return dict(config)
+
+
+class _Fields:
+    """Field lookup with aliases, model-type defaults and errors naming the field."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str, path: str | None) -> None:
+        self.cfg = cfg
+        self.defaults = _MODEL_TYPE_DEFAULTS.get(model_type, {})
+        self.path = path
+        self.defaulted: list[str] = []
+
+    def get(self, name: str) -> Any:
+        for key in (name, *_ALIASES.get(name, ())):
+            if self.cfg.get(key) is not None:
+                return self.cfg[key]
+        if name in self.defaults:
+            self.defaulted.append(name)
+            return self.defaults[name]
+        return None
+
+    def int(self, name: str, *, required: bool = True) -> int | None:
+        value = self.get(name)
+        if value is None:
+            if required:
+                raise ModelSpecError(
+                    "required field is missing from config.json; the file is incomplete or not a "
+                    "Hugging Face transformers config",
+                    path=self.path,
+                    field=name,
+                )
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ModelSpecError(f"expected an integer, got {value!r}", path=self.path, field=name)
+        if value < 0:
+            raise ModelSpecError(f"must not be negative, got {value}", path=self.path, field=name)
+        return int(value)
+
+    def req(self, name: str) -> int:
+        value = self.int(name)
+        assert value is not None
+        return value
+
+
+def spec_from_config(
+    config: Mapping[str, Any],
+    *,
+    model_id: str,
+    source: str = "",
+    config_path: str | None = None,
+) -> ModelSpec:
+    """Build a spec (without weight bytes) from a parsed config.json.
+
+    Raises:
+        ModelSpecError: unsupported architecture, missing or malformed required field.
+    """
+    where = config_path or source or model_id
+    archs = config.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise ModelSpecError(
+            "config.json names no architecture; it must list the model class, e.g. "
+            '"architectures": ["LlamaForCausalLM"]',
+            path=where,
+            field="architectures",
+        )
+    arch = archs[0]
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelSpecError(
+            f"architecture {arch} is not supported by kvpilot's memory model; supported: "
+            f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}",
+            path=where,
+            field="architectures",
+        )
+    text = text_config_of(config)
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    f = _Fields(text, model_type, where)
+    notes: list[str] = []
+
+    n_layers = f.req("num_hidden_layers")
+    hidden = f.req("hidden_size")
+    n_heads = f.req("num_attention_heads")
+    if n_layers == 0 or hidden == 0 or n_heads == 0:
+        raise ModelSpecError(
+            "num_hidden_layers, hidden_size and num_attention_heads must be positive", path=where
+        )
+    n_kv = _kv_heads(text, n_heads, where)
+    head_dim = f.int("head_dim", required=False)
+    vocab = f.req("vocab_size")
+    intermediate = f.int("intermediate_size", required=False)
+
+    mla = None
+    if text.get("kv_lora_rank") is not None:
+        mla = MLA(kv_lora_rank=f.req("kv_lora_rank"), qk_rope_head_dim=f.req("qk_rope_head_dim"))
+        nope = f.int("qk_nope_head_dim", required=False) or 0
+        head_dim = nope + mla.qk_rope_head_dim if nope else head_dim
+    if head_dim is None:
+        head_dim = hidden // n_heads
+
+    moe = _moe(f)
+    if moe is None and intermediate is None:
+        raise ModelSpecError(
+            "required field is missing from config.json (dense model without intermediate_size)",
+            path=where,
+            field="intermediate_size",
+        )
+
+    max_len, rope_factor = _max_len_and_rope(text, model_type, where)
+    layer_types, window = _layer_types(text, model_type, n_layers, max_len, where, notes)
+    quant = parse_quantization(config.get("quantization_config"), where)
+
+    dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype")
+    if not isinstance(dtype, str):
+        dtype = "bfloat16"
+        notes.append("config.json gives no torch_dtype; vLLM's bfloat16 assumed")
+    tie = f.get("tie_word_embeddings")
+    if f.defaulted:
+        notes.append(
+            f"config.json omits {', '.join(f.defaulted)}; the {model_type} defaults of "
+            "transformers were used"
+        )
+    multimodal = arch in _MULTIMODAL_ARCHITECTURES or any(
+        isinstance(config.get(k), dict) for k in ("vision_config", "audio_config")
+    )
+    return ModelSpec(
+        model_id=model_id,
+        architecture=arch,
+        model_type=model_type,
+        num_hidden_layers=n_layers,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        max_position_embeddings=max_len,
+        torch_dtype=str(dtype).removeprefix("torch."),
+        rope_scaling_factor=rope_factor,
+        tie_word_embeddings=bool(tie) if tie is not None else False,
+        layer_types=layer_types,
+        sliding_window=window,
+        mla=mla,
+        moe=moe,
+        quantization=quant,
+        weights_bytes=None,
+        weights_source=SOURCE_FILE if config_path else SOURCE_ESTIMATE,
+        is_multimodal=multimodal,
+        source=source,
+        notes=tuple(notes),
+    )
+
+
+def _kv_heads(text: Mapping[str, Any], n_heads: int, where: str) -> int:
+    """KV heads as vLLM finds them (ChatGLM multi-query groups; MHA when absent)."""
+    if text.get("multi_query_attention") and text.get("multi_query_group_num") is not None:
+        value = text["multi_query_group_num"]
+    else:
+        value = next(
+            (
+                text[k]
+                for k in ("num_key_value_heads", "n_head_kv", "num_kv_heads")
+                if text.get(k) is not None
+            ),
+            n_heads,
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ModelSpecError(
+            f"expected a positive integer, got {value!r}", path=where, field="num_key_value_heads"
+        )
+    return value
+
+
+def _moe(f: _Fields) -> MoE | None:
+    experts = None
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        experts = f.int(key, required=False)
+        if experts:
+            break
+    if not experts:
+        return None
+    per_tok = f.int("num_experts_per_tok", required=False) or f.int("top_k", required=False)
+    if not per_tok:
+        raise ModelSpecError(
+            "MoE config without num_experts_per_tok", path=f.path, field="num_experts_per_tok"
+        )
+    return MoE(
+        num_experts=experts,
+        num_experts_per_tok=per_tok,
+        moe_intermediate_size=f.int("moe_intermediate_size", required=False),
+        num_shared_experts=f.int("n_shared_experts", required=False) or 0,
+    )
+
+
+def _max_len_and_rope(text: Mapping[str, Any], model_type: str, where: str) -> tuple[int, float]:
+    """(smallest max-length key, factor vLLM multiplies into the derived max_model_len)."""
+    lengths = [
+        int(text[k])
+        for k in _MAX_LEN_KEYS
+        if isinstance(text.get(k), (int, float)) and not isinstance(text.get(k), bool)
+    ]
+    if not lengths:
+        default = _MODEL_TYPE_DEFAULTS.get(model_type, {}).get("max_position_embeddings")
+        if default is None:
+            raise ModelSpecError(
+                "required field is missing from config.json (no max_position_embeddings or "
+                "equivalent length key)",
+                path=where,
+                field="max_position_embeddings",
+            )
+        lengths = [int(default)]
+    max_len = min(lengths)
+    rope = text.get("rope_scaling")
+    if rope is None:
+        rope = text.get("rope_parameters")
+        if isinstance(rope, dict) and isinstance(rope.get(FULL_ATTENTION), dict):
+            rope = rope[FULL_ATTENTION]
+    if not isinstance(rope, dict) or "gemma3" in model_type:
+        return max_len, 1.0
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
+    if rope_type in _ROPE_TYPES_NOT_EXTENDING:
+        return max_len, 1.0
+    factor = rope.get("factor", 1.0)
+    if not isinstance(factor, (int, float)) or factor <= 0:
+        raise ModelSpecError(
+            f"rope factor must be a positive number, got {factor!r}",
+            path=where,
+            field="rope_scaling.factor",
+        )
+    derived = float(max_len)
+    if rope_type == "yarn":
+        original = rope.get("original_max_position_embeddings")
+        if not isinstance(original, (int, float)):
+            raise ModelSpecError(
+                "yarn rope scaling needs original_max_position_embeddings",
+                path=where,
+                field="rope_scaling.original_max_position_embeddings",
+            )
+        derived = float(original)
+    target = int(derived * float(factor))
+    ratio = target / max_len
+    if int(max_len * ratio) != target:  # float rounding: nudge so the product truncates right
+        ratio = (target + 0.5) / max_len
+    return max_len, ratio
+
+
+def _layer_types(
+    text: Mapping[str, Any],
+    model_type: str,
+    n_layers: int,
+    max_len: int,
+    where: str,
+    notes: list[str],
+) -> tuple[tuple[str, ...], int | None]:
+    """Kind of every layer and the sliding window (None when no layer slides)."""
+    window_raw = text.get("sliding_window")
+    if window_raw is None:
+        window_raw = _MODEL_TYPE_DEFAULTS.get(model_type, {}).get("sliding_window")
+    window = int(window_raw) if isinstance(window_raw, (int, float)) and window_raw > 0 else None
+
+    explicit = text.get("layer_types")
+    if text.get("use_sliding_window") is False:
+        # Qwen2/Qwen3: a window may be written into the config but is switched off
+        kinds = [FULL_ATTENTION] * n_layers
+        if isinstance(explicit, list):
+            parsed = [_layer_kind(v, where) for v in explicit]
+            kinds = [k if k == LINEAR_ATTENTION else FULL_ATTENTION for k in parsed]
+    elif isinstance(explicit, list):
+        kinds = [_layer_kind(v, where) for v in explicit]
+    elif text.get("full_attention_interval") and model_type.startswith("qwen3_next"):
+        step = int(text["full_attention_interval"])
+        kinds = [
+            FULL_ATTENTION if (i + 1) % step == 0 else LINEAR_ATTENTION for i in range(n_layers)
+        ]
+    elif window is None:
+        kinds = [FULL_ATTENTION] * n_layers
+    elif model_type.startswith("gemma3") or text.get("sliding_window_pattern"):
+        pattern = text.get("sliding_window_pattern") or _MODEL_TYPE_DEFAULTS.get(
+            "gemma3_text", {}
+        ).get("sliding_window_pattern")
+        step = int(pattern)
+        kinds = [
+            FULL_ATTENTION if (i + 1) % step == 0 else SLIDING_ATTENTION for i in range(n_layers)
+        ]
+    elif model_type in ("gemma2", "gpt_oss", "cohere2"):
+        kinds = [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(n_layers)]
+    elif text.get("use_sliding_window") and text.get("max_window_layers") is not None:
+        first = int(text["max_window_layers"])
+        kinds = [SLIDING_ATTENTION if i >= first else FULL_ATTENTION for i in range(n_layers)]
+    else:
+        kinds = [SLIDING_ATTENTION] * n_layers  # Mistral 7B v0.1 style: every layer slides
+
+    if len(kinds) != n_layers:
+        raise ModelSpecError(
+            f"layer_types lists {len(kinds)} layers but num_hidden_layers is {n_layers}",
+            path=where,
+            field="layer_types",
+        )
+    if SLIDING_ATTENTION in kinds:
+        if window is None:
+            raise ModelSpecError(
+                "sliding layers but no sliding_window size", path=where, field="sliding_window"
+            )
+        if window >= max_len:
+            notes.append(
+                f"sliding_window {window} >= max length {max_len}: treated as full attention"
+            )
+            kinds = [FULL_ATTENTION if k == SLIDING_ATTENTION else k for k in kinds]
+    if SLIDING_ATTENTION not in kinds:
+        window = None
+    if all(k == FULL_ATTENTION for k in kinds):
+        return (), None
+    return tuple(kinds), window
+
+
+def _layer_kind(value: Any, where: str) -> str:
+    kind = _LAYER_TYPE_VALUES.get(str(value))
+    if kind is None:
+        raise ModelSpecError(
+            f"unknown layer type {value!r} (known: {', '.join(sorted(_LAYER_TYPE_VALUES))})",
+            path=where,
+            field="layer_types",
+        )
+    return kind
+
+
+def parse_quantization(qcfg: Any, where: str = "") -> Quantization | None:
+    """``quantization_config`` -> :class:`Quantization` with vLLM's method names.
+
+    Raises:
+        ModelSpecError: the section is not an object or has no ``quant_method``.
+    """
+    if qcfg is None:
+        return None
+    if not isinstance(qcfg, dict):
+        raise ModelSpecError("must be an object", path=where, field="quantization_config")
+    method = qcfg.get("quant_method")
+    if method is None and ("bits" in qcfg or "w_bit" in qcfg):
+        method = "gptq"  # quantize_config.json of AutoGPTQ carries no method name
+    if not isinstance(method, str):
+        raise ModelSpecError(
+            "no quant_method; vLLM cannot tell how the weights are stored",
+            path=where,
+            field="quantization_config.quant_method",
+        )
+    method = method.lower()
+    if method == "compressed_tensors":
+        method = "compressed-tensors"
+
+    def as_int(*keys: str) -> int | None:
+        for k in keys:
+            v = qcfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return None
+
+    if method in ("awq", "gptq"):
+        return Quantization(method, as_int("bits", "w_bit"), as_int("group_size", "q_group_size"))
+    if method == "fp8":
+        return Quantization("fp8", 8, None)
+    if method == "mxfp4":
+        return Quantization("mxfp4", 4, 32)
+    if method == "bitsandbytes":
+        bits = 4 if qcfg.get("load_in_4bit") else 8 if qcfg.get("load_in_8bit") else None
+        return Quantization("bitsandbytes", bits, None)
+    if method == "compressed-tensors":
+        return _compressed_tensors(qcfg, where)
+    return Quantization(method, as_int("bits", "w_bit", "weight_bits"), as_int("group_size"))
+
+
+def _compressed_tensors(qcfg: Mapping[str, Any], where: str) -> Quantization:
+    groups = qcfg.get("config_groups")
+    bits: list[int] = []
+    group_sizes: list[int | None] = []
+    if isinstance(groups, dict):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if not isinstance(weights, dict):
+                continue
+            nb = weights.get("num_bits")
+            if isinstance(nb, int):
+                bits.append(nb)
+            strategy = weights.get("strategy")
+            gs = weights.get("group_size")
+            if strategy == "group" and isinstance(gs, int):
+                group_sizes.append(gs)
+            elif strategy == "channel":
+                group_sizes.append(-1)
+            else:
+                group_sizes.append(None)
+    if not bits:
+        raise ModelSpecError(
+            "compressed-tensors config without weights.num_bits in config_groups",
+            path=where,
+            field="quantization_config.config_groups",
+        )
+    return Quantization("compressed-tensors", min(bits), group_sizes[0] if group_sizes else None)
