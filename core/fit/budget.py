@@ -1,0 +1,294 @@
+"""The memory budget of one plan, computed the way vLLM computes it (reference §4).
+
+::
+
+    requested    = ceil(total x gpu_memory_utilization)      (start-up fails if free < requested)
+    available_kv = requested - weights - non_torch - activation_peak [- cudagraph, vLLM >= 0.20]
+    num_blocks   = available_kv // bytes_per_block
+    kv_tokens    = int(max_concurrency x max_model_len);  max_concurrency = blocks / blocks_per_req
+
+Every term is returned separately with its source so that the GUI can explain it, and a
+measurement taken on this GPU (see :mod:`kvpilot.core.measurements`) replaces the modelled
+terms when one matches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from kvpilot.core import failures
+from kvpilot.core.errors import FitError
+from kvpilot.core.fit import activation, kv
+from kvpilot.core.fit.plan import (
+    FROM_CATALOG,
+    FROM_DEFAULT,
+    FROM_FILE,
+    FROM_MEASURED,
+    FROM_MODEL,
+    FROM_USER,
+    BudgetTerm,
+    Capacity,
+    Failure,
+    GiB,
+    PlanInputs,
+)
+from kvpilot.core.models import spec as model_spec
+
+#: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
+_LARGE_GPU_BYTES = 70 * GiB
+_HUGE_GPU_BYTES = 160 * GiB
+
+
+def default_batching(
+    gpu_total_bytes: int, gpu_name: str, max_model_len: int, version: str | None
+) -> tuple[int, int]:
+    """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve``.
+
+    Mirrors ``EngineArgs.get_batch_defaults`` (reference §4.4); V0 without chunked prefill
+    profiles a whole ``max_model_len`` prompt.
+    """
+    profile = activation.profile_for(version)
+    name = gpu_name.lower()
+    if gpu_total_bytes >= _HUGE_GPU_BYTES:
+        batched, seqs = 16384, 1024
+    elif gpu_total_bytes >= _LARGE_GPU_BYTES and "a100" not in name:
+        batched, seqs = 8192, 1024
+    else:
+        batched, seqs = 2048, 256
+    if profile.engine == "V0" and max_model_len <= 32768:
+        batched = max(max_model_len, batched)  # chunked prefill off by default below 32k
+    return batched, seqs
+
+
+def _weights_source(model: model_spec.ModelSpec) -> str:
+    if model.weights_source in (model_spec.SOURCE_FILE, model_spec.SOURCE_INDEX):
+        return FROM_FILE
+    if model.weights_source in (model_spec.SOURCE_CATALOG, model_spec.SOURCE_HUB):
+        return FROM_CATALOG
+    return FROM_MODEL
+
+
+def estimate_weights_bytes(model: model_spec.ModelSpec) -> int:
+    """Weight bytes from the architecture when no file size is known (16-bit dense estimate).
+
+    Raises:
+        FitError: when the architecture lacks the widths needed.
+    """
+    h, layers, vocab = model.hidden_size, model.num_hidden_layers, model.vocab_size
+    if h <= 0 or layers <= 0:
+        raise FitError(f"{model.model_id}: cannot estimate weights without hidden size and layers")
+    q = model.num_attention_heads * model.head_dim
+    kvd = model.num_key_value_heads * model.head_dim
+    attn = h * (q + 2 * kvd) + q * h
+    if model.moe is not None:
+        moe_i = model.moe.moe_intermediate_size or model.intermediate_size or 4 * h
+        mlp = model.moe.num_experts * 3 * h * moe_i + h * model.moe.num_experts
+    else:
+        mlp = 3 * h * (model.intermediate_size or 4 * h)
+    embed = vocab * h * (1 if model.tie_word_embeddings else 2)
+    params = layers * (attn + mlp + 2 * h) + embed + h
+    bits = model.quantization.bits if model.quantization and model.quantization.bits else 16
+    body = layers * (attn + mlp) * bits / 8
+    return int(body + (params - layers * (attn + mlp)) * 2)
+
+
+def compute_capacity(inputs: PlanInputs) -> Capacity:
+    """Predict vLLM's memory budget and KV capacity for ``inputs``.
+
+    Raises:
+        FitError: for inputs that make no sense (utilization outside (0, 1], negative sizes).
+    """
+    model = inputs.model
+    profile = activation.profile_for(inputs.vllm_version)
+    tp = inputs.tensor_parallel_size
+    if tp < 1:
+        raise FitError("tensor_parallel_size must be at least 1")
+    if inputs.gpu_total_bytes <= 0:
+        raise FitError("the GPU's total memory must be positive (give --gpu-total-mib)")
+    util_source = FROM_USER
+    util = inputs.gpu_memory_utilization
+    if util is None:
+        util, util_source = profile.default_utilization, FROM_DEFAULT
+    if not 0 < util <= 1:
+        raise FitError(f"gpu_memory_utilization must be in (0, 1], got {util}")
+
+    derived_len = model.derived_max_model_len
+    max_len = inputs.max_model_len if inputs.max_model_len else derived_len
+    if max_len <= 0:
+        raise FitError(f"max_model_len must be positive, got {max_len}")
+
+    default_batched, default_seqs = default_batching(
+        inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version
+    )
+    seqs = inputs.max_num_seqs or default_seqs
+    batched = inputs.max_num_batched_tokens or default_batched
+    if not inputs.max_num_batched_tokens:
+        batched = min(seqs * max_len, batched)
+    seqs = min(seqs, batched)
+
+    # ---- the terms ---------------------------------------------------------------------
+    requested = math.ceil(inputs.gpu_total_bytes * util)
+    if model.weights_bytes is not None:
+        weights_total, weights_src = model.weights_bytes, _weights_source(model)
+    else:
+        weights_total, weights_src = estimate_weights_bytes(model), FROM_MODEL
+    weights = math.ceil(weights_total / tp)
+    non_torch = activation.non_torch_bytes(tp)
+    act = activation.activation_peak_bytes(
+        model,
+        max_num_batched_tokens=batched,
+        max_num_seqs=seqs,
+        profile=profile,
+        tensor_parallel_size=tp,
+    )
+    graphs = activation.cudagraph_bytes(
+        model,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        tensor_parallel_size=tp,
+        enforce_eager=inputs.enforce_eager,
+    )
+    graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
+
+    if inputs.kv_cache_memory_bytes is not None:
+        available = inputs.kv_cache_memory_bytes
+        kv_src, kv_note = FROM_USER, "--kv-cache-memory-bytes replaces the utilization budget"
+    else:
+        available = requested - weights - non_torch - act - graphs_in_budget
+        kv_src, kv_note = FROM_MODEL, "requested - weights - non-torch - activation - graphs"
+
+    layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size)
+    in_flight = batched * profile.in_flight_batches
+    cap = kv.kv_capacity(
+        layout, available, max_len, in_flight,
+        tokens_from_concurrency=profile.tokens_from_concurrency,
+    )
+
+    # ---- failures, in the order vLLM meets them -----------------------------------------
+    failure: Failure | None = None
+    if inputs.max_model_len and inputs.max_model_len > derived_len:
+        failure = Failure(
+            failures.MAX_MODEL_LEN_ABOVE_MODEL,
+            f"max_model_len {inputs.max_model_len:,} is above the model's limit of "
+            f"{derived_len:,} tokens.",
+        )
+    elif inputs.gpu_free_bytes is not None and inputs.gpu_free_bytes < requested:
+        best = max_passing_utilization(inputs.gpu_total_bytes, inputs.gpu_free_bytes)
+        failure = Failure(
+            failures.FREE_MEMORY_BELOW_UTILIZATION,
+            f"only {inputs.gpu_free_bytes / GiB:.2f} of {inputs.gpu_total_bytes / GiB:.2f} GiB "
+            f"are free but utilization {util:g} requests {requested / GiB:.2f} GiB; "
+            f"at most --gpu-memory-utilization {best:.2f} would start.",
+        )
+    elif available <= 0 or cap.num_blocks == 0:
+        failure = Failure(
+            failures.NO_KV_MEMORY,
+            f"no memory is left for the KV cache: weights, activations and overheads take "
+            f"{(requested - available) / GiB:.2f} of the {requested / GiB:.2f} GiB requested.",
+        )
+    else:
+        usable = cap.num_blocks - (1 if profile.null_block_reserved else 0)
+        if cap.blocks_per_request > usable:
+            estimate = kv.estimate_max_model_len(
+                layout, cap.num_blocks, max_len, in_flight,
+                reserve_null_block=profile.null_block_reserved,
+            )
+            needed = layout.kv_bytes_per_request(max_len, in_flight)
+            failure = Failure(
+                failures.KV_CACHE_TOO_SMALL,
+                f"a {max_len:,}-token context needs {needed / GiB:.2f} GiB of KV cache but "
+                f"{available / GiB:.2f} GiB is available; the estimated maximum model length "
+                f"is {estimate:,}.",
+                estimated_max_model_len=estimate,
+            )
+
+    headroom = None
+    if inputs.gpu_free_bytes is not None:
+        headroom = inputs.gpu_free_bytes - requested
+
+    terms = (
+        BudgetTerm("requested", requested, util_source,
+                   f"ceil(total x {util:g}) of {inputs.gpu_total_bytes / GiB:.2f} GiB"),
+        BudgetTerm("weights", weights, weights_src,
+                   "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")),
+        BudgetTerm("non_torch", non_torch, FROM_MODEL,
+                   "cuBLAS/attention workspaces" + (", NCCL buffers" if tp > 1 else "")),
+        BudgetTerm("activation_peak", act, FROM_MODEL,
+                   f"profile run: {batched:,} tokens, sampler {seqs} x {model.vocab_size:,} "
+                   f"logits (vLLM {profile.since}+ rules)"),
+        BudgetTerm("cudagraph", graphs_in_budget, FROM_MODEL,
+                   ("eager mode: no graphs" if inputs.enforce_eager else
+                    f"estimate {graphs / GiB:.2f} GiB" +
+                    ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20"))),
+        BudgetTerm("kv_cache", available, kv_src, kv_note),
+    )
+    used_inputs = {
+        "gpu_total_bytes": inputs.gpu_total_bytes,
+        "gpu_free_bytes": inputs.gpu_free_bytes,
+        "gpu_name": inputs.gpu_name,
+        "gpu_memory_utilization": util,
+        "max_model_len": max_len,
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": batched,
+        "kv_cache_dtype": inputs.kv_cache_dtype,
+        "kv_cache_memory_bytes": inputs.kv_cache_memory_bytes,
+        "tensor_parallel_size": tp,
+        "enforce_eager": inputs.enforce_eager,
+        "block_size": layout.block_size,
+        "vllm_version": inputs.vllm_version,
+        "vllm_rules_since": str(profile.since),
+        "model": model.model_id,
+        "weights_source": weights_src,
+    }
+    return Capacity(
+        requested_bytes=requested,
+        weights_bytes=weights,
+        non_torch_bytes=non_torch,
+        activation_peak_bytes=act,
+        cudagraph_bytes=graphs_in_budget,
+        available_kv_bytes=available,
+        kv_bytes_per_token=layout.kv_bytes_per_token,
+        page_bytes_per_block=layout.bytes_per_block,
+        block_size=layout.block_size,
+        num_blocks=cap.num_blocks,
+        kv_cache_tokens=cap.kv_cache_tokens,
+        max_concurrency=cap.max_concurrency,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        gpu_memory_utilization=util,
+        kv_cache_dtype=inputs.kv_cache_dtype,
+        fits=failure is None,
+        failure=failure,
+        terms=terms,
+        inputs=used_inputs,
+        headroom_bytes=headroom,
+    )
+
+
+#: what the CUDA context of the vLLM process takes before vLLM measures free memory (bytes);
+#: vLLM's free-memory check runs after its context exists.
+CUDA_CONTEXT_BYTES = int(0.45 * GiB)
+
+
+def max_passing_utilization(
+    gpu_total_bytes: int, gpu_free_bytes: int, margin_bytes: int = CUDA_CONTEXT_BYTES
+) -> float:
+    """The largest utilization (rounded down to 0.01) that passes vLLM's free-memory check.
+
+    ``gpu_free_bytes`` is free memory as NVML reports it before launch; vLLM checks after its own
+    CUDA context exists, so ``margin_bytes`` is kept aside.
+    """
+    usable = max(0, gpu_free_bytes - margin_bytes)
+    return math.floor(usable / gpu_total_bytes * 100) / 100
+
+
+def with_measurement(capacity: Capacity, measured_available_kv_bytes: int, note: str) -> Capacity:
+    """Replace the modelled KV budget by a measured one (keeps the other terms for display)."""
+    terms = tuple(
+        replace(t, bytes=measured_available_kv_bytes, source=FROM_MEASURED, note=note)
+        if t.name == "kv_cache" else t
+        for t in capacity.terms
+    )
+    return replace(capacity, available_kv_bytes=measured_available_kv_bytes, terms=terms)
