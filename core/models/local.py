@@ -74,6 +74,9 @@ _MULTIMODAL_ARCHITECTURES = frozenset(
     }
 )
 
+#: Gemma 3: five sliding layers, then one full-attention layer
+_GEMMA3_PATTERN = 6
+
 #: values that transformers' config classes use when config.json omits the key (sparse configs
 #: such as Gemma 3's are written with every default left out)
 _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -81,7 +84,7 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
         "head_dim": 256,
         "vocab_size": 262208,
         "max_position_embeddings": 131072,
-        "sliding_window_pattern": 6,
+        "sliding_window_pattern": _GEMMA3_PATTERN,
         "tie_word_embeddings": True,
     },
     "gemma2": {"head_dim": 256, "tie_word_embeddings": True},
@@ -235,7 +238,7 @@ class _Fields:
             return self.defaults[name]
         return None
 
-    def int(self, name: str, *, required: bool = True) -> int | None:
+    def integer(self, name: str, *, required: bool = True) -> int | None:
         value = self.get(name)
         if value is None:
             if required:
@@ -253,7 +256,7 @@ class _Fields:
         return int(value)
 
     def req(self, name: str) -> int:
-        value = self.int(name)
+        value = self.integer(name)
         assert value is not None
         return value
 
@@ -300,14 +303,14 @@ def spec_from_config(
             "num_hidden_layers, hidden_size and num_attention_heads must be positive", path=where
         )
     n_kv = _kv_heads(text, n_heads, where)
-    head_dim = f.int("head_dim", required=False)
+    head_dim = f.integer("head_dim", required=False)
     vocab = f.req("vocab_size")
-    intermediate = f.int("intermediate_size", required=False)
+    intermediate = f.integer("intermediate_size", required=False)
 
     mla = None
     if text.get("kv_lora_rank") is not None:
         mla = MLA(kv_lora_rank=f.req("kv_lora_rank"), qk_rope_head_dim=f.req("qk_rope_head_dim"))
-        nope = f.int("qk_nope_head_dim", required=False) or 0
+        nope = f.integer("qk_nope_head_dim", required=False) or 0
         head_dim = nope + mla.qk_rope_head_dim if nope else head_dim
     if head_dim is None:
         head_dim = hidden // n_heads
@@ -388,12 +391,12 @@ def _kv_heads(text: Mapping[str, Any], n_heads: int, where: str) -> int:
 def _moe(f: _Fields) -> MoE | None:
     experts = None
     for key in ("num_experts", "num_local_experts", "n_routed_experts"):
-        experts = f.int(key, required=False)
+        experts = f.integer(key, required=False)
         if experts:
             break
     if not experts:
         return None
-    per_tok = f.int("num_experts_per_tok", required=False) or f.int("top_k", required=False)
+    per_tok = f.integer("num_experts_per_tok", required=False) or f.integer("top_k", required=False)
     if not per_tok:
         raise ModelSpecError(
             "MoE config without num_experts_per_tok", path=f.path, field="num_experts_per_tok"
@@ -401,8 +404,8 @@ def _moe(f: _Fields) -> MoE | None:
     return MoE(
         num_experts=experts,
         num_experts_per_tok=per_tok,
-        moe_intermediate_size=f.int("moe_intermediate_size", required=False),
-        num_shared_experts=f.int("n_shared_experts", required=False) or 0,
+        moe_intermediate_size=f.integer("moe_intermediate_size", required=False),
+        num_shared_experts=f.integer("n_shared_experts", required=False) or 0,
     )
 
 
@@ -489,10 +492,14 @@ def _layer_types(
     elif window is None:
         kinds = [FULL_ATTENTION] * n_layers
     elif model_type.startswith("gemma3") or text.get("sliding_window_pattern"):
-        pattern = text.get("sliding_window_pattern") or _MODEL_TYPE_DEFAULTS.get(
-            "gemma3_text", {}
-        ).get("sliding_window_pattern")
-        step = int(pattern)
+        pattern = text.get("sliding_window_pattern") or _GEMMA3_PATTERN
+        if not isinstance(pattern, int) or pattern <= 0:
+            raise ModelSpecError(
+                f"expected a positive integer, got {pattern!r}",
+                path=where,
+                field="sliding_window_pattern",
+            )
+        step = pattern
         kinds = [
             FULL_ATTENTION if (i + 1) % step == 0 else SLIDING_ATTENTION for i in range(n_layers)
         ]

@@ -1,0 +1,142 @@
+"""Models by Hugging Face repo id: the local HF cache (offline) and, when asked, the Hub.
+
+Offline: the snapshot of ``repo_id`` in the cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
+``~/.cache/huggingface/hub``, read when called) is found through ``huggingface_hub`` and read
+like any model directory (:func:`kvpilot.core.models.local.load_local_model`).
+
+Online (never needed by tests): ``config.json`` through ``hf_hub_download`` and the weight bytes
+from the Hub's safetensors metadata (``HfApi.get_safetensors_metadata``, which reads only the
+headers), cached as JSON in the user cache directory so that the next lookup works offline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.models.local import CONFIG_FILE, load_local_model, spec_from_config
+from kvpilot.core.models.spec import SOURCE_HUB, ModelSpec
+from kvpilot.core.models.weights import DTYPE_BITS
+
+#: ``org/name`` as the Hub accepts it
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def is_repo_id(ref: str) -> bool:
+    """Whether ``ref`` has the shape of a Hugging Face model repo id (``org/name``)."""
+    return bool(REPO_ID_RE.match(ref)) and ".." not in ref
+
+
+def hub_cache_dir() -> Path:
+    """The HF hub cache directory, honouring ``HF_HUB_CACHE`` and ``HF_HOME`` at call time."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def cached_snapshot(
+    repo_id: str, *, revision: str | None = None, cache_dir: Path | None = None
+) -> Path | None:
+    """The snapshot directory of ``repo_id`` holding a cached config.json, or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(
+        repo_id, CONFIG_FILE, cache_dir=str(cache_dir or hub_cache_dir()), revision=revision
+    )
+    if isinstance(found, str):
+        return Path(found).parent
+    return None
+
+
+def cached_repo_ids(cache_dir: Path | None = None) -> tuple[str, ...]:
+    """Model repo ids present in the HF cache (for listing and suggestions)."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir(cache_dir or hub_cache_dir())
+    except CacheNotFound:
+        return ()
+    return tuple(sorted(r.repo_id for r in info.repos if r.repo_type == "model"))
+
+
+def load_cached_model(
+    repo_id: str, *, revision: str | None = None, cache_dir: Path | None = None
+) -> ModelSpec | None:
+    """Spec of ``repo_id`` from the HF cache, or None when the cache has no config.json for it.
+
+    Raises:
+        ModelSpecError: the cached files are malformed (see :func:`load_local_model`).
+    """
+    snapshot = cached_snapshot(repo_id, revision=revision, cache_dir=cache_dir)
+    if snapshot is None:
+        return None
+    spec = load_local_model(snapshot, model_id=repo_id)
+    return replace(spec, source=f"hub-cache:{repo_id}@{snapshot.name}")
+
+
+def _user_cache_file(repo_id: str, revision: str | None) -> Path:
+    from platformdirs import user_cache_dir
+
+    safe = repo_id.replace("/", "--") + (f"@{revision}" if revision else "")
+    return Path(user_cache_dir("kvpilot")) / "hub-metadata" / f"{safe}.json"
+
+
+def fetch_hub_model(
+    repo_id: str, *, revision: str | None = None, token: str | bool | None = None
+) -> ModelSpec:
+    """Spec of ``repo_id`` from the Hub (config.json + safetensors metadata), cached on disk.
+
+    Raises:
+        ModelSpecError: the repo is unknown, gated or unreachable, or its files are malformed.
+    """
+    cache_file = _user_cache_file(repo_id, revision)
+    record: dict[str, Any] | None = None
+    if cache_file.is_file():
+        try:
+            record = json.loads(cache_file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            record = None
+    if record is None:
+        record = _download_record(repo_id, revision, token)
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        tmp.replace(cache_file)
+    spec = spec_from_config(
+        record["config"], model_id=repo_id, source=f"hub:{repo_id}@{record.get('sha', '')}"
+    )
+    return replace(spec, weights_bytes=record["weights_bytes"], weights_source=SOURCE_HUB)
+
+
+def _download_record(
+    repo_id: str, revision: str | None, token: str | bool | None
+) -> dict[str, Any]:
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        path = hf_hub_download(repo_id, CONFIG_FILE, revision=revision, token=token)
+        meta = HfApi().get_safetensors_metadata(repo_id, revision=revision, token=token)
+    except (HfHubHTTPError, OSError, ValueError) as err:
+        raise ModelSpecError(
+            f"cannot read {repo_id} from the Hugging Face Hub ({err.__class__.__name__}: {err}); "
+            "check the repo id, your network and, for gated models, your HF token",
+            path=repo_id,
+        ) from err
+    config = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+    total_bits = 0
+    for dtype, count in meta.parameter_count.items():
+        if dtype not in DTYPE_BITS:
+            raise ModelSpecError(f"unknown safetensors dtype {dtype!r} on the Hub", path=repo_id)
+        total_bits += count * DTYPE_BITS[dtype]
+    return {"config": config, "weights_bytes": total_bits // 8, "sha": revision or ""}
