@@ -1,0 +1,232 @@
+"""``kvpilot gpu [--json]``: the GPUs, their processes, the host, and what a launch could get now.
+
+Exit status: 0 when NVML answered, 2 when it could not be used (one line says why and what to
+do; with ``--json`` the JSON document carries the same ``error`` object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import os
+from typing import Any
+
+from kvpilot.core.errors import HardwareError
+from kvpilot.core.hardware import nvml as nvml_mod
+from kvpilot.core.hardware.budget_now import (
+    CUDA_CONTEXT_BYTES,
+    SAFETY_BYTES,
+    LaunchBudget,
+    launch_budget,
+)
+from kvpilot.core.hardware.fake_nvml import load_fake
+from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, probe
+from kvpilot.core.hardware.specs import GpuSpec, lookup
+from kvpilot.core.hardware.system import SystemSnapshot
+
+MiB = 1024**2
+GiB = 1024**3
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``gpu`` on the top-level parser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "gpu",
+        help="show GPUs, their processes, the system and the launch budget now",
+        description=(
+            "Show every NVIDIA GPU with the processes holding its memory, the host (CPU, RAM, "
+            "disk, WSL2) and the largest gpu_memory_utilization a vLLM launch would pass "
+            "its start-up check with right now."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--model-dir", metavar="DIR", help="also report free disk space where models are stored"
+    )
+    parser.add_argument(
+        "--margin-mib",
+        type=int,
+        default=(CUDA_CONTEXT_BYTES + SAFETY_BYTES) // MiB,
+        metavar="MIB",
+        help=(
+            "memory kept free for vLLM's own CUDA context plus a safety allowance "
+            "(default %(default)s MiB)"
+        ),
+    )
+    # replay a recorded snapshot instead of the driver (demos, screenshots, tests)
+    parser.add_argument("--fake-nvml", metavar="SNAPSHOT", help=argparse.SUPPRESS)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Probe and print.
+
+    Raises:
+        HardwareError: NVML cannot be used (text output) or the snapshot cannot be read.
+    """
+    if args.margin_mib < 0:
+        raise HardwareError(f"--margin-mib must not be negative, got {args.margin_mib}")
+    fake = args.fake_nvml or os.environ.get(nvml_mod.FAKE_ENV)
+    module = load_fake(fake) if fake else None
+    result = probe(module, model_dir=args.model_dir)
+    margin = args.margin_mib * MiB
+    budgets = {g.index: launch_budget(g, margin) for g in result.gpus}
+    if args.json:
+        print(json.dumps(to_json(result, budgets), indent=2))
+        return 0 if result.ok else 2
+    if not result.ok and result.error is not None:
+        raise result.error.to_error()
+    print(render_text(result, budgets))
+    return 0
+
+
+# ---------------------------------------------------------------------------- JSON
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (frozenset, set)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _spec_json(spec: GpuSpec | None) -> dict[str, Any] | None:
+    if spec is None:
+        return None
+    data: dict[str, Any] = _plain(spec)
+    data["fp8_kv_supported"] = spec.fp8_kv_supported
+    return data
+
+
+def to_json(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> dict[str, Any]:
+    """The probe as plain JSON data (bytes as integers, None as null)."""
+    gpus = []
+    for gpu in result.gpus:
+        entry = _plain(gpu)
+        entry["cuda_total_bytes"] = gpu.cuda_total_bytes
+        entry["process_memory_reported"] = gpu.process_memory_reported
+        budget = budgets.get(gpu.index)
+        entry["launch_budget"] = None if budget is None else _plain(budget)
+        entry["spec"] = _spec_json(
+            lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
+        )
+        gpus.append(entry)
+    return {
+        "source": result.source,
+        "ok": result.ok,
+        "error": _plain(result.error),
+        "driver_version": result.driver_version,
+        "cuda_driver_version": result.cuda_driver_version,
+        "nvml_version": result.nvml_version,
+        "gpus": gpus,
+        "warnings": list(result.warnings),
+        "system": _plain(result.system),
+    }
+
+
+# ---------------------------------------------------------------------------- text
+def _gib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / GiB:.2f} GiB"
+
+
+def _na(value: Any, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value}{unit}"
+
+
+def _flag(value: bool | None) -> str:
+    return "n/a" if value is None else ("on" if value else "off")
+
+
+def _gpu_lines(gpu: GpuSnapshot, budget: LaunchBudget | None) -> list[str]:
+    if gpu.lost:
+        return [f"GPU {gpu.index}  {gpu.name or '?'}: stopped answering (fallen off the bus?)"]
+    cc = "n/a" if gpu.compute_capability is None else "{}.{}".format(*gpu.compute_capability)
+    lines = [
+        f"GPU {gpu.index}  {gpu.name or '?'}  (compute capability {cc}, PCI id "
+        f"{_na(gpu.pci_device_id)} at {_na(gpu.pci_bus_id)})",
+        f"  memory      {_gib(gpu.memory_total_bytes)} total, {_gib(gpu.memory_reserved_bytes)} "
+        f"reserved by the driver, {_gib(gpu.memory_used_bytes)} used, "
+        f"{_gib(gpu.memory_free_bytes)} free",
+        f"  load        GPU {_na(gpu.gpu_util_percent, ' %')}, memory "
+        f"{_na(gpu.mem_util_percent, ' %')}, {_na(gpu.temperature_c, ' °C')}, power "
+        f"{_na(gpu.power_w, ' W')} of {_na(gpu.power_limit_w, ' W')}",
+        f"  clocks      SM {_na(gpu.sm_clock_mhz, ' MHz')}, memory {_na(gpu.mem_clock_mhz, ' MHz')}"
+        f"; PCIe gen {_na(gpu.pcie_gen)} x{_na(gpu.pcie_width)}",
+        f"  modes       display {_flag(gpu.display_attached)} (active {_flag(gpu.display_active)}),"
+        f" ECC {_flag(gpu.ecc_enabled)}, MIG {_flag(gpu.mig_enabled)}, persistence "
+        f"{_flag(gpu.persistence_enabled)}",
+    ]
+    spec = lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
+    if spec is not None:
+        bw = (
+            "n/a"
+            if spec.bandwidth_bytes_per_s is None
+            else f"{spec.bandwidth_bytes_per_s / 1e9:g} GB/s"
+        )
+        mark = "" if spec.fully_verified else "  (* some values unverified)"
+        lines.append(
+            f"  spec        {spec.short_name}: {bw}, BF16 {_na(spec.bf16_dense_tflops, ' TFLOPS')}"
+            f", FP8 KV cache {'yes' if spec.fp8_kv_supported else 'no'}{mark}"
+        )
+    if gpu.processes:
+        lines.append("  processes   PID      KIND              MEMORY        NAME / COMMAND")
+        for p in gpu.processes:
+            used = "not reported" if p.used_bytes is None else _gib(p.used_bytes)
+            what = " ".join(p.cmdline) if p.cmdline else (p.name or "?")
+            if not p.host_visible:
+                what = f"{p.name or '?'} (not visible from this system)"
+            lines.append(f"              {p.pid:<8} {p.kind:<17} {used:<13} {what[:60]}")
+    else:
+        lines.append("  processes   none")
+    if gpu.unavailable_fields:
+        lines.append(f"  not reported by this GPU/driver: {', '.join(gpu.unavailable_fields)}")
+    if budget is not None:
+        lines.append(
+            f"  launch now  {budget.message} (keeps {budget.margin_bytes // MiB} MiB for vLLM's "
+            f"CUDA context and safety; vLLM needs free >= ceil(total x utilization), total "
+            f"{_gib(budget.total_bytes)})"
+        )
+    return lines
+
+
+def _system_lines(s: SystemSnapshot) -> list[str]:
+    os_text = s.os_pretty_name or s.os_name
+    cores = f"{_na(s.cpu_cores_physical)} cores / {_na(s.cpu_cores_logical)} threads"
+    return [
+        f"System  {os_text} (kernel {s.os_release}){', WSL2' if s.is_wsl2 else ''}, "
+        f"Python {s.python_version}",
+        f"  CPU         {s.cpu_model or 'unknown'}, {cores}",
+        f"  RAM         {_gib(s.ram_available_bytes)} available of {_gib(s.ram_total_bytes)}; "
+        f"swap {_gib(s.swap_free_bytes)} free of {_gib(s.swap_total_bytes)}",
+        f"  disk        {_gib(s.hf_cache_free_bytes)} free at the Hugging Face cache "
+        f"({s.hf_cache_dir})",
+        *(
+            [f"              {_gib(s.model_dir_free_bytes)} free at {s.model_dir}"]
+            if s.model_dir
+            else []
+        ),
+    ]
+
+
+def render_text(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> str:
+    """The human-readable report."""
+    head = (
+        f"NVIDIA driver {_na(result.driver_version)}, CUDA {_na(result.cuda_driver_version)}, "
+        f"NVML {_na(result.nvml_version)}"
+    )
+    if result.source != "nvml":
+        head += f"  [{result.source}]"
+    lines = [head, ""]
+    for gpu in result.gpus:
+        lines.extend(_gpu_lines(gpu, budgets.get(gpu.index)))
+        lines.append("")
+    lines.extend(f"warning: {w}" for w in result.warnings)
+    lines.extend(_system_lines(result.system))
+    return "\n".join(lines)

@@ -1,0 +1,296 @@
+"""Live readings of one GPU from a background thread: :class:`GpuSampler` -> :class:`GpuSample`.
+
+Each tick makes one pass over NVML (memory, utilization, temperature, power, clocks, per-process
+memory) and publishes a frozen :class:`GpuSample`. The thread never raises: a lost GPU gives
+samples with ``lost=True``, NVML trouble gives samples with ``error`` set, and the thread keeps
+ticking (retrying NVML start-up every :data:`REINIT_INTERVAL_S`) until :meth:`GpuSampler.stop`.
+Callers never block on NVML: :meth:`GpuSampler.latest` and :meth:`GpuSampler.history` only read
+what the thread already stored.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvpilot.core.errors import HardwareError
+from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
+from kvpilot.core.hardware.probe import read_dynamic, read_memory
+from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
+
+log = logging.getLogger("kvpilot.hardware")
+
+#: sampling rates accepted, in Hz
+MIN_RATE_HZ = 0.1
+MAX_RATE_HZ = 10.0
+#: how often a failed NVML start-up is retried while sampling, in seconds
+REINIT_INTERVAL_S = 5.0
+
+_EMPTY: Mapping[int, int | None] = types.MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of one GPU. None: not reported (or not read because of ``error``/``lost``).
+
+    ``process_used_bytes`` maps pid -> bytes (None: the driver does not report it, as on WSL2).
+    ``read_s`` is how long the NVML pass took.
+    """
+
+    t_monotonic_s: float
+    gpu_index: int
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    gpu_util_percent: int | None = None
+    mem_util_percent: int | None = None
+    power_w: float | None = None
+    temperature_c: int | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    process_used_bytes: Mapping[int, int | None] = field(default_factory=lambda: _EMPTY)
+    lost: bool = False
+    error: str | None = None
+    problem: HardwareProblem | None = None
+    read_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the reading succeeded."""
+        return not self.lost and self.error is None
+
+
+def _check_rate(rate_hz: float) -> float:
+    if not MIN_RATE_HZ <= rate_hz <= MAX_RATE_HZ:
+        raise ValueError(
+            f"GPU sampling rate must be between {MIN_RATE_HZ} and {MAX_RATE_HZ} Hz, got {rate_hz}"
+        )
+    return float(rate_hz)
+
+
+class GpuSampler:
+    """Samples GPU ``index`` at ``rate_hz`` in a daemon thread.
+
+    Args:
+        index: NVML index of the GPU.
+        rate_hz: samples per second, 0.1 to 10 (2 by default).
+        nvml_module: the NVML module (default: ``$KVPILOT_FAKE_NVML`` replay or ``pynvml``).
+        on_sample: called in the sampler thread with each new sample; its exceptions are
+            logged and ignored. A GUI adapter forwards it through a queued signal.
+        history_len: how many samples :meth:`history` keeps.
+
+    Raises:
+        ValueError: ``rate_hz`` out of range or ``history_len`` < 1.
+    """
+
+    def __init__(
+        self,
+        index: int = 0,
+        rate_hz: float = 2.0,
+        nvml_module: Any | None = None,
+        on_sample: Callable[[GpuSample], None] | None = None,
+        history_len: int = 1200,
+    ) -> None:
+        if history_len < 1:
+            raise ValueError(f"history_len must be at least 1, got {history_len}")
+        self.index = index
+        self._rate_hz = _check_rate(rate_hz)
+        self._module_arg = nvml_module
+        self._on_sample = on_sample
+        self._lock = threading.Lock()
+        self._history: collections.deque[GpuSample] = collections.deque(maxlen=history_len)
+        self._latest: GpuSample | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nv: Nvml | None = None
+        self._handle: Any = None
+        self._next_init_s = 0.0
+        self._init_problem: HardwareProblem | None = None
+
+    # ---------------------------------------------------------------- control
+    @property
+    def rate_hz(self) -> float:
+        """Current sampling rate in Hz."""
+        return self._rate_hz
+
+    def set_rate(self, rate_hz: float) -> None:
+        """Change the rate; takes effect from the next tick.
+
+        Raises:
+            ValueError: ``rate_hz`` outside 0.1-10 Hz.
+        """
+        self._rate_hz = _check_rate(rate_hz)
+
+    @property
+    def running(self) -> bool:
+        """True while the sampling thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Start the sampling thread (no-op when running). Returns immediately."""
+        if self.running:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"kvpilot-gpu{self.index}-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop the thread and wait up to ``timeout_s`` for it; closes the NVML session."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        self._thread = None
+
+    def __enter__(self) -> GpuSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- results
+    def latest(self) -> GpuSample | None:
+        """The newest sample, or None before the first tick."""
+        with self._lock:
+            return self._latest
+
+    def history(self) -> tuple[GpuSample, ...]:
+        """Stored samples, oldest first (at most ``history_len``)."""
+        with self._lock:
+            return tuple(self._history)
+
+    # ---------------------------------------------------------------- work
+    def sample_once(self) -> GpuSample:
+        """Take one sample now in the calling thread (the thread's tick). Never raises."""
+        started = time.monotonic()
+        try:
+            sample = self._read(started)
+        except Exception as exc:  # the sampler must survive anything
+            log.exception("GPU sampler tick failed")
+            sample = GpuSample(t_monotonic_s=started, gpu_index=self.index, error=repr(exc))
+        self._publish(sample)
+        return sample
+
+    def close(self) -> None:
+        """Close the NVML session (the thread does this itself when it stops)."""
+        if self._nv is not None:
+            self._nv.close()
+        self._nv = None
+        self._handle = None
+
+    def _publish(self, sample: GpuSample) -> None:
+        with self._lock:
+            self._latest = sample
+            self._history.append(sample)
+        if self._on_sample is not None:
+            try:
+                self._on_sample(sample)
+            except Exception:  # a faulty listener must not stop sampling
+                log.exception("GPU sample listener failed")
+
+    def _ensure_open(self, now: float) -> HardwareProblem | None:
+        if self._handle is not None:
+            return None
+        if now < self._next_init_s and self._init_problem is not None:
+            return self._init_problem
+        self._next_init_s = now + REINIT_INTERVAL_S
+        try:
+            nv = Nvml(self._module_arg) if self._nv is None else self._nv
+            self._nv = nv
+            nv.open()
+            count = nv.device_count()
+            if self.index >= count:
+                raise NvmlInitError(
+                    HardwareProblem.of(
+                        ProblemKind.NO_DEVICES, f"GPU {self.index} asked, {count} present"
+                    )
+                )
+            self._handle = nv.handle(self.index)
+        except NvmlInitError as exc:
+            self.close()
+            self._init_problem = exc.problem
+            return exc.problem
+        except GpuLostError as exc:
+            self.close()
+            self._init_problem = exc.problem
+            return exc.problem
+        except HardwareError as exc:  # a bad $KVPILOT_FAKE_NVML
+            self.close()
+            self._init_problem = HardwareProblem.of(ProblemKind.UNKNOWN, exc.message)
+            return self._init_problem
+        self._init_problem = None
+        return None
+
+    def _read(self, started: float) -> GpuSample:
+        problem = self._ensure_open(started)
+        if problem is not None:
+            return GpuSample(
+                t_monotonic_s=started,
+                gpu_index=self.index,
+                lost=problem.kind is ProblemKind.GPU_LOST,
+                error=problem.one_line(),
+                problem=problem,
+            )
+        nv, handle = self._nv, self._handle
+        assert nv is not None
+        try:
+            values: dict[str, Any] = {}
+            values.update(read_memory(nv, handle))
+            values.update(read_dynamic(nv, handle))
+            values["process_used_bytes"] = types.MappingProxyType(_process_memory(nv, handle))
+        except GpuLostError as exc:
+            return GpuSample(
+                t_monotonic_s=started,
+                gpu_index=self.index,
+                lost=True,
+                error=exc.problem.one_line(),
+                problem=exc.problem,
+                read_s=time.monotonic() - started,
+            )
+        return GpuSample(
+            t_monotonic_s=started,
+            gpu_index=self.index,
+            read_s=time.monotonic() - started,
+            **values,
+        )
+
+    def _run(self) -> None:
+        next_tick = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                self.sample_once()
+                period = 1.0 / self._rate_hz
+                next_tick += period
+                now = time.monotonic()
+                if next_tick < now:  # fell behind (suspend, slow driver): do not burst
+                    next_tick = now + period
+                self._stop.wait(next_tick - now)
+        finally:
+            self.close()
+
+
+def _process_memory(nv: Nvml, handle: Any) -> dict[int, int | None]:
+    """pid -> used bytes (None: not reported) over compute and graphics processes."""
+    out: dict[int, int | None] = {}
+    for function in (
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+    ):
+        for entry in nv.call(function, handle, field="processes") or ():
+            used = entry.usedGpuMemory
+            prev = out.get(int(entry.pid))
+            if used is None:
+                out.setdefault(int(entry.pid), None)
+            else:
+                out[int(entry.pid)] = int(used) if prev is None else max(prev, int(used))
+    return out

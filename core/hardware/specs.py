@@ -1,0 +1,169 @@
+"""GPU facts the planner needs and NVML does not give: bandwidth, BF16 TFLOPS, FP8 support.
+
+Read from ``resources/gpus.json`` (one entry per board, each with its sources and the list of
+fields whose values are not verified). :func:`lookup` finds a board by PCI device id first (exact,
+from NVML), then by name: ``"NVIDIA GeForce RTX 4090"``, ``"RTX 4090"`` and ``"rtx4090"`` are the
+same key.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+MiB = 1024**2
+
+#: FP8 KV cache needs SM 8.9+: below it, vLLM's Triton fallback rejects FP8 KV (reference §6)
+FP8_KV_MIN_CAPABILITY = (8, 9)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Facts about one GPU model. Sizes in bytes, bandwidth in bytes/s, power in watts.
+
+    ``memory_total_bytes`` is NVML's total (``nvidia-smi`` "Total"); CUDA's total, to which
+    vLLM applies ``gpu_memory_utilization``, is a few hundred MiB smaller (driver-reserved).
+    ``unverified_fields`` names the fields whose values are estimates or from weak sources.
+    """
+
+    name: str
+    short_name: str
+    arch: str
+    compute_capability: tuple[int, int]
+    pci_device_ids: tuple[str, ...]
+    nvml_names: tuple[str, ...]
+    aliases: tuple[str, ...]
+    memory_total_bytes: int
+    bandwidth_bytes_per_s: int | None
+    bf16_dense_tflops: float | None
+    bf16_tflops_basis: str | None
+    fp8_w8a8_supported: bool
+    power_limit_w: float | None
+    unverified_fields: frozenset[str]
+    notes: str | None
+    sources: tuple[str, ...]
+
+    @property
+    def fp8_kv_supported(self) -> bool:
+        """True when ``--kv-cache-dtype fp8`` works on every attention backend (CC >= 8.9)."""
+        return self.compute_capability >= FP8_KV_MIN_CAPABILITY
+
+    def is_verified(self, field: str) -> bool:
+        """False when the value of ``field`` is an estimate or from a weak source."""
+        return field not in self.unverified_fields
+
+    @property
+    def fully_verified(self) -> bool:
+        """True when no field of this entry is marked unverified."""
+        return not self.unverified_fields
+
+
+def normalize_name(name: str) -> str:
+    """Lookup key of a GPU name: lower case, no vendor words, letters and digits only.
+
+    ``"NVIDIA GeForce RTX 4090"`` -> ``"rtx4090"``; ``"A100-SXM4-80GB"`` -> ``"a100sxm480gb"``.
+    """
+    text = name.lower()
+    text = re.sub(r"\b(nvidia|geforce)\b", " ", text)
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+def normalize_pci_device_id(value: str | int) -> str | None:
+    """``"0x2684"``, ``"2684"``, ``0x2684`` or NVML's full ``"0x268410DE"`` -> ``"0x2684"``.
+
+    None when the value is not a PCI device id.
+    """
+    if isinstance(value, int):
+        number = value
+    else:
+        text = value.strip().lower()
+        text = text[2:] if text.startswith("0x") else text
+        if not text or not re.fullmatch(r"[0-9a-f]+", text):
+            return None
+        number = int(text, 16)
+    if number > 0xFFFF:
+        if number & 0xFFFF != 0x10DE:  # not NVIDIA's vendor id in the low half
+            return None
+        number >>= 16
+    return f"0x{number:04x}"
+
+
+def _parse_cc(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return (int(major), int(minor))
+
+
+def _spec(entry: dict[str, Any]) -> GpuSpec:
+    bw = entry.get("mem_bandwidth_gbps")
+    power = entry.get("power_w")
+    return GpuSpec(
+        name=entry["name"],
+        short_name=entry["short_name"],
+        arch=entry["arch"],
+        compute_capability=_parse_cc(entry["compute_capability"]),
+        pci_device_ids=tuple(entry["pci_device_ids"]),
+        nvml_names=tuple(entry.get("nvml_names", ())),
+        aliases=tuple(entry.get("aliases", ())),
+        memory_total_bytes=int(entry["nvml_total_mib"]) * MiB,
+        bandwidth_bytes_per_s=None if bw is None else round(float(bw) * 1e9),
+        bf16_dense_tflops=entry.get("bf16_dense_tflops"),
+        bf16_tflops_basis=entry.get("bf16_tflops_basis"),
+        fp8_w8a8_supported=bool(entry.get("fp8_w8a8_in_vllm")),
+        power_limit_w=None if power is None else float(power),
+        unverified_fields=frozenset(entry.get("unverified", ())),
+        notes=entry.get("notes"),
+        sources=tuple(entry.get("sources", ())),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def all_specs() -> tuple[GpuSpec, ...]:
+    """Every GPU in ``resources/gpus.json``, in file order (most common boards first)."""
+    text = (resources.files("kvpilot.resources") / "gpus.json").read_text(encoding="utf-8")
+    return tuple(_spec(e) for e in json.loads(text)["gpus"])
+
+
+@functools.lru_cache(maxsize=1)
+def _indexes() -> tuple[dict[str, GpuSpec], dict[str, tuple[GpuSpec, ...]]]:
+    by_pci: dict[str, GpuSpec] = {}
+    by_name: dict[str, list[GpuSpec]] = {}
+    for spec in all_specs():
+        for pci in spec.pci_device_ids:
+            key = normalize_pci_device_id(pci)
+            if key:
+                by_pci.setdefault(key, spec)
+        names = {spec.name, spec.short_name, *spec.nvml_names, *spec.aliases}
+        for key in {normalize_name(n) for n in names}:
+            by_name.setdefault(key, []).append(spec)
+    return by_pci, {k: tuple(v) for k, v in by_name.items()}
+
+
+def lookup(
+    pci_device_id: str | None,
+    name: str | None,
+    *,
+    memory_total_bytes: int | None = None,
+) -> GpuSpec | None:
+    """The spec of a GPU, by PCI device id first, then by name; None when unknown.
+
+    ``memory_total_bytes`` (NVML's total) picks between boards that share a name, such as the
+    8 GB and 16 GB "NVIDIA GeForce RTX 4060 Ti"; without it the first listed wins.
+    """
+    by_pci, by_name = _indexes()
+    if pci_device_id:
+        key = normalize_pci_device_id(pci_device_id)
+        if key and key in by_pci:
+            return by_pci[key]
+    if not name:
+        return None
+    key = normalize_name(name)
+    candidates = by_name.get(key) or (by_name.get("rtx" + key, ()) if key.isdigit() else ())
+    if not candidates:
+        return None
+    if memory_total_bytes is not None and len(candidates) > 1:
+        return min(candidates, key=lambda s: abs(s.memory_total_bytes - memory_total_bytes))
+    return candidates[0]
