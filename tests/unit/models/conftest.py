@@ -78,8 +78,8 @@ def model_copy(tmp_path: Path):
 @pytest.fixture
 def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """An empty HF hub cache set as HF_HUB_CACHE; returns ``add(repo_id, files) -> snapshot``."""
-    cache = tmp_path / "hf-cache"
-    cache.mkdir()
+    cache = tmp_path / "hf-home" / "hub"
+    cache.mkdir(parents=True)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.delenv("HF_HOME", raising=False)
 
