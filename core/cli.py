@@ -18,32 +18,30 @@ from collections.abc import Sequence
 from kvpilot.core import __version__
 from kvpilot.core.errors import KvpilotError
 
-#: subcommand name -> module under kvpilot.core.commands (gui lives in kvpilot.gui.cli)
-SUBCOMMANDS: dict[str, str] = {
-    "gui": "kvpilot.core.commands.gui",
-    "plan": "kvpilot.core.commands.plan",
-    "recommend": "kvpilot.core.commands.recommend",
-    "gpu": "kvpilot.core.commands.gpu",
-    "serve": "kvpilot.core.commands.serve",
-    "bench": "kvpilot.core.commands.bench",
+#: subcommand name -> (module under kvpilot.core.commands, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "gui": ("kvpilot.core.commands.gui", "open the desktop app (the default)"),
+    "plan": ("kvpilot.core.commands.plan", "predict vLLM's memory budget for one configuration"),
+    "recommend": ("kvpilot.core.commands.recommend", "rank complete deployments for a GPU"),
+    "gpu": ("kvpilot.core.commands.gpu", "show GPUs, processes and the launch budget now"),
+    "serve": ("kvpilot.core.commands.serve", "launch and supervise vllm serve"),
+    "bench": ("kvpilot.core.commands.bench", "load-test a running OpenAI-compatible server"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the top-level parser with every subcommand that can be imported."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported (the others are listed by name)."""
     parser = argparse.ArgumentParser(
         prog="kvpilot",
         description="Plan, launch and watch a local vLLM server on one GPU.",
     )
     parser.add_argument("--version", action="version", version=f"kvpilot {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMANDS.values():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("kvpilot."):
-                continue  # subcommand not built into this installation
-            raise
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        module = importlib.import_module(module_name)
         sp = module.add_parser(sub)
         sp.set_defaults(_run=module.run)
     return parser
@@ -51,14 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run kvpilot; returns the process exit status (0 ok, 1 failure, 2 usage/user error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    if command not in SUBCOMMANDS:
+        command = None if any(a in ("-h", "--help", "--version") for a in args_list) else command
+    if command is None and not args_list:
+        command, args_list = "gui", ["gui"]
+    try:
+        parser = build_parser(command)
+    except ImportError as exc:
+        print(f"kvpilot: error: the '{command}' command cannot load: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(args_list)
     if getattr(args, "_run", None) is None:
-        # no subcommand: the desktop app is the default
-        if "gui" not in _known(parser):
-            parser.print_help()
-            return 2
-        args = parser.parse_args(["gui"])
+        parser.print_help()
+        return 2
     try:
         return int(args._run(args) or 0)
     except KvpilotError as err:
@@ -66,13 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-def _known(parser: argparse.ArgumentParser) -> set[str]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return set(action.choices)
-    return set()
 
 
 if __name__ == "__main__":  # pragma: no cover

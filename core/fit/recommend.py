@@ -1,0 +1,287 @@
+"""Rank complete deployments for a GPU and a goal.
+
+A deployment is checkpoint x max_model_len x max_num_seqs x KV dtype x gpu_memory_utilization.
+For each checkpoint of the catalog (and any extra model the caller passes), the recommender
+derives the utilization from the free memory (not a constant), tries the wanted context with
+16-bit and, where the GPU supports it, FP8 KV, and keeps the configuration that serves the goal
+with the most headroom. Every candidate carries its predicted capacity, a decode-speed and TTFT
+estimate, and a one-line reason; rejected ones carry why.
+
+Speed estimates are first-order: decode is memory-bound (bytes read per token over bandwidth),
+prefill compute-bound (2 x active parameters per token over dense BF16 throughput). They rank
+candidates; they are not benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvpilot.core.fit import budget
+from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
+from kvpilot.core.fit.support import check_support, fp8_kv_supported
+from kvpilot.core.models.spec import ModelSpec
+
+USE_CASES = ("chat", "long-docs", "batch")
+
+#: fraction of peak bandwidth / compute a single stream reaches in practice
+DECODE_BANDWIDTH_EFFICIENCY = 0.75
+PREFILL_COMPUTE_EFFICIENCY = 0.45
+#: typical prompt per use case (tokens) for the TTFT estimate
+TYPICAL_PROMPT_TOKENS = {"chat": 1000, "long-docs": 16000, "batch": 2000}
+#: utilization when the free memory is unknown: leave room for a desktop
+UNKNOWN_FREE_UTILIZATION = 0.90
+MAX_UTILIZATION = 0.95
+#: headroom below which a plan is flagged "tight" (GUI: amber)
+TIGHT_HEADROOM_BYTES = 1 * GiB
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The GPU to plan for. Bytes, bytes/s, TFLOPS."""
+
+    name: str
+    total_bytes: int
+    free_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    bandwidth_bytes_per_s: float | None = None
+    bf16_dense_tflops: float | None = None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the user wants: use case, context per request, concurrent users, quality floor.
+
+    ``min_weight_bits`` 16 means "no quantization", 8 "no 4-bit", 4 anything.
+    """
+
+    use_case: str = "chat"
+    context_tokens: int = 8192
+    users: int = 4
+    min_weight_bits: int = 4
+    vllm_version: str = "0.33.0"
+    model_filter: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked deployment."""
+
+    model_id: str
+    quantization: str | None
+    weight_bits: int
+    params_total: int
+    params_active: int
+    inputs: PlanInputs
+    capacity: Capacity
+    decode_tokens_per_s: float | None
+    ttft_s: float | None
+    score: float
+    reason: str
+    tight: bool
+
+    @property
+    def concurrency_at_context(self) -> float:
+        return self.capacity.max_concurrency
+
+
+@dataclass(frozen=True)
+class Rejection:
+    model_id: str
+    reason: str
+    shortfall_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    gpu: GpuTarget
+    goal: Goal
+    candidates: tuple[Candidate, ...]
+    rejected: tuple[Rejection, ...] = field(default_factory=tuple)
+
+
+def utilization_for(gpu: GpuTarget) -> float:
+    """The utilization to plan with: the most that passes the start-up check, capped."""
+    if gpu.free_bytes is None:
+        return UNKNOWN_FREE_UTILIZATION
+    return min(MAX_UTILIZATION, budget.max_passing_utilization(gpu.total_bytes, gpu.free_bytes))
+
+
+def _weight_bits(model: ModelSpec) -> int:
+    if model.quantization and model.quantization.bits:
+        return model.quantization.bits
+    return 16
+
+
+def _params(model: ModelSpec) -> tuple[int, int]:
+    """(total, active per token) parameter counts, from the architecture."""
+    from kvpilot.core.models.bytemodel import param_breakdown
+
+    breakdown = param_breakdown(model)
+    frac = 1.0
+    if model.moe is not None and model.moe.num_experts:
+        frac = model.moe.num_experts_per_tok / model.moe.num_experts
+    return breakdown.total_params, breakdown.active_params(frac)
+
+
+def decode_tokens_per_s(
+    model: ModelSpec, capacity: Capacity, gpu: GpuTarget, context_tokens: int, active_frac: float
+) -> float | None:
+    """Single-stream decode speed: bytes read per token over effective bandwidth."""
+    if not gpu.bandwidth_bytes_per_s:
+        return None
+    weights_read = capacity.weights_bytes * active_frac
+    kv_read = capacity.kv_bytes_per_token * context_tokens / 2  # on average half the context
+    per_token = weights_read + kv_read
+    return gpu.bandwidth_bytes_per_s * DECODE_BANDWIDTH_EFFICIENCY / per_token
+
+
+def ttft_seconds(params_active: int, prompt_tokens: int, gpu: GpuTarget) -> float | None:
+    """Prefill time of one prompt: 2 x active params FLOPs per token over dense BF16 TFLOPS."""
+    if not gpu.bf16_dense_tflops:
+        return None
+    flops = 2.0 * params_active * prompt_tokens
+    return flops / (gpu.bf16_dense_tflops * 1e12 * PREFILL_COMPUTE_EFFICIENCY)
+
+
+def _quality(params_total: int, bits: int) -> float:
+    quant_factor = {16: 1.0, 8: 0.995, 4: 0.98}.get(bits, 0.95)
+    return math.log10(max(params_total, 1)) * quant_factor
+
+
+def _plan_one(
+    model: ModelSpec, gpu: GpuTarget, goal: Goal, kv_dtype: str, util: float
+) -> tuple[PlanInputs, Capacity]:
+    context = min(goal.context_tokens, model.derived_max_model_len)
+    seqs = max(1, goal.users if goal.use_case != "batch" else max(goal.users, 16))
+    inputs = PlanInputs(
+        model=model,
+        gpu_total_bytes=gpu.total_bytes,
+        gpu_free_bytes=gpu.free_bytes,
+        gpu_name=gpu.name,
+        compute_capability=gpu.compute_capability,
+        gpu_memory_utilization=util,
+        max_model_len=context,
+        max_num_seqs=seqs,
+        kv_cache_dtype=kv_dtype,
+        vllm_version=goal.vllm_version,
+    )
+    return inputs, budget.compute_capacity(inputs)
+
+
+def recommend(
+    gpu: GpuTarget,
+    goal: Goal,
+    models: Sequence[ModelSpec] | None = None,
+    *,
+    limit: int | None = None,
+) -> Recommendation:
+    """Rank deployments of ``models`` (default: every catalog checkpoint) for ``gpu``/``goal``."""
+    if goal.use_case not in USE_CASES:
+        raise ValueError(f"use case must be one of {', '.join(USE_CASES)}")
+    if models is None:
+        from kvpilot.core.models.catalog import all_checkpoint_specs
+
+        models = all_checkpoint_specs()
+    util = utilization_for(gpu)
+    candidates: list[Candidate] = []
+    rejected: list[Rejection] = []
+    for model in models:
+        if goal.model_filter and goal.model_filter.lower() not in model.model_id.lower():
+            continue
+        bits = _weight_bits(model)
+        if bits < goal.min_weight_bits:
+            rejected.append(
+                Rejection(model.model_id, f"{bits}-bit weights are below the quality floor")
+            )
+            continue
+        kv_options = ["auto"]
+        if fp8_kv_supported(gpu.compute_capability, model.head_dim, goal.vllm_version):
+            kv_options.append("fp8")
+        best: tuple[PlanInputs, Capacity] | None = None
+        last_reason = ""
+        shortfall: int | None = None
+        for kv_dtype in kv_options:
+            inputs, cap = _plan_one(model, gpu, goal, kv_dtype, util)
+            unsupported = check_support(inputs)
+            if unsupported is not None:
+                last_reason = unsupported.message
+                continue
+            if not cap.fits:
+                last_reason = cap.failure.message if cap.failure else "does not fit"
+                shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_bytes, 0)
+                continue
+            if cap.max_concurrency < goal.users:
+                shortfall = _kv_needed(cap, goal.users) - cap.available_kv_bytes
+                last_reason = (
+                    f"{cap.max_concurrency:.1f} requests of {cap.max_model_len:,} tokens fit, "
+                    f"{goal.users} wanted ({kv_dtype} KV)"
+                )
+                continue
+            best = (inputs, cap)
+            break  # 16-bit KV first: fp8 only when 16-bit does not serve the goal
+        if best is None:
+            reason = last_reason or "does not fit"
+            if shortfall:
+                reason += f"; needs {shortfall / GiB:.1f} GiB more KV"
+            rejected.append(Rejection(model.model_id, reason, shortfall))
+            continue
+        inputs, cap = best
+        total, active = _params(model)
+        frac = active / total if total else 1.0
+        tps = decode_tokens_per_s(model, cap, gpu, goal.context_tokens, frac)
+        prompt = min(TYPICAL_PROMPT_TOKENS[goal.use_case], cap.max_model_len)
+        ttft = ttft_seconds(active, prompt, gpu)
+        headroom = cap.headroom_bytes
+        tight = headroom is not None and headroom < TIGHT_HEADROOM_BYTES
+        score = _score(goal, total, _weight_bits(model), cap, tps, ttft)
+        kv_note = "fp8 KV" if inputs.kv_cache_dtype == "fp8" else "16-bit KV"
+        reason = (
+            f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests with {kv_note}"
+            + (f", ~{tps:.0f} tok/s" if tps else "")
+            + (", tight headroom" if tight else "")
+        )
+        candidates.append(Candidate(
+            model_id=model.model_id,
+            quantization=model.quantization.method if model.quantization else None,
+            weight_bits=_weight_bits(model),
+            params_total=total,
+            params_active=active,
+            inputs=inputs,
+            capacity=cap,
+            decode_tokens_per_s=tps,
+            ttft_s=ttft,
+            score=score,
+            reason=reason,
+            tight=tight,
+        ))
+    candidates.sort(key=lambda c: (-c.score, c.model_id))
+    if limit is not None:
+        candidates = candidates[:limit]
+    return Recommendation(gpu, goal, tuple(candidates), tuple(rejected))
+
+
+def _score(
+    goal: Goal, params: int, bits: int, cap: Capacity, tps: float | None, ttft: float | None
+) -> float:
+    """Higher is better: quality first, then what the use case values."""
+    score = _quality(params, bits) * 10
+    if tps is not None:
+        if goal.use_case == "chat":
+            score += min(tps, 60) / 20 - (2 if tps < 15 else 0)
+        elif goal.use_case == "batch":
+            score += math.log2(max(cap.max_concurrency, 1)) * 0.8
+    if ttft is not None and goal.use_case == "chat" and ttft > 1.0:
+        score -= 1
+    if goal.use_case == "long-docs":
+        score += math.log2(max(cap.max_concurrency, 1)) * 0.3
+    if cap.kv_cache_dtype == "fp8":
+        score -= 0.2
+    return round(score, 4)
+
+
+def _kv_needed(cap: Capacity, users: int) -> int:
+    """KV bytes ``users`` full-context requests need (full-attention approximation)."""
+    blocks = math.ceil(cap.max_model_len / cap.block_size) * users
+    return blocks * cap.page_bytes_per_block

@@ -1,0 +1,94 @@
+"""What a GPU's compute capability allows (reference §6): FP8 KV cache and quantization methods.
+
+vLLM refuses these at start-up; kvpilot refuses them before launch, in the same terms.
+"""
+
+from __future__ import annotations
+
+from kvpilot.core import failures
+from kvpilot.core.fit.activation import Version
+from kvpilot.core.fit.kv import FP8_KV_DTYPES
+from kvpilot.core.fit.plan import Failure, PlanInputs
+
+#: head sizes FlashInfer's FP8 KV kernels accept (vLLM >= 0.12 picks FlashInfer for FP8 on SM8x)
+FLASHINFER_HEAD_SIZES = frozenset({64, 128, 256, 512})
+
+#: minimum compute capability per quantization method (vLLM 0.33; 0.11 in comments where higher)
+QUANT_MIN_CAPABILITY: dict[str, tuple[int, int]] = {
+    "awq": (7, 5),
+    "awq_marlin": (7, 5),
+    "auto_awq": (7, 5),
+    "gptq": (6, 0),
+    "gptq_marlin": (7, 5),
+    "auto_gptq": (6, 0),
+    "fp8": (7, 5),  # 8.0 in 0.11; weight-only Marlin below 8.9
+    "compressed-tensors": (7, 0),
+    "mxfp4": (8, 0),
+    "gpt_oss_mxfp4": (8, 0),
+    "experts_int8": (8, 0),
+    "modelopt": (8, 0),
+    "modelopt_fp4": (7, 5),
+    "bitsandbytes": (7, 0),
+    "moe_wna16": (7, 0),
+}
+
+#: methods that left vLLM's tree (version removed, plugin to install instead)
+REMOVED_QUANTIZATION = {
+    "bitsandbytes": ((0, 28), "vllm-bnb-plugin"),
+    "gguf": ((0, 25), "vllm-gguf-plugin"),
+}
+
+
+def fp8_kv_supported(
+    compute_capability: tuple[int, int] | None, head_dim: int, vllm_version: str
+) -> bool:
+    """True when vLLM can store the KV cache in FP8 on this GPU.
+
+    SM 8.9+ always works (Triton or FlashInfer); SM 8.0-8.8 only through FlashInfer (vLLM 0.12
+    and newer, head sizes 64/128/256/512); older GPUs never.
+    """
+    if compute_capability is None:
+        return True  # unknown GPU: do not refuse, vLLM will say
+    if compute_capability >= (8, 9):
+        return True
+    return (
+        compute_capability >= (8, 0)
+        and Version.parse(vllm_version) >= Version((0, 12))
+        and head_dim in FLASHINFER_HEAD_SIZES
+    )
+
+
+def check_support(inputs: PlanInputs) -> Failure | None:
+    """A failure when the plan asks for something this GPU or vLLM version cannot do."""
+    cc = inputs.compute_capability
+    kv = (inputs.kv_cache_dtype or "auto").lower()
+    if kv in FP8_KV_DTYPES and not fp8_kv_supported(
+        cc, inputs.model.head_dim, inputs.vllm_version
+    ):
+        assert cc is not None
+        return Failure(
+            failures.UNSUPPORTED_KV_DTYPE,
+            f"FP8 KV cache needs compute capability 8.9 (or FlashInfer with head size 64/128/256/"
+            f"512 on 8.0+); this GPU is {cc[0]}.{cc[1]}. Use --kv-cache-dtype auto.",
+        )
+    method = (inputs.quantization or "").lower() or (
+        inputs.model.quantization.method.lower() if inputs.model.quantization else ""
+    )
+    if not method:
+        return None
+    removed = REMOVED_QUANTIZATION.get(method)
+    if removed and Version.parse(inputs.vllm_version) >= Version(removed[0]):
+        since = ".".join(str(p) for p in removed[0])
+        return Failure(
+            failures.UNSUPPORTED_QUANTIZATION,
+            f"vLLM {inputs.vllm_version} no longer has {method} quantization (removed in "
+            f"{since}); install {removed[1]} or pick another checkpoint.",
+        )
+    need = QUANT_MIN_CAPABILITY.get(method)
+    if cc is not None and need is not None and cc < need:
+        return Failure(
+            failures.UNSUPPORTED_QUANTIZATION,
+            f"{method} quantization needs compute capability {need[0]}.{need[1]}; this GPU is "
+            f"{cc[0]}.{cc[1]}. Pick a 16-bit or another quantized checkpoint.",
+        )
+    return None
