@@ -36,18 +36,25 @@ FAKE_ENV = "KVPILOT_FAKE_NVML"
 # NVML return codes (stable ABI of nvml.h); read from the module when it has them
 _CODE = {
     "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
     "NOT_SUPPORTED": 3,
     "NO_PERMISSION": 4,
     "NOT_FOUND": 6,
     "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
     "LIBRARY_NOT_FOUND": 12,
     "FUNCTION_NOT_FOUND": 13,
     "GPU_IS_LOST": 15,
     "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17,
     "LIB_RM_VERSION_MISMATCH": 18,
+    "IN_USE": 19,
+    "MEMORY": 20,
     "NO_DATA": 21,
     "ARGUMENT_VERSION_MISMATCH": 25,
+    "NOT_READY": 27,
     "GPU_NOT_FOUND": 28,
+    "UNKNOWN": 999,
 }
 
 _INIT_PROBLEMS = {

@@ -108,6 +108,7 @@ class GpuSampler:
         self._history: collections.deque[GpuSample] = collections.deque(maxlen=history_len)
         self._latest: GpuSample | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and set_rate() to end the current wait
         self._thread: threading.Thread | None = None
         self._nv: Nvml | None = None
         self._handle: Any = None
@@ -121,12 +122,13 @@ class GpuSampler:
         return self._rate_hz
 
     def set_rate(self, rate_hz: float) -> None:
-        """Change the rate; takes effect from the next tick.
+        """Change the rate; a running sampler takes a sample now and continues at the new rate.
 
         Raises:
             ValueError: ``rate_hz`` outside 0.1-10 Hz.
         """
         self._rate_hz = _check_rate(rate_hz)
+        self._wake.set()
 
     @property
     def running(self) -> bool:
@@ -138,6 +140,7 @@ class GpuSampler:
         if self.running:
             return
         self._stop.clear()
+        self._wake.clear()
         self._thread = threading.Thread(
             target=self._run, name=f"kvpilot-gpu{self.index}-sampler", daemon=True
         )
@@ -146,6 +149,7 @@ class GpuSampler:
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop the thread and wait up to ``timeout_s`` for it; closes the NVML session."""
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
@@ -274,7 +278,9 @@ class GpuSampler:
                 now = time.monotonic()
                 if next_tick < now:  # fell behind (suspend, slow driver): do not burst
                     next_tick = now + period
-                self._stop.wait(next_tick - now)
+                if self._wake.wait(next_tick - now):  # rate changed or stopping
+                    self._wake.clear()
+                    next_tick = time.monotonic()
         finally:
             self.close()
 
