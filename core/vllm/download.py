@@ -80,7 +80,16 @@ DownloadState = Literal["checking", "downloading", "done", "cancelled", "failed"
 #: top-level files vLLM reads besides the weights (config, tokenizer, templates, remote code)
 _SIDE_FILE_PATTERNS = ("*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken", "*.py")
 _NOT_NEEDED = ("training_args.bin", "*.bin.index.json", "*.pt.index.json")
-_NETWORK_ERRORS: tuple[type[BaseException], ...] = (httpx.TransportError, *_HF_NETWORK_ERRORS)
+_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.TransportError,
+    hf_errors.OfflineModeIsEnabled,
+    *_HF_NETWORK_ERRORS,
+)
+#: hf_hub_download turns a failed HEAD into LocalEntryNotFoundError when the cache lacks the file
+_FINALIZE_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    *_NETWORK_ERRORS,
+    hf_errors.LocalEntryNotFoundError,
+)
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -541,7 +550,7 @@ class Downloader:
         self._meter = SpeedMeter()
         self._thread: threading.Thread | None = None
         self._result: Path | None = None
-        self._error: DownloadError | None = None
+        self._error: BaseException | None = None
         self._done_bytes = plan.cached_bytes + plan.partial_bytes
         self._fetched = 0
         self._files_done = sum(1 for f in plan.files if f.cached)
@@ -592,13 +601,16 @@ class Downloader:
         except DownloadError as exc:
             self._emit("failed", force=True, error=exc)
             raise
+        except Exception as exc:  # a bug or an unforeseen library error: still report it
+            self._emit("failed", force=True, error=DownloadError(f"download failed: {exc!r}"))
+            raise
         return self.plan.snapshot_path
 
     # -- internals ------------------------------------------------------------------------
     def _run_quietly(self) -> None:
         try:
             self._result = self.run()
-        except DownloadError as exc:
+        except Exception as exc:  # noqa: BLE001 - wait() re-raises it in the caller's thread
             self._error = exc
 
     def _fetch_all(self) -> None:
@@ -641,8 +653,10 @@ class Downloader:
                 token=plan.token,
                 endpoint=plan.endpoint,
             )  # the blob is complete: this only links it into snapshots/<commit>/
-        except _NETWORK_ERRORS as exc:
+        except _FINALIZE_NETWORK_ERRORS as exc:
             raise self._unreachable(exc) from exc
+        except hf_errors.FileMetadataError as exc:
+            raise _not_a_hub(plan.endpoint, exc) from exc
         except hf_errors.HfHubHTTPError as exc:
             raise _translate_hub_error(exc, plan.repo_id, plan.revision, plan.endpoint) from exc
 
@@ -791,6 +805,30 @@ class Downloader:
         )
 
 
+def ensure_downloaded(
+    repo_id: str,
+    revision: str = "main",
+    *,
+    token: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    endpoint: str | None = None,
+    on_progress: Callable[[DownloadProgress], None] | None = None,
+    cancel_event: threading.Event | None = None,
+    disk_usage: DiskUsageFn = shutil.disk_usage,
+) -> Path:
+    """Return a complete local snapshot of ``repo_id``, downloading what is missing (blocking).
+
+    A complete cached snapshot of ``revision`` is used without asking the Hub. Raises the
+    errors of :func:`plan_download` and :meth:`Downloader.run`.
+    """
+    cached = find_cached_snapshot(repo_id, revision, resolve_cache_dir(cache_dir))
+    if cached is not None:
+        return cached
+    plan = plan_download(repo_id, revision, token=token, cache_dir=cache_dir, endpoint=endpoint)
+    sink = on_progress or (lambda _event: None)
+    return Downloader(plan, sink, cancel_event, disk_usage=disk_usage).run()
+
+
 # -- helpers ----------------------------------------------------------------------------------
 def _head(plan: DownloadPlan, filename: str) -> HfFileMetadata:
     """HEAD one file at the plan's commit (etag, size, CDN location); typed errors."""
@@ -802,6 +840,8 @@ def _head(plan: DownloadPlan, filename: str) -> HfFileMetadata:
             f"the Hub at {plan.endpoint} cannot be reached ({_short(exc)}) and {plan.repo_id} is "
             "not completely in the cache; check the network and try again"
         ) from exc
+    except hf_errors.FileMetadataError as exc:
+        raise _not_a_hub(plan.endpoint, exc) from exc
     except hf_errors.HfHubHTTPError as exc:
         raise _translate_hub_error(exc, plan.repo_id, plan.revision, plan.endpoint) from exc
 
@@ -841,6 +881,13 @@ def _translate_hub_error(
             "in Settings or HF_TOKEN"
         )
     return DownloadError(f"the Hub at {endpoint} answered {status} for {repo_id}; try again later")
+
+
+def _not_a_hub(endpoint: str, exc: BaseException) -> DownloadError:
+    return DownloadError(
+        f"{endpoint} did not answer like a Hugging Face Hub ({_short(exc)}); check HF_ENDPOINT "
+        "and any proxy or firewall in between"
+    )
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

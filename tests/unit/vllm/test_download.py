@@ -237,7 +237,6 @@ def test_snapshot_is_usable_offline_by_huggingface_hub(hub: FakeHub) -> None:
     offline = plan_download(REPO)  # Hub unreachable now: the cache stands in
     assert offline.offline and offline.complete and offline.commit_sha == plan.commit_sha
     assert Downloader(offline, Events()).run() == plan.snapshot_path
-    hub.start = lambda: hub  # type: ignore[method-assign]  # fixture teardown stops it again
 
 
 # -- interruption and resume ------------------------------------------------------------------
@@ -484,3 +483,23 @@ def test_speed_meter_smooths_bursts() -> None:
     for i in range(1, 40):
         steady = meter.update(1.1 + i, 20_000_000 + i * 10_000_000)
     assert steady == pytest.approx(10e6, rel=0.01)
+
+
+# -- hub lost, one-call helper ----------------------------------------------------------------
+def test_hub_lost_after_planning_says_model_cannot_start_offline(hub: FakeHub) -> None:
+    plan = plan_download(REPO)
+    hub.stop()
+    events = Events()
+    with pytest.raises(HubUnreachableError, match="not completely in the cache"):
+        Downloader(plan, events).run()
+    assert events.items[-1].error_kind == dl.KIND_UNREACHABLE
+
+
+def test_ensure_downloaded_fetches_once_then_uses_the_cache(hub: FakeHub) -> None:
+    events = Events()
+    snapshot = dl.ensure_downloaded(REPO, on_progress=events)
+    assert events.states[-1] == "done"
+    assert (snapshot / WEIGHTS).read_bytes() == repo_files()[WEIGHTS]
+    seen = len(hub.settled())
+    assert dl.ensure_downloaded(REPO) == snapshot
+    assert len(hub.settled()) == seen  # no request at all the second time
