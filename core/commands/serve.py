@@ -1,0 +1,504 @@
+"""``kvpilot serve``: launch and supervise ``vllm serve`` until SIGINT/SIGTERM.
+
+    kvpilot serve --model DIR|REPO_ID [plan flags] [--port P] [--host H] [--auto-fallback]
+                  [--json-events] [-- EXTRA VLLM ARGS...]
+
+On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
+classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
+fallback, at most three times. ``--json-events`` prints one JSON object per line for every state
+change, phase, capacity reading, failure (with ``kind``) and fallback taken. The API key comes
+from ``KVPILOT_API_KEY`` (never from the command line, never printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from kvpilot.core import failures
+from kvpilot.core.errors import CommandError, KvpilotError
+from kvpilot.core.fit.plan import MiB, PlanInputs
+from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
+from kvpilot.core.vllm.measure import cpu_device_identity, key_for
+from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
+from kvpilot.core.vllm.runtime import VllmRuntime, discover
+from kvpilot.core.vllm.supervisor import (
+    FAILED,
+    READY,
+    STOPPED,
+    CapacityUpdatedEvent,
+    StateEvent,
+    Supervisor,
+)
+
+MAX_FALLBACKS = 3
+BLOCK_MULTIPLE = 16  # vLLM rounds KV allocation to blocks; lengths that are multiples of 16 fit
+API_KEY_ENV = "KVPILOT_API_KEY"
+DEFAULT_PORT = 8000
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1073741824``, ``64M``/``1G`` (binary) or ``64m``/``1g`` (decimal), as vLLM.
+
+    Raises:
+        argparse.ArgumentTypeError: not a size.
+    """
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    raw = text.strip()
+    try:
+        if raw and raw[-1] in "KMGT":
+            return int(float(raw[:-1]) * (1 << (10 * ("KMGT".index(raw[-1]) + 1))))
+        if raw and raw[-1] in units:
+            return int(float(raw[:-1]) * units[raw[-1]])
+        return int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; use bytes or a suffix like 64M or 2G"
+        ) from None
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``kvpilot serve``."""
+    p = subparsers.add_parser(
+        "serve",
+        help="launch and supervise a vLLM server",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    p.add_argument("--model", required=True, help="local model folder or Hugging Face repo id")
+    plan = p.add_argument_group("plan (as for `kvpilot plan`)")
+    plan.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (default: probed)")
+    plan.add_argument("--gpu-free-mib", type=int, help="free GPU memory in MiB")
+    plan.add_argument("--gpu", help="GPU name (for the plan and measurement records)")
+    plan.add_argument("--gpu-memory-utilization", type=float)
+    plan.add_argument("--max-model-len", type=int)
+    plan.add_argument("--max-num-seqs", type=int)
+    plan.add_argument("--max-num-batched-tokens", type=int)
+    plan.add_argument("--kv-cache-dtype", default="auto")
+    plan.add_argument("--quantization")
+    plan.add_argument("--tensor-parallel-size", type=int, default=1)
+    plan.add_argument("--enforce-eager", action="store_true")
+    plan.add_argument("--vllm-version", help="version to plan for (default: the runtime's)")
+    p.add_argument("--kv-cache-memory-bytes", type=parse_size, help="KV cache size (e.g. 64M)")
+    p.add_argument("--port", type=int, help=f"port (default: the first free from {DEFAULT_PORT})")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (non-local needs an API key)")
+    p.add_argument("--served-model-name")
+    p.add_argument("--dtype")
+    p.add_argument("--load-format", help="e.g. dummy: random weights, same memory")
+    p.add_argument("--vllm", help="vllm executable, Python interpreter or environment")
+    p.add_argument("--data-dir", type=Path, help="kvpilot data directory (logs, pidfiles)")
+    p.add_argument("--ready-timeout", type=float, default=None, help="seconds (default: none)")
+    p.add_argument("--auto-fallback", action="store_true", help="relaunch with the best fallback")
+    p.add_argument("--json-events", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--stop-orphans", action="store_true", help="stop servers a crashed kvpilot left"
+    )
+    p.add_argument("extra", nargs="*", metavar="-- EXTRA", help="extra vllm serve arguments")
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# output
+
+
+class EventPrinter:
+    """Writes events as JSON lines (``--json-events``) or short human lines."""
+
+    def __init__(self, stream: TextIO, *, as_json: bool) -> None:
+        self.stream = stream
+        self.as_json = as_json
+        self._lock = threading.Lock()
+
+    def write(self, obj: dict[str, Any], text: str | None) -> None:
+        with self._lock:
+            if self.as_json:
+                self.stream.write(json.dumps(obj, default=str, sort_keys=True) + "\n")
+            elif text is not None:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def on_event(self, ev: Any) -> None:
+        """Supervisor listener."""
+        if isinstance(ev, StateEvent):
+            obj: dict[str, Any] = {
+                "event": "state",
+                "state": ev.state,
+                "previous": ev.previous,
+                "phase": ev.phase,
+                "at": ev.at_s,
+            }
+            if ev.failure is not None:
+                obj["kind"] = ev.failure.kind
+            self.write(obj, f"kvpilot: {ev.state}")
+        elif isinstance(ev, logparse.PhaseEvent):
+            self.write({"event": "phase", **_fields(ev)}, f"kvpilot:   phase {ev.phase}")
+        elif isinstance(ev, CapacityUpdatedEvent):
+            cap = _fields(ev.capacity)
+            self.write(
+                {"event": "capacity", "source": ev.source, **cap},
+                f"kvpilot:   capacity ({ev.source}): KV {ev.capacity.kv_cache_tokens} tokens, "
+                f"max concurrency {ev.capacity.max_concurrency}",
+            )
+        elif isinstance(ev, logparse.FailureEvent):
+            self.write(
+                {"event": "failure", **_fields(ev)},
+                f"kvpilot: vLLM failed ({ev.kind}): {ev.message}",
+            )
+
+    def info(self, event: str, text: str, **fields: Any) -> None:
+        self.write({"event": event, **fields}, f"kvpilot: {text}")
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return dict(vars(obj))
+
+
+# --------------------------------------------------------------------------------------------
+# fallbacks
+
+
+@dataclass(frozen=True)
+class FallbackChoice:
+    """A next configuration: what changes (``description``), the new spec and plan inputs."""
+
+    description: str
+    spec: LaunchSpec
+    inputs: PlanInputs | None
+    changes: dict[str, Any]
+
+
+_PLAN_FIELDS = (
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "kv_cache_dtype",
+    "quantization",
+    "enforce_eager",
+    "tensor_parallel_size",
+    "block_size",
+    "enable_prefix_caching",
+)
+
+
+def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
+    planned = LaunchSpec.from_plan(inputs, spec.model)
+    return dataclasses.replace(spec, **{f: getattr(planned, f) for f in _PLAN_FIELDS})
+
+
+def _changes(old: LaunchSpec, new: LaunchSpec) -> dict[str, Any]:
+    return {f: getattr(new, f) for f in _PLAN_FIELDS if getattr(old, f) != getattr(new, f)}
+
+
+def builtin_fallbacks(
+    failure: Any, spec: LaunchSpec, inputs: PlanInputs | None
+) -> list[FallbackChoice]:
+    """The fallback kvpilot applies without the fit engine: vLLM's estimated maximum length.
+
+    For ``kv_cache_too_small`` with an estimate, ``max_model_len`` becomes the estimate rounded
+    down to a multiple of 16 (vLLM's smallest block).
+    """
+    est = getattr(failure, "estimated_max_model_len", None)
+    if failure.kind != failures.KV_CACHE_TOO_SMALL or not est:
+        return []
+    new_len = (int(est) // BLOCK_MULTIPLE) * BLOCK_MULTIPLE
+    if new_len < BLOCK_MULTIPLE or new_len == spec.max_model_len:
+        return []
+    new_spec = dataclasses.replace(spec, max_model_len=new_len)
+    new_inputs = dataclasses.replace(inputs, max_model_len=new_len) if inputs else None
+    return [
+        FallbackChoice(
+            description=f"use vLLM's estimated maximum length: max_model_len {new_len}",
+            spec=new_spec,
+            inputs=new_inputs,
+            changes={"max_model_len": new_len},
+        )
+    ]
+
+
+def propose_fallbacks(
+    failure: Any, spec: LaunchSpec, inputs: PlanInputs | None
+) -> list[FallbackChoice]:
+    """Ranked next configurations: the fit engine's, else :func:`builtin_fallbacks`."""
+    choices: list[FallbackChoice] = []
+    if inputs is not None:
+        try:
+            from kvpilot.core.fit import fallback as fit_fallback
+        except ImportError:
+            fit_fallback = None  # type: ignore[assignment]
+        if fit_fallback is not None:
+            for option in fit_fallback.propose(failure, inputs):
+                new_spec = _spec_for_inputs(spec, option.inputs)
+                changes = _changes(spec, new_spec)
+                if changes:
+                    choices.append(
+                        FallbackChoice(
+                            fit_fallback.describe(option), new_spec, option.inputs, changes
+                        )
+                    )
+    if not choices:
+        choices = builtin_fallbacks(failure, spec, inputs)
+    return choices
+
+
+# --------------------------------------------------------------------------------------------
+# set-up
+
+
+def default_data_dir() -> Path:
+    """kvpilot's data directory (``KVPILOT_DATA_DIR`` or the platform's)."""
+    from kvpilot.core.paths import data_dir
+
+    return data_dir()
+
+
+def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
+    """The LaunchSpec from the command line (API key from ``KVPILOT_API_KEY``)."""
+    model = args.model
+    local = Path(model).expanduser()
+    if local.exists():
+        model = str(local.resolve())
+    extra = [a for a in (args.extra or []) if a != "--"]
+    return LaunchSpec(
+        model=model,
+        served_model_name=args.served_model_name,
+        host=args.host,
+        port=port,
+        api_key=os.environ.get(API_KEY_ENV) or None,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization,
+        enforce_eager=args.enforce_eager,
+        tensor_parallel_size=args.tensor_parallel_size,
+        dtype=args.dtype,
+        load_format=args.load_format,
+        extra_args=tuple(extra),
+        hf_offline=local.exists(),
+    )
+
+
+def device_identity(args: argparse.Namespace) -> tuple[str, int, int | None]:
+    """(name, total bytes, free bytes or None) of the device the plan is for.
+
+    From the flags when given; else the first NVIDIA GPU; else the CPU backend (RAM).
+    """
+    if args.gpu_total_mib:
+        free = args.gpu_free_mib * MiB if args.gpu_free_mib else None
+        return args.gpu or "gpu", args.gpu_total_mib * MiB, free
+    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.hardware.probe import probe
+
+    try:
+        result = probe()
+    except HardwareError:
+        result = None
+    if result is not None and result.ok:
+        g = result.gpus[0]
+        if g.memory_total_bytes:
+            return (g.name or "gpu", int(g.memory_total_bytes), g.memory_free_bytes)
+    name, total = cpu_device_identity()
+    return args.gpu or name, total, None
+
+
+def plan_inputs(
+    args: argparse.Namespace, spec: LaunchSpec, device: tuple[str, int, int | None], version: str
+) -> PlanInputs | None:
+    """PlanInputs for the fit engine's fallbacks, or None when the model cannot be read."""
+    try:
+        from kvpilot.core.models.local import load_local_model
+
+        if not Path(spec.model).is_dir():
+            return None
+        model = load_local_model(spec.model)
+    except (KvpilotError, ImportError):
+        return None
+    name, total, free = device
+    mml = spec.max_model_len if isinstance(spec.max_model_len, int) else None
+    return PlanInputs(
+        model=model,
+        gpu_total_bytes=total,
+        gpu_free_bytes=free,
+        gpu_name=name,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        max_model_len=mml,
+        max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
+        quantization=spec.quantization,
+        tensor_parallel_size=spec.tensor_parallel_size,
+        enforce_eager=spec.enforce_eager,
+        vllm_version=args.vllm_version or version.split("+")[0],
+    )
+
+
+class _Signals:
+    """SIGINT/SIGTERM -> an event, restored on exit."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.event.set()
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _report_orphans(orphans: list[OrphanServer], out: EventPrinter, stop: bool) -> None:
+    for o in orphans:
+        rec = o.record
+        out.info(
+            "orphan",
+            f"found a server left by an earlier kvpilot: pid {rec.pid} on port {rec.port} "
+            f"({rec.model})" + ("; stopping it" if stop else "; pass --stop-orphans to stop it"),
+            pid=rec.pid,
+            port=rec.port,
+            model=rec.model,
+            leader_alive=o.leader_alive,
+        )
+        if stop:
+            report = stop_orphan(o)
+            out.info(
+                "orphan_stopped",
+                f"orphan on port {rec.port} stopped"
+                + ("" if report.clean else f"; still alive: {report.survivors}"),
+                port=rec.port,
+                clean=report.clean,
+            )
+
+
+def _wait(sup: Supervisor, states: tuple[str, ...], stop: threading.Event) -> str | None:
+    while not stop.is_set():
+        state = sup.wait_for(states, 0.25)
+        if state in states or state in (FAILED, STOPPED):
+            return state
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# run
+
+
+def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
+    """Serve until a signal (0), or report the failure (1). User errors raise KvpilotError."""
+    out = EventPrinter(stream or sys.stdout, as_json=args.json_events)
+    data_dir: Path = args.data_dir or default_data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    runtime: VllmRuntime = discover(args.vllm, data_dir=data_dir)
+    _report_orphans(find_orphans(data_dir), out, args.stop_orphans)
+
+    if args.port is not None:
+        if not port_is_free(args.host, args.port):
+            raise CommandError(
+                f"port {args.port} on {args.host} is already in use; stop what listens there "
+                "or pick another --port"
+            )
+        port = args.port
+    else:
+        port = find_free_port(args.host, DEFAULT_PORT)
+    spec = build_spec(args, port)
+    device = device_identity(args)
+    inputs = plan_inputs(args, spec, device, runtime.version)
+    store = MeasurementStore(data_dir / "measurements.json")
+    fallbacks_taken = 0
+
+    with _Signals() as signals:
+        while True:
+            key = key_for(
+                spec,
+                gpu_name=device[0],
+                gpu_total_bytes=device[1],
+                vllm_version=runtime.version,
+                weights_bytes=inputs.model.weights_bytes if inputs else None,
+            )
+            sup = Supervisor(
+                runtime,
+                spec,
+                data_dir=data_dir,
+                on_event=out.on_event,
+                ready_timeout_s=args.ready_timeout,
+                measurements=(store, key),
+            )
+            sup.start()
+            assert sup.command is not None
+            out.info(
+                "launch",
+                f"starting vLLM {runtime.version} on {sup.base_url} (log {sup.log_path})",
+                command=sup.command.redacted(),
+                base_url=sup.base_url,
+                pid=sup.pid,
+                log=str(sup.log_path),
+                attempt=fallbacks_taken + 1,
+            )
+            state = _wait(sup, (READY,), signals.event)
+            if state == READY:
+                out.info(
+                    "ready",
+                    f"serving {sup.model_name} at {sup.base_url}/v1 (Ctrl-C to stop)",
+                    base_url=sup.base_url,
+                    model=sup.model_name,
+                    pid=sup.pid,
+                )
+                state = _wait(sup, (FAILED, STOPPED), signals.event)
+            if state is None:  # a signal: stop cleanly
+                report = sup.stop()
+                out.info(
+                    "stopped",
+                    "vLLM stopped" + ("" if report.clean else f"; left: {report.survivors}"),
+                    clean=report.clean,
+                    signals=list(report.signals),
+                )
+                return 0
+            failure = sup.failure
+            sup.wait_stopped(30.0)
+            if failure is None:
+                return 1
+            choices = propose_fallbacks(failure, spec, inputs)
+            if args.auto_fallback and choices and fallbacks_taken < MAX_FALLBACKS:
+                choice = choices[0]
+                fallbacks_taken += 1
+                out.info(
+                    "fallback",
+                    f"fallback {fallbacks_taken}/{MAX_FALLBACKS}: {choice.description}",
+                    attempt=fallbacks_taken,
+                    kind=failure.kind,
+                    description=choice.description,
+                    changes=choice.changes,
+                )
+                spec, inputs = choice.spec, choice.inputs
+                continue
+            for c in choices:
+                out.info(
+                    "suggestion",
+                    f"try: {c.description} (or rerun with --auto-fallback)",
+                    description=c.description,
+                    changes=c.changes,
+                )
+            print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
+            return 1

@@ -1,0 +1,153 @@
+"""The measured dry run: start a plan with random weights, read what vLLM reports, stop.
+
+``--load-format dummy`` skips the download and the weight reads but allocates exactly the same
+memory (weights, activation profile, CUDA graphs, KV cache), so the numbers vLLM prints are the
+real ones for that GPU, model, version and settings. They are stored in a
+:class:`~kvpilot.core.measurements.MeasurementStore` under a
+:class:`~kvpilot.core.measurements.MeasurementKey`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from kvpilot.core.errors import KvpilotError
+from kvpilot.core.measurements import (
+    SOURCE_DRY_RUN,
+    Measured,
+    MeasurementKey,
+    MeasurementStore,
+)
+from kvpilot.core.vllm.supervisor import (
+    READY,
+    ServerCapacity,
+    Supervisor,
+    SupervisorEvent,
+    measured_from_capacity,
+)
+
+if TYPE_CHECKING:
+    from kvpilot.core.vllm.command import LaunchSpec
+    from kvpilot.core.vllm.runtime import VllmRuntime
+
+
+class MeasurementError(KvpilotError):
+    """The dry run did not produce capacity numbers (vLLM failed or timed out).
+
+    ``kind`` is the classified failure kind (``kvpilot.core.failures``) when there was one.
+    """
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def cpu_device_identity() -> tuple[str, int]:
+    """``("cpu", total RAM bytes)``: the device key for vLLM's CPU backend."""
+    return "cpu", int(psutil.virtual_memory().total)
+
+
+def key_for(
+    spec: LaunchSpec,
+    *,
+    gpu_name: str,
+    gpu_total_bytes: int,
+    vllm_version: str,
+    weights_bytes: int | None = None,
+    model_id: str | None = None,
+) -> MeasurementKey:
+    """The measurement key of ``spec`` on a device (a ``--load-format`` does not change it)."""
+    mml = spec.max_model_len if isinstance(spec.max_model_len, int) else None
+    return MeasurementKey(
+        gpu_name=gpu_name,
+        gpu_total_bytes=gpu_total_bytes,
+        model_id=model_id or spec.model,
+        vllm_version=vllm_version,
+        weights_bytes=weights_bytes,
+        max_model_len=mml,
+        max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        kv_cache_dtype=spec.kv_cache_dtype or "auto",
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
+        enforce_eager=spec.enforce_eager,
+        quantization=spec.quantization,
+    )
+
+
+def run_measurement(
+    runtime: VllmRuntime,
+    spec: LaunchSpec,
+    store: MeasurementStore,
+    timeout_s: float,
+    *,
+    data_dir: Path | None = None,
+    key: MeasurementKey | None = None,
+    on_event: Callable[[SupervisorEvent], None] | None = None,
+    gpu_pids_check: Callable[[], set[int]] | None = None,
+) -> Measured:
+    """Launch ``spec`` with dummy weights, wait for the capacity numbers, stop, store them.
+
+    ``key`` defaults to :func:`key_for` on the CPU device identity (pass the GPU's name and
+    total bytes on a GPU machine). ``data_dir`` defaults to the store's folder.
+
+    Raises:
+        MeasurementError: vLLM failed to start (with the classified ``kind``) or was not ready
+            within ``timeout_s``; the server is stopped in every case.
+        CommandError: the spec cannot become a command.
+    """
+    dry = dataclasses.replace(spec, load_format="dummy")
+    if key is None:
+        name, total = cpu_device_identity()
+        key = key_for(spec, gpu_name=name, gpu_total_bytes=total, vllm_version=runtime.version)
+    sup = Supervisor(
+        runtime,
+        dry,
+        data_dir=data_dir or store.path.parent,
+        on_event=on_event,
+        gpu_pids_check=gpu_pids_check,
+    )
+    started = time.monotonic()
+    sup.start()
+    try:
+        ready = sup.wait_ready(timeout_s)
+        if not ready:
+            failure = sup.failure
+            if failure is not None:
+                raise MeasurementError(f"the dry run failed: {failure.message}", kind=failure.kind)
+            raise MeasurementError(
+                f"the dry run was not ready within {timeout_s:.0f} s; raise the timeout"
+            )
+        _await_capacity(sup, timeout_s=5.0)
+        cap = sup.capacity
+        startup = None if sup.ready_monotonic_s is None else sup.ready_monotonic_s - started
+    finally:
+        sup.stop()
+    if cap.kv_cache_tokens is None:
+        raise MeasurementError("vLLM reached ready but reported no KV cache size")
+    measured = measured_from_capacity(cap, SOURCE_DRY_RUN, startup_s=startup)
+    store.record(key, measured)
+    return measured
+
+
+def _await_capacity(sup: Supervisor, *, timeout_s: float) -> ServerCapacity:
+    """Wait briefly for the /metrics read that follows ready (when the version has it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        cap = sup.capacity
+        if sup.state != READY or "metrics" in cap.sources or _metrics_not_expected(sup):
+            return cap
+        time.sleep(0.05)
+    return sup.capacity
+
+
+def _metrics_not_expected(sup: Any) -> bool:
+    from kvpilot.core.vllm.supervisor import CACHE_CONFIG_INFO_SINCE, _version_tuple
+
+    return _version_tuple(sup._version) < CACHE_CONFIG_INFO_SINCE

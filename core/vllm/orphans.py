@@ -1,0 +1,199 @@
+"""Pidfiles for the servers kvpilot starts, and finding the ones a crashed kvpilot left behind.
+
+Each supervised server has ``<data_dir>/servers/<port>.json`` holding its pid, process group,
+address, model, start time, log file, redacted argv, the process create time (to tell a reused
+pid from our server) and the pid + create time of the kvpilot process that owns it. At start,
+:func:`find_orphans` returns the servers whose owner is gone but whose processes live on; they
+can be adopted (attach to the port and tail the log) or stopped. Pidfiles whose processes are all
+gone are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from kvpilot.core.vllm.proctree import StopReport, alive, group_members, stop_tree
+
+if TYPE_CHECKING:
+    from kvpilot.core.vllm.supervisor import Supervisor, SupervisorEvent
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """What a pidfile holds. Times are Unix seconds (``psutil.Process.create_time``)."""
+
+    pid: int
+    pgid: int
+    port: int
+    host: str
+    model: str
+    served_model_name: str
+    started_at: float
+    log_path: str
+    argv: tuple[str, ...]
+    create_time: float
+    owner_pid: int
+    owner_create_time: float
+    vllm_version: str = ""
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` (a wildcard bind address is reached on 127.0.0.1)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class OrphanServer:
+    """A server from a pidfile whose kvpilot is gone.
+
+    ``leader_alive`` is False when only the engine processes survived (the API server was
+    killed too); ``pids`` are the live processes of its group.
+    """
+
+    record: ServerRecord
+    pidfile: Path
+    leader_alive: bool
+    pids: tuple[int, ...]
+
+
+def servers_dir(data_dir: Path) -> Path:
+    """``<data_dir>/servers``."""
+    return Path(data_dir) / "servers"
+
+
+def pidfile_path(data_dir: Path, port: int) -> Path:
+    """The pidfile of the server on ``port``."""
+    return servers_dir(data_dir) / f"{port}.json"
+
+
+def write_pidfile(data_dir: Path, record: ServerRecord) -> Path:
+    """Write (atomically) the pidfile for ``record``; returns its path."""
+    path = pidfile_path(data_dir, record.port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = asdict(record)
+    data["argv"] = list(record.argv)
+    fd, tmp = tempfile.mkstemp(prefix=f".{record.port}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_pidfile(path: Path) -> ServerRecord | None:
+    """The record in ``path``, or None when the file is unreadable or not a pidfile."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        names = {f.name for f in fields(ServerRecord)}
+        data = {k: v for k, v in data.items() if k in names}
+        data["argv"] = tuple(data.get("argv", ()))
+        return ServerRecord(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remove_pidfile(path: Path) -> None:
+    """Delete a pidfile (no error when it is already gone)."""
+    path.unlink(missing_ok=True)
+
+
+def _owner_alive(record: ServerRecord) -> bool:
+    if record.owner_pid == os.getpid():
+        return True
+    return bool(alive([record.owner_pid], {record.owner_pid: record.owner_create_time}))
+
+
+def _live_pids(record: ServerRecord) -> tuple[bool, set[int]]:
+    leader = bool(alive([record.pid], {record.pid: record.create_time}))
+    members: set[int] = set()
+    for pid in group_members(record.pgid):
+        with contextlib.suppress(psutil.Error):
+            # only processes started after our server can belong to it (pgid reuse guard)
+            if psutil.Process(pid).create_time() >= record.create_time - 0.05:
+                members.add(pid)
+    if leader:
+        members.add(record.pid)
+    return leader, members
+
+
+def find_orphans(data_dir: Path) -> list[OrphanServer]:
+    """Servers from pidfiles whose owning kvpilot is gone but whose processes still run.
+
+    Pidfiles whose processes are all gone (or unreadable pidfiles) are deleted. Servers still
+    owned by a live kvpilot (this one or another) are left alone and not returned.
+    """
+    found: list[OrphanServer] = []
+    folder = servers_dir(data_dir)
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.json")):
+        record = read_pidfile(path)
+        if record is None:
+            remove_pidfile(path)
+            continue
+        leader, pids = _live_pids(record)
+        if not pids:
+            remove_pidfile(path)
+            continue
+        if _owner_alive(record):
+            continue
+        found.append(OrphanServer(record, path, leader, tuple(sorted(pids))))
+    return found
+
+
+def stop_orphan(
+    orphan: OrphanServer,
+    *,
+    sigint_wait_s: float = 10.0,
+    sigterm_wait_s: float = 5.0,
+    gpu_pids_check: Callable[[], set[int]] | None = None,
+) -> StopReport:
+    """Stop an orphaned server's whole group (SIGINT, SIGTERM, SIGKILL) and remove its pidfile."""
+    rec = orphan.record
+    times = {rec.pid: rec.create_time}
+    report = stop_tree(
+        rec.pid,
+        rec.pgid,
+        known_pids=orphan.pids,
+        create_times=times,
+        sigint_wait_s=sigint_wait_s if orphan.leader_alive else 0.0,
+        sigterm_wait_s=sigterm_wait_s,
+        gpu_pids_check=gpu_pids_check,
+    )
+    if report.clean:
+        remove_pidfile(orphan.pidfile)
+    return report
+
+
+def adopt(
+    orphan: OrphanServer,
+    *,
+    data_dir: Path,
+    on_event: Callable[[SupervisorEvent], None] | None = None,
+    health_interval_s: float = 0.25,
+) -> Supervisor:
+    """Take over an orphaned server: poll its health, tail its log, own its pidfile from now on.
+
+    Returns a started :class:`~kvpilot.core.vllm.supervisor.Supervisor` in state ``ready`` (or
+    ``starting`` while the orphan is still loading); ``stop()`` stops it like our own.
+    """
+    from kvpilot.core.vllm.supervisor import Supervisor
+
+    return Supervisor.attach(
+        orphan, data_dir=data_dir, on_event=on_event, health_interval_s=health_interval_s
+    )

@@ -1,0 +1,195 @@
+"""Stopping a ``vllm serve`` process tree for certain.
+
+vLLM's API server spawns ``VLLM::EngineCore`` (which on the CPU backend spawns ``VLLM::Worker``)
+and a ``multiprocessing`` resource tracker, all in the server's process group. SIGKILL of the API
+server alone leaves the others running and holding memory, and SIGTERM during model loading is
+swallowed. :func:`stop_tree` therefore escalates SIGINT (leader) -> SIGTERM (group) -> SIGKILL
+(group), then kills by pid any process it saw in the tree that is still alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """How a stop went.
+
+    ``signals`` lists what was sent, in order (``SIGINT``, ``SIGTERM``, ``SIGKILL``,
+    ``SIGKILL:pid`` for stragglers); ``survivors`` are pids still alive at the end (should be
+    empty); ``gpu_pids_left`` are pids the GPU hook still reported; ``elapsed_s`` the wall time.
+    """
+
+    signals: tuple[str, ...]
+    survivors: tuple[int, ...]
+    gpu_pids_left: tuple[int, ...]
+    elapsed_s: float
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing of the tree survived."""
+        return not self.survivors and not self.gpu_pids_left
+
+
+def descendants(pid: int) -> set[int]:
+    """Pids of all live descendants of ``pid`` (empty when it is gone)."""
+    try:
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return set()
+
+
+def group_members(pgid: int) -> set[int]:
+    """Pids of live processes whose process group is ``pgid`` (zombies excluded)."""
+    found: set[int] = set()
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if os.getpgid(proc.pid) == pgid:
+                found.add(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+def alive(pids: Iterable[int], create_times: dict[int, float] | None = None) -> set[int]:
+    """The subset of ``pids`` still running (not zombies; same create time when known)."""
+    out: set[int] = set()
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if (
+                create_times
+                and pid in create_times
+                and abs(proc.create_time() - create_times[pid]) > 0.05
+            ):
+                continue  # the pid was reused by an unrelated process
+            out.add(pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _wait_gone(check: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
+def stop_tree(
+    leader_pid: int,
+    pgid: int,
+    *,
+    known_pids: Iterable[int] = (),
+    create_times: dict[int, float] | None = None,
+    leader_exited: Callable[[], bool] | None = None,
+    sigint_wait_s: float = 10.0,
+    sigterm_wait_s: float = 5.0,
+    sigkill_wait_s: float = 5.0,
+    gpu_pids_check: Callable[[], set[int]] | None = None,
+    gpu_wait_s: float = 5.0,
+    orphan_grace_s: float = 2.0,
+) -> StopReport:
+    """Stop the server whose API process is ``leader_pid`` in process group ``pgid``.
+
+    ``known_pids`` are descendants collected while the tree was alive (a SIGKILLed leader's
+    children are reparented and can no longer be found from it). ``leader_exited`` is a callable
+    that reaps our own child (``Popen.poll() is not None``); without it liveness is read from
+    psutil. ``gpu_pids_check`` returns the pids the GPU still shows (NVML); any of our pids in it
+    are killed and waited for up to ``gpu_wait_s``. Once the leader has exited after SIGINT, the
+    rest of the group gets ``orphan_grace_s`` to follow it before the group is signalled.
+    """
+    start = time.monotonic()
+    sent: list[str] = []
+    tree = {leader_pid, *known_pids, *descendants(leader_pid)}
+    times = dict(create_times or {})
+
+    def leader_gone() -> bool:
+        if leader_exited is not None:
+            return leader_exited()
+        return not alive([leader_pid], times)
+
+    def all_gone() -> bool:
+        tree.update(descendants(leader_pid))
+        return leader_gone() and not alive(tree - {leader_pid}, times) and not group_members(pgid)
+
+    if not all_gone():
+        if not leader_gone():
+            try:
+                os.kill(leader_pid, signal.SIGINT)
+                sent.append("SIGINT")
+            except (ProcessLookupError, PermissionError):
+                pass
+        else:
+            sigint_wait_s = 0.0  # nobody left to ask politely
+        leader_gone_at: list[float] = []
+
+        def done_or_leader_long_gone() -> bool:
+            # once the leader has exited, its children get a short grace, not the full wait
+            if all_gone():
+                return True
+            if leader_gone():
+                if not leader_gone_at:
+                    leader_gone_at.append(time.monotonic())
+                return time.monotonic() - leader_gone_at[0] > orphan_grace_s
+            return False
+
+        _wait_gone(done_or_leader_long_gone, sigint_wait_s)
+        if not all_gone():
+            if _killpg(pgid, signal.SIGTERM):
+                sent.append("SIGTERM")
+            if not _wait_gone(all_gone, sigterm_wait_s) and _killpg(pgid, signal.SIGKILL):
+                sent.append("SIGKILL")
+                _wait_gone(all_gone, sigkill_wait_s)
+    # stragglers that left the group (or were never in it) but belong to the tree
+    for pid in sorted(alive(tree - {leader_pid}, times) | group_members(pgid)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            sent.append(f"SIGKILL:{pid}")
+    _wait_gone(lambda: not alive(tree - {leader_pid}, times), sigkill_wait_s)
+    survivors = alive(tree - {leader_pid}, times)
+    if not leader_gone():
+        survivors.add(leader_pid)
+    gpu_left: set[int] = set()
+    if gpu_pids_check is not None:
+        ours = tree | {leader_pid}
+
+        def gpu_clear() -> bool:
+            gpu_left.clear()
+            gpu_left.update(set(gpu_pids_check()) & ours)
+            return not gpu_left
+
+        if not gpu_clear():
+            for pid in gpu_left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            _wait_gone(gpu_clear, gpu_wait_s, poll_s=0.25)
+    return StopReport(
+        signals=tuple(sent),
+        survivors=tuple(sorted(survivors)),
+        gpu_pids_left=tuple(sorted(gpu_left)),
+        elapsed_s=time.monotonic() - start,
+    )

@@ -1,0 +1,181 @@
+"""A stand-in for the ``vllm`` program that replays real vLLM log lines.
+
+Used where the real engine cannot produce a case (GPU-only failures such as CUDA out of memory)
+or where timing must be controlled (the supervisor latency benchmark). It understands
+``--version`` and ``serve MODEL --host H --port P ...`` (other flags are ignored) and is driven by
+environment variables:
+
+``FAKE_VLLM_MODE``        ``ready`` (default), ``fail`` or ``die_after_ready``
+``FAKE_VLLM_LOG``         log file to replay (stdout; lines without the vLLM prefix go to stderr)
+``FAKE_VLLM_LINE_DELAY_S`` pause between lines (default 0.001)
+``FAKE_VLLM_FAIL_RE``     regex of the failing line; its print time is recorded (mode ``fail``)
+``FAKE_VLLM_LINGER_S``    ``fail``: seconds to stay alive after the last line (default 0)
+``FAKE_VLLM_EXIT``        ``fail``: exit status (default 1)
+``FAKE_VLLM_IGNORE_TERM`` ``1``: ignore SIGINT and SIGTERM (as vLLM does while loading)
+``FAKE_VLLM_DIE_AFTER_S`` ``die_after_ready``: seconds of serving before /health turns 503
+``FAKE_VLLM_CHILD``       ``1``: start a sleeping child process (stands in for EngineCore)
+``FAKE_VLLM_ECHO_ENV``   name of an environment variable to print (redaction tests)
+``FAKE_VLLM_MARKS``       JSON file receiving wall-clock times: ``listening_at``,
+                          ``first_health_200_at``, ``fail_line_at``, ``dead_at``
+
+In ``ready`` mode the lines up to ``Starting vLLM server on`` are printed, then the HTTP server
+starts (``/health``, ``/v1/models``, ``/metrics`` from ``metrics_ready.txt``), then the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "supervisor"
+PREFIX_RE = re.compile(r"^\((?:APIServer|EngineCore|Worker|VllmWorker)[\w-]* pid=\d+\)")
+_marks: dict[str, float] = {}
+_marks_lock = threading.Lock()
+
+
+def mark(name: str) -> None:
+    path = os.environ.get("FAKE_VLLM_MARKS")
+    with _marks_lock:
+        if name in _marks:
+            return
+        _marks[name] = time.time()
+        if path:
+            tmp = path + ".tmp"
+            Path(tmp).write_text(json.dumps(_marks))
+            Path(tmp).replace(path)
+
+
+def emit(line: str) -> None:
+    stream = sys.stdout if PREFIX_RE.match(line) else sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
+
+
+class State:
+    healthy = True
+    model = ""
+    metrics = ""
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            if State.healthy:
+                mark("first_health_200_at")
+                self._send(200, b"")
+            else:
+                self._send(503, b"")
+        elif self.path == "/v1/models":
+            body = {"object": "list", "data": [{"id": State.model, "object": "model"}]}
+            self._send(200, json.dumps(body).encode())
+        elif self.path == "/metrics":
+            self._send(200, State.metrics.encode(), "text/plain; version=0.0.4")
+        else:
+            self._send(404, b"{}")
+
+
+def parse_serve(argv: list[str]) -> tuple[str, str, int, str | None]:
+    model = argv[0]
+    host, port, served = "127.0.0.1", 8000, None
+    i = 1
+    while i < len(argv):
+        if argv[i] == "--host":
+            host = argv[i + 1]
+        elif argv[i] == "--port":
+            port = int(argv[i + 1])
+        elif argv[i] == "--served-model-name":
+            served = argv[i + 1]
+        i += 1
+    return model, host, port, served
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--version"]:
+        print(os.environ.get("FAKE_VLLM_VERSION", "0.32.0"))
+        return 0
+    if argv[:1] != ["serve"] or len(argv) < 2:
+        print("usage: fake_vllm.py serve MODEL ...", file=sys.stderr)
+        return 2
+    if os.environ.get("FAKE_VLLM_IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    model, host, port, served = parse_serve(argv[1:])
+    State.model = served or model
+    State.metrics = (DATA / "metrics_ready.txt").read_text()
+    mode = os.environ.get("FAKE_VLLM_MODE", "ready")
+    log = Path(os.environ.get("FAKE_VLLM_LOG", str(DATA / "startup_ready.log")))
+    delay = float(os.environ.get("FAKE_VLLM_LINE_DELAY_S", "0.001"))
+    fail_re = re.compile(os.environ.get("FAKE_VLLM_FAIL_RE", r"^$^"))
+    child = None
+    if os.environ.get("FAKE_VLLM_CHILD") == "1":
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(3600)"], stdin=subprocess.DEVNULL
+        )
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    echo = os.environ.get("FAKE_VLLM_ECHO_ENV")
+    if echo:  # a leaky program: prints a secret it was given
+        emit(f"(APIServer pid=1) INFO 11-29 08:09:54 [fake.py:1] {echo}={os.environ.get(echo)}")
+    try:
+        if mode == "fail":
+            for line in lines:
+                emit(line)
+                if fail_re.search(line):
+                    mark("fail_line_at")
+                time.sleep(delay)
+            time.sleep(float(os.environ.get("FAKE_VLLM_LINGER_S", "0")))
+            return int(os.environ.get("FAKE_VLLM_EXIT", "1"))
+        server: ThreadingHTTPServer | None = None
+        for line in lines:
+            if server is None and "Starting vLLM server on" in line:
+                server = ThreadingHTTPServer((host, port), Handler)
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                mark("listening_at")
+            emit(line)
+            time.sleep(delay)
+        if server is None:
+            server = ThreadingHTTPServer((host, port), Handler)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            mark("listening_at")
+        if mode == "die_after_ready":
+            time.sleep(float(os.environ.get("FAKE_VLLM_DIE_AFTER_S", "1")))
+            State.healthy = False
+            mark("dead_at")
+            emit(
+                "(APIServer pid=1) ERROR 11-29 08:27:29 [async_llm.py:906] "
+                "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+                "See stack trace (above) for the root cause."
+            )
+            time.sleep(5.0)
+            return 0
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if child is not None and os.environ.get("FAKE_VLLM_KEEP_CHILD") != "1":
+            child.terminate()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
