@@ -277,24 +277,37 @@ def _hist_increase(
     return now - before
 
 
-def _process_bytes(sample: Any) -> dict[int, float] | None:
-    """pid -> used bytes from a duck-typed GPU sample, or None when it carries none."""
+def _process_bytes(sample: Any) -> dict[int, float | None] | None:
+    """pid -> used bytes (None: not reported) from a duck-typed GPU sample; None if absent."""
     for attr in ("process_used_bytes", "per_process_used_bytes", "processes"):
         procs = getattr(sample, attr, None)
         if procs is None:
             continue
         if isinstance(procs, Mapping):
-            return {int(pid): float(b) for pid, b in procs.items() if b is not None}
-        out: dict[int, float] = {}
+            return {int(pid): _num(b) for pid, b in procs.items()}
+        out: dict[int, float | None] = {}
         for proc in procs:
             pid = getattr(proc, "pid", None)
             used = getattr(proc, "used_bytes", None)
             if used is None:
                 used = getattr(proc, "used_memory_bytes", None)
-            if pid is not None and used is not None:
-                out[int(pid)] = out.get(int(pid), 0.0) + float(used)
+            if pid is not None:
+                before = out.get(int(pid), 0.0)
+                value = _num(used)
+                out[int(pid)] = None if before is None or value is None else before + value
         return out
     return None
+
+
+def _tree_bytes(procs: Mapping[int, float | None], pids: frozenset[int]) -> float | None:
+    """Bytes held by ``pids``; None when any of them has an unreported amount."""
+    total = 0.0
+    for pid in pids & procs.keys():
+        value = procs[pid]
+        if value is None:
+            return None
+        total += value
+    return total
 
 
 def _num(value: Any) -> float | None:
@@ -381,14 +394,20 @@ class Telemetry:
             self._last_row = {}
 
     def add_gpu_sample(self, sample: Any) -> None:
-        """Append an NVML sample (duck-typed ``GpuSample``); missing fields become NaN."""
+        """Append an NVML sample (duck-typed ``GpuSample``); missing fields become NaN.
+
+        A sample whose ``ok`` is False (GPU lost, NVML error) is recorded as a gap.
+        """
         t = float(sample.t_monotonic_s)
+        if getattr(sample, "ok", True) is False:
+            self.add_gpu_gap(t)
+            return
         used = _num(getattr(sample, "memory_used_bytes", None))
         procs = _process_bytes(sample)
         with self._lock:
             vllm_bytes: float | None = None
             if procs is not None and self._vllm_pids:
-                vllm_bytes = sum(b for pid, b in procs.items() if pid in self._vllm_pids)
+                vllm_bytes = _tree_bytes(procs, self._vllm_pids)
             other = used - vllm_bytes if used is not None and vllm_bytes is not None else None
             row = {
                 "memory_used_bytes": used,

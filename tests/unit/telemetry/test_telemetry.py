@@ -412,3 +412,40 @@ def test_series_tables_are_consistent():
     tel.add_vllm_sample(sample(0.0))
     s = tel.latest()
     assert replace(s, model_name="x").model_name == "x"
+
+
+# --- the hardware sampler's real GpuSample --------------------------------------------------
+
+
+def test_real_gpu_samples_from_the_nvml_replay():
+    from kvpilot.core.hardware.fake_nvml import load_fake
+    from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
+
+    sampler = GpuSampler(nvml_module=load_fake("rtx4090-desktop"))
+    try:
+        sample = sampler.sample_once()
+    finally:
+        sampler.close()
+    tel, _ = make()
+    pids = sorted(sample.process_used_bytes)
+    tel.set_vllm_pids(pids[:2])
+    tel.add_gpu_sample(sample)
+    last = tel.latest()
+    assert last["memory_used_bytes"] == sample.memory_used_bytes
+    assert last["memory_total_bytes"] == sample.memory_total_bytes
+    tree = sum(sample.process_used_bytes[p] for p in pids[:2])
+    assert last["vllm_memory_bytes"] == tree
+    assert last["other_memory_bytes"] == sample.memory_used_bytes - tree
+    assert last["gpu_util_percent"] == sample.gpu_util_percent
+    assert last["sm_clock_mhz"] == sample.sm_clock_mhz
+
+    # WSL2: the driver reports no per-process bytes -> the tree's VRAM is unknown, not zero
+    wsl = GpuSample(t_monotonic_s=1.0, gpu_index=0, memory_used_bytes=5 << 30,
+                    process_used_bytes={pids[0]: None})
+    tel.add_gpu_sample(wsl)
+    assert tel.latest()["vllm_memory_bytes"] is None
+    # a lost GPU is a gap
+    tel.add_gpu_sample(GpuSample(t_monotonic_s=2.0, gpu_index=0, lost=True))
+    _, used = tel.series("memory_used_bytes")
+    assert used.size == 3 and math.isnan(used[2])
+    assert tel.latest()["memory_used_bytes"] is None
