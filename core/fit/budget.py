@@ -40,6 +40,11 @@ _LARGE_GPU_BYTES = 70 * GiB
 _HUGE_GPU_BYTES = 160 * GiB
 
 
+#: what the CUDA context of the vLLM process takes before vLLM measures free memory (bytes);
+#: vLLM's free-memory check runs after its context exists.
+CUDA_CONTEXT_BYTES = int(0.45 * GiB)
+
+
 def default_batching(
     gpu_total_bytes: int, gpu_name: str, max_model_len: int, version: str | None
 ) -> tuple[int, int]:
@@ -173,13 +178,17 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
             f"max_model_len {inputs.max_model_len:,} is above the model's limit of "
             f"{derived_len:,} tokens.",
         )
-    elif inputs.gpu_free_bytes is not None and inputs.gpu_free_bytes < requested:
+    elif (
+        inputs.gpu_free_bytes is not None
+        and inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES < requested
+    ):
         best = max_passing_utilization(inputs.gpu_total_bytes, inputs.gpu_free_bytes)
         failure = Failure(
             failures.FREE_MEMORY_BELOW_UTILIZATION,
-            f"only {inputs.gpu_free_bytes / GiB:.2f} of {inputs.gpu_total_bytes / GiB:.2f} GiB "
-            f"are free but utilization {util:g} requests {requested / GiB:.2f} GiB; "
-            f"at most --gpu-memory-utilization {best:.2f} would start.",
+            f"{inputs.gpu_free_bytes / GiB:.2f} of {inputs.gpu_total_bytes / GiB:.2f} GiB are "
+            f"free (about {CUDA_CONTEXT_BYTES / GiB:.2f} GiB less once vLLM's CUDA context "
+            f"exists) but utilization {util:g} requests {requested / GiB:.2f} GiB; at most "
+            f"--gpu-memory-utilization {best:.2f} would start.",
         )
     elif available <= 0 or cap.num_blocks == 0:
         failure = Failure(
@@ -205,7 +214,7 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
 
     headroom = None
     if inputs.gpu_free_bytes is not None:
-        headroom = inputs.gpu_free_bytes - requested
+        headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
     terms = (
         BudgetTerm("requested", requested, util_source,
@@ -265,11 +274,6 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         inputs=used_inputs,
         headroom_bytes=headroom,
     )
-
-
-#: what the CUDA context of the vLLM process takes before vLLM measures free memory (bytes);
-#: vLLM's free-memory check runs after its context exists.
-CUDA_CONTEXT_BYTES = int(0.45 * GiB)
 
 
 def max_passing_utilization(

@@ -80,6 +80,7 @@ class Candidate:
     score: float
     reason: str
     tight: bool
+    kv_headroom_bytes: int
 
     @property
     def concurrency_at_context(self) -> float:
@@ -233,14 +234,18 @@ def recommend(
         tps = decode_tokens_per_s(model, cap, gpu, goal.context_tokens, frac)
         prompt = min(TYPICAL_PROMPT_TOKENS[goal.use_case], cap.max_model_len)
         ttft = ttft_seconds(active, prompt, gpu)
-        headroom = cap.headroom_bytes
-        tight = headroom is not None and headroom < TIGHT_HEADROOM_BYTES
-        score = _score(goal, total, _weight_bits(model), cap, tps, ttft)
+        kv_headroom = cap.available_kv_bytes - _kv_needed(cap, goal.users)
+        tight = kv_headroom < TIGHT_HEADROOM_BYTES
+        short_context = cap.max_model_len < goal.context_tokens
+        score = _score(goal, total, active, _weight_bits(model), cap, tps, ttft)
+        if short_context:
+            score -= 5
         kv_note = "fp8 KV" if inputs.kv_cache_dtype == "fp8" else "16-bit KV"
         reason = (
             f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests with {kv_note}"
             + (f", ~{tps:.0f} tok/s" if tps else "")
-            + (", tight headroom" if tight else "")
+            + (f"; the model stops at {cap.max_model_len:,} tokens" if short_context else "")
+            + (f", KV headroom {kv_headroom / GiB:.1f} GiB" if tight else "")
         )
         candidates.append(Candidate(
             model_id=model.model_id,
@@ -255,6 +260,7 @@ def recommend(
             score=score,
             reason=reason,
             tight=tight,
+            kv_headroom_bytes=kv_headroom,
         ))
     candidates.sort(key=lambda c: (-c.score, c.model_id))
     if limit is not None:
@@ -263,10 +269,16 @@ def recommend(
 
 
 def _score(
-    goal: Goal, params: int, bits: int, cap: Capacity, tps: float | None, ttft: float | None
+    goal: Goal, params: int, active: int, bits: int, cap: Capacity, tps: float | None,
+    ttft: float | None,
 ) -> float:
-    """Higher is better: quality first, then what the use case values."""
-    score = _quality(params, bits) * 10
+    """Higher is better: quality first, then what the use case values.
+
+    Quality grows with the log of the parameter count; a mixture of experts counts as the
+    geometric mean of its total and active parameters.
+    """
+    effective = math.sqrt(params * active) if active and active < params else params
+    score = _quality(int(effective), bits) * 10
     if tps is not None:
         if goal.use_case == "chat":
             score += min(tps, 60) / 20 - (2 if tps < 15 else 0)

@@ -1,0 +1,145 @@
+"""``kvpilot recommend``: ranked deployments for a GPU and a goal.
+
+Contract::
+
+    kvpilot recommend --gpu NAME|--gpu-total-mib N [--gpu-free-mib N] [--context L] [--users N]
+                      [--use-case chat|long-docs|batch] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from kvpilot.core.errors import FitError
+from kvpilot.core.fit.plan import GiB, MiB
+from kvpilot.core.fit.recommend import USE_CASES, Goal, GpuTarget, Recommendation, recommend
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "recommend", help="rank complete deployments for a GPU and a goal",
+        description="Rank checkpoint x context x sequences x KV dtype x utilization for a GPU.",
+    )
+    parser.add_argument("--gpu", help="GPU name from the spec table, e.g. 'RTX 4090'")
+    parser.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (as nvidia-smi)")
+    parser.add_argument("--gpu-free-mib", type=int, help="free GPU memory now, in MiB")
+    parser.add_argument("--context", type=int, default=8192, help="tokens per request")
+    parser.add_argument("--users", type=int, default=4, help="concurrent requests")
+    parser.add_argument("--use-case", choices=USE_CASES, default="chat")
+    parser.add_argument("--no-4bit", action="store_true", help="quality floor: 8-bit or better")
+    parser.add_argument("--model", help="only checkpoints whose id contains this text")
+    parser.add_argument("--vllm-version", default="0.33.0")
+    parser.add_argument("--limit", type=int, default=10, help="candidates to show")
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def target_from_args(args: argparse.Namespace) -> GpuTarget:
+    """The GPU from --gpu (spec table) and/or --gpu-total-mib / --gpu-free-mib.
+
+    Raises:
+        FitError: unknown GPU name or no memory size.
+    """
+    from kvpilot.core.hardware import specs
+
+    name, total, cc, bandwidth, tflops = "", None, None, None, None
+    if args.gpu:
+        spec = specs.lookup(None, args.gpu)
+        if spec is None:
+            known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
+            raise FitError(f"unknown GPU '{args.gpu}'; known: {known}")
+        name, total, cc = spec.name, spec.memory_total_bytes, spec.compute_capability
+        bandwidth, tflops = spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops
+    if args.gpu_total_mib is not None:
+        total = args.gpu_total_mib * MiB
+    if not total or total <= 0:
+        raise FitError("give --gpu NAME (e.g. 'RTX 4090') or --gpu-total-mib N")
+    free = args.gpu_free_mib * MiB if args.gpu_free_mib is not None else None
+    return GpuTarget(name, total, free, cc, bandwidth, tflops)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.context <= 0 or args.users <= 0:
+        raise FitError("--context and --users must be positive")
+    gpu = target_from_args(args)
+    goal = Goal(
+        use_case=args.use_case,
+        context_tokens=args.context,
+        users=args.users,
+        min_weight_bits=8 if args.no_4bit else 4,
+        vllm_version=args.vllm_version,
+        model_filter=args.model,
+    )
+    result = recommend(gpu, goal, limit=args.limit)
+    if args.json:
+        print(json.dumps(to_json(result), indent=2))
+    else:
+        print(render(result))
+    return 0 if result.candidates else 1
+
+
+def to_json(result: Recommendation) -> dict[str, Any]:
+    """The JSON form: goal, GPU, ranked candidates with their budgets, rejections."""
+    return {
+        "gpu": {"name": result.gpu.name, "total_bytes": result.gpu.total_bytes,
+                "free_bytes": result.gpu.free_bytes},
+        "goal": {"use_case": result.goal.use_case, "context": result.goal.context_tokens,
+                 "users": result.goal.users, "min_weight_bits": result.goal.min_weight_bits},
+        "candidates": [
+            {
+                "rank": i + 1,
+                "model": c.model_id,
+                "quantization": c.quantization,
+                "weight_bits": c.weight_bits,
+                "max_model_len": c.capacity.max_model_len,
+                "max_num_seqs": c.capacity.max_num_seqs,
+                "kv_cache_dtype": c.capacity.kv_cache_dtype,
+                "gpu_memory_utilization": c.capacity.gpu_memory_utilization,
+                "kv_cache_tokens": c.capacity.kv_cache_tokens,
+                "max_concurrency": round(c.capacity.max_concurrency, 2),
+                "headroom_bytes": c.capacity.headroom_bytes,
+                "decode_tokens_per_s": round(c.decode_tokens_per_s, 1)
+                if c.decode_tokens_per_s else None,
+                "ttft_s": round(c.ttft_s, 3) if c.ttft_s else None,
+                "score": c.score,
+                "reason": c.reason,
+                "budget": c.capacity.to_json(),
+            }
+            for i, c in enumerate(result.candidates)
+        ],
+        "rejected": [
+            {"model": r.model_id, "reason": r.reason, "shortfall_bytes": r.shortfall_bytes}
+            for r in result.rejected
+        ],
+    }
+
+
+def render(result: Recommendation) -> str:
+    g = result.goal
+    lines = [
+        f"Ranked plans for {result.gpu.name or 'GPU'} ({result.gpu.total_bytes / GiB:.1f} GiB): "
+        f"{g.use_case} · {g.context_tokens:,} context · {g.users} users",
+        "",
+        f"{'#':>2} {'checkpoint':48} {'KV':5} {'util':>5} {'KV tokens':>10} {'conc':>6} "
+        f"{'tok/s':>6} {'TTFT':>6}  reason",
+    ]
+    for i, c in enumerate(result.candidates, 1):
+        cap = c.capacity
+        tps = f"{c.decode_tokens_per_s:.0f}" if c.decode_tokens_per_s else "-"
+        ttft = f"{c.ttft_s:.2f}s" if c.ttft_s else "-"
+        lines.append(
+            f"{i:>2} {c.model_id:48} {cap.kv_cache_dtype:5} {cap.gpu_memory_utilization:>5.2f} "
+            f"{cap.kv_cache_tokens:>10,} {cap.max_concurrency:>5.1f}x {tps:>6} {ttft:>6}  "
+            f"{c.reason}"
+        )
+    if not result.candidates:
+        lines.append("   nothing in the catalog serves this goal; see the rejections below")
+    if result.rejected:
+        lines += ["", f"rejected ({len(result.rejected)}):"]
+        for r in result.rejected[:8]:
+            lines.append(f"   ✗ {r.model_id}: {r.reason}")
+        if len(result.rejected) > 8:
+            lines.append(f"   ... and {len(result.rejected) - 8} more (--json lists all)")
+    return "\n".join(lines)
