@@ -274,7 +274,11 @@ _PHASE_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             r"Starting torch\.compile|Compile and warming up model",
             COMPILING,
         ),
-        (r"Available KV cache memory|KV cache size:|GiB for KV cache on node", KV_CACHE_ALLOCATED),
+        (
+            r"Available KV cache memory: [\d.]+ GiB|KV cache size: [\d,]+ tokens|"
+            r"GiB for KV cache on node",
+            KV_CACHE_ALLOCATED,
+        ),
         (
             r"Capturing CUDA graphs|Graph capturing finished|Capturing cudagraphs",
             CAPTURING_CUDA_GRAPHS,
@@ -357,7 +361,7 @@ _SUMMARY_PARTS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], dict[str,
     ),
     (
         re.compile(r"([\d.]+) GiB for CUDAGraph memory"),
-        lambda m: {"cudagraph_bytes": gib_to_bytes(m[1])},
+        lambda m: {"cudagraph_estimate_bytes": gib_to_bytes(m[1])},
     ),
     (
         re.compile(r"--kv-cache-memory=(\d+)` \([\d.]+ GiB\) to fit into requested memory"),
@@ -617,8 +621,9 @@ def _not_found_repo(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
 
 
 def _gated(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    repo = re.search(r"huggingface\.co/([\w.-]+/[\w.-]+)", msg)
-    name = repo[1] if repo else ctx.model
+    named = re.search(r"Access to model (\S+) is restricted", msg)
+    url = re.search(r"huggingface\.co/(?:api/models/)?([\w.-]+/[\w.-]+)", msg)
+    name = ctx.model or (named[1] if named else None) or (url[1] if url else None)
     return FailureEvent(
         fk.GATED_REPO,
         f"{_model_label(ctx, name)} is gated or private: accept its licence on huggingface.co "
