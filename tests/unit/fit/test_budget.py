@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -138,4 +139,4 @@ def test_version_profiles_are_ordered_and_cover_old_versions():
     assert activation.profile_for("0.33.0+cpu").cudagraph_in_budget
     assert activation.profile_for(None) is activation.PROFILES[0]
     sinces = [p.since for p in activation.PROFILES]
-    assert all(a >= b for a, b in zip(sinces, sinces[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(sinces))
