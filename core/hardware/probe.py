@@ -200,6 +200,35 @@ def _bool(value: Any) -> bool | None:
     return None if value is None else bool(value)
 
 
+_PROCESS_FUNCTIONS = {
+    "compute": "nvmlDeviceGetComputeRunningProcesses",
+    "graphics": "nvmlDeviceGetGraphicsRunningProcesses",
+}
+
+
+def running_processes(
+    nv: Nvml, handle: Any, kind: str, missing: list[str] | None = None
+) -> list[Any]:
+    """NVML's process entries (``pid``, ``usedGpuMemory``) of one kind: compute or graphics.
+
+    Falls back to the ``_v2`` function when the binding's unversioned one is missing from an
+    older driver. Empty (and ``"<kind>_processes"`` added to ``missing``) when unreadable.
+
+    Raises:
+        GpuLostError: the GPU stopped answering.
+    """
+    function = _PROCESS_FUNCTIONS[kind]
+    label = f"{kind}_processes"
+    entries = nv.call(function, handle, field=label)
+    if entries is None and hasattr(nv.module, f"{function}_v2"):
+        entries = nv.call(f"{function}_v2", handle, field=label)
+    if entries is None:
+        if missing is not None:
+            missing.append(label)
+        return []
+    return list(entries)
+
+
 def read_processes(
     nv: Nvml, handle: Any, reader: ProcessReader, missing: list[str]
 ) -> tuple[GpuProcess, ...]:
@@ -209,12 +238,8 @@ def read_processes(
         GpuLostError: the GPU stopped answering.
     """
     seen: dict[int, tuple[set[str], int | None]] = {}
-    for list_kind, function in (
-        ("compute", "nvmlDeviceGetComputeRunningProcesses"),
-        ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
-    ):
-        entries = nv.call(function, handle, field=f"{list_kind}_processes", missing=missing) or []
-        for entry in entries:
+    for list_kind in ("compute", "graphics"):
+        for entry in running_processes(nv, handle, list_kind, missing):
             pid = int(entry.pid)
             used = entry.usedGpuMemory
             kinds, prev = seen.get(pid, (set(), None))

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
-from kvpilot.core.hardware.probe import read_dynamic, read_memory
+from kvpilot.core.hardware.probe import read_dynamic, read_memory, running_processes
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
 
 log = logging.getLogger("kvpilot.hardware")
@@ -288,11 +288,8 @@ class GpuSampler:
 def _process_memory(nv: Nvml, handle: Any) -> dict[int, int | None]:
     """pid -> used bytes (None: not reported) over compute and graphics processes."""
     out: dict[int, int | None] = {}
-    for function in (
-        "nvmlDeviceGetComputeRunningProcesses",
-        "nvmlDeviceGetGraphicsRunningProcesses",
-    ):
-        for entry in nv.call(function, handle, field="processes") or ():
+    for kind in ("compute", "graphics"):
+        for entry in running_processes(nv, handle, kind):
             used = entry.usedGpuMemory
             prev = out.get(int(entry.pid))
             if used is None:

@@ -257,3 +257,17 @@ def test_helpers() -> None:
     assert cuda_version_text(None) is None
     assert pci_device_id_text(0x268410DE) == "0x2684"
     assert pci_device_id_text(None) is None
+
+
+def test_old_driver_process_list_falls_back_to_v2(fake: Fake, system: SystemSnapshot) -> None:
+    replay = fake("rtx4090-desktop")
+    listed = replay.nvmlDeviceGetGraphicsRunningProcesses
+
+    def unversioned_missing(handle: Any) -> Any:
+        raise replay.NVMLLibraryMismatchError("use nvmlDeviceGetGraphicsRunningProcesses_v2")
+
+    replay.nvmlDeviceGetGraphicsRunningProcesses = unversioned_missing  # type: ignore[method-assign]
+    replay.nvmlDeviceGetGraphicsRunningProcesses_v2 = listed  # type: ignore[attr-defined]
+    (gpu,) = probe(replay, system=system).gpus
+    assert {p.name for p in gpu.processes} == {"Xorg", "gnome-shell", "firefox"}
+    assert "graphics_processes" not in gpu.unavailable_fields
