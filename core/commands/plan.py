@@ -27,6 +27,26 @@ from kvpilot.core.models.resolve import load_model_spec
 DEFAULT_VLLM_VERSION = "0.33.0"
 
 
+def parse_size(text: str) -> int:
+    """Bytes from ``1073741824``, ``64M``/``1G`` (binary) or ``64m``/``1g`` (decimal), as vLLM.
+
+    Raises:
+        argparse.ArgumentTypeError: not a size.
+    """
+    decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    raw = text.strip()
+    try:
+        if raw and raw[-1] in "KMGT":
+            return int(float(raw[:-1]) * (1 << (10 * ("KMGT".index(raw[-1]) + 1))))
+        if raw and raw[-1] in decimal:
+            return int(float(raw[:-1]) * decimal[raw[-1]])
+        return int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; use bytes or a suffix like 64M or 2G"
+        ) from None
+
+
 def add_plan_arguments(parser: argparse.ArgumentParser, *, model_required: bool = True) -> None:
     """The plan flags shared by ``plan`` and ``serve``."""
     parser.add_argument("--model", required=model_required,
@@ -39,6 +59,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser, *, model_required: bool 
     parser.add_argument("--max-num-seqs", type=int)
     parser.add_argument("--max-num-batched-tokens", type=int)
     parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--kv-cache-memory-bytes", type=parse_size,
+                        help="fixed KV cache size (e.g. 8G); replaces the utilization budget")
     parser.add_argument("--quantization")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--enforce-eager", action="store_true")
@@ -85,8 +107,22 @@ def gpu_from_args(args: argparse.Namespace) -> tuple[int, int | None, str, tuple
     return total, free, name, cc
 
 
-def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
+def detected_vllm_version(configured: str | None = None) -> str | None:
+    """The version of the vLLM kvpilot would launch, or None when none is installed."""
+    from kvpilot.core.errors import RuntimeNotFoundError
+    from kvpilot.core.vllm import runtime as vllm_runtime
+
+    try:
+        return vllm_runtime.discover(configured).version
+    except RuntimeNotFoundError:
+        return None
+
+
+def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = None) -> PlanInputs:
     """Build PlanInputs from the shared plan flags (loads the model spec).
+
+    The vLLM version is, in order: ``vllm_version``, ``--vllm-version``, the installed vLLM's,
+    then the newest kvpilot knows.
 
     Raises:
         KvpilotError: bad model reference or GPU.
@@ -104,10 +140,14 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         kv_cache_dtype=args.kv_cache_dtype,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         quantization=args.quantization,
         tensor_parallel_size=args.tensor_parallel_size,
         enforce_eager=args.enforce_eager,
-        vllm_version=args.vllm_version or DEFAULT_VLLM_VERSION,
+        vllm_version=vllm_version
+        or args.vllm_version
+        or detected_vllm_version(getattr(args, "vllm", None))
+        or DEFAULT_VLLM_VERSION,
     )
 
 
@@ -127,10 +167,15 @@ def plan(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = inputs_from_args(args)
     store = MeasurementStore(paths.measurements_path())
     if args.measure:
-        _measure(args, inputs, store)
+        from kvpilot.core.vllm import runtime as vllm_runtime
+
+        rt = vllm_runtime.discover(args.vllm)
+        inputs = inputs_from_args(args, vllm_version=rt.version)
+        _measure(args, inputs, store, rt)
+    else:
+        inputs = inputs_from_args(args)
     capacity = plan(inputs, store)
     if args.json:
         print(json.dumps(capacity.to_json(), indent=2, default=str))
@@ -139,14 +184,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if capacity.fits else 1
 
 
-def _measure(args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore) -> None:
+def _measure(
+    args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore, rt: Any
+) -> None:
     """Launch with dummy weights and store what vLLM reported (needs a vLLM runtime)."""
     from kvpilot.core.fit.calibrate import key_for
-    from kvpilot.core.vllm import runtime as vllm_runtime
     from kvpilot.core.vllm.command import LaunchSpec, find_free_port
     from kvpilot.core.vllm.measure import run_measurement
 
-    rt = vllm_runtime.discover(args.vllm)
+    print(f"measuring with vLLM {rt.version} ({rt.location}), dummy weights...", flush=True)
     model_ref = inputs.model.source or inputs.model.model_id
     spec = LaunchSpec.from_plan(
         inputs, model_ref, load_format="dummy", port=find_free_port("127.0.0.1", 8000)
@@ -154,7 +200,7 @@ def _measure(args: argparse.Namespace, inputs: PlanInputs, store: MeasurementSto
     key = key_for(inputs)
     measured = run_measurement(
         rt, spec, store, args.measure_timeout, data_dir=paths.data_dir(),
-        key=replace(key, vllm_version=rt.version),
+        key=key,
     )
     if measured.available_kv_bytes is not None:
         print(f"measured: {measured.available_kv_bytes / GiB:.2f} GiB KV, "

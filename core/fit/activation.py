@@ -193,8 +193,11 @@ NON_TORCH_TENSOR_PARALLEL_BYTES = int(0.45 * GiB)
 
 
 def activation_bytes_per_element(model: ModelSpec, serve_dtype: str | None = None) -> int:
-    """Bytes of one activation element: 4 for float32 serving, else 2."""
-    dtype = (serve_dtype or model.torch_dtype or "bfloat16").lower()
+    """Bytes of one activation element: 4 when serving in float32 (explicit), else 2.
+
+    ``serve_dtype`` None means ``--dtype auto``, which serves float32 checkpoints in 16 bits.
+    """
+    dtype = (serve_dtype or "").lower()
     return 4 if dtype in ("float32", "float", "fp32") else 2
 
 

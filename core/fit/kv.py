@@ -68,8 +68,20 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     """
     kv = kv_cache_dtype.lower()
     if kv in ("auto", ""):
-        return dtype_bytes(model_dtype)
+        return dtype_bytes(serving_dtype(model_dtype))
     return dtype_bytes(kv)
+
+
+def serving_dtype(checkpoint_dtype: str) -> str:
+    """The dtype vLLM runs a checkpoint in with ``--dtype auto``.
+
+    "auto will use FP16 precision for FP32 and FP16 models, and BF16 precision for BF16 models"
+    (vLLM's help text); a float32 checkpoint therefore serves in 16 bits.
+    """
+    key = (checkpoint_dtype or "bfloat16").lower().replace("torch.", "")
+    if key in ("float32", "float", "fp32"):
+        return "float16"
+    return key
 
 
 @dataclass(frozen=True)
