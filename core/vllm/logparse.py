@@ -185,9 +185,10 @@ _PREFIX = re.compile(
     r"^(?:\((?P<proc>[\w.:-]+) pid=(?P<pid>\d+)\)\s+)?"
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) "
     r"\[(?P<file>[^\]:]+):(?P<lineno>\d+)\] ?)?"
-    r"(?P<msg>.*)$",
-    re.DOTALL,
 )
+#: only this many characters of a message are matched against the rules (config dumps can be
+#: tens of kB; every message kvpilot reads carries its figures well before this point)
+MATCH_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,8 @@ def clean_line(raw: str) -> str:
 def parse_line(raw: str) -> LogLine:
     """Split a log line (any supported version) into prefix fields and message."""
     text = clean_line(raw)
-    match = _PREFIX.match(text)
-    if match is None:  # pragma: no cover - the pattern matches every string
+    match = _PREFIX.match(text[:400])
+    if match is None:  # pragma: no cover - every group is optional
         return LogLine(raw, text, None, None, None, None, text)
     pid = match.group("pid")
     return LogLine(
@@ -226,7 +227,7 @@ def parse_line(raw: str) -> LogLine:
         pid=int(pid) if pid else None,
         level=match.group("level"),
         file=match.group("file"),
-        message=match.group("msg"),
+        message=text[match.end() :],
     )
 
 
@@ -421,8 +422,8 @@ _RANK = {fk.UNKNOWN: 1, fk.ENGINE_DIED: 2, fk.STARTUP_TIMEOUT: 2, fk.GATED_REPO:
 _SPECIFIC_RANK = 3
 
 _EXC_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*(?P<cls>[A-Za-z_]\w*(?:Error|Exception|Interrupt)|Exception)"
-    r"(?:: (?P<text>.*))?$"
+    r"^(?:[A-Za-z_]\w{0,80}\.){0,8}"
+    r"(?P<cls>[A-Za-z_]\w{0,80}(?:Error|Exception|Interrupt)|Exception)(?:: (?P<text>.*))?$"
 )
 _GENERIC_ERRORS = re.compile(
     r"EngineDeadError|Engine core initialization failed|WorkerProc initialization failed|"
@@ -870,6 +871,7 @@ _PYDANTIC_HEAD = re.compile(r"\d+ validation errors? for \w+")
 _PYDANTIC_FIELD = re.compile(r"^[A-Za-z_][\w.]*$")
 _READY_URL = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (\S+)")
 _SHUTDOWN_REQUESTED = "[shutdown] API server: shutdown triggered"
+_ACCESS_LOG = re.compile(r'(?:INFO:\s+)?[\d.:\[\]a-fA-F]+:\d+ - "[A-Z]+ ')
 
 
 def _rank(kind: str) -> int:
@@ -934,12 +936,14 @@ class LogScanner:
         )
 
     def _feed(self, parsed: LogLine) -> list[Event]:
-        msg = parsed.message
+        msg = parsed.message[:MATCH_CHARS]
         text = parsed.text
         if not text.strip():
             return []
         self.recent.append(text)
         events: list[Event] = []
+        if _ACCESS_LOG.match(msg):
+            return events  # uvicorn access log: client text, never a vLLM event
 
         if _SHUTDOWN_REQUESTED in msg:
             self.shutting_down = True
@@ -999,7 +1003,7 @@ class LogScanner:
             self._pydantic_field = None
         elif self._in_pydantic and _PYDANTIC_FIELD.match(stripped):
             self._pydantic_field = stripped
-        exc = _EXC_LINE.match(stripped)
+        exc = _EXC_LINE.match(stripped[:300])
         if exc and exc["text"] and not _GENERIC_ERRORS.search(stripped):
             cleaned = stripped if exc["cls"] != "Exception" else exc["text"]
             self.last_error = cleaned

@@ -480,7 +480,10 @@ class FlagSet:
                     f"{', '.join(matches[:5])}; write the full flag"
                 )
             return None
-        # short option with an attached value: -O3, -tp2
+        # -O3 / -O=3 / -O 3: the parser rewrites them to --optimization-level
+        if re.fullmatch(r"-O(?:=?\d*)", token) and "--optimization-level" in self.flags:
+            return "--optimization-level"
+        # short option with an attached value: -tp2
         for flag in sorted(self.flags, key=len, reverse=True):
             if not flag.startswith("--") and name.startswith(flag):
                 return flag

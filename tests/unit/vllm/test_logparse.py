@@ -463,3 +463,10 @@ def test_classify_exit() -> None:
     relabelled = classify_exit(1, late, was_ready=True)
     assert relabelled is not None and relabelled.kind == fk.CUDA_OOM_SERVING
     assert classify_exit(None, LogScanner(), was_ready=False) is None
+
+
+def test_access_log_lines_are_never_events() -> None:
+    scanner = LogScanner()
+    line = 'INFO:     127.0.0.1:39546 - "GET /v1/CUDA out of memory HTTP/1.1" 404 Not Found'
+    assert scanner.feed(line) == []
+    assert scanner.failure is None

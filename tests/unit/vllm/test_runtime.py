@@ -198,7 +198,6 @@ def test_parse_help_flags_reads_invocations_only(data_dir: Path) -> None:
         "-tp",
         "-q",
         "-cc",
-        "-O",
         "-h",
         "--help",
         "--hf-token",
@@ -291,3 +290,63 @@ def test_default_cache_location_is_platform_cache(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert rt._cache_dir(None) == tmp_path / "xdg-cache" / "kvpilot" / "vllm"
+
+
+# ---------------------------------------------------------------- the real 0.32.0 help
+
+
+@pytest.fixture
+def flags032(data_dir: Path) -> FlagSet:
+    text = (data_dir / "serve_help_0.32.0_cpu.txt").read_text()
+    return FlagSet("0.32.0+cpu", parse_help_flags(text))
+
+
+def test_real_032_help_flag_table(flags032: FlagSet) -> None:
+    for flag in (
+        "--max-model-len",
+        "--kv-cache-memory-bytes",
+        "--gpu-memory-utilization",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--served-model-name",
+        "--enforce-eager",
+        "--load-format",
+        "-tp",
+    ):
+        assert flag in flags032.flags, flag
+    assert "--swap-space" not in flags032.flags
+    assert "--disable-log-requests" not in flags032.flags  # gone 0.17.0-0.32.x
+    assert len(flags032.flags) > 300
+
+
+def test_real_032_accepts_the_cpu_test_command(flags032: FlagSet) -> None:
+    check_flags(
+        flags032,
+        [
+            "/data/tinymodel",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8765",
+            "--max-model-len",
+            "1024",
+            "--max-num-seqs",
+            "4",
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            "64M",
+            "-O3",
+            "--load-format",
+            "dummy",
+        ],
+    )
+
+
+def test_real_032_refuses_disable_log_requests_with_history(flags032: FlagSet) -> None:
+    with pytest.raises(CommandError) as err:
+        check_flags(flags032, ["/m", "--disable-log-requests"])
+    assert "removed in vLLM 0.17.0" in str(err.value)
+    assert "accepted again from 0.33.0" in str(err.value)
+    assert "vLLM 0.32.0+cpu does not accept it" in str(err.value)
