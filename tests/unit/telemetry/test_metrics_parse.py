@@ -215,3 +215,32 @@ def test_truncated_real_payload_at_line_boundary_inside_vllm_section(payload, fa
         parse_metrics(text[:cut], 0.0, fast=fast)
     assert info.value.kind is ScrapeErrorKind.TRUNCATED
     assert "kv_usage_frac" in str(info.value)
+
+
+TRICKY = (
+    # escapes, a comma and a brace inside a label value, a trailing comma, a timestamp,
+    # tabs, exponent and NaN values
+    'vllm:num_requests_running{engine="0",model_name="org/m \\"x\\", {y} \\\\ z\\n",} 2\n'
+    'vllm:num_requests_waiting{engine="0",model_name="org/m \\"x\\", {y} \\\\ z\\n"}\t1.5e0\n'
+    'vllm:kv_cache_usage_perc{engine="0"} 0.25 1700000000000\n'
+    "vllm:generation_tokens_total 1e+03\n"
+    "vllm:prompt_tokens_total NaN\n"
+    'vllm:cache_config_info{block_size="16",kv_cache_dtype_skip_layers="[\'a\', \'b\']"} 1.0\n'
+)
+
+
+def test_fast_line_parser_matches_prometheus_client_on_tricky_lines():
+    fast = parse_metrics(TRICKY, 0.0, fast=True)
+    full = parse_metrics(TRICKY, 0.0, fast=False)
+    assert fast.model_name == 'org/m "x", {y} \\ z\n'
+    assert fast.running == 2.0 and fast.waiting == 1.5 and fast.kv_usage_frac == 0.25
+    assert fast.generation_tokens_total == 1000.0
+    assert fast.cache_config["kv_cache_dtype_skip_layers"] == "['a', 'b']"
+    assert math.isnan(fast.prompt_tokens_total) and math.isnan(full.prompt_tokens_total)
+    assert replace_nan(fast) == replace_nan(full)
+
+
+def replace_nan(sample):
+    from dataclasses import replace
+
+    return replace(sample, prompt_tokens_total=None)

