@@ -208,6 +208,8 @@ class Supervisor:
         keep_launches: launch log files kept in ``<data_dir>/logs``.
         settle_s: seconds to wait after the first failure line for a more specific one.
         check_flags: refuse flags the runtime's version does not know before launching.
+        exit_grace_s: after a classified failure, seconds vLLM gets to exit by itself before
+            the rest of its tree is stopped.
     """
 
     def __init__(
@@ -226,6 +228,7 @@ class Supervisor:
         log_max_bytes: int = 20 << 20,
         settle_s: float = 0.2,
         check_flags: bool = True,
+        exit_grace_s: float = 3.0,
     ) -> None:
         self.runtime = runtime
         self.spec = spec
@@ -237,6 +240,7 @@ class Supervisor:
         self.measurements = measurements
         self.settle_s = settle_s
         self.check_flags = check_flags
+        self.exit_grace_s = exit_grace_s
         self._keep_launches = keep_launches
         self._log_max_bytes = log_max_bytes
 
@@ -652,7 +656,11 @@ class Supervisor:
         self._emit(failure)
         self._set_state(FAILED, failure)
         if not self._adopted or self._pid is not None:
-            # the rest of the tree is useless now: stop it, in this (monitor) thread
+            # vLLM usually exits by itself right after the failure (keeping its own status);
+            # give it a moment, then stop what is left of the tree, in this (monitor) thread
+            deadline = time.monotonic() + self.exit_grace_s
+            while not self._leader_exited() and time.monotonic() < deadline:
+                time.sleep(0.05)
             self._cleanup(2.0, 3.0, 5.0)
 
     def _cleanup(self, sigint_s: float, sigterm_s: float, sigkill_s: float) -> StopReport:
