@@ -883,6 +883,10 @@ class LogScanner:
 
     ``version`` (the runtime's) lets unknown-flag messages name the removal version; ``port``
     names the port in a port-in-use message when the log does not show it.
+
+    A :class:`FailureEvent` may be followed by a more specific one (a serving OOM's traceback
+    comes after "EngineCore encountered a fatal error"); :attr:`failure` always holds the best so
+    far. Not thread-safe: feed stdout and stderr lines from one thread or under one lock.
     """
 
     def __init__(

@@ -470,3 +470,98 @@ def test_access_log_lines_are_never_events() -> None:
     line = 'INFO:     127.0.0.1:39546 - "GET /v1/CUDA out of memory HTTP/1.1" 404 Not Found'
     assert scanner.feed(line) == []
     assert scanner.failure is None
+
+
+SINGLE_LINES = [
+    (
+        "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve "
+        "even a single token. Try increasing `gpu_memory_utilization`.",
+        fk.NO_KV_MEMORY,
+        "No memory is left",
+    ),
+    (
+        "TimeoutError: Timed out waiting for engine core processes to start. This is often "
+        "caused by slow weight loading for large models. Waited 600s (configured by "
+        "VLLM_ENGINE_READY_TIMEOUT_S).",
+        fk.STARTUP_TIMEOUT,
+        "did not finish starting",
+    ),
+    (
+        "vllm: error: ambiguous option: --max-num could match --max-num-seqs, "
+        "--max-num-batched-tokens",
+        fk.UNKNOWN_FLAG,
+        "--max-num is ambiguous",
+    ),
+    (
+        "Hint: --task is not a vllm serve option. For embedding, reranking, or reward models, "
+        "use --runner pooling.",
+        fk.UNKNOWN_FLAG,
+        "--runner pooling",
+    ),
+    (
+        "RuntimeError: Quantization scheme is not supported for the current GPU. Min "
+        "capability: 89. Current capability: 86.",
+        fk.UNSUPPORTED_QUANTIZATION,
+        "compute capability 8.9 but this GPU has 8.6",
+    ),
+    (
+        "  Value error, Invalid kv_cache_dtype: 'bogus'. Valid values are: ['auto', 'fp8']",
+        fk.BAD_FLAG_VALUE,
+        "--kv-cache-dtype bogus",
+    ),
+    (
+        "  Value error, Unknown quantization method: bogus. Must be one of ['awq', 'fp8'].",
+        fk.BAD_FLAG_VALUE,
+        "--quantization bogus",
+    ),
+    (
+        "ValueError: No valid attention backend found for cuda with head_size: 128, "
+        "dtype: torch.bfloat16, kv_cache_dtype: fp8_e5m2. Reasons: {FLASH_ATTN: "
+        "[kv_cache_dtype not supported]}.",
+        fk.UNSUPPORTED_KV_DTYPE,
+        "KV cache dtype",
+    ),
+    (
+        "ValueError: bfloat16 KV cache is not supported on Tesla T4 (compute capability 7.5); "
+        "bfloat16 requires SM80+. Re-run with --kv-cache-dtype float16.",
+        fk.UNSUPPORTED_KV_DTYPE,
+        "--kv-cache-dtype float16",
+    ),
+    (
+        "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. Repository Not "
+        "Found for url: https://huggingface.co/api/models/nobody/nothing.",
+        fk.MODEL_NOT_FOUND,
+        "does not exist on the Hugging Face hub",
+    ),
+    (
+        "OSError: [Errno 98] Address already in use",
+        fk.PORT_IN_USE,
+        "Port 8123 is already in use",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "kind", "phrase"), SINGLE_LINES)
+def test_single_failure_lines(line: str, kind: str, phrase: str) -> None:
+    scanner = LogScanner(version="0.33.0", port=8123)
+    events = scanner.feed(line)
+    assert len(events) == 1
+    event = events[0]
+    assert isinstance(event, FailureEvent)
+    assert event.kind == kind
+    assert phrase in event.message
+    assert event.message.endswith(".")
+
+
+def test_0_11_ready_hint_url() -> None:
+    _, events = scan(GPU / "startup_0.11.log")
+    urls = [e.url for e in of_type(events, ReadyHintEvent)]
+    assert urls == ["http://127.0.0.1:8011", None]
+
+
+def test_later_failure_refines_generic_engine_death() -> None:
+    # on a serving OOM the traceback's root cause follows "EngineCore encountered a fatal error"
+    scanner, events = scan(GPU / "oom_serving_0.33.log")
+    kinds = [e.kind for e in of_type(events, FailureEvent)]
+    assert kinds == [fk.ENGINE_DIED, fk.CUDA_OOM_SERVING]
+    assert scanner.failure is not None and scanner.failure.kind == fk.CUDA_OOM_SERVING
