@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,11 +351,6 @@ def list_runtimes(
         except RuntimeNotFoundError:
             continue
     return found
-
-
-def current_python_runtime_prefix() -> tuple[str, ...]:
-    """``(sys.executable, '-m', CLI_MODULE)``: the module entry point of this interpreter."""
-    return (sys.executable, "-m", CLI_MODULE)
 
 
 # --------------------------------------------------------------------------------------------
