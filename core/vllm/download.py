@@ -685,20 +685,25 @@ class Downloader:
         while have < size:
             self._check_cancel()
             before = have
+            problem = "the server ended the transfer early"
             try:
-                have = self._stream(client, url, request_headers, partial, have, size)
+                self._stream(client, url, request_headers, partial, have, size)
             except _NETWORK_ERRORS as exc:
-                retries = 0 if have > before else retries + 1
-                if retries > self._max_retries:
-                    raise DownloadInterruptedError(
-                        f"the connection broke while downloading {planned.filename} "
-                        f"({_size(have)} of {_size(size)} kept; {_short(exc)}); start the download "
-                        "again to resume it"
-                    ) from exc
-                if self.cancel_event.wait(self._retry_delay_s * 2 ** max(retries - 1, 0)):
-                    self._check_cancel()
-                have = partial.stat().st_size if partial.exists() else 0
+                problem = _short(exc)
+            have = partial.stat().st_size if partial.exists() else 0
+            if have >= size:
+                break
+            retries = 1 if have > before else retries + 1  # failures since bytes last arrived
+            if retries > self._max_retries:
+                raise DownloadInterruptedError(
+                    f"the connection broke while downloading {planned.filename} "
+                    f"({_size(have)} of {_size(size)} kept; {problem}); start the download "
+                    "again to resume it"
+                )
+            if self.cancel_event.wait(self._retry_delay_s * 2 ** max(retries - 1, 0)):
+                self._check_cancel()
         if have != size:
+            partial.unlink()
             raise DownloadInterruptedError(
                 f"{planned.filename} arrived with {have} bytes instead of {size}; start the "
                 "download again"

@@ -503,3 +503,19 @@ def test_ensure_downloaded_fetches_once_then_uses_the_cache(hub: FakeHub) -> Non
     seen = len(hub.settled())
     assert dl.ensure_downloaded(REPO) == snapshot
     assert len(hub.settled()) == seen  # no request at all the second time
+
+
+def test_retries_give_up_when_no_byte_arrives_any_more(hub: FakeHub) -> None:
+    hub.chunk_delay_s = 0.002
+    plan = plan_download(REPO)
+    stopper = threading.Thread(target=hub.stop)
+
+    def stop_hub_mid_file(event: DownloadProgress) -> None:
+        if event.current_file == WEIGHTS and event.bytes_fetched > 1_000_000 and not stopper.ident:
+            stopper.start()
+
+    with pytest.raises(DownloadInterruptedError, match="kept") as err:
+        Downloader(plan, stop_hub_mid_file, max_retries=2, retry_delay_s=0.01).run()
+    stopper.join(timeout=10)
+    assert "of 5.2 MB kept" in str(err.value)
+    assert _partial(plan).stat().st_size > 1_000_000 - 30_000  # the bytes that arrived stay
