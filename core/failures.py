@@ -17,6 +17,7 @@ CUDA_OOM_GRAPHS = "cuda_oom_graphs"  # CUDA out of memory while profiling / capt
 CUDA_OOM_SERVING = "cuda_oom_serving"  # CUDA out of memory after the server was ready
 UNSUPPORTED_KV_DTYPE = "unsupported_kv_dtype"  # fp8 KV below SM89, bf16 KV below SM80, no backend
 UNSUPPORTED_QUANTIZATION = "unsupported_quantization"  # method needs a newer compute capability
+UNSUPPORTED_MODEL = "unsupported_model"  # no attention backend for this head size / model
 MODEL_NOT_FOUND = "model_not_found"
 GATED_REPO = "gated_repo"
 MAX_MODEL_LEN_ABOVE_MODEL = "max_model_len_above_model"  # "User-specified max_model_len ..."
@@ -36,6 +37,7 @@ ALL_KINDS: tuple[str, ...] = (
     CUDA_OOM_SERVING,
     UNSUPPORTED_KV_DTYPE,
     UNSUPPORTED_QUANTIZATION,
+    UNSUPPORTED_MODEL,
     MODEL_NOT_FOUND,
     GATED_REPO,
     MAX_MODEL_LEN_ABOVE_MODEL,

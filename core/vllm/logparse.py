@@ -560,7 +560,12 @@ def _fp8_arch(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
 
 def _backend_kv(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent | None:
     if not re.search(r"kv_cache_dtype not supported|FP8 KV cache", msg):
-        return None
+        return FailureEvent(
+            fk.UNSUPPORTED_MODEL,
+            "No attention backend of this vLLM supports this model on this GPU (head size, "
+            "block size or compute capability); see the reasons vLLM lists in the log.",
+            details={"reasons": msg[m.end():].strip()[:300]},
+        )
     return FailureEvent(
         fk.UNSUPPORTED_KV_DTYPE,
         "No attention backend on this GPU supports the chosen KV cache dtype; use the auto "
