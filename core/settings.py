@@ -58,7 +58,7 @@ SECRETS_STORAGE = (
 )
 
 KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
-USE_CASES: tuple[str, ...] = ("chat", "long_documents", "batch")
+USE_CASES: tuple[str, ...] = ("chat", "long-docs", "batch")
 THEMES: tuple[str, ...] = ("system", "light", "dark")
 MAX_SAMPLING_HZ = 20.0
 DEFAULT_PROFILE_NAME = "Default"

@@ -43,7 +43,7 @@ def test_round_trip_keeps_every_field(store: st.SettingsStore) -> None:
         name="Chat 32k",
         model_ref="Qwen/Qwen3-14B-AWQ",
         plan=st.PlanSettings(
-            use_case="long_documents",
+            use_case="long-docs",
             max_model_len=32768,
             max_num_seqs=3,
             kv_cache_dtype="fp8",

@@ -1,0 +1,62 @@
+"""``kvpilot gui``: the desktop app (also what plain ``kvpilot`` runs).
+
+The Qt application lives in :mod:`kvpilot.gui.app`; it is imported only when this command runs,
+so the rest of the CLI never loads Qt and ``kvpilot.core`` stays free of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+PANELS = ("planner", "dashboard", "log", "fallback", "settings")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``gui`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "gui",
+        help="open the desktop app (the default)",
+        description="Open the kvpilot window: GPU, planner, server, live dashboard.",
+    )
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``gui`` options (shared with :func:`kvpilot.gui.app.run`)."""
+    parser.add_argument(
+        "--screenshot",
+        metavar="PATH",
+        help="render the window offscreen once it has loaded, save it as PNG and exit",
+    )
+    parser.add_argument(
+        "--fake-gpu",
+        metavar="NAME",
+        help="replay a recorded GPU instead of NVML (rtx4090-desktop, no-driver, ...)",
+    )
+    parser.add_argument(
+        "--panel",
+        choices=PANELS,
+        default="planner",
+        help="panel to show first (and to capture with --screenshot)",
+    )
+    parser.add_argument(
+        "--failure-log",
+        metavar="PATH",
+        help="with --panel fallback: classify this recorded vLLM log and show its failure banner",
+    )
+    parser.add_argument(
+        "--screenshot-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up waiting for the window to load after this long (default 60)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the app; returns its exit status."""
+    app = importlib.import_module("kvpilot.gui.app")
+    return int(app.main(args))

@@ -1,0 +1,242 @@
+"""The composition root: QApplication set-up, services, the main window, clean shutdown.
+
+``run(argv)`` parses the ``kvpilot gui`` options and returns the exit status; ``main(args)`` is
+what ``kvpilot gui`` calls. Quitting (window closed, Ctrl+C, SIGTERM) always passes through
+``AppServices.shutdown``, which stops a server this session started, so no vLLM process is left
+behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QCoreApplication, QTimer
+from PySide6.QtWidgets import QApplication, QWidget
+
+import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
+from kvpilot.core import settings as st
+from kvpilot.gui import theme
+from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.main_window import MainWindow
+from kvpilot.gui.services import AppServices
+from kvpilot.gui.workers import wait_for_pool
+
+log = logging.getLogger("kvpilot.gui")
+
+
+def ensure_app(argv: Sequence[str] | None = None) -> QApplication:
+    """The QApplication (created once, reused by tests)."""
+    app = QApplication.instance()
+    if isinstance(app, QApplication):
+        return app
+    app = QApplication(list(argv or [sys.argv[0]]))
+    app.setApplicationName("kvpilot")
+    app.setOrganizationName("kvpilot")
+    app.setDesktopFileName("kvpilot")
+    return app
+
+
+def build_window(
+    *,
+    fake_gpu: str | None = None,
+    store: st.SettingsStore | None = None,
+    services: AppServices | None = None,
+    confirm_stop: Callable[[], bool] | None = None,
+) -> MainWindow:
+    """Create services and the main window (the QApplication must exist)."""
+    store = store or st.SettingsStore()
+    load = store.load()
+    app = QApplication.instance()
+    if isinstance(app, QApplication):
+        theme.apply_theme(app, load.settings.active.theme)
+    if services is None:
+        services = AppServices(CoreBridge(), fake_gpu=fake_gpu)
+    window = MainWindow(services, store, load, confirm_stop=confirm_stop)
+    if isinstance(app, QApplication):
+        app.aboutToQuit.connect(services.shutdown)
+    return window
+
+
+def _install_signal_handlers(app: QApplication) -> QTimer:
+    """Ctrl+C / SIGTERM quit through Qt (so aboutToQuit stops the server)."""
+
+    def quit_(*_: Any) -> None:
+        app.quit()
+
+    signal.signal(signal.SIGINT, quit_)
+    signal.signal(signal.SIGTERM, quit_)
+    # let the Python interpreter run (and see signals) regularly while Qt's loop waits
+    timer = QTimer()
+    timer.setObjectName("python-signal-pump")
+    timer.start(250)
+    timer.timeout.connect(lambda: None)
+    return timer
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the app with parsed ``kvpilot gui`` options; returns the exit status."""
+    app = ensure_app()
+    window = build_window(fake_gpu=args.fake_gpu)
+    if args.screenshot:
+        return screenshot(
+            window, Path(args.screenshot), args.panel, args.screenshot_timeout, _failure_log(args)
+        )
+    show_panel(window, args.panel, _failure_log(args))
+    window.show()
+    pump = _install_signal_handlers(app)
+    try:
+        return int(app.exec())
+    finally:
+        pump.stop()
+        window.services.shutdown()
+        wait_for_pool(30_000)
+        dispose(window)
+
+
+def dispose(window: MainWindow) -> None:
+    """Delete the window's C++ objects now, while Python is fully alive.
+
+    Leaving Qt widgets (notably pyqtgraph's) to the interpreter's final garbage collection can
+    crash PySide6 at exit; deleting them explicitly first avoids that.
+    """
+    from shiboken6 import Shiboken
+
+    window.dashboard.timer.stop()
+    wait_for_pool(30_000)
+    QCoreApplication.processEvents()  # deliver results of finished pool tasks first
+    if Shiboken.isValid(window):
+        Shiboken.delete(window)
+    QCoreApplication.processEvents()
+    import gc
+
+    gc.collect()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` as ``kvpilot gui`` options and run the app."""
+    from kvpilot.core.commands import gui as command
+
+    parser = argparse.ArgumentParser(prog="kvpilot gui")
+    command.add_arguments(parser)
+    return main(parser.parse_args(list(argv) if argv is not None else None))
+
+
+# ----------------------------------------------------------------------- panels & screenshots
+
+
+def show_panel(window: MainWindow, panel: str, failure_log: Path | None = None) -> QWidget:
+    """Bring ``panel`` to the front; returns the widget to capture."""
+    if panel == "dashboard":
+        window.tabs.setCurrentWidget(window.dashboard)
+    elif panel == "log":
+        window.tabs.setCurrentWidget(window.log_view)
+    else:
+        window.tabs.setCurrentWidget(window.planner)
+    if panel == "fallback" and failure_log is not None:
+        show_recorded_failure(window, failure_log)
+    if panel == "settings":
+        dialog = window.make_settings_dialog()
+        dialog.show()
+        return dialog
+    return window
+
+
+def loaded(window: MainWindow) -> bool:
+    """True once the probe, the vLLM lookup and the first plans have arrived."""
+    probed = window.probe_result is not None or window.target is not None
+    runtime_known = window.runtime is not None or (
+        window.runtime_problem is not None and not window.runtime_problem.endswith("…")
+    )
+    planned = bool(window.planner.rows) or window.planner.status.text() not in ("", "planning…")
+    return probed and runtime_known and planned
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
+    """Process events until ``predicate()`` or the timeout; True when it became true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        QCoreApplication.processEvents()
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def _failure_log(args: argparse.Namespace) -> Path | None:
+    value = getattr(args, "failure_log", None)
+    return Path(value) if value else None
+
+
+def screenshot(
+    window: MainWindow,
+    path: Path,
+    panel: str,
+    timeout_s: float = 60.0,
+    failure_log: Path | None = None,
+) -> int:
+    """Load offscreen, show ``panel``, save a PNG of it to ``path``; 0 on success, 1 if not."""
+    window.resize(1400, 940)
+    window.show()
+    ok = wait_until(lambda: loaded(window), timeout_s)
+    target = show_panel(window, panel, failure_log)
+    settle = time.monotonic() + 1.0
+    while time.monotonic() < settle:  # chart, feasibility and redraw timers
+        QCoreApplication.processEvents()
+        time.sleep(0.02)
+    window.dashboard.redraw()
+    QCoreApplication.processEvents()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = target.grab().save(str(path), "PNG")
+    if target is not window:
+        target.close()
+    window.close()
+    wait_for_pool(30_000)
+    window.services.shutdown()
+    dispose(window)
+    if not ok:
+        print(f"kvpilot: the window did not finish loading in {timeout_s:g} s", file=sys.stderr)
+    if not saved:
+        print(f"kvpilot: could not write {path}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0 if ok else 1
+
+
+def show_recorded_failure(window: MainWindow, log_path: Path) -> bool:
+    """Feed a recorded vLLM failure log through the core log scanner into the banner.
+
+    Used for ``--panel fallback`` (documentation screenshots): the failure is classified by
+    :class:`kvpilot.core.vllm.logparse.LogScanner` exactly as during a launch, and the fallback
+    options come from the fit engine for the selected plan.
+    """
+    from kvpilot.core.vllm import logparse
+    from kvpilot.gui.services import LaunchRequest
+
+    path = Path(log_path)
+    scanner = logparse.LogScanner()
+    failure = None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for ev in scanner.feed(line):
+            if isinstance(ev, logparse.FailureEvent) and failure is None:
+                failure = ev
+            window.log_view.append(logparse.parse_line(line).level or "INFO", line)
+    for ev in scanner.finish() if hasattr(scanner, "finish") else ():
+        if isinstance(ev, logparse.FailureEvent) and failure is None:
+            failure = ev
+    row = window.planner.selected()
+    if failure is None or row is None or row.inputs is None:
+        return False
+    window.current_request = LaunchRequest(
+        inputs=row.inputs, model=row.model_ref, profile=window.profile, predicted=row.capacity
+    )
+    window.server_panel.show_state("failed", model=row.model_ref)
+    window._on_failure(failure, after_ready=False)
+    wait_until(lambda: bool(window.banner.option_buttons) or window.banner.note.text() == "", 10)
+    return True

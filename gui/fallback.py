@@ -1,0 +1,135 @@
+"""The failure banner: the cause in one sentence and the ranked fallbacks as buttons.
+
+The main window fills it from the supervisor's failure and the fit engine's fallback options
+(:func:`kvpilot.core.fit.fallback.propose`); one click on an option relaunches with it.
+
+Signals:
+    option_chosen(object): the payload of the clicked option (a core fallback option).
+    details_requested(): the user wants the log.
+    dismissed(): the banner was closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvpilot.gui import theme
+
+
+@dataclass(frozen=True)
+class FallbackChoice:
+    """One button: ``label`` (short, with the predicted effect), ``tooltip`` (why), payload."""
+
+    label: str
+    tooltip: str
+    payload: Any
+
+
+class FallbackBanner(QFrame):
+    """A red-edged banner shown instead of the server row until dismissed."""
+
+    option_chosen = Signal(object)
+    details_requested = Signal()
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("fallbackBanner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet(
+            f"#fallbackBanner {{ border: 2px solid {theme.FAIL}; border-radius: 4px; "
+            "background: #fff4f4; }"
+            "#fallbackBanner QLabel { color: #202020; }"
+        )
+        self.cause = QLabel()
+        self.cause.setObjectName("fallbackCause")
+        self.cause.setWordWrap(True)
+        self.cause.setTextFormat(Qt.TextFormat.RichText)
+        self.cause.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.close_button = QToolButton()
+        self.close_button.setText("✕")
+        self.close_button.setToolTip("Dismiss")
+        self.close_button.clicked.connect(self._dismiss)
+        top = QHBoxLayout()
+        top.addWidget(self.cause, 1)
+        top.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.buttons_row = QHBoxLayout()
+        self.buttons_row.setSpacing(6)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setVisible(False)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        lay.addLayout(top)
+        lay.addLayout(self.buttons_row)
+        lay.addWidget(self.note)
+        self.option_buttons: list[QPushButton] = []
+        self.setVisible(False)
+
+    def show_failure(
+        self, cause: str, choices: Sequence[FallbackChoice], *, note: str = ""
+    ) -> None:
+        """Show ``cause`` and one button per choice (best first), plus Details."""
+        self.cause.setText(
+            f'<span style="color:{theme.FAIL}; font-weight:600">✗ vLLM could not start:</span> '
+            f"{_escape(cause)}"
+        )
+        self._clear_buttons()
+        for i, choice in enumerate(choices):
+            b = QPushButton(choice.label)
+            b.setObjectName(f"fallbackOption{i}")
+            b.setToolTip(choice.tooltip)
+            if i == 0:
+                b.setDefault(True)
+                b.setStyleSheet("font-weight: 600")
+            b.clicked.connect(lambda _=False, c=choice: self._choose(c))
+            self.buttons_row.addWidget(b)
+            self.option_buttons.append(b)
+        details = QPushButton("Details (log)")
+        details.clicked.connect(self.details_requested.emit)
+        self.buttons_row.addWidget(details)
+        self.buttons_row.addStretch(1)
+        self._details = details
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+        self.setVisible(True)
+
+    def set_title(self, title: str) -> None:
+        """Replace the lead-in (e.g. "the server stopped:" after a crash while serving)."""
+        text = self.cause.text().replace("vLLM could not start:", title, 1)
+        self.cause.setText(text)
+
+    def _choose(self, choice: FallbackChoice) -> None:
+        for b in self.option_buttons:
+            b.setEnabled(False)
+        self.option_chosen.emit(choice.payload)
+
+    def _clear_buttons(self) -> None:
+        while self.buttons_row.count():
+            item = self.buttons_row.takeAt(0)
+            w = item.widget() if item is not None else None
+            if w is not None:
+                w.setParent(None)
+                w.deleteLater()
+        self.option_buttons = []
+
+    def _dismiss(self) -> None:
+        self.setVisible(False)
+        self.dismissed.emit()
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,744 @@
+"""The main window: GPU, planner, server, dashboard and log, wired to :class:`AppServices`.
+
+Everything slow happens elsewhere: probes, planning, runtime discovery, server start and stop run
+on the thread pool; samplers and the supervisor run in their own core threads and report through
+:class:`~kvpilot.gui.bridge.CoreBridge` signals (queued onto this thread). Widgets are only
+touched here, on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvpilot.core import settings as st
+from kvpilot.core.errors import KvpilotError
+from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm import supervisor as sv
+from kvpilot.gui import theme
+from kvpilot.gui.fallback import FallbackBanner, FallbackChoice
+from kvpilot.gui.panels.dashboard_panel import DashboardPanel
+from kvpilot.gui.panels.gpu_panel import GpuPanel
+from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS, PlannerPanel
+from kvpilot.gui.panels.server_panel import LogView, ServerPanel
+from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
+from kvpilot.gui.services import AppServices, LaunchRequest
+from kvpilot.gui.settings_dialog import SettingsDialog
+from kvpilot.gui.workers import run_in_pool
+
+log = logging.getLogger("kvpilot.gui")
+
+DEFAULT_PLANNER_GPU = "NVIDIA GeForce RTX 4090"
+SHORTCUT_LAUNCH = "F5"
+SHORTCUT_STOP = "Shift+F5"
+SHORTCUT_SETTINGS = "Ctrl+,"
+
+
+class MainWindow(QMainWindow):
+    """The kvpilot window.
+
+    Args:
+        services: the core adapters of this session.
+        store: where settings are saved.
+        load: the settings as loaded (with the warnings to show).
+        confirm_stop: asked before closing stops a running server; returns True to stop and
+            close. Tests pass ``lambda: True``; the default asks with a message box.
+    """
+
+    def __init__(
+        self,
+        services: AppServices,
+        store: st.SettingsStore,
+        load: st.LoadResult,
+        *,
+        confirm_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        super().__init__()
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("kvpilot")
+        self.services = services
+        self.store = store
+        self.settings = load.settings
+        self.confirm_stop = confirm_stop or self._ask_stop
+        self.target: GpuTarget | None = None
+        self.probe_result: Any | None = None
+        self.runtime: Any | None = None
+        self.runtime_problem: str | None = "looking for vLLM…"
+        self.current_request: LaunchRequest | None = None
+        self.last_failure: Any | None = None
+        self.fallback_options: list[Any] = []
+        self.plan_generation = 0
+        self.started_by_us = False
+        self._closing = False
+        self._stop_in_flight = False
+        self._predicted: Any | None = None
+        self._reported: Any | None = None
+
+        # --- widgets
+        self.profile_combo = QComboBox()
+        self.profile_combo.setObjectName("profileCombo")
+        self.profile_combo.setMinimumWidth(160)
+        self.profile_combo.activated.connect(self._on_profile_combo)
+        self.settings_button = QPushButton("⚙ Settings")
+        self.settings_button.setObjectName("settingsButton")
+        self.settings_button.setToolTip(f"Profiles, vLLM, host, port, keys ({SHORTCUT_SETTINGS})")
+        self.settings_button.clicked.connect(self.open_settings)
+        self.notice = QLabel()
+        self.notice.setObjectName("settingsNotice")
+        self.notice.setWordWrap(True)
+        self.notice.setVisible(False)
+        self.notice.setStyleSheet(
+            f"background: #fff6df; border: 1px solid {theme.TIGHT}; padding: 4px; color: #202020"
+        )
+        self.notice_close = QToolButton()
+        self.notice_close.setText("✕")
+        self.notice_close.setVisible(False)
+        self.notice_close.clicked.connect(self._hide_notice)
+
+        self.gpu_panel = GpuPanel()
+        self.banner = FallbackBanner()
+        self.server_panel = ServerPanel()
+        self.planner = PlannerPanel()
+        self.dashboard = DashboardPanel(services.telemetry)
+        self.log_view = LogView()
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("mainTabs")
+        self.tabs.addTab(self.planner, "Plan")
+        self.tabs.addTab(self.dashboard, "Dashboard")
+        self.tabs.addTab(self.log_view, "Log")
+
+        header = QHBoxLayout()
+        header.addWidget(QLabel("<b>kvpilot</b> · profile:"))
+        header.addWidget(self.profile_combo)
+        header.addStretch(1)
+        header.addWidget(self.settings_button)
+        notice_row = QHBoxLayout()
+        notice_row.addWidget(self.notice, 1)
+        notice_row.addWidget(self.notice_close, 0, Qt.AlignmentFlag.AlignTop)
+
+        central = QWidget()
+        lay = QVBoxLayout(central)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.setSpacing(4)
+        lay.addLayout(header)
+        lay.addLayout(notice_row)
+        lay.addWidget(self.gpu_panel)
+        lay.addWidget(self.banner)
+        lay.addWidget(self.server_panel)
+        lay.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+        self.statusBar().showMessage("probing the GPU…")
+
+        # --- actions and shortcuts
+        self.launch_action = QAction("Launch", self)
+        self.launch_action.setShortcut(QKeySequence(SHORTCUT_LAUNCH))
+        self.launch_action.triggered.connect(self.launch_selected)
+        self.stop_action = QAction("Stop", self)
+        self.stop_action.setShortcut(QKeySequence(SHORTCUT_STOP))
+        self.stop_action.triggered.connect(self.stop_server)
+        self.settings_action = QAction("Settings", self)
+        self.settings_action.setShortcut(QKeySequence(SHORTCUT_SETTINGS))
+        self.settings_action.triggered.connect(self.open_settings)
+        for a in (self.launch_action, self.stop_action, self.settings_action):
+            a.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
+            self.addAction(a)
+        self.server_panel.launch_button.setToolTip(f"Launch the selected plan ({SHORTCUT_LAUNCH})")
+        self.server_panel.stop_button.setToolTip(f"Stop the server ({SHORTCUT_STOP})")
+
+        # --- wiring
+        b = services.bridge
+        b.gpu_sample.connect(self._on_gpu_sample)
+        b.server_event.connect(self._on_server_event)
+        b.message.connect(lambda level, text: self.statusBar().showMessage(text, 10_000))
+        self.gpu_panel.planner_gpu_changed.connect(self._on_planner_gpu)
+        self.planner.goal_changed.connect(self._on_goal_changed)
+        self.planner.plan_selected.connect(self._on_plan_selected)
+        self.planner.launch_requested.connect(self.launch_plan)
+        self.planner.copy_command_requested.connect(self.copy_command)
+        self.planner.browse_model_requested.connect(self._browse_model)
+        self.server_panel.launch_clicked.connect(self.launch_selected)
+        self.server_panel.stop_clicked.connect(self.stop_server)
+        self.banner.option_chosen.connect(self.apply_fallback)
+        self.banner.details_requested.connect(lambda: self.tabs.setCurrentWidget(self.log_view))
+        self.dashboard.fix_requested.connect(self.apply_pressure_fix)
+
+        self._names_refresh = QTimer(self)
+        self._names_refresh.setObjectName("gpu-process-names")
+        self._names_refresh.setInterval(5000)
+        self._names_refresh.timeout.connect(self._refresh_names)
+        self._probe_in_flight = False
+
+        self._apply_profile(initial=True)
+        self._restore_geometry()
+        self._show_load_warnings(load.warnings)
+        self.server_panel.set_launch_blocked(self.runtime_problem)
+        self.start()
+
+    # =================================================================== start-up
+
+    def start(self) -> None:
+        """Kick off the background work: GPU probe and vLLM discovery."""
+        self._probe_in_flight = True
+        run_in_pool(self.services.probe, self._on_probe, self._on_probe_error)
+        self._discover_runtime()
+
+    def _discover_runtime(self) -> None:
+        configured = self.profile.vllm_runtime
+        self.runtime_problem = "looking for vLLM…"
+        self.server_panel.set_launch_blocked(self.runtime_problem)
+        run_in_pool(
+            lambda: self.services.discover_runtime(configured),
+            self._on_runtime,
+            self._on_runtime_error,
+        )
+
+    def _on_runtime(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.runtime_problem = None
+        self.server_panel.set_launch_blocked(None)
+        self.statusBar().showMessage(f"vLLM {runtime.version} at {runtime.location}", 10_000)
+
+    def _on_runtime_error(self, exc: BaseException) -> None:
+        self.runtime = None
+        message = exc.message if isinstance(exc, KvpilotError) else str(exc)
+        self.runtime_problem = f"vLLM is not installed or not usable: {message}"
+        self.server_panel.set_launch_blocked(self.runtime_problem)
+
+    def _on_probe(self, result: Any) -> None:
+        self._probe_in_flight = False
+        first = self.probe_result is None
+        self.probe_result = result
+        gpus = [g for g in result.gpus if not g.lost] if result.ok else []
+        if not gpus:
+            if first:
+                self._enter_planner_mode(result)
+            return
+        gpu = gpus[0]
+        self.gpu_panel.show_probe(result, gpu)
+        text, warn = self.services.startup_limit(gpu)
+        self.gpu_panel.set_startup_limit(text, warn)
+        if first:
+            self.target = self.services.target_from_snapshot(gpu)
+            self.services.start_gpu_sampler(gpu.index, self.profile.sampling_hz)
+            self._names_refresh.start()
+            self.statusBar().showMessage(f"{gpu.name}: ready to plan", 5000)
+            self.replan()
+
+    def _on_probe_error(self, exc: BaseException) -> None:
+        self._probe_in_flight = False
+        log.error("GPU probe failed", exc_info=exc)
+        if self.probe_result is None:
+            self._enter_planner_mode(None, str(exc))
+
+    def _enter_planner_mode(self, result: Any | None, why: str = "") -> None:
+        self.gpu_panel.show_probe(result, None)
+        names = self.services.spec_names()
+        pick = DEFAULT_PLANNER_GPU if DEFAULT_PLANNER_GPU in names else (names[0] if names else "")
+        self.gpu_panel.set_spec_names(names, pick)
+        self.gpu_panel.set_startup_limit("", False)
+        problem = getattr(result, "error", None)
+        reason = problem.one_line() if problem is not None else (why or "no NVIDIA GPU found")
+        self.statusBar().showMessage(f"planner mode: {reason}", 15_000)
+        if pick:
+            self._on_planner_gpu(pick)
+
+    def _on_planner_gpu(self, name: str) -> None:
+        try:
+            self.target = self.services.target_from_spec(name)
+        except KeyError:
+            return
+        self.replan()
+
+    def _refresh_names(self) -> None:
+        if self.gpu_panel.unknown_pids() and not self._probe_in_flight:
+            self._probe_in_flight = True
+            run_in_pool(self.services.probe, self._on_probe, self._on_probe_error)
+
+    # =================================================================== profile
+
+    @property
+    def profile(self) -> st.Profile:
+        return self.settings.active
+
+    def _apply_profile(self, initial: bool = False) -> None:
+        p = self.profile
+        self.profile_combo.blockSignals(True)
+        self.profile_combo.clear()
+        self.profile_combo.addItems(list(self.settings.names))
+        self.profile_combo.setCurrentText(p.name)
+        self.profile_combo.blockSignals(False)
+        plan = p.plan
+        self.planner.set_goal(
+            Goal(
+                use_case=plan.use_case,
+                context_tokens=plan.max_model_len,
+                users=plan.max_num_seqs,
+                allow_4bit=plan.allow_4bit,
+                kv_cache_dtype=plan.kv_cache_dtype,
+                gpu_memory_utilization=plan.gpu_memory_utilization,
+                enforce_eager=plan.enforce_eager,
+                model_ref=p.model_ref,
+            )
+        )
+        app = QGuiApplication.instance()
+        if app is not None and not initial:
+            from PySide6.QtWidgets import QApplication
+
+            if isinstance(app, QApplication):
+                theme.apply_theme(app, p.theme)
+        if self.services.gpu_sampler is not None:
+            self.services.gpu_sampler.set_rate(min(10.0, max(0.1, p.sampling_hz)))
+        if not initial:
+            self._discover_runtime()
+            self.replan()
+
+    def _on_profile_combo(self, index: int) -> None:
+        name = self.profile_combo.itemText(index)
+        if name and name != self.settings.active_profile:
+            self.switch_profile(name)
+
+    def switch_profile(self, name: str) -> None:
+        """Make ``name`` the active profile, save, and re-plan with its goal."""
+        self.settings = st.switch_profile(self.settings, name)
+        self._save()
+        self._apply_profile()
+
+    def open_settings(self) -> st.Settings | None:
+        """Run the settings dialog; returns the accepted settings (None when cancelled)."""
+        dialog = self.make_settings_dialog()
+        if dialog.exec() != SettingsDialog.DialogCode.Accepted:
+            return None
+        return self.accept_settings(dialog.result_settings())
+
+    def make_settings_dialog(self) -> SettingsDialog:
+        return SettingsDialog(
+            self.settings,
+            self,
+            config_path=str(self.store.path),
+            list_runtimes=self.services.list_runtimes,
+        )
+
+    def accept_settings(self, new: st.Settings) -> st.Settings:
+        """Adopt settings edited in the dialog: save them and apply the active profile."""
+        self.settings = new
+        self._save()
+        self._apply_profile()
+        return new
+
+    def _save(self) -> None:
+        try:
+            self.store.save(self.settings)
+        except KvpilotError as exc:
+            self._show_notice(f"Settings not saved: {exc.message}")
+
+    def _remember_goal(self, goal: Goal) -> None:
+        p = self.profile
+        plan = replace(
+            p.plan,
+            use_case=goal.use_case,
+            max_model_len=goal.context_tokens,
+            max_num_seqs=goal.users,
+            kv_cache_dtype=goal.kv_cache_dtype,
+            gpu_memory_utilization=goal.gpu_memory_utilization,
+            enforce_eager=goal.enforce_eager,
+            allow_4bit=goal.allow_4bit,
+        )
+        new = replace(p, plan=plan, model_ref=goal.model_ref)
+        if new != p:
+            try:
+                self.settings = st.update_profile(self.settings, new)
+            except KvpilotError as exc:
+                self.statusBar().showMessage(exc.message, 10_000)
+                return
+            self._save()
+
+    def _show_load_warnings(self, warnings: tuple[st.SettingsWarning, ...]) -> None:
+        if warnings:
+            self._show_notice("\n".join(w.message for w in warnings))
+
+    def _show_notice(self, text: str) -> None:
+        self.notice.setText(text)
+        self.notice.setVisible(True)
+        self.notice_close.setVisible(True)
+
+    def _hide_notice(self) -> None:
+        self.notice.setVisible(False)
+        self.notice_close.setVisible(False)
+
+    # =================================================================== planning
+
+    def _on_goal_changed(self, goal: Goal) -> None:
+        self._remember_goal(goal)
+        self.replan()
+
+    def replan(self) -> None:
+        """Ask the fit engine for ranked plans (pool); stale answers are dropped."""
+        target = self.target
+        if target is None:
+            return
+        goal = self.planner.goal()
+        self.plan_generation += 1
+        gen = self.plan_generation
+        self.planner.set_status("planning…")
+        run_in_pool(
+            lambda: self.services.plan(target, goal),
+            lambda res: self._on_plans(gen, res),
+            lambda exc: self._on_plan_error(gen, exc),
+        )
+
+    def _on_plans(self, gen: int, result: PlanResult) -> None:
+        if gen != self.plan_generation:
+            return
+        fits = sum(1 for r in result.rows if r.fits)
+        self.planner.set_status(
+            f"{fits} plan(s) fit, {len(result.rows) - fits} do not" if result.rows else "no plans",
+            theme.OK if fits else theme.FAIL,
+        )
+        self.planner.set_plans(result.rows, result.heading)
+
+    def _on_plan_error(self, gen: int, exc: BaseException) -> None:
+        if gen != self.plan_generation:
+            return
+        message = exc.message if isinstance(exc, KvpilotError) else f"planning failed: {exc}"
+        if not isinstance(exc, KvpilotError):
+            log.error("planning failed", exc_info=exc)
+        self.planner.set_status(message, theme.FAIL)
+        self.planner.set_plans([], "No plans")
+
+    def _on_plan_selected(self, row: PlanRow | None) -> None:
+        cap = row.capacity if row is not None and row.fits else None
+        self.gpu_panel.set_plan(cap)
+        if row is None or row.inputs is None:
+            self.planner.clear_feasibility("select a plan to see what else fits")
+            return
+        inputs = row.inputs
+        goal = self.planner.goal()
+        gen = self.plan_generation
+        run_in_pool(
+            lambda: self.services.feasibility(inputs, CHART_CONTEXTS),
+            lambda res: self._on_feasibility(gen, row, goal, res),
+        )
+
+    def _on_feasibility(self, gen: int, row: PlanRow, goal: Goal, by_dtype: dict) -> None:
+        if gen != self.plan_generation or self.planner.selected() is not row:
+            return
+        util = row.capacity.gpu_memory_utilization if row.capacity else None
+        note = f"{row.title}, utilization {util:.2f}" if util else row.title
+        self.planner.set_feasibility(CHART_CONTEXTS, by_dtype, goal, note)
+
+    def copy_command(self) -> str | None:
+        """Copy the selected plan's exact ``vllm serve`` command to the clipboard."""
+        row = self.planner.selected()
+        if row is None or row.inputs is None:
+            return None
+        try:
+            text = self.services.launch_command_text(row.inputs, row.model_ref, self.profile)
+        except KvpilotError as exc:
+            self.statusBar().showMessage(exc.message, 10_000)
+            return None
+        QGuiApplication.clipboard().setText(text)
+        self.statusBar().showMessage("vllm serve command copied", 5000)
+        return text
+
+    def _browse_model(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "A model directory (with config.json)")
+        if path:
+            self.planner.set_model_ref(path)
+
+    # =================================================================== server
+
+    def launch_selected(self) -> None:
+        row = self.planner.selected()
+        if row is None:
+            self.statusBar().showMessage("select a plan first", 5000)
+            return
+        self.launch_plan(row)
+
+    def launch_plan(self, row: PlanRow) -> bool:
+        """Launch a plan from the table; False (with the reason shown) when it cannot start."""
+        if row.inputs is None or not row.fits:
+            self.statusBar().showMessage(f"{row.title} does not fit: {row.reason}", 10_000)
+            return False
+        return self.launch_request(
+            LaunchRequest(inputs=row.inputs, model=row.model_ref, profile=self.profile)
+        )
+
+    def launch_request(self, request: LaunchRequest) -> bool:
+        """Start vLLM for ``request`` (the plan overrides of the session applied)."""
+        if self.runtime is None:
+            self.server_panel.set_launch_blocked(self.runtime_problem or "vLLM not found")
+            return False
+        if self.services.server_running():
+            self.statusBar().showMessage("a server is already running; stop it first", 5000)
+            return False
+        if self.services.plan_overrides:
+            request.inputs = replace(request.inputs, **self.services.plan_overrides)
+        try:
+            request.predicted = self.services.compute_capacity(request.inputs)
+        except KvpilotError:
+            request.predicted = None
+        try:
+            spec = self.services.launch_spec(request)
+        except KvpilotError as exc:
+            self._show_launch_error(exc.message)
+            return False
+        self.current_request = request
+        self._predicted = request.predicted
+        self._reported = None
+        self.last_failure = None
+        self.banner.setVisible(False)
+        self.log_view.clear()
+        self.started_by_us = True
+        self.server_panel.show_state("starting", model=request.model)
+        self.server_panel.show_capacity(self._predicted_tokens(), None)
+        runtime = self.runtime
+        run_in_pool(
+            lambda: self.services.start_server(runtime, spec),
+            self._on_server_started,
+            self._on_server_start_error,
+        )
+        return True
+
+    def _predicted_tokens(self) -> int | None:
+        cap = self._predicted
+        return int(cap.kv_cache_tokens) if cap is not None and cap.fits else None
+
+    def _on_server_started(self, sup: Any) -> None:
+        self.log_view.set_log_path(sup.log_path)
+
+    def _on_server_start_error(self, exc: BaseException) -> None:
+        message = exc.message if isinstance(exc, KvpilotError) else str(exc)
+        if not isinstance(exc, KvpilotError):
+            log.error("server start failed", exc_info=exc)
+        self.server_panel.show_state("failed", detail=message)
+        self._show_launch_error(message)
+
+    def _show_launch_error(self, message: str) -> None:
+        self.banner.show_failure(message, [])
+        self.statusBar().showMessage(message, 15_000)
+
+    def stop_server(self, then: Callable[[], None] | None = None) -> bool:
+        """Stop the server in the background; ``then`` runs on the GUI thread afterwards."""
+        if not self.services.server_running() or self._stop_in_flight:
+            if then is not None and not self._stop_in_flight:
+                then()
+            return False
+        self._stop_in_flight = True
+        self.server_panel.show_state("stopping")
+
+        def done(_: Any = None) -> None:
+            self._stop_in_flight = False
+            self.gpu_panel.set_server((), None)
+            if then is not None:
+                then()
+
+        run_in_pool(self.services.stop_server, done, lambda exc: done())
+        return True
+
+    # ----------------------------------------------------------------- supervisor events
+
+    def _on_server_event(self, ev: Any) -> None:
+        if self.services.supervisor is None:
+            return
+        if isinstance(ev, sv.LogLineEvent):
+            level = logparse.parse_line(ev.line).level or (
+                "WARNING" if ev.stream == "stderr" and "Error" in ev.line else "INFO"
+            )
+            self.log_view.append(level, ev.line)
+        elif isinstance(ev, logparse.PhaseEvent):
+            self.server_panel.show_phase(ev.phase)
+        elif isinstance(ev, sv.StateEvent):
+            self._on_state(ev)
+        elif isinstance(ev, sv.CapacityUpdatedEvent):
+            self._reported = ev.capacity
+            tokens = ev.capacity.kv_cache_tokens
+            self.server_panel.show_capacity(self._predicted_tokens(), tokens)
+            sup = self.services.supervisor
+            if sup is not None and sup.state == sv.READY:
+                self.gpu_panel.set_server(sup.tree_pids(), ev.capacity)
+
+    def _on_state(self, ev: Any) -> None:
+        sup = self.services.supervisor
+        model = sup.model_name if sup is not None else ""
+        if ev.state == sv.READY and sup is not None:
+            endpoint = f"{sup.base_url}/v1"
+            self.server_panel.show_state(sv.READY, model=model, endpoint=endpoint)
+            pids = sup.tree_pids()
+            self.services.telemetry.set_vllm_pids(pids)
+            self.gpu_panel.set_server(pids, self._reported)
+            api_key = self.current_request.profile.api_key if self.current_request else ""
+            self.services.start_metrics(sup.base_url, self.profile.sampling_hz, api_key or None)
+            self.tabs.setCurrentWidget(self.dashboard)
+        elif ev.state == sv.FAILED:
+            self.services.stop_metrics()
+            self.server_panel.show_state(sv.FAILED, model=model)
+            self.gpu_panel.set_server((), None)
+            self._on_failure(ev.failure, after_ready=ev.previous == sv.READY)
+        elif ev.state == sv.STOPPED:
+            self.services.stop_metrics()
+            self.server_panel.show_state(sv.STOPPED, model=model)
+            self.gpu_panel.set_server((), None)
+        else:
+            self.server_panel.show_state(ev.state, model=model)
+            if ev.phase:
+                self.server_panel.show_phase(ev.phase)
+
+    def _on_failure(self, failure: Any, *, after_ready: bool) -> None:
+        self.last_failure = failure
+        message = getattr(failure, "message", None) or "vLLM stopped without saying why"
+        inputs = self.current_request.inputs if self.current_request else None
+        if failure is None or inputs is None:
+            self.banner.show_failure(message, [])
+            return
+        self.banner.show_failure(message, [], note="working out what would fit…")
+        if after_ready:
+            self.banner.set_title("the server stopped:")
+        run_in_pool(
+            lambda: self.services.propose_fallbacks(failure, inputs),
+            lambda options: self._on_fallbacks(failure, options, after_ready),
+            lambda exc: self._on_fallbacks(failure, [], after_ready, str(exc)),
+        )
+
+    def _on_fallbacks(
+        self, failure: Any, options: list[Any], after_ready: bool, error: str = ""
+    ) -> None:
+        if failure is not self.last_failure:
+            return
+        self.fallback_options = list(options)
+        choices = [
+            FallbackChoice(label=_option_label(o), tooltip=_option_tooltip(o), payload=o)
+            for o in options
+        ]
+        note = "" if choices else (error or "no automatic fallback for this failure; see the log")
+        self.banner.show_failure(str(getattr(failure, "message", failure)), choices, note=note)
+        if after_ready:
+            self.banner.set_title("the server stopped:")
+
+    def apply_fallback(self, option: Any) -> bool:
+        """Relaunch with a fallback option's plan inputs (one click on the banner)."""
+        req = self.current_request
+        inputs = getattr(option, "inputs", None)
+        if req is None or inputs is None:
+            return False
+        new = LaunchRequest(inputs=inputs, model=req.model, profile=req.profile)
+        self.banner.setVisible(False)
+
+        def relaunch() -> None:
+            self.launch_request(new)
+
+        if self.services.server_running():
+            return self.stop_server(then=relaunch)
+        relaunch()
+        return True
+
+    def apply_pressure_fix(self, kind: str) -> bool:
+        """Relaunch the running plan with the fix a pressure signal suggests."""
+        req = self.current_request
+        if req is None:
+            return False
+        inputs = req.inputs
+        if kind == "kv_full":
+            inputs = replace(inputs, kv_cache_dtype="fp8")
+        elif kind == "preemptions":
+            inputs = replace(inputs, max_num_seqs=max(1, (inputs.max_num_seqs or 2) - 1))
+        elif kind == "vram_full":
+            util = req.predicted.gpu_memory_utilization if req.predicted else 0.9
+            inputs = replace(inputs, gpu_memory_utilization=round(max(0.1, util - 0.03), 2))
+        else:
+            return False
+        new = LaunchRequest(inputs=inputs, model=req.model, profile=req.profile)
+
+        def relaunch() -> None:
+            self.launch_request(new)
+
+        if self.services.server_running():
+            return self.stop_server(then=relaunch)
+        relaunch()
+        return True
+
+    def _on_gpu_sample(self, sample: Any) -> None:
+        if sample.ok:
+            self.gpu_panel.update_sample(sample)
+
+    # =================================================================== window
+
+    def _restore_geometry(self) -> None:
+        geo = self.settings.window_geometry
+        if geo:
+            try:
+                self.restoreGeometry(QByteArray(base64.b64decode(geo)))
+                return
+            except (ValueError, TypeError):
+                pass
+        self.resize(1360, 900)
+
+    def geometry_text(self) -> str:
+        return base64.b64encode(bytes(self.saveGeometry().data())).decode("ascii")
+
+    def _ask_stop(self) -> bool:
+        answer = QMessageBox.question(
+            self,
+            "Stop the server?",
+            "The vLLM server started by kvpilot is still running. Stop it and quit?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.Yes,
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self._closing:
+            event.accept()
+            return
+        if self.services.server_running() and self.started_by_us:
+            if not self.confirm_stop():
+                event.ignore()
+                return
+            event.ignore()
+            self.statusBar().showMessage("stopping the server before quitting…")
+            self.setEnabled(False)
+            self.stop_server(then=self._finish_close)
+            return
+        self._finish_close()
+        event.accept()
+
+    def _finish_close(self) -> None:
+        self.settings = replace(self.settings, window_geometry=self.geometry_text())
+        self._save()
+        self.dashboard.timer.stop()
+        self.services.stop_metrics()
+        self.services.stop_gpu_sampler()
+        if not self._closing:
+            self._closing = True
+            if self.isVisible():
+                self.close()
+
+
+def _option_label(option: Any) -> str:
+    label = getattr(option, "label", None) or getattr(option, "title", None)
+    effect = getattr(option, "effect", None) or getattr(option, "predicted_effect", None)
+    if label and effect and effect not in label:
+        return f"{label} — {effect}"
+    return str(label or effect or option)
+
+
+def _option_tooltip(option: Any) -> str:
+    return str(getattr(option, "description", "") or getattr(option, "reason", "") or "")

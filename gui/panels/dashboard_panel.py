@@ -1,0 +1,288 @@
+"""Live dashboard: pyqtgraph plots redrawn by ONE timer from the telemetry ring buffers.
+
+Producers (metrics and hardware samplers) write into :class:`kvpilot.core.telemetry.Telemetry`
+on their threads; this panel only reads it, on a single ``QTimer`` at 5 Hz, with ``setData`` on
+pre-created curves (NaN = gap, ``clipToView`` and peak downsampling for the 60-minute window).
+The x axis is minutes relative to now (0 = the newest sample).
+
+Signals:
+    fix_requested(str): the user clicked the fix of a pressure signal (its ``kind``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvpilot.gui import format as fmt
+from kvpilot.gui import theme
+
+WINDOWS_MIN: tuple[int, ...] = (1, 5, 15, 60)
+REDRAW_HZ = 5.0
+
+#: pressure kinds that have a one-click fix, and the button text
+FIXABLE: dict[str, str] = {
+    "kv_full": "Apply fp8 KV",
+    "preemptions": "One user fewer",
+    "vram_full": "Lower utilization",
+}
+
+
+@dataclass(frozen=True)
+class CurveSpec:
+    """One curve: telemetry series name, legend label, scale applied to the values."""
+
+    series: str
+    label: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """One plot of the dashboard."""
+
+    key: str
+    title: str
+    unit: str
+    curves: tuple[CurveSpec, ...]
+    y_min: float | None = 0.0
+    y_max: float | None = None
+
+
+GIB = float(1 << 30)
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec(
+        "vram",
+        "VRAM",
+        "GiB",
+        (
+            CurveSpec("memory_used_bytes", "total used", 1 / GIB),
+            CurveSpec("vllm_memory_bytes", "vLLM", 1 / GIB),
+        ),
+    ),
+    PlotSpec("kv", "KV cache", "%", (CurveSpec("kv_usage_frac", "KV used", 100.0),), 0.0, 100.0),
+    PlotSpec("tokens", "Generation", "tokens/s", (CurveSpec("generation_tokens_per_s", "gen"),)),
+    PlotSpec(
+        "queue",
+        "Requests",
+        "requests",
+        (CurveSpec("running", "running"), CurveSpec("waiting", "waiting")),
+    ),
+    PlotSpec(
+        "ttft",
+        "Time to first token",
+        "s",
+        (CurveSpec("ttft_p50_s", "P50"), CurveSpec("ttft_p99_s", "P99")),
+    ),
+    PlotSpec(
+        "tpot",
+        "Time per output token",
+        "ms",
+        (CurveSpec("tpot_p50_s", "P50", 1000.0), CurveSpec("tpot_p99_s", "P99", 1000.0)),
+    ),
+)
+
+
+class DashboardPanel(QWidget):
+    """Six live plots, a window selector, a one-line summary and the pressure signals."""
+
+    fix_requested = Signal(str)
+
+    def __init__(
+        self,
+        telemetry: Any,
+        parent: QWidget | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(parent)
+        self.telemetry = telemetry
+        self._clock = clock
+        self.window_s = 5 * 60.0
+        self.frames = 0
+        self.last_redraw_s = 0.0
+        self._curves: dict[str, list[tuple[CurveSpec, pg.PlotDataItem]]] = {}
+        self.plots: dict[str, pg.PlotItem] = {}
+
+        self.summary = QLabel("No server running: the plots fill once vLLM is up.")
+        self.summary.setObjectName("dashboardSummary")
+        win_row = QHBoxLayout()
+        win_row.addWidget(self.summary, 1)
+        win_row.addWidget(QLabel("window"))
+        self.window_buttons = QButtonGroup(self)
+        for minutes in WINDOWS_MIN:
+            b = QPushButton(f"{minutes}m")
+            b.setCheckable(True)
+            b.setFixedWidth(44)
+            b.setChecked(minutes * 60.0 == self.window_s)
+            self.window_buttons.addButton(b, minutes)
+            win_row.addWidget(b)
+        self.window_buttons.idClicked.connect(self.set_window_minutes)
+
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("w")
+        self._build_plots()
+
+        self.pressure_box = QVBoxLayout()
+        self.pressure_box.setSpacing(2)
+        self._pressure_widgets: list[QWidget] = []
+        self._pressure_kinds: tuple[str, ...] = ()
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(win_row)
+        lay.addWidget(self.graphics, 1)
+        lay.addLayout(self.pressure_box)
+
+        self.timer = QTimer(self)
+        self.timer.setObjectName("dashboard-redraw")
+        self.timer.setInterval(int(1000 / REDRAW_HZ))
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+
+    # ----------------------------------------------------------------- building
+
+    def _build_plots(self) -> None:
+        grid_cols = 3
+        for i, spec in enumerate(PLOTS):
+            plot = self.graphics.addPlot(row=i // grid_cols, col=i % grid_cols)
+            plot.setTitle(f"{spec.title} ({spec.unit})", size="9pt")
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setClipToView(True)
+            plot.setDownsampling(auto=True, mode="peak")
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.setLabel("bottom", "minutes")
+            if len(spec.curves) > 1:
+                plot.addLegend(offset=(5, 5), labelTextSize="8pt")
+            if spec.y_max is not None:
+                plot.setYRange(spec.y_min or 0.0, spec.y_max, padding=0.02)
+            else:
+                plot.enableAutoRange(axis="y")
+            curves = []
+            for j, c in enumerate(spec.curves):
+                pen = pg.mkPen(theme.PLOT_COLORS[j % len(theme.PLOT_COLORS)], width=1.5)
+                item = plot.plot([], [], pen=pen, name=c.label, connect="finite")
+                curves.append((c, item))
+            self._curves[spec.key] = curves
+            self.plots[spec.key] = plot
+            self._set_x_range(plot)
+
+    def _set_x_range(self, plot: pg.PlotItem) -> None:
+        plot.setXRange(-self.window_s / 60.0, 0.0, padding=0.0)
+
+    # ----------------------------------------------------------------- inputs
+
+    def set_window_minutes(self, minutes: int) -> None:
+        """Show the last ``minutes`` minutes (1, 5, 15 or 60)."""
+        self.window_s = minutes * 60.0
+        button = self.window_buttons.button(minutes)
+        if button is not None:
+            button.setChecked(True)
+        for plot in self.plots.values():
+            self._set_x_range(plot)
+        self.redraw()
+
+    def set_telemetry(self, telemetry: Any) -> None:
+        """Read from another telemetry object (a new server session)."""
+        self.telemetry = telemetry
+        self.redraw()
+
+    # ----------------------------------------------------------------- the one redraw
+
+    def redraw(self) -> None:
+        """Copy the visible window of every series into its curve (called by the timer)."""
+        started = time.perf_counter()
+        now = self._clock()
+        for curves in self._curves.values():
+            for spec, item in curves:
+                t, y = self.telemetry.series(spec.series, self.window_s, now_s=now)
+                if t.size == 0:
+                    item.setData([], [])
+                    continue
+                x = (t - now) / 60.0
+                if spec.scale != 1.0:
+                    y = y * spec.scale
+                item.setData(x, y, connect="finite")
+        self._update_summary()
+        self.frames += 1
+        self.last_redraw_s = time.perf_counter() - started
+
+    def point_count(self, key: str) -> int:
+        """Finite points currently drawn in plot ``key`` (all its curves)."""
+        total = 0
+        for _, item in self._curves[key]:
+            _, y = item.getData()
+            if y is not None:
+                total += int(np.count_nonzero(np.isfinite(y)))
+        return total
+
+    def _update_summary(self) -> None:
+        latest = self.telemetry.latest()
+        if latest.t_monotonic_s is None:
+            return
+        v = latest.values
+        if latest.status_message:
+            self.summary.setText(latest.status_message)
+        else:
+            parts = [
+                f"KV {fmt.percent(v.get('kv_usage_frac'))}",
+                f"gen {fmt.rate(v.get('generation_tokens_per_s'))}",
+                f"running {_int(v.get('running'))} · waiting {_int(v.get('waiting'))}",
+                _pair("TTFT", v.get("ttft_p50_s"), v.get("ttft_p99_s")),
+                _pair("TPOT", v.get("tpot_p50_s"), v.get("tpot_p99_s")),
+            ]
+            self.summary.setText(" · ".join(parts))
+        self._show_pressure(latest.pressure)
+
+    def _show_pressure(self, signals: tuple[Any, ...]) -> None:
+        kinds = tuple(s.kind for s in signals)
+        if kinds == self._pressure_kinds:
+            for w, s in zip(self._pressure_widgets, signals, strict=False):
+                label = w.findChild(QLabel)
+                if label is not None:
+                    label.setText(f"⚠ {s.message}: {s.fix}")
+            return
+        self._pressure_kinds = kinds
+        for w in self._pressure_widgets:
+            w.setParent(None)
+            w.deleteLater()
+        self._pressure_widgets = []
+        for s in signals:
+            row = QWidget()
+            row.setObjectName(f"pressure-{s.kind}")
+            h = QHBoxLayout(row)
+            h.setContentsMargins(0, 0, 0, 0)
+            label = QLabel(f"⚠ {s.message}: {s.fix}")
+            label.setStyleSheet(f"color: {theme.TIGHT}")
+            label.setWordWrap(True)
+            h.addWidget(label, 1)
+            if s.kind in FIXABLE:
+                b = QPushButton(FIXABLE[s.kind])
+                b.clicked.connect(lambda _=False, k=s.kind: self.fix_requested.emit(k))
+                h.addWidget(b)
+            self.pressure_box.addWidget(row)
+            self._pressure_widgets.append(row)
+
+
+def _int(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
+def _pair(name: str, p50: float | None, p99: float | None) -> str:
+    return f"{name} P50 {fmt.latency(p50)} P99 {fmt.latency(p99)}"

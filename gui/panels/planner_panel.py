@@ -1,0 +1,485 @@
+"""Planner panel: goal inputs, ranked plans with a memory bar each, feasibility chart, details.
+
+The panel shows :class:`PlanRow` records that the main window builds from the fit engine's
+ranked candidates (see :mod:`kvpilot.gui.services`); it computes nothing itself.
+
+Signals:
+    goal_changed(object): the goal inputs changed (a :class:`~kvpilot.gui.services.Goal`).
+    plan_selected(object): the selected :class:`PlanRow` (None when the table is empty).
+    launch_requested(object): double-click / Enter on a plan that fits.
+    copy_command_requested(): copy the selected plan's ``vllm serve`` command.
+    browse_model_requested(): pick a local model directory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvpilot.gui import format as fmt
+from kvpilot.gui import theme
+from kvpilot.gui.records import Goal, PlanRow
+from kvpilot.gui.widgets import Segment, StackedBar
+
+CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+USE_CASES = (("chat", "chat"), ("long-docs", "long documents"), ("batch", "batch"))
+#: chart x grid (contexts), log-spaced powers of two
+CHART_CONTEXTS = [1 << k for k in range(10, 18)]
+
+COLUMNS = (
+    "",
+    "checkpoint",
+    "quant.",
+    "context",
+    "seqs",
+    "KV dtype",
+    "util.",
+    "KV tokens",
+    "users @ ctx",
+    "tok/s",
+    "headroom",
+    "memory",
+)
+
+
+def plan_segments(capacity: Any) -> list[Segment]:
+    """The stacked bar of one plan: weights, activation + graphs + non-torch, KV, unused."""
+    if capacity is None:
+        return []
+    act = capacity.activation_peak_bytes + capacity.cudagraph_bytes + capacity.non_torch_bytes
+    kv = max(0, capacity.available_kv_bytes)
+    return [
+        Segment("weights", capacity.weights_bytes, theme.MEM_WEIGHTS, "model weights"),
+        Segment("act", act, theme.MEM_ACTIVATION, "activation peak + CUDA graphs + non-torch"),
+        Segment("KV", kv, theme.MEM_KV, "KV cache"),
+    ]
+
+
+class PlannerPanel(QWidget):
+    """Goal on the left; ranked plans, chart and budget detail on the right."""
+
+    goal_changed = Signal(object)
+    plan_selected = Signal(object)
+    launch_requested = Signal(object)
+    copy_command_requested = Signal()
+    browse_model_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[PlanRow] = []
+        self._suppress = False
+        self._debounce = QTimer(self)
+        self._debounce.setObjectName("planner-goal-debounce")
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(250)
+        self._debounce.timeout.connect(lambda: self.goal_changed.emit(self.goal()))
+
+        # --- goal inputs
+        goal_box = QGroupBox("Plan")
+        form = QFormLayout(goal_box)
+        self.use_case_group = QButtonGroup(self)
+        uc_col = QVBoxLayout()
+        for i, (key, words) in enumerate(USE_CASES):
+            rb = QRadioButton(words)
+            rb.setProperty("use_case", key)
+            rb.setChecked(i == 0)
+            self.use_case_group.addButton(rb, i)
+            uc_col.addWidget(rb)
+        self.use_case_group.idClicked.connect(self._changed)
+        form.addRow("Use case", uc_col)
+        self.context = QComboBox()
+        self.context.setEditable(True)
+        for c in CONTEXT_CHOICES:
+            self.context.addItem(f"{c:,}", c)
+        self.context.setCurrentIndex(2)
+        self.context.setToolTip("Tokens per request (prompt + answer): vLLM's --max-model-len")
+        self.context.currentTextChanged.connect(self._changed)
+        form.addRow("Context", self.context)
+        self.users = QSpinBox()
+        self.users.setRange(1, 1024)
+        self.users.setValue(4)
+        self.users.setToolTip("Requests served at the same time: vLLM's --max-num-seqs")
+        self.users.valueChanged.connect(self._changed)
+        form.addRow("Users", self.users)
+        self.allow_4bit = QCheckBox("allow 4-bit weights")
+        self.allow_4bit.setChecked(True)
+        self.allow_4bit.toggled.connect(self._changed)
+        form.addRow("Quality", self.allow_4bit)
+        self.kv_dtype = QComboBox()
+        self.kv_dtype.addItem("auto (model dtype)", "auto")
+        self.kv_dtype.addItem("fp8", "fp8")
+        self.kv_dtype.currentIndexChanged.connect(self._changed)
+        form.addRow("KV cache", self.kv_dtype)
+        util_row = QHBoxLayout()
+        self.util_auto = QCheckBox("auto")
+        self.util_auto.setChecked(True)
+        self.util = QDoubleSpinBox()
+        self.util.setRange(0.10, 1.00)
+        self.util.setSingleStep(0.01)
+        self.util.setDecimals(2)
+        self.util.setValue(0.90)
+        self.util.setEnabled(False)
+        self.util_auto.toggled.connect(lambda on: self.util.setEnabled(not on))
+        self.util_auto.toggled.connect(self._changed)
+        self.util.valueChanged.connect(self._changed)
+        util_row.addWidget(self.util_auto)
+        util_row.addWidget(self.util)
+        form.addRow("GPU memory", util_row)
+        self.enforce_eager = QCheckBox("no CUDA graphs (enforce eager)")
+        self.enforce_eager.toggled.connect(self._changed)
+        form.addRow("", self.enforce_eager)
+        model_row = QHBoxLayout()
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        self.model.addItem("any (catalog)", "")
+        self.model.setToolTip("A catalog model, a Hugging Face repo id or a local directory")
+        self.model.currentTextChanged.connect(self._changed)
+        self.browse = QPushButton("Local…")
+        self.browse.clicked.connect(self.browse_model_requested.emit)
+        model_row.addWidget(self.model, 1)
+        model_row.addWidget(self.browse)
+        form.addRow("Model", model_row)
+        self.copy_button = QPushButton("Copy vllm serve command")
+        self.copy_button.setObjectName("copyCommand")
+        self.copy_button.clicked.connect(self.copy_command_requested.emit)
+        self.copy_button.setEnabled(False)
+        form.addRow(self.copy_button)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        form.addRow(self.status)
+
+        # --- plans table
+        self.heading = QLabel("Ranked plans")
+        self.heading.setStyleSheet("font-weight: 600")
+        self.heading.setWordWrap(True)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("plansTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(True)
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
+        hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        hh.setMinimumSectionSize(28)
+        self.table.setColumnWidth(1, 250)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.itemSelectionChanged.connect(self._on_selection)
+        self.table.cellDoubleClicked.connect(self._on_double_click)
+
+        # --- feasibility chart
+        self.chart = pg.PlotWidget()
+        self.chart.setObjectName("feasibilityChart")
+        self.chart.setBackground("w")
+        self.chart.setMinimumHeight(170)
+        pi = self.chart.getPlotItem()
+        pi.setTitle("Users that fit at each context (16-bit KV ─, fp8 KV ┄, goal ●)", size="9pt")
+        pi.setLabel("bottom", "context (tokens)")
+        pi.setLabel("left", "users")
+        pi.setLogMode(x=True, y=False)
+        pi.getAxis("bottom").setTicks([[(math.log10(c), fmt.context(c)) for c in CHART_CONTEXTS]])
+        pi.showGrid(x=True, y=True, alpha=0.2)
+        pi.setMouseEnabled(x=False, y=False)
+        pi.hideButtons()
+        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        self.curve_bf16 = pi.plot([], [], pen=pg.mkPen(theme.INFO, width=2), name="16-bit KV")
+        self.curve_fp8 = pi.plot(
+            [], [], pen=pg.mkPen(theme.OK, width=2, style=Qt.PenStyle.DashLine), name="fp8 KV"
+        )
+        self.goal_marker = pi.plot(
+            [], [], pen=None, symbol="o", symbolSize=10, symbolBrush=theme.FAIL, name="goal"
+        )
+        self.chart_note = QLabel("")
+
+        # --- detail
+        self.detail = QTableWidget(0, 4)
+        self.detail.setObjectName("budgetDetail")
+        self.detail.setHorizontalHeaderLabels(["budget term", "GiB", "source", "note"])
+        self.detail.verticalHeader().setVisible(False)
+        self.detail.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        dh = self.detail.horizontalHeader()
+        dh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        dh.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.detail_title = QLabel("Budget of the selected plan")
+        self.detail_title.setStyleSheet("font-weight: 600")
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.heading)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        lower = QWidget()
+        ll = QHBoxLayout(lower)
+        ll.setContentsMargins(0, 0, 0, 0)
+        chart_box = QWidget()
+        cl = QVBoxLayout(chart_box)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.chart, 1)
+        cl.addWidget(self.chart_note)
+        detail_box = QWidget()
+        dl = QVBoxLayout(detail_box)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addWidget(self.detail_title)
+        dl.addWidget(self.detail, 1)
+        ll.addWidget(chart_box, 1)
+        ll.addWidget(detail_box, 1)
+        split.addWidget(lower)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        rl.addWidget(split, 1)
+
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        goal_box.setMaximumWidth(330)
+        lay.addWidget(goal_box)
+        lay.addWidget(right, 1)
+
+    # ----------------------------------------------------------------- goal
+
+    def goal(self) -> Goal:
+        """The goal as currently entered."""
+        ctx = self.context.currentData()
+        text = self.context.currentText().replace(",", "").replace("_", "").strip().lower()
+        if ctx is None or f"{ctx:,}" != self.context.currentText():
+            try:
+                ctx = int(float(text[:-1]) * 1024) if text.endswith("k") else int(text)
+            except ValueError:
+                ctx = 8192
+        use_case = USE_CASES[max(0, self.use_case_group.checkedId())][0]
+        model_ref = self.model.currentData() if self.model.currentIndex() == 0 else None
+        if model_ref is None or self.model.currentText() != self.model.itemText(0):
+            model_ref = self.model.currentText().strip()
+            if model_ref == self.model.itemText(0):
+                model_ref = ""
+        return Goal(
+            use_case=use_case,
+            context_tokens=max(16, ctx),
+            users=self.users.value(),
+            allow_4bit=self.allow_4bit.isChecked(),
+            kv_cache_dtype=self.kv_dtype.currentData() or "auto",
+            gpu_memory_utilization=None if self.util_auto.isChecked() else self.util.value(),
+            enforce_eager=self.enforce_eager.isChecked(),
+            model_ref=model_ref or "",
+        )
+
+    def set_goal(self, goal: Goal) -> None:
+        """Fill the inputs (no goal_changed emitted)."""
+        self._suppress = True
+        try:
+            ids = [k for k, _ in USE_CASES]
+            idx = ids.index(goal.use_case) if goal.use_case in ids else 0
+            btn = self.use_case_group.button(idx)
+            if btn is not None:
+                btn.setChecked(True)
+            i = self.context.findData(goal.context_tokens)
+            if i >= 0:
+                self.context.setCurrentIndex(i)
+            else:
+                self.context.setEditText(f"{goal.context_tokens:,}")
+            self.users.setValue(goal.users)
+            self.allow_4bit.setChecked(goal.allow_4bit)
+            j = self.kv_dtype.findData("fp8" if goal.kv_cache_dtype.startswith("fp8") else "auto")
+            self.kv_dtype.setCurrentIndex(max(0, j))
+            self.util_auto.setChecked(goal.gpu_memory_utilization is None)
+            if goal.gpu_memory_utilization is not None:
+                self.util.setValue(goal.gpu_memory_utilization)
+            self.enforce_eager.setChecked(goal.enforce_eager)
+            self.set_model_ref(goal.model_ref)
+        finally:
+            self._suppress = False
+
+    def set_model_ref(self, ref: str) -> None:
+        if not ref:
+            self.model.setCurrentIndex(0)
+            return
+        i = self.model.findText(ref)
+        if i < 0:
+            self.model.addItem(ref, ref)
+            i = self.model.count() - 1
+        self.model.setCurrentIndex(i)
+
+    def set_model_choices(self, refs: Sequence[str]) -> None:
+        """Catalog ids offered in the model box (after "any")."""
+        current = self.model.currentText()
+        self._suppress = True
+        try:
+            for ref in refs:
+                if self.model.findText(ref) < 0:
+                    self.model.addItem(ref, ref)
+            self.model.setEditText(current)
+        finally:
+            self._suppress = False
+
+    def _changed(self, *_: Any) -> None:
+        if not self._suppress:
+            self._debounce.start()
+
+    # ----------------------------------------------------------------- plans
+
+    def set_status(self, text: str, color: str = theme.MUTED) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet(f"color: {color}")
+
+    def set_plans(self, rows: Sequence[PlanRow], heading: str) -> None:
+        """Show ranked plans (best first) and select the first that fits."""
+        self.rows = list(rows)
+        self.heading.setText(heading)
+        self.table.setRowCount(len(self.rows))
+        for r, row in enumerate(self.rows):
+            cap = row.capacity
+            inputs = row.inputs
+            mark = QTableWidgetItem("✓" if row.fits else "✗")
+            mark.setForeground(pg.mkColor(row.status_color))
+            mark.setToolTip(row.reason or ("fits" if row.fits else "does not fit"))
+            self.table.setItem(r, 0, mark)
+            title = QTableWidgetItem(row.title)
+            title.setToolTip(row.reason or row.model_ref)
+            self.table.setItem(r, 1, title)
+            if inputs is None:
+                cells = [row.quantization or "–"] + ["–"] * 8
+            else:
+                cells = [
+                    row.quantization,
+                    fmt.context(cap.max_model_len if cap else inputs.max_model_len),
+                    str(cap.max_num_seqs if cap else inputs.max_num_seqs or "–"),
+                    _kv_label(cap.kv_cache_dtype if cap else inputs.kv_cache_dtype, inputs),
+                    f"{cap.gpu_memory_utilization:.2f}" if cap else "–",
+                    fmt.tokens(cap.kv_cache_tokens) if cap and row.fits else "–",
+                    f"{cap.max_concurrency:.1f}×" if cap and row.fits else "–",
+                    f"~{row.tokens_per_s:.0f}" if row.tokens_per_s else "–",
+                    fmt.gib(row.headroom_bytes) if row.headroom_bytes is not None else "–",
+                ]
+            for c, text in enumerate(cells, start=2):
+                item = QTableWidgetItem(text)
+                if not row.fits and c == 2:
+                    item.setToolTip(row.reason)
+                self.table.setItem(r, c, item)
+            if cap is not None and inputs is not None:
+                bar = StackedBar(height=18)
+                bar.set_segments(plan_segments(cap), inputs.gpu_total_bytes)
+                self.table.setCellWidget(r, len(COLUMNS) - 1, bar)
+            else:
+                why = QTableWidgetItem(row.reason)
+                why.setToolTip(row.reason)
+                why.setForeground(pg.mkColor(theme.FAIL))
+                self.table.setItem(r, len(COLUMNS) - 1, why)
+            if not row.fits:
+                for c in range(1, len(COLUMNS) - 1):
+                    it = self.table.item(r, c)
+                    if it is not None:
+                        it.setForeground(pg.mkColor(theme.MUTED))
+        first = next((i for i, row in enumerate(self.rows) if row.fits), 0 if self.rows else -1)
+        if first >= 0:
+            self.table.selectRow(first)
+        else:
+            self._show_detail(None)
+            self.plan_selected.emit(None)
+        self.copy_button.setEnabled(first >= 0)
+
+    def selected(self) -> PlanRow | None:
+        idx = self.table.currentRow()
+        if 0 <= idx < len(self.rows):
+            return self.rows[idx]
+        return None
+
+    def _on_selection(self) -> None:
+        row = self.selected()
+        self._show_detail(row)
+        self.copy_button.setEnabled(row is not None)
+        self.plan_selected.emit(row)
+
+    def _on_double_click(self, r: int, _c: int) -> None:
+        if 0 <= r < len(self.rows) and self.rows[r].fits:
+            self.launch_requested.emit(self.rows[r])
+
+    def _show_detail(self, row: PlanRow | None) -> None:
+        self.detail.setRowCount(0)
+        if row is None or row.capacity is None:
+            self.detail_title.setText("Budget of the selected plan")
+            return
+        cap = row.capacity
+        self.detail_title.setText(f"Budget: {row.title}")
+        terms = list(cap.terms)
+        self.detail.setRowCount(len(terms) + (1 if row.reason else 0))
+        for r, term in enumerate(terms):
+            self.detail.setItem(r, 0, QTableWidgetItem(term.name.replace("_", " ")))
+            value = QTableWidgetItem(f"{term.bytes / fmt.GIB:.2f}")
+            value.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.detail.setItem(r, 1, value)
+            self.detail.setItem(r, 2, QTableWidgetItem(term.source))
+            note = QTableWidgetItem(term.note)
+            note.setToolTip(term.note)
+            self.detail.setItem(r, 3, note)
+        if row.reason:
+            r = len(terms)
+            why = QTableWidgetItem("why")
+            self.detail.setItem(r, 0, why)
+            note = QTableWidgetItem(row.reason)
+            note.setToolTip(row.reason)
+            self.detail.setItem(r, 3, note)
+
+    # ----------------------------------------------------------------- chart
+
+    def set_feasibility(
+        self, contexts: Sequence[int], by_dtype: dict[str, list[float]], goal: Goal, note: str
+    ) -> None:
+        """Curves of max users per context for 16-bit and fp8 KV, and the goal point."""
+        x = np.asarray(contexts, dtype=float)
+        for key, curve in (("auto", self.curve_bf16), ("fp8", self.curve_fp8)):
+            y = np.asarray(by_dtype.get(key, []), dtype=float)
+            if y.size != x.size:
+                curve.setData([], [])
+                continue
+            curve.setData(x, y, connect="finite")
+        self.goal_marker.setData([float(goal.context_tokens)], [float(goal.users)])
+        finite = [v for vals in by_dtype.values() for v in vals if math.isfinite(v)]
+        top = max([*finite, float(goal.users)], default=1.0)
+        self.chart.getPlotItem().setYRange(0, top * 1.1 + 0.5, padding=0)
+        self.chart_note.setText(note)
+
+    def clear_feasibility(self, note: str = "") -> None:
+        self.curve_bf16.setData([], [])
+        self.curve_fp8.setData([], [])
+        self.goal_marker.setData([], [])
+        self.chart_note.setText(note)
+
+
+def _kv_label(dtype: str, inputs: Any) -> str:
+    if dtype in ("auto", None, ""):
+        model = getattr(inputs, "model", None)
+        return (
+            getattr(model, "torch_dtype", "auto")
+            .replace("bfloat16", "bf16")
+            .replace("float16", "fp16")
+        )
+    return str(dtype)

@@ -1,0 +1,345 @@
+"""Server panel: launch / stop, state and start-up phase with elapsed time, endpoint, capacity.
+
+Plus :class:`LogView`, the bounded log of the running server with a level filter, a search box
+and a follow switch. Both are fed by the main window from supervisor events (delivered on the
+GUI thread by :class:`~kvpilot.gui.bridge.CoreBridge`); nothing here talks to the process.
+
+Signals (ServerPanel):
+    launch_clicked(): the user asked to launch the selected plan.
+    stop_clicked(): the user asked to stop the server.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvpilot.core.vllm import logparse
+from kvpilot.gui import format as fmt
+from kvpilot.gui import theme
+
+#: start-up phases in order (the log scanner's names), with the words shown to the user
+PHASES: tuple[tuple[str, str], ...] = (
+    (logparse.RESOLVING, "resolving the model"),
+    (logparse.DOWNLOADING, "downloading the model"),
+    (logparse.LOADING_WEIGHTS, "loading weights"),
+    (logparse.PROFILING, "profiling memory"),
+    (logparse.KV_CACHE_ALLOCATED, "allocating the KV cache"),
+    (logparse.COMPILING, "compiling the model"),
+    (logparse.CAPTURING_CUDA_GRAPHS, "capturing CUDA graphs"),
+    (logparse.STARTING_API, "starting the API server"),
+)
+_PHASE_INDEX = {name: i for i, (name, _) in enumerate(PHASES)}
+
+STATE_COLORS = {
+    "starting": theme.INFO,
+    "ready": theme.OK,
+    "stopping": theme.TIGHT,
+    "stopped": theme.MUTED,
+    "failed": theme.FAIL,
+}
+
+
+def phase_words(phase: str | None) -> str:
+    """The user's words for a phase name (the name itself when unknown)."""
+    for name, words in PHASES:
+        if name == phase:
+            return words
+    return (phase or "").replace("_", " ")
+
+
+class ServerPanel(QWidget):
+    """One row of server state with launch/stop, a phase bar and the capacity comparison."""
+
+    launch_clicked = Signal()
+    stop_clicked = Signal()
+
+    def __init__(
+        self, parent: QWidget | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(parent)
+        self._clock = clock
+        self.state: str | None = None
+        self.phase: str | None = None
+        self.phases_seen: list[str] = []
+        self._since_s: float | None = None
+        self._ready_s: float | None = None
+        self._endpoint = ""
+
+        self.status = QLabel()
+        self.status.setObjectName("serverStatus")
+        self.status.setTextFormat(Qt.TextFormat.RichText)
+        self.endpoint = QLineEdit()
+        self.endpoint.setReadOnly(True)
+        self.endpoint.setMinimumWidth(220)
+        self.endpoint.setVisible(False)
+        self.copy_endpoint = QToolButton()
+        self.copy_endpoint.setText("Copy URL")
+        self.copy_endpoint.setVisible(False)
+        self.copy_endpoint.clicked.connect(self._copy_endpoint)
+        self.elapsed = QLabel()
+        self.launch_button = QPushButton("Launch")
+        self.launch_button.setObjectName("launchButton")
+        self.launch_button.clicked.connect(self.launch_clicked.emit)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stopButton")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.stop_clicked.emit)
+
+        row = QHBoxLayout()
+        row.addWidget(self.status, 1)
+        row.addWidget(self.endpoint)
+        row.addWidget(self.copy_endpoint)
+        row.addWidget(self.elapsed)
+        row.addWidget(self.launch_button)
+        row.addWidget(self.stop_button)
+
+        self.progress = QProgressBar()
+        self.progress.setRange(0, len(PHASES))
+        self.progress.setTextVisible(True)
+        self.progress.setVisible(False)
+        self.capacity = QLabel()
+        self.capacity.setObjectName("capacityLine")
+        self.capacity.setVisible(False)
+        self.reason = QLabel()
+        self.reason.setObjectName("launchDisabledReason")
+        self.reason.setWordWrap(True)
+        self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.reason.setVisible(False)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 2, 6, 2)
+        lay.setSpacing(2)
+        lay.addLayout(row)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.capacity)
+        lay.addWidget(self.reason)
+
+        self._tick = QTimer(self)
+        self._tick.setObjectName("server-elapsed")
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._update_elapsed)
+        self._tick.start()
+        self.show_state(None)
+
+    # ----------------------------------------------------------------- launch availability
+
+    def set_launch_blocked(self, reason: str | None) -> None:
+        """Disable Launch with a reason and what to install (None: launch allowed)."""
+        self._blocked = reason
+        self.reason.setText(f"Launch unavailable: {reason}" if reason else "")
+        self.reason.setStyleSheet(f"color: {theme.TIGHT}")
+        self.reason.setVisible(bool(reason))
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        busy = self.state in ("starting", "ready", "stopping")
+        blocked = getattr(self, "_blocked", None)
+        self.launch_button.setEnabled(not busy and not blocked)
+        self.launch_button.setToolTip(blocked or "Launch the selected plan (F5)")
+        self.stop_button.setEnabled(self.state in ("starting", "ready"))
+
+    # ----------------------------------------------------------------- events
+
+    def show_state(
+        self,
+        state: str | None,
+        *,
+        model: str = "",
+        endpoint: str = "",
+        detail: str = "",
+    ) -> None:
+        """Enter a supervisor state (None = no server yet)."""
+        now = self._clock()
+        if state != self.state:
+            if state == "starting":
+                self._since_s = now
+                self._ready_s = None
+                self.phases_seen = []
+                self.phase = None
+                self.progress.setValue(0)
+            elif state == "ready":
+                self._ready_s = now
+        self.state = state
+        color = STATE_COLORS.get(state or "", theme.MUTED)
+        words = {
+            None: "no server running",
+            "starting": "starting",
+            "ready": "ready",
+            "stopping": "stopping",
+            "stopped": "stopped",
+            "failed": "failed",
+        }.get(state, state or "")
+        text = f'<span style="color:{color}">●</span> <b>{words}</b>'
+        if model:
+            text += f" · {model}"
+        if detail:
+            text += f" · {detail}"
+        self.status.setText(text)
+        if endpoint:
+            self._endpoint = endpoint
+        show_ep = state == "ready" and bool(self._endpoint)
+        self.endpoint.setText(self._endpoint)
+        self.endpoint.setVisible(show_ep)
+        self.copy_endpoint.setVisible(show_ep)
+        self.progress.setVisible(state == "starting")
+        if state == "starting":
+            self._show_phase_text()
+        self._update_buttons()
+        self._update_elapsed()
+
+    def show_phase(self, phase: str) -> None:
+        """A start-up phase began (``download``, ``weights``, ``profiling``, ``graphs``, ...)."""
+        if phase == self.phase:
+            return
+        self.phase = phase
+        if phase not in self.phases_seen:
+            self.phases_seen.append(phase)
+        idx = _PHASE_INDEX.get(phase)
+        if idx is not None:
+            self.progress.setValue(max(self.progress.value(), idx + 1))
+        self._show_phase_text()
+
+    def show_download(self, done_bytes: int, total_bytes: int | None) -> None:
+        """Download progress of the model files."""
+        self.show_phase(logparse.DOWNLOADING)
+        if total_bytes:
+            self.progress.setFormat(
+                f"downloading the model: {fmt.gib(done_bytes)} of {fmt.gib(total_bytes)}"
+            )
+
+    def _show_phase_text(self) -> None:
+        words = phase_words(self.phase) if self.phase else "starting vLLM"
+        self.progress.setFormat(f"{words}… %v/%m")
+
+    def show_capacity(self, predicted_tokens: int | None, reported_tokens: int | None) -> None:
+        """The KV capacity vLLM reported next to what the plan predicted."""
+        if predicted_tokens is None and reported_tokens is None:
+            self.capacity.setVisible(False)
+            return
+        parts = []
+        if predicted_tokens is not None:
+            parts.append(f"Predicted KV {fmt.tokens(predicted_tokens)} tok")
+        if reported_tokens is not None:
+            rep = f"vLLM reported {fmt.tokens(reported_tokens)} tok"
+            if predicted_tokens:
+                delta = (reported_tokens - predicted_tokens) / predicted_tokens * 100
+                rep += f" ({delta:+.1f} %)"
+            parts.append(rep)
+        else:
+            parts.append("vLLM has not reported yet")
+        self.capacity.setText(" · ".join(parts))
+        self.capacity.setVisible(True)
+
+    def _update_elapsed(self) -> None:
+        now = self._clock()
+        if self.state == "starting" and self._since_s is not None:
+            self.elapsed.setText(f"elapsed {fmt.duration(now - self._since_s)}")
+        elif self.state == "ready" and self._ready_s is not None:
+            self.elapsed.setText(f"up {fmt.duration(now - self._ready_s)}")
+        else:
+            self.elapsed.setText("")
+
+    def _copy_endpoint(self) -> None:
+        QGuiApplication.clipboard().setText(self._endpoint)
+
+
+# --------------------------------------------------------------------------- log view
+
+LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVEL_RANK = {name: i for i, name in enumerate(LEVELS)}
+
+
+class LogView(QWidget):
+    """The server log: bounded, filter by minimum level, search, follow the tail."""
+
+    def __init__(self, parent: QWidget | None = None, *, max_lines: int = 5000) -> None:
+        super().__init__(parent)
+        self._lines: collections.deque[tuple[str, str]] = collections.deque(maxlen=max_lines)
+        self.level = QComboBox()
+        self.level.addItems(["all", "INFO and above", "WARNING and above", "ERROR only"])
+        self.level.setCurrentIndex(0)
+        self.level.currentIndexChanged.connect(self._refilter)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("search the log")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self._refilter)
+        self.follow = QCheckBox("follow")
+        self.follow.setChecked(True)
+        self.path_label = QLabel()
+        self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setMaximumBlockCount(max_lines)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        font = self.text.font()
+        font.setFamily("monospace")
+        font.setStyleHint(font.StyleHint.Monospace)
+        self.text.setFont(font)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("level"))
+        top.addWidget(self.level)
+        top.addWidget(self.search, 1)
+        top.addWidget(self.follow)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(top)
+        lay.addWidget(self.text, 1)
+        lay.addWidget(self.path_label)
+
+    def _min_rank(self) -> int:
+        return {0: -1, 1: 1, 2: 2, 3: 3}[self.level.currentIndex()]
+
+    def _visible(self, level: str, line: str) -> bool:
+        rank = _LEVEL_RANK.get(level, 1)
+        if rank < self._min_rank():
+            return False
+        needle = self.search.text().strip().lower()
+        return not needle or needle in line.lower()
+
+    def append(self, level: str, line: str) -> None:
+        """Add one line (``level`` one of :data:`LEVELS`)."""
+        self._lines.append((level, line))
+        if self._visible(level, line):
+            self.text.appendPlainText(line)
+            if self.follow.isChecked():
+                self.text.moveCursor(QTextCursor.MoveOperation.End)
+                self.text.ensureCursorVisible()
+
+    def clear(self) -> None:
+        self._lines.clear()
+        self.text.clear()
+
+    def set_log_path(self, path: Any) -> None:
+        self.path_label.setText(f"full log: {path}" if path else "")
+
+    def line_count(self) -> int:
+        """Lines kept (bounded by ``max_lines``)."""
+        return len(self._lines)
+
+    def visible_text(self) -> str:
+        return self.text.toPlainText()
+
+    def _refilter(self) -> None:
+        shown = [line for level, line in self._lines if self._visible(level, line)]
+        self.text.setPlainText("\n".join(shown))
+        if self.follow.isChecked():
+            self.text.moveCursor(QTextCursor.MoveOperation.End)

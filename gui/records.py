@@ -1,0 +1,83 @@
+"""Plain records the panels display and the services fill (no Qt, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvpilot.gui import theme
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The card the planner plans for: a probed GPU or one picked from the spec table.
+
+    ``total_bytes`` is CUDA's total (what vLLM multiplies by the utilization); ``free_bytes`` is
+    None in planner mode (nothing measured).
+    """
+
+    name: str
+    total_bytes: int
+    free_bytes: int | None
+    compute_capability: tuple[int, int] | None
+    snapshot: Any | None = None
+    spec: Any | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.snapshot is not None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the user asked for in the planner."""
+
+    use_case: str = "chat"
+    context_tokens: int = 8192
+    users: int = 4
+    allow_4bit: bool = True
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool = False
+    model_ref: str = ""
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One ranked plan as the table shows it.
+
+    ``inputs``/``capacity`` are the fit engine's PlanInputs and Capacity; ``model_ref`` is what
+    vLLM is given (a repo id or a local path); ``reason`` says why it does not fit or what to
+    watch; ``tokens_per_s`` is the engine's estimate (None when it has none).
+    """
+
+    title: str
+    quantization: str
+    inputs: Any
+    capacity: Any | None
+    fits: bool
+    reason: str
+    model_ref: str
+    tokens_per_s: float | None = None
+    source: Any | None = None
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        return getattr(self.capacity, "headroom_bytes", None) if self.capacity else None
+
+    @property
+    def status_color(self) -> str:
+        if not self.fits:
+            return theme.FAIL
+        h = self.headroom_bytes
+        if h is not None and h < theme.TIGHT_HEADROOM_BYTES:
+            return theme.TIGHT
+        return theme.OK
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Rows for the plans table and its heading."""
+
+    rows: list[PlanRow]
+    heading: str

@@ -1,0 +1,490 @@
+"""The GUI's single seam to the core: every call into hardware, fit, models and vLLM is here.
+
+Panels never import core modules that do I/O; the main window asks :class:`AppServices`, which
+runs blocking work on the thread pool (:func:`~kvpilot.gui.workers.run_in_pool`) or in the core's
+own threads (samplers, supervisor), and hands results back through
+:class:`~kvpilot.gui.bridge.CoreBridge` signals. When a core API changes, this module is the one
+place to adapt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from kvpilot.core.settings import Profile
+from kvpilot.core.telemetry import Telemetry
+from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
+
+log = logging.getLogger("kvpilot.gui")
+
+DATA_DIR_ENV = "KVPILOT_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    """``$KVPILOT_DATA_DIR`` or the platform's per-user data dir (logs, pidfiles, measurements)."""
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(platformdirs.user_data_dir("kvpilot", appauthor=False))
+
+
+def _quant_label(method: str | None, bits: int) -> str:
+    if not method:
+        return f"{bits}-bit" if bits != 16 else "16-bit"
+    return f"{method} {bits}-bit"
+
+
+def _capacity_reason(cap: Any, goal: Goal) -> str:
+    if not cap.fits:
+        return cap.failure.message if cap.failure else "does not fit"
+    return (
+        f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests "
+        f"({cap.kv_cache_dtype} KV, utilization {cap.gpu_memory_utilization:.2f})"
+        + ("" if cap.max_concurrency >= goal.users else f"; {goal.users} users wanted")
+    )
+
+
+@dataclass
+class LaunchRequest:
+    """What to launch: plan inputs, the model reference vLLM gets, and the profile."""
+
+    inputs: Any  # PlanInputs
+    model: str
+    profile: Profile
+    predicted: Any | None = None  # Capacity
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+class AppServices:
+    """Owns the core objects of one app session and adapts them for the GUI.
+
+    Args:
+        bridge: the signal bridge (GUI thread).
+        fake_gpu: a recorded NVML snapshot name (``rtx4090-desktop``) or path, or None for the
+            real NVML.
+        data_dir: logs, pidfiles and measurements (default :func:`default_data_dir`).
+        nvml_module: an NVML module object to use directly (tests).
+    """
+
+    def __init__(
+        self,
+        bridge: CoreBridge,
+        *,
+        fake_gpu: str | None = None,
+        data_dir: Path | None = None,
+        nvml_module: Any | None = None,
+    ) -> None:
+        self.bridge = bridge
+        self.fake_gpu = fake_gpu
+        self.data_dir = data_dir or default_data_dir()
+        self._nvml_module = nvml_module
+        self.telemetry = Telemetry()
+        self.gpu_sampler: Any | None = None
+        self.metrics_sampler: Any | None = None
+        self.supervisor: Any | None = None
+        self.runtime: Any | None = None
+        self.runtime_error: str | None = None
+        self._lock = threading.Lock()
+        #: applied to PlanInputs before every launch (tests on the CPU backend set the KV size)
+        self.plan_overrides: dict[str, Any] = {}
+        #: applied to LaunchSpec before every launch (dtype, scratch env for the CPU backend)
+        self.launch_overrides: dict[str, Any] = {}
+        #: extra keyword arguments for the Supervisor (timeouts; tests with a stand-in vllm)
+        self.supervisor_options: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- hardware
+
+    def nvml_module(self) -> Any | None:
+        """The NVML module in use (a replay for ``--fake-gpu``), None for the default."""
+        if self._nvml_module is None and self.fake_gpu:
+            from kvpilot.core.hardware.fake_nvml import load_fake
+
+            self._nvml_module = load_fake(self.fake_gpu)
+        return self._nvml_module
+
+    def probe(self) -> Any:
+        """Blocking: one NVML pass (run on the pool). Returns a ``ProbeResult``."""
+        from kvpilot.core.hardware.probe import probe
+
+        return probe(self.nvml_module())
+
+    @staticmethod
+    def spec_names() -> list[str]:
+        """GPU names from the spec table, for planner mode."""
+        from kvpilot.core.hardware.specs import all_specs
+
+        return [s.name for s in all_specs()]
+
+    @staticmethod
+    def target_from_snapshot(gpu: Any) -> GpuTarget:
+        from kvpilot.core.hardware.specs import lookup
+
+        spec = lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
+        return GpuTarget(
+            name=gpu.name or "GPU",
+            total_bytes=int(gpu.cuda_total_bytes or 0),
+            free_bytes=gpu.memory_free_bytes,
+            compute_capability=gpu.compute_capability,
+            snapshot=gpu,
+            spec=spec,
+        )
+
+    @staticmethod
+    def target_from_spec(name: str) -> GpuTarget:
+        from kvpilot.core.hardware.specs import all_specs
+
+        for spec in all_specs():
+            if spec.name == name:
+                return GpuTarget(
+                    name=spec.name,
+                    total_bytes=spec.memory_total_bytes,
+                    free_bytes=None,
+                    compute_capability=spec.compute_capability,
+                    spec=spec,
+                )
+        raise KeyError(name)
+
+    @staticmethod
+    def startup_limit(gpu: Any) -> tuple[str, bool]:
+        """The "at most gpu_memory_utilization X will start" line and whether to warn."""
+        from kvpilot.core.hardware.budget_now import launch_budget
+
+        budget = launch_budget(gpu)
+        if budget is None:
+            return "", False
+        return budget.message, budget.max_utilization < 0.9
+
+    def start_gpu_sampler(self, index: int, rate_hz: float) -> None:
+        """Sample GPU ``index`` in the core sampler thread; samples go to telemetry + signal."""
+        from kvpilot.core.hardware.sampler import MAX_RATE_HZ, MIN_RATE_HZ, GpuSampler
+
+        self.stop_gpu_sampler()
+        emit = self.bridge.emitter("gpu_sample")
+        telemetry = self.telemetry
+
+        def on_sample(sample: Any) -> None:
+            if sample.ok:
+                telemetry.add_gpu_sample(sample)
+            else:
+                telemetry.add_gpu_gap(sample.t_monotonic_s)
+            emit(sample)
+
+        rate = min(MAX_RATE_HZ, max(MIN_RATE_HZ, rate_hz))
+        self.gpu_sampler = GpuSampler(
+            index, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
+        )
+        self.gpu_sampler.start()
+
+    def stop_gpu_sampler(self) -> None:
+        if self.gpu_sampler is not None:
+            self.gpu_sampler.stop()
+            self.gpu_sampler = None
+
+    # ----------------------------------------------------------------- runtime
+
+    def discover_runtime(self, configured: str) -> Any:
+        """Blocking: find vLLM (profile path, env, PATH, managed). Raises RuntimeNotFoundError."""
+        from kvpilot.core.vllm.runtime import discover
+
+        return discover(configured or None, data_dir=self.data_dir)
+
+    def list_runtimes(self, configured: str) -> list[Any]:
+        """Blocking: every working vLLM (for the settings dialog)."""
+        from kvpilot.core.vllm.runtime import list_runtimes
+
+        return list_runtimes(configured or None, data_dir=self.data_dir)
+
+    @staticmethod
+    def install_hint() -> str:
+        from kvpilot.core.vllm.runtime import INSTALL_HINT
+
+        return INSTALL_HINT
+
+    # ----------------------------------------------------------------- planning
+
+    @staticmethod
+    def plan_inputs(target: GpuTarget, goal: Goal, model: Any, **extra: Any) -> Any:
+        """PlanInputs for ``model`` on ``target`` with the goal's knobs."""
+        from kvpilot.core.fit.plan import PlanInputs
+
+        return PlanInputs(
+            model=model,
+            gpu_total_bytes=target.total_bytes,
+            gpu_free_bytes=target.free_bytes,
+            gpu_name=target.name,
+            compute_capability=target.compute_capability,
+            gpu_memory_utilization=goal.gpu_memory_utilization,
+            max_model_len=goal.context_tokens,
+            max_num_seqs=goal.users,
+            kv_cache_dtype=goal.kv_cache_dtype,
+            enforce_eager=goal.enforce_eager,
+            **extra,
+        )
+
+    @staticmethod
+    def load_model(ref: str) -> Any:
+        """Blocking: the ModelSpec of a local directory, catalog id or cached repo id."""
+        from kvpilot.core.models.resolve import load_model_spec
+
+        return load_model_spec(ref)
+
+    def core_target(self, target: GpuTarget) -> Any:
+        """The fit engine's GpuTarget (adds bandwidth and TFLOPS from the spec table)."""
+        from kvpilot.core.fit.recommend import GpuTarget as FitTarget
+
+        spec = target.spec
+        return FitTarget(
+            name=target.name,
+            total_bytes=target.total_bytes,
+            free_bytes=target.free_bytes,
+            compute_capability=target.compute_capability,
+            bandwidth_bytes_per_s=getattr(spec, "bandwidth_bytes_per_s", None),
+            bf16_dense_tflops=getattr(spec, "bf16_dense_tflops", None),
+        )
+
+    def plan(self, target: GpuTarget, goal: Goal) -> PlanResult:
+        """Blocking (pool): ranked plans for ``goal`` on ``target``, rejected ones after them.
+
+        A goal naming a local directory or repo id plans that model only; a catalog id filters
+        the catalog. Knobs the user fixed (KV dtype, utilization, eager) replace the
+        recommender's choice and the capacity is recomputed with them.
+
+        Raises:
+            KvpilotError: the named model cannot be read (message says where kvpilot looked).
+        """
+        from kvpilot.core.fit import recommend as rec
+        from kvpilot.core.models import catalog
+
+        models = None
+        model_filter = None
+        local_ref = ""
+        if goal.model_ref:
+            if catalog.find(goal.model_ref) is not None:
+                model_filter = goal.model_ref
+            else:
+                models = [self.load_model(goal.model_ref)]
+                local_ref = goal.model_ref
+        fit_goal = rec.Goal(
+            use_case=goal.use_case if goal.use_case in rec.USE_CASES else "chat",
+            context_tokens=goal.context_tokens,
+            users=goal.users,
+            min_weight_bits=4 if goal.allow_4bit else 8,
+            model_filter=model_filter,
+        )
+        result = rec.recommend(self.core_target(target), fit_goal, models)
+        rows: list[PlanRow] = []
+        for cand in result.candidates:
+            inputs, cap = cand.inputs, cand.capacity
+            fixed = self._fixed_knobs(goal)
+            if fixed:
+                inputs = replace(inputs, **fixed)
+                cap = self.compute_capacity(inputs)
+            fits = bool(cap.fits) and cap.max_concurrency >= 1
+            reason = cand.reason if not fixed else _capacity_reason(cap, goal)
+            rows.append(
+                PlanRow(
+                    title=cand.model_id,
+                    quantization=_quant_label(cand.quantization, cand.weight_bits),
+                    inputs=inputs,
+                    capacity=cap,
+                    fits=fits,
+                    reason=reason,
+                    model_ref=local_ref or cand.model_id,
+                    tokens_per_s=cand.decode_tokens_per_s,
+                    source=cand,
+                )
+            )
+        for rej in result.rejected:
+            rows.append(
+                PlanRow(
+                    title=rej.model_id,
+                    quantization="",
+                    inputs=None,
+                    capacity=None,
+                    fits=False,
+                    reason=rej.reason,
+                    model_ref=local_ref or rej.model_id,
+                    source=rej,
+                )
+            )
+        rows.sort(key=lambda r: not r.fits)  # stable: keeps the engine's ranking within groups
+        where = "measured free memory" if target.measured else "planner mode, nothing measured"
+        label = {"chat": "chat", "long-docs": "long documents", "batch": "batch"}
+        heading = (
+            f"Ranked plans for {label.get(fit_goal.use_case, fit_goal.use_case)} · "
+            f"{goal.context_tokens:,} context · {goal.users} users on {target.name} ({where})"
+        )
+        return PlanResult(rows, heading)
+
+    @staticmethod
+    def _fixed_knobs(goal: Goal) -> dict[str, Any]:
+        fixed: dict[str, Any] = {}
+        if goal.kv_cache_dtype != "auto":
+            fixed["kv_cache_dtype"] = goal.kv_cache_dtype
+        if goal.gpu_memory_utilization is not None:
+            fixed["gpu_memory_utilization"] = goal.gpu_memory_utilization
+        if goal.enforce_eager:
+            fixed["enforce_eager"] = True
+        return fixed
+
+    @staticmethod
+    def compute_capacity(inputs: Any) -> Any:
+        from kvpilot.core.fit.budget import compute_capacity
+
+        return compute_capacity(inputs)
+
+    def feasibility(
+        self, inputs: Any, contexts: list[int], dtypes: tuple[str, ...] = ("auto", "fp8")
+    ) -> dict[str, list[float]]:
+        """Max concurrency at each context for each KV dtype (the planner's chart)."""
+        out: dict[str, list[float]] = {}
+        for dtype in dtypes:
+            row = []
+            for ctx in contexts:
+                try:
+                    cap = self.compute_capacity(
+                        replace(inputs, max_model_len=ctx, kv_cache_dtype=dtype)
+                    )
+                    row.append(float(cap.max_concurrency) if cap.available_kv_bytes > 0 else 0.0)
+                except Exception:  # noqa: BLE001 - a point that cannot be computed is a gap
+                    row.append(float("nan"))
+            out[dtype] = row
+        return out
+
+    @staticmethod
+    def launch_command_text(inputs: Any, model: str, profile: Profile) -> str:
+        """The exact ``vllm serve`` command for a plan (secrets as ***)."""
+        from kvpilot.core.vllm.command import LaunchSpec, build_command, parse_extra_args
+
+        spec = LaunchSpec.from_plan(
+            inputs,
+            model,
+            host=profile.host,
+            port=profile.port,
+            api_key=profile.api_key or None,
+            extra_args=parse_extra_args(profile.extra_args),
+        )
+        return build_command(spec).redacted()
+
+    # ----------------------------------------------------------------- server
+
+    def launch_spec(self, request: LaunchRequest) -> Any:
+        """The LaunchSpec for a request (profile host/port/key/HF settings, extra args)."""
+        from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
+
+        p = request.profile
+        values: dict[str, Any] = {
+            "host": p.host,
+            "port": p.port,
+            "api_key": p.api_key or None,
+            "extra_args": parse_extra_args(p.extra_args),
+            "hf_home": p.hf_cache_dir or None,
+            "hf_token": p.hf_token or None,
+        }
+        values.update(self.launch_overrides)
+        values.update(request.overrides)
+        return LaunchSpec.from_plan(request.inputs, request.model, **values)
+
+    def start_server(self, runtime: Any, spec: Any) -> Any:
+        """Blocking (flag check, spawn): start a supervised server; events go to the bridge."""
+        from kvpilot.core.vllm.supervisor import Supervisor
+
+        with self._lock:
+            old = self.supervisor
+        if old is not None and old.state not in ("stopped", "failed", None):
+            old.stop()
+        self.telemetry.clear()
+        sup = Supervisor(
+            runtime,
+            spec,
+            data_dir=self.data_dir,
+            on_event=self.bridge.emitter("server_event"),
+            gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
+            **self.supervisor_options,
+        )
+        with self._lock:
+            self.supervisor = sup
+        sup.start()
+        return sup
+
+    def _gpu_pids(self) -> set[int]:
+        sampler = self.gpu_sampler
+        sample = sampler.sample_once() if sampler is not None else None
+        if sample is None:
+            return set()
+        return set(sample.process_used_bytes)
+
+    def stop_server(self) -> Any:
+        """Blocking (up to ~20 s): stop the server tree. Returns the StopReport or None."""
+        self.stop_metrics()
+        with self._lock:
+            sup = self.supervisor
+        if sup is None:
+            return None
+        return sup.stop()
+
+    def server_running(self) -> bool:
+        sup = self.supervisor
+        return sup is not None and sup.state in ("starting", "ready", "stopping")
+
+    def start_metrics(self, base_url: str, rate_hz: float, api_key: str | None = None) -> None:
+        """Scrape ``base_url``/metrics in the core sampler thread into telemetry."""
+        from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper
+
+        self.stop_metrics()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        scraper = MetricsScraper(base_url, headers=headers)
+        telemetry = self.telemetry
+        emit = self.bridge.emitter("metrics_sample")
+
+        def on_sample(sample: Any) -> None:
+            telemetry.add_vllm_sample(sample)
+            emit(sample)
+
+        self.metrics_sampler = MetricsSampler(
+            scraper, on_sample, telemetry.add_scrape_error, interval_s=1.0 / max(0.1, rate_hz)
+        )
+        self.metrics_sampler.start()
+
+    def stop_metrics(self) -> None:
+        sampler = self.metrics_sampler
+        self.metrics_sampler = None
+        if sampler is not None:
+            sampler.stop()
+            sampler.scraper.close()
+
+    def shutdown(self) -> None:
+        """Blocking: stop the server this session started, the samplers and scrapers."""
+        try:
+            self.stop_server()
+        finally:
+            self.stop_metrics()
+            self.stop_gpu_sampler()
+
+    # ----------------------------------------------------------------- fallback
+
+    @staticmethod
+    def propose_fallbacks(failure: Any, inputs: Any) -> list[Any]:
+        """Ranked fallback options for a failure of ``inputs`` (empty when none apply)."""
+        try:
+            from kvpilot.core.fit import fallback
+        except ImportError:
+            return []
+        return list(fallback.propose(failure, inputs))
+
+
+def describe(mapping: Mapping[str, Any]) -> str:
+    """``k=v, k=v`` for log lines (no secrets are ever passed here)."""
+    return ", ".join(f"{k}={v}" for k, v in mapping.items())
+
+
+Callback = Callable[[Any], None]

@@ -1,0 +1,72 @@
+"""GUI test set-up: offscreen Qt, settings and data in temporary folders, recorded GPUs.
+
+NVML is replaced at the library boundary by the core's replay of recorded snapshots
+(``kvpilot.core.hardware.fake_nvml``), so every GUI test runs the production probe, sampler and
+launch-budget code. The end-to-end fixtures (real vLLM CPU server, tiny model) are re-exported
+from tests/e2e/conftest.py for test_gui_e2e.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from e2e.conftest import (  # noqa: F401 - re-exported for test_gui_e2e.py
+    launch_spec,
+    tiny_model,
+    vllm_runtime,
+    vllm_scratch,
+)
+
+import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6 before it is imported
+from kvpilot.core import settings as st
+from kvpilot.gui import app as gui_app
+from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.main_window import MainWindow
+from kvpilot.gui.services import AppServices
+from kvpilot.gui.workers import wait_for_pool
+
+TESTS = Path(__file__).resolve().parents[1]
+FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Settings, data and cache in tmp; no vLLM reachable unless a test provides one."""
+    monkeypatch.setenv(st.CONFIG_DIR_ENV, str(tmp_path / "config"))
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KVPILOT_VLLM", raising=False)
+    monkeypatch.delenv("KVPILOT_FAKE_NVML", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no vllm on PATH
+    return tmp_path
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> st.SettingsStore:
+    return st.SettingsStore(tmp_path / "config")
+
+
+@pytest.fixture
+def make_window(qtbot, store: st.SettingsStore) -> Iterator[Callable[..., MainWindow]]:
+    """Factory: a main window on a recorded GPU (default the RTX 4090 desktop snapshot)."""
+    windows: list[MainWindow] = []
+
+    def make(fake_gpu: str = "rtx4090-desktop", *, wait: bool = True, **kw) -> MainWindow:
+        services = AppServices(CoreBridge(), fake_gpu=fake_gpu)
+        for key, value in kw.items():
+            setattr(services, key, value)
+        window = gui_app.build_window(store=store, services=services, confirm_stop=lambda: True)
+        window.show()
+        windows.append(window)
+        if wait:
+            qtbot.waitUntil(lambda: gui_app.loaded(window), timeout=30_000)
+        return window
+
+    yield make
+    for w in windows:
+        w.services.shutdown()
+    wait_for_pool(30_000)
+    for w in windows:
+        gui_app.dispose(w)

@@ -1,0 +1,122 @@
+"""The main window on recorded GPUs: GPU panel, planner, launch availability, copy command."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication
+
+from kvpilot.gui import app as gui_app
+
+
+def test_window_opens_on_a_recorded_rtx4090(make_window) -> None:
+    w = make_window("rtx4090-desktop")
+    title = w.gpu_panel.title.text()
+    assert "RTX 4090" in title and "driver 550.54.14" in title and "sm_89" in title
+    assert "CUDA 12.4" in title
+    labels = [s.label for s in w.gpu_panel.bar.segments()]
+    # the desktop processes are named, not lumped together
+    assert {"Xorg", "firefox", "gnome-shell"} <= set(labels)
+    assert labels[-1] == "free"
+    assert "at most gpu_memory_utilization" in w.gpu_panel.warning.text()
+    assert w.target is not None and w.target.measured
+    # ranked plans: fitting ones first, the first selected, its budget detailed
+    rows = w.planner.rows
+    assert rows and rows[0].fits
+    assert any(not r.fits for r in rows)
+    assert w.planner.selected() is rows[0]
+    terms = [w.planner.detail.item(r, 0).text() for r in range(w.planner.detail.rowCount())]
+    assert "weights" in terms and "kv cache" in terms
+    sources = {w.planner.detail.item(r, 2).text() for r in range(len(rows[0].capacity.terms))}
+    assert sources <= {"file", "catalog", "model", "default", "user", "measured"}
+    assert "RTX 4090" in w.planner.heading.text()
+
+
+def test_feasibility_chart_marks_the_goal(make_window, qtbot) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.planner.curve_bf16.getData()[0] is not None, timeout=10_000)
+    x, y = w.planner.curve_bf16.getData()
+    assert len(x) == len(y) > 3
+    # more context -> fewer users fit (monotone non-increasing where defined)
+    finite = [v for v in y if v == v]
+    assert finite == sorted(finite, reverse=True)
+    gx, gy = w.planner.goal_marker.getData()
+    goal = w.planner.goal()
+    assert list(gy) == [goal.users]
+    assert math.isclose(10 ** gx[0], goal.context_tokens, rel_tol=1e-9)
+
+
+def test_goal_change_replans(make_window, qtbot) -> None:
+    w = make_window()
+    gen = w.plan_generation
+    w.planner.users.setValue(12)
+    qtbot.waitUntil(
+        lambda: w.plan_generation > gen and "12 users" in w.planner.heading.text(), timeout=15_000
+    )
+    fitting = [r for r in w.planner.rows if r.fits]
+    assert all(r.capacity.max_num_seqs >= 12 for r in fitting)
+    # the goal is remembered in the active profile
+    assert w.store.load().settings.active.plan.max_num_seqs == 12
+
+
+def test_no_vllm_disables_launch_with_the_fix(make_window) -> None:
+    w = make_window()
+    assert w.runtime is None
+    assert not w.server_panel.launch_button.isEnabled()
+    reason = w.server_panel.reason.text()
+    assert "vLLM" in reason and "pip install vllm" in reason
+    assert w.server_panel.reason.isVisible()
+    # pressing the shortcut does nothing harmful
+    w.launch_action.trigger()
+    assert w.services.supervisor is None
+
+
+def test_no_gpu_opens_in_planner_mode(make_window, qtbot) -> None:
+    w = make_window("no-driver")
+    assert w.gpu_panel.spec_combo.isVisible()
+    assert "No GPU" in w.gpu_panel.title.text()
+    assert "driver" in w.gpu_panel.title.text().lower()
+    assert w.target is not None and not w.target.measured
+    assert w.target.name == "NVIDIA GeForce RTX 4090"
+    assert "planner mode" in w.planner.heading.text()
+    assert w.planner.rows
+    # pick another card from the spec table: the plans follow
+    names = [w.gpu_panel.spec_combo.itemText(i) for i in range(w.gpu_panel.spec_combo.count())]
+    other = next(n for n in names if "3090" in n)
+    w.gpu_panel.spec_combo.setCurrentText(other)
+    qtbot.waitUntil(lambda: "3090" in w.planner.heading.text(), timeout=15_000)
+    assert w.target.name == other
+
+
+def test_copy_command_has_the_plan_and_no_secret(make_window, store) -> None:
+    from dataclasses import replace
+
+    from kvpilot.core import settings as st
+
+    w = make_window()
+    w.settings = st.update_profile(w.settings, replace(w.profile, api_key="sk-topsecret"))
+    text = w.copy_command()
+    assert text is not None
+    assert QGuiApplication.clipboard().text() == text
+    row = w.planner.selected()
+    assert "vllm serve" in text and row.model_ref in text
+    assert f"--max-model-len {row.capacity.max_model_len}" in text
+    assert "sk-topsecret" not in text
+
+
+def test_geometry_is_remembered(make_window, store) -> None:
+    w = make_window()
+    w.resize(783, 611)  # within the 800x800 offscreen screen, above the minimum size
+    QApplication.processEvents()
+    size = (w.width(), w.height())
+    w.close()
+    saved = store.load().settings.window_geometry
+    assert saved
+    w2 = make_window()
+    assert (w2.width(), w2.height()) == size
+
+
+def test_loaded_predicate_needs_all_three(make_window) -> None:
+    w = make_window(wait=False)
+    assert not gui_app.loaded(w)
