@@ -57,7 +57,7 @@ def test_round_trip_keeps_every_field(store: st.SettingsStore) -> None:
         api_key="sk-secret",
         hf_cache_dir="/data/hf",
         hf_token="hf_abc",
-        extra_args="--max-num-batched-tokens 4096",
+        extra_args="--max-cudagraph-capture-size 256 --disable-log-requests",
         sampling_hz=5.0,
         theme="dark",
     )
@@ -374,3 +374,9 @@ def test_extra_args_with_broken_quoting_are_reported() -> None:
     problems = st.validate_extra_args('--served-model-name "unterminated')
     assert problems and problems[0].startswith("extra_args:")
     assert st.validate_extra_args("") == []
+
+
+def test_extra_args_that_repeat_a_managed_flag_name_the_setting() -> None:
+    (problem,) = st.validate_extra_args("--max-model-len 4096")
+    assert problem.startswith("extra_args:")
+    assert "context length" in problem  # says which setting to change instead
