@@ -13,7 +13,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -25,8 +25,6 @@ from kvpilot.core.measurements import (
     MeasurementStore,
 )
 from kvpilot.core.vllm.supervisor import (
-    READY,
-    ServerCapacity,
     Supervisor,
     SupervisorEvent,
     measured_from_capacity,
@@ -124,8 +122,7 @@ def run_measurement(
             raise MeasurementError(
                 f"the dry run was not ready within {timeout_s:.0f} s; raise the timeout"
             )
-        _await_capacity(sup, timeout_s=5.0)
-        cap = sup.capacity
+        cap = sup.wait_capacity(10.0)
         startup = None if sup.ready_monotonic_s is None else sup.ready_monotonic_s - started
     finally:
         sup.stop()
@@ -134,20 +131,3 @@ def run_measurement(
     measured = measured_from_capacity(cap, SOURCE_DRY_RUN, startup_s=startup)
     store.record(key, measured)
     return measured
-
-
-def _await_capacity(sup: Supervisor, *, timeout_s: float) -> ServerCapacity:
-    """Wait briefly for the /metrics read that follows ready (when the version has it)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        cap = sup.capacity
-        if sup.state != READY or "metrics" in cap.sources or _metrics_not_expected(sup):
-            return cap
-        time.sleep(0.05)
-    return sup.capacity
-
-
-def _metrics_not_expected(sup: Any) -> bool:
-    from kvpilot.core.vllm.supervisor import CACHE_CONFIG_INFO_SINCE, _version_tuple
-
-    return _version_tuple(sup._version) < CACHE_CONFIG_INFO_SINCE

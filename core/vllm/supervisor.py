@@ -264,6 +264,7 @@ class Supervisor:
         self._stop_report: StopReport | None = None
         self._stop_requested = False
         self._cleanup_started = False
+        self._post_ready = threading.Event()
 
         self._proc: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
@@ -476,6 +477,17 @@ class Supervisor:
         """Block until ``ready`` (True) or a terminal state / the timeout (False)."""
         return self.wait_for((READY,), timeout_s) == READY
 
+    def wait_capacity(self, timeout_s: float | None = None) -> ServerCapacity:
+        """After ready: wait until the /metrics capacity read is done; returns the capacity."""
+        if self.wait_ready(timeout_s):
+            self._post_ready.wait(timeout_s)
+        return self._capacity
+
+    @property
+    def vllm_version(self) -> str:
+        """The version of the supervised vLLM (as its runtime reported it)."""
+        return self._version
+
     def wait_stopped(self, timeout_s: float | None = None) -> bool:
         """Block until the tree is cleaned up after stop or failure; True when it was."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -515,6 +527,7 @@ class Supervisor:
             if self._state not in TERMINAL_STATES:
                 self._set_state(STOPPED)
         self._wake.set()
+        self._post_ready.set()
         return report
 
     # ----------------------------------------------------------------- internals
@@ -655,6 +668,7 @@ class Supervisor:
                 return
         self._emit(failure)
         self._set_state(FAILED, failure)
+        self._post_ready.set()
         if not self._adopted or self._pid is not None:
             # vLLM usually exits by itself right after the failure (keeping its own status);
             # give it a moment, then stop what is left of the tree, in this (monitor) thread
@@ -812,6 +826,7 @@ class Supervisor:
                 r = client.get("/metrics")
                 if r.status_code == 200:
                     self._merge_capacity("metrics", cache_config_capacity(r.text))
+        self._post_ready.set()
         self._record_measurement()
 
     def _record_measurement(self) -> None:
@@ -933,9 +948,10 @@ def measured_from_capacity(
     cap: ServerCapacity, source: str, *, startup_s: float | None = None
 ) -> Measured:
     """A :class:`Measured` record from what the server reported."""
-    available = cap.available_kv_bytes
+    # an explicit KV size (the cache_config_info label) is exact; the log rounds to 0.01 GiB
+    available = cap.kv_cache_memory_bytes
     if available is None:
-        available = cap.kv_cache_memory_bytes
+        available = cap.available_kv_bytes
     return Measured(
         measured_at=now_iso(),
         source=source,

@@ -160,6 +160,7 @@ def vllm_server(
                 pytrace=False,
             )
         assert sup.pid is not None
+        sup.wait_capacity(30)
         yield RunningServer(
             base_url=sup.base_url,
             model_name=sup.model_name,
