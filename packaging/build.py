@@ -1,0 +1,397 @@
+"""Build the kvpilot executable with PyInstaller.
+
+    python3 packaging/build.py            # dist/kvpilot/ (folder) and its .tar.gz
+    python3 packaging/build.py --onefile  # dist/kvpilot, one self-extracting file
+    python3 packaging/build.py --fresh    # new build environment, PyInstaller cache cleared
+
+kvpilot is installed *not* editable, from a clean copy of the sources, into a build environment
+of its own (``.cache/packaging/venv-<hash>``, reused while pyproject.toml and the Python version
+stay the same), so that the ``kvpilot.core`` / ``kvpilot.gui`` / ``kvpilot.resources`` namespace
+resolves to real files PyInstaller can follow. Then ``packaging/kvpilot.spec`` runs in that
+environment.
+
+The default is a folder (``onedir``) plus a tarball of it: a one-file executable unpacks its
+~100 MB of Qt and numpy into a temporary directory on every start, which costs seconds per
+``kvpilot --version``; the folder starts as fast as the installed app. ``--onefile`` is there for
+those who want a single file anyway.
+
+Exit status: 0 built, 1 the build failed (the failing step's output is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport (pip install tomli)
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "packaging" / "kvpilot.spec"
+#: what goes into the installed package (copied into a clean staging tree before pip install)
+SOURCE_DIRS = ("core", "gui", "resources")
+SOURCE_FILES = ("pyproject.toml", "README.md")
+#: packaging files whose change changes the bundle (the smoke test and icon script do not)
+PACKAGING_FILES = ("packaging/kvpilot.spec", "packaging/kvpilot_main.py", "packaging/build.py")
+DEFAULT_CACHE = ROOT / ".cache" / "packaging"
+DEFAULT_DIST = ROOT / "dist"
+NAME = "kvpilot"
+
+
+class BuildError(Exception):
+    """A build step failed; the message names the step and carries its output's tail."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build produced. Sizes are bytes, durations seconds."""
+
+    executable: str
+    bundle_dir: str | None  # the onedir folder; None for --onefile
+    tarball: str | None
+    version: str
+    source_hash: str
+    onefile: bool
+    bundle_bytes: int
+    tarball_bytes: int | None
+    venv_s: float
+    pyinstaller_s: float
+    total_s: float
+
+
+# ------------------------------------------------------------------------------------- hashing
+def _walk(paths: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+            )
+    return sorted(files)
+
+
+def source_hash(root: Path = ROOT) -> str:
+    """A short hash of everything that goes into the bundle (sources, resources, spec, Python).
+
+    Two trees with the same hash give the same executable, so a built bundle can be reused.
+    """
+    digest = hashlib.sha256()
+    digest.update(f"{sys.version_info[:3]}|{platform.machine()}".encode())
+    paths = [root / d for d in SOURCE_DIRS] + [root / f for f in (*SOURCE_FILES, *PACKAGING_FILES)]
+    for path in _walk(paths):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _env_hash(root: Path, python: str) -> str:
+    digest = hashlib.sha256((root / "pyproject.toml").read_bytes())
+    digest.update(_run([python, "-c", "import sys; print(sys.version)"], "python").encode())
+    return digest.hexdigest()[:12]
+
+
+def project_version(root: Path = ROOT) -> str:
+    """The version in pyproject.toml (what ``kvpilot --version`` of the bundle must print)."""
+    with open(root / "pyproject.toml", "rb") as fh:
+        return str(tomllib.load(fh)["project"]["version"])
+
+
+# ------------------------------------------------------------------------------------- steps
+def _run(
+    cmd: Sequence[str],
+    step: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    verbose: bool = False,
+) -> str:
+    """Run ``cmd``; returns its output. Raises BuildError with the output's tail on failure."""
+    if verbose:
+        print(f"build: $ {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(
+        list(cmd),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    if verbose and proc.stdout:
+        print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-40:])
+        raise BuildError(f"{step} failed (exit {proc.returncode}):\n{tail}")
+    return proc.stdout
+
+
+def stage_sources(root: Path, staging: Path) -> Path:
+    """Copy what the wheel is built from into ``staging`` (no caches, no stale build/ trees)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for d in SOURCE_DIRS:
+        shutil.copytree(root / d, staging / d, ignore=ignore)
+    for f in SOURCE_FILES:
+        if (root / f).exists():
+            shutil.copy2(root / f, staging / f)
+    return staging
+
+
+def ensure_build_env(root: Path, cache: Path, python: str, fresh: bool, verbose: bool) -> Path:
+    """The build environment with kvpilot's dependencies and PyInstaller; returns its python.
+
+    Reused while pyproject.toml and the interpreter stay the same (``venv-<hash>/.complete``).
+    """
+    venv = cache / f"venv-{_env_hash(root, python)}"
+    vpy = venv / "bin" / "python"
+    if fresh and venv.exists():
+        shutil.rmtree(venv)
+    if (venv / ".complete").exists() and vpy.exists():
+        return vpy
+    for stale in cache.glob("venv-*"):  # environments of older pyproject.toml versions
+        shutil.rmtree(stale, ignore_errors=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    _run([python, "-m", "venv", str(venv)], "creating the build environment", verbose=verbose)
+    pip = [str(vpy), "-m", "pip", "--disable-pip-version-check", "-q"]
+    _run([*pip, "install", "--upgrade", "pip"], "upgrading pip", verbose=verbose)
+    with open(root / "pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    requirements = (
+        list(project["dependencies"])
+        + list(project["optional-dependencies"]["package"])
+        + _build_requires(root)
+    )
+    _run(
+        [*pip, "install", *requirements], "installing dependencies and PyInstaller", verbose=verbose
+    )
+    (venv / ".complete").write_text(json.dumps(requirements))
+    return vpy
+
+
+def install_kvpilot(root: Path, vpy: Path, verbose: bool) -> None:
+    """Install kvpilot itself, not editable, from a clean copy of the sources."""
+    with tempfile.TemporaryDirectory(prefix="kvpilot-stage-") as tmp:
+        staging = stage_sources(root, Path(tmp))
+        _run(
+            [
+                str(vpy),
+                "-m",
+                "pip",
+                "--disable-pip-version-check",
+                "-q",
+                "install",
+                "--no-deps",
+                "--force-reinstall",
+                "--no-build-isolation",
+                str(staging),
+            ],
+            "installing kvpilot (not editable)",
+            verbose=verbose,
+        )
+
+
+def _build_requires(root: Path) -> list[str]:
+    """pyproject's build-system requirements: installed once so kvpilot builds offline."""
+    with open(root / "pyproject.toml", "rb") as fh:
+        return list(tomllib.load(fh)["build-system"]["requires"])
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _is_elf(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"\x7fELF"
+
+
+def strip_debug(bundle_dir: Path, verbose: bool = False) -> int:
+    """Drop debug sections from the bundle's ELF files; returns the bytes saved.
+
+    PyInstaller's own ``strip`` option is all-or-nothing and breaks libraries that auditwheel
+    rewrote with patchelf (numpy's OpenBLAS: "ELF load command address/offset not page-aligned"),
+    so the vendored ``*.libs`` folders are left alone here. ``--strip-debug`` keeps symbol tables.
+    """
+    strip = shutil.which("strip")
+    if strip is None:
+        return 0
+    targets = [
+        p
+        for p in sorted(bundle_dir.rglob("*"))
+        if p.is_file()
+        and not p.is_symlink()
+        and not any(part.endswith(".libs") for part in p.relative_to(bundle_dir).parts)
+        and _is_elf(p)
+    ]
+    before = sum(p.stat().st_size for p in targets)
+    for i in range(0, len(targets), 200):
+        _run([strip, "--strip-debug", *map(str, targets[i : i + 200])], "strip", verbose=False)
+    saved = before - sum(p.stat().st_size for p in targets)
+    if verbose:
+        print(f"build: strip --strip-debug on {len(targets)} files saved {saved / 2**20:.1f} MiB")
+    return saved
+
+
+def make_tarball(bundle_dir: Path, target: Path) -> Path:
+    """``bundle_dir`` as a gzip tarball whose single top folder is the bundle's name."""
+    partial = target.with_name(target.name + ".partial")
+    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+        tar.add(bundle_dir, arcname=bundle_dir.name)
+    partial.replace(target)
+    return target
+
+
+def build(
+    dist: Path = DEFAULT_DIST,
+    cache: Path = DEFAULT_CACHE,
+    *,
+    onefile: bool = False,
+    fresh: bool = False,
+    tarball: bool = True,
+    python: str = sys.executable,
+    root: Path = ROOT,
+    verbose: bool = False,
+) -> BuildResult:
+    """Build the executable into ``dist``; returns what was built.
+
+    Raises:
+        BuildError: a step (environment, install, PyInstaller) failed.
+    """
+    started = time.monotonic()
+    digest = source_hash(root)
+    vpy = ensure_build_env(root, cache, python, fresh, verbose)
+    install_kvpilot(root, vpy, verbose)
+    venv_s = time.monotonic() - started
+
+    work = cache / "pyinstaller-work"
+    dist.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["KVPILOT_ONEFILE"] = "1" if onefile else "0"
+    env.pop("PYTHONPATH", None)  # nothing may shadow the installed kvpilot
+    env["PYINSTALLER_CONFIG_DIR"] = str(cache / "pyinstaller-config")
+    cmd = [
+        str(vpy),
+        "-m",
+        "PyInstaller",
+        "--noconfirm",
+        "--log-level",
+        "WARN",
+        "--distpath",
+        str(dist),
+        "--workpath",
+        str(work),
+        str(SPEC),
+    ]
+    if fresh:
+        cmd.insert(3, "--clean")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kvpilot-pyi-") as cwd:  # no source tree on sys.path
+        _run(cmd, "PyInstaller", cwd=Path(cwd), env=env, verbose=verbose)
+    pyinstaller_s = time.monotonic() - t0
+
+    version = project_version(root)
+    if onefile:
+        exe = dist / NAME
+        bundle_dir = None
+        tar_path = None
+    else:
+        bundle_dir = dist / NAME
+        exe = bundle_dir / NAME
+        tar_path = None
+        strip_debug(bundle_dir / "_internal", verbose)
+        if tarball:
+            arch = platform.machine() or "unknown"
+            tar_path = make_tarball(bundle_dir, dist / f"{NAME}-{version}-linux-{arch}.tar.gz")
+    if not exe.is_file():
+        raise BuildError(f"PyInstaller finished but {exe} is missing")
+    result = BuildResult(
+        executable=str(exe),
+        bundle_dir=None if bundle_dir is None else str(bundle_dir),
+        tarball=None if tar_path is None else str(tar_path),
+        version=version,
+        source_hash=digest,
+        onefile=onefile,
+        bundle_bytes=_tree_bytes(exe if onefile else exe.parent),
+        tarball_bytes=None if tar_path is None else tar_path.stat().st_size,
+        venv_s=round(venv_s, 1),
+        pyinstaller_s=round(pyinstaller_s, 1),
+        total_s=round(time.monotonic() - started, 1),
+    )
+    (dist / f"{NAME}-build.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line; returns the exit status."""
+    parser = argparse.ArgumentParser(description="Build the kvpilot executable (PyInstaller).")
+    parser.add_argument("--dist", type=Path, default=DEFAULT_DIST, help="output folder (dist/)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="build environment and PyInstaller work folder (.cache/packaging/)",
+    )
+    parser.add_argument("--onefile", action="store_true", help="one self-extracting file")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="recreate the build environment and clear PyInstaller's cache",
+    )
+    parser.add_argument("--no-tarball", action="store_true", help="skip the .tar.gz")
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter for the build environment (this one)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every step's output")
+    args = parser.parse_args(argv)
+    try:
+        result = build(
+            args.dist.resolve(),
+            args.cache.resolve(),
+            onefile=args.onefile,
+            fresh=args.fresh,
+            tarball=not args.no_tarball,
+            python=args.python,
+            verbose=args.verbose,
+        )
+    except BuildError as exc:
+        print(f"build: {exc}", file=sys.stderr)
+        return 1
+    mib = 1024**2
+    print(f"build: {result.executable} (kvpilot {result.version}, sources {result.source_hash})")
+    print(
+        f"build: bundle {result.bundle_bytes / mib:.1f} MiB"
+        + (
+            ""
+            if result.tarball_bytes is None
+            else f", tarball {result.tarball_bytes / mib:.1f} MiB at {result.tarball}"
+        )
+    )
+    print(
+        f"build: environment {result.venv_s:.1f} s, PyInstaller {result.pyinstaller_s:.1f} s, "
+        f"total {result.total_s:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
