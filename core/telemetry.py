@@ -255,6 +255,47 @@ class _Interval:
     hists: dict[str, np.ndarray | None]
 
 
+class _WindowSums:
+    """The intervals of a sliding window and the running sums of their increments.
+
+    Increments are whole counts (tokens, requests, observations), so adding and later
+    subtracting them leaves the sums exact.
+    """
+
+    def __init__(self) -> None:
+        self.intervals: deque[_Interval] = deque()
+        self.counters: dict[str, float] = dict.fromkeys(_COUNTER_FIELDS, 0.0)
+        self.success: dict[str, float] = {}
+        self.hists: dict[str, np.ndarray] = {}
+
+    def push(self, iv: _Interval) -> None:
+        self.intervals.append(iv)
+        self._apply(iv, 1.0)
+
+    def prune(self, horizon: float) -> None:
+        while self.intervals and self.intervals[0].t_end <= horizon:
+            self._apply(self.intervals.popleft(), -1.0)
+
+    def _apply(self, iv: _Interval, sign: float) -> None:
+        for name, inc in iv.counters.items():
+            self.counters[name] += sign * inc
+        for reason, inc in iv.success.items():
+            self.success[reason] = self.success.get(reason, 0.0) + sign * inc
+        for h, arr in iv.hists.items():
+            if arr is None:
+                continue
+            acc = self.hists.get(h)
+            if acc is not None and acc.shape == arr.shape:
+                acc += sign * arr
+            elif sign > 0:  # first histogram, or the bucket layout changed: rebuild
+                rebuilt = np.zeros(arr.shape)
+                for other in self.intervals:
+                    other_arr = other.hists.get(h)
+                    if other_arr is not None and other_arr.shape == arr.shape:
+                        rebuilt += other_arr
+                self.hists[h] = rebuilt
+
+
 def _increase(cur: float | None, prev: float | None) -> float:
     if cur is None:
         return 0.0
@@ -345,7 +386,8 @@ class Telemetry:
 
     def _reset_state(self) -> None:
         self._prev: MetricsSample | None = None
-        self._intervals: deque[_Interval] = deque(maxlen=100_000)
+        self._rate_ivs: deque[_Interval] = deque()  # intervals inside rate_window_s
+        self._win = _WindowSums()  # intervals inside window_s, with running sums
         self._last_sample: MetricsSample | None = None
         self._last_row: dict[str, float | None] = {}
         self._last_gpu_row: dict[str, float | None] = {}
@@ -377,7 +419,9 @@ class Telemetry:
                 return
             prev = self._prev
             if prev is not None and t > prev.t_monotonic_s:
-                self._intervals.append(self._interval(prev, sample))
+                iv = self._interval(prev, sample)
+                self._rate_ivs.append(iv)
+                self._win.push(iv)
             self._prune(t)
             row = self._derive(sample)
             self._vllm.append(t, row)
@@ -453,17 +497,9 @@ class Telemetry:
         return _Interval(prev.t_monotonic_s, cur.t_monotonic_s, counters, success, hists)
 
     def _prune(self, now: float) -> None:
-        horizon = now - max(self.config.window_s, self.config.rate_window_s)
-        while self._intervals and self._intervals[0].t_end <= horizon:
-            self._intervals.popleft()
-
-    def _recent(self, now: float, window_s: float) -> list[_Interval]:
-        out: list[_Interval] = []
-        for iv in reversed(self._intervals):
-            if iv.t_end <= now - window_s:
-                break
-            out.append(iv)
-        return out
+        while self._rate_ivs and self._rate_ivs[0].t_end <= now - self.config.rate_window_s:
+            self._rate_ivs.popleft()
+        self._win.prune(now - self.config.window_s)
 
     def _derive(self, s: MetricsSample) -> dict[str, float | None]:
         now = s.t_monotonic_s
@@ -472,44 +508,36 @@ class Telemetry:
             "waiting": s.waiting,
             "kv_usage_frac": s.kv_usage_frac,
         }
-        rate_ivs = self._recent(now, self.config.rate_window_s)
-        if rate_ivs:
-            span = now - rate_ivs[-1].t_start
+        if self._rate_ivs:
+            span = now - self._rate_ivs[0].t_start
             for series, counter in (
                 ("generation_tokens_per_s", "generation_tokens_total"),
                 ("prompt_tokens_per_s", "prompt_tokens_total"),
             ):
                 if getattr(s, counter) is not None:
-                    row[series] = sum(iv.counters[counter] for iv in rate_ivs) / span
-        ivs = self._recent(now, self.config.window_s)
+                    row[series] = sum(iv.counters[counter] for iv in self._rate_ivs) / span
+        win = self._win
         self._finish_fractions = {}
         self._preempt_increase = 0.0
-        if not ivs:
+        if not win.intervals:
             return row
-        span = now - ivs[-1].t_start
+        span = now - win.intervals[0].t_start
         if s.preemptions_total is not None:
-            self._preempt_increase = sum(iv.counters["preemptions_total"] for iv in ivs)
+            self._preempt_increase = win.counters["preemptions_total"]
             row["preemptions_per_min"] = self._preempt_increase / span * 60.0
-        queries = sum(iv.counters["prefix_queries_total"] for iv in ivs)
+        queries = win.counters["prefix_queries_total"]
         if s.prefix_queries_total is not None and queries > 0:
-            row["prefix_hit_rate"] = sum(iv.counters["prefix_hits_total"] for iv in ivs) / queries
-        finished: dict[str, float] = {}
-        for iv in ivs:
-            for reason, inc in iv.success.items():
-                finished[reason] = finished.get(reason, 0.0) + inc
-        total = sum(finished.values())
+            row["prefix_hit_rate"] = win.counters["prefix_hits_total"] / queries
+        total = sum(win.success.values())
         if total > 0:
-            self._finish_fractions = {r: n / total for r, n in finished.items()}
-            row["success_rate"] = sum(n for r, n in finished.items() if r in _OK_REASONS) / total
+            self._finish_fractions = {r: n / total for r, n in win.success.items() if n > 0}
+            ok = sum(n for r, n in win.success.items() if r in _OK_REASONS)
+            row["success_rate"] = ok / total
         for h in _HISTS:
             snap: HistogramSnapshot | None = getattr(s, h)
-            if snap is None:
+            acc = win.hists.get(h)
+            if snap is None or acc is None or acc.shape != (len(snap.upper_bounds),):
                 continue
-            acc = np.zeros(len(snap.upper_bounds))
-            for iv in ivs:
-                bucket_inc = iv.hists.get(h)
-                if bucket_inc is not None and bucket_inc.shape == acc.shape:
-                    acc += bucket_inc
             counts = acc.tolist()
             for qname, q in _QUANTILES:
                 value = histogram_quantile(q, snap.upper_bounds, counts)

@@ -449,3 +449,34 @@ def test_real_gpu_samples_from_the_nvml_replay():
     _, used = tel.series("memory_used_bytes")
     assert used.size == 3 and math.isnan(used[2])
     assert tel.latest()["memory_used_bytes"] is None
+
+
+def test_bucket_layout_change_after_an_upgrade():
+    tel, _ = make(window_s=100.0)
+    tel.add_vllm_sample(sample(0.0))
+    tel.add_vllm_sample(sample(1.0, ttft=(10, 10, 10, 10, 10)))  # all under 0.1 s
+    other = (0.5, 5.0, math.inf)
+    restarted = replace(sample(2.0), ttft=HistogramSnapshot(other, (0.0, 4.0, 4.0), 8.0, 4.0))
+    tel.add_vllm_sample(restarted)
+    # only the new server's four requests (0.5..5 s) count; the old layout is ignored
+    assert 0.5 < tel.latest()["ttft_p50_s"] < 5.0
+    nxt = replace(sample(3.0), ttft=HistogramSnapshot(other, (4.0, 8.0, 8.0), 9.0, 8.0))
+    tel.add_vllm_sample(nxt)
+    # window sums: (0, 4, 4) + (4, 4, 4) = (4, 8, 8); the median is the top of bucket one
+    assert tel.latest()["ttft_p50_s"] == pytest.approx(0.5)
+    assert tel.latest()["ttft_p99_s"] == pytest.approx(0.5 + 4.5 * (7.92 - 4) / 4)
+
+
+def test_window_sums_return_to_zero_when_activity_leaves_the_window():
+    tel, _ = make(window_s=5.0)
+    tel.add_vllm_sample(sample(0.0))
+    tel.add_vllm_sample(sample(1.0, pq=10.0, ph=5.0, success={"stop": 2.0}, preempt=1.0,
+                               ttft=(2, 2, 2, 2, 2)))
+    assert tel.latest()["prefix_hit_rate"] == 0.5
+    for i in range(2, 20):
+        tel.add_vllm_sample(sample(float(i), pq=10.0, ph=5.0, success={"stop": 2.0},
+                                   preempt=1.0, ttft=(2, 2, 2, 2, 2)))
+    last = tel.latest()
+    assert last["prefix_hit_rate"] is None and last["success_rate"] is None
+    assert last["preemptions_per_min"] == 0.0 and last["ttft_p99_s"] is None
+    assert last.finish_reason_fractions == {} and last.pressure == ()
