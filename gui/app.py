@@ -82,8 +82,10 @@ def _install_signal_handlers(app: QApplication) -> QTimer:
 
 def main(args: argparse.Namespace) -> int:
     """Run the app with parsed ``kvpilot gui`` options; returns the exit status."""
+    services = AppServices(CoreBridge(), fake_gpu=args.fake_gpu)
+    services.nvml_module()  # a bad --fake-gpu name is a one-line user error (KvpilotError)
     app = ensure_app()
-    window = build_window(fake_gpu=args.fake_gpu)
+    window = build_window(services=services)
     if args.screenshot:
         return screenshot(
             window, Path(args.screenshot), args.panel, args.screenshot_timeout, _failure_log(args)

@@ -101,7 +101,7 @@ class MainWindow(QMainWindow):
         self.settings_button = QPushButton("⚙ Settings")
         self.settings_button.setObjectName("settingsButton")
         self.settings_button.setToolTip(f"Profiles, vLLM, host, port, keys ({SHORTCUT_SETTINGS})")
-        self.settings_button.clicked.connect(self.open_settings)
+        self.settings_button.clicked.connect(lambda: self.open_settings())
         self.notice = QLabel()
         self.notice.setObjectName("settingsNotice")
         self.notice.setWordWrap(True)
@@ -151,13 +151,13 @@ class MainWindow(QMainWindow):
         # --- actions and shortcuts
         self.launch_action = QAction("Launch", self)
         self.launch_action.setShortcut(QKeySequence(SHORTCUT_LAUNCH))
-        self.launch_action.triggered.connect(self.launch_selected)
+        self.launch_action.triggered.connect(lambda: self.launch_selected())
         self.stop_action = QAction("Stop", self)
         self.stop_action.setShortcut(QKeySequence(SHORTCUT_STOP))
-        self.stop_action.triggered.connect(self.stop_server)
+        self.stop_action.triggered.connect(lambda: self.stop_server())
         self.settings_action = QAction("Settings", self)
         self.settings_action.setShortcut(QKeySequence(SHORTCUT_SETTINGS))
-        self.settings_action.triggered.connect(self.open_settings)
+        self.settings_action.triggered.connect(lambda: self.open_settings())
         for a in (self.launch_action, self.stop_action, self.settings_action):
             a.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
             self.addAction(a)
@@ -176,7 +176,7 @@ class MainWindow(QMainWindow):
         self.planner.copy_command_requested.connect(self.copy_command)
         self.planner.browse_model_requested.connect(self._browse_model)
         self.server_panel.launch_clicked.connect(self.launch_selected)
-        self.server_panel.stop_clicked.connect(self.stop_server)
+        self.server_panel.stop_clicked.connect(lambda: self.stop_server())
         self.banner.option_chosen.connect(self.apply_fallback)
         self.banner.details_requested.connect(lambda: self.tabs.setCurrentWidget(self.log_view))
         self.dashboard.fix_requested.connect(self.apply_pressure_fix)
@@ -212,6 +212,10 @@ class MainWindow(QMainWindow):
         )
 
     def _on_runtime(self, runtime: Any) -> None:
+        self.set_runtime(runtime)
+
+    def set_runtime(self, runtime: Any) -> None:
+        """Use ``runtime`` (a VllmRuntime) for launches and enable Launch."""
         self.runtime = runtime
         self.runtime_problem = None
         self.server_panel.set_launch_blocked(None)
@@ -612,8 +616,9 @@ class MainWindow(QMainWindow):
         self.banner.show_failure(message, [], note="working out what would fit…")
         if after_ready:
             self.banner.set_title("the server stopped:")
+        free = self.target.free_bytes if self.target is not None else None
         run_in_pool(
-            lambda: self.services.propose_fallbacks(failure, inputs),
+            lambda: self.services.propose_fallbacks(failure, inputs, free),
             lambda options: self._on_fallbacks(failure, options, after_ready),
             lambda exc: self._on_fallbacks(failure, [], after_ready, str(exc)),
         )
@@ -639,7 +644,10 @@ class MainWindow(QMainWindow):
         inputs = getattr(option, "inputs", None)
         if req is None or inputs is None:
             return False
-        new = LaunchRequest(inputs=inputs, model=req.model, profile=req.profile)
+        model = req.model
+        if getattr(inputs.model, "model_id", None) != getattr(req.inputs.model, "model_id", None):
+            model = inputs.model.model_id  # a smaller checkpoint of the same family
+        new = LaunchRequest(inputs=inputs, model=model, profile=req.profile)
         self.banner.setVisible(False)
 
         def relaunch() -> None:
@@ -721,6 +729,8 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def _finish_close(self) -> None:
+        self.planner._debounce.stop()
+        self._remember_goal(self.planner.goal())  # an edit made just before closing
         self.settings = replace(self.settings, window_geometry=self.geometry_text())
         self._save()
         self.dashboard.timer.stop()
@@ -741,4 +751,7 @@ def _option_label(option: Any) -> str:
 
 
 def _option_tooltip(option: Any) -> str:
-    return str(getattr(option, "description", "") or getattr(option, "reason", "") or "")
+    text = getattr(option, "change", "") or getattr(option, "description", "") or ""
+    if getattr(option, "predicted_fits", True) is False:
+        text += " (predicted not to fit either)"
+    return str(text)

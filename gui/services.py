@@ -473,13 +473,11 @@ class AppServices:
     # ----------------------------------------------------------------- fallback
 
     @staticmethod
-    def propose_fallbacks(failure: Any, inputs: Any) -> list[Any]:
-        """Ranked fallback options for a failure of ``inputs`` (empty when none apply)."""
-        try:
-            from kvpilot.core.fit import fallback
-        except ImportError:
-            return []
-        return list(fallback.propose(failure, inputs))
+    def propose_fallbacks(failure: Any, inputs: Any, free_bytes: int | None = None) -> list[Any]:
+        """Blocking: ranked fallback options for a failure of ``inputs`` (best first)."""
+        from kvpilot.core.fit import fallback
+
+        return list(fallback.propose(failure, inputs, free_bytes=free_bytes))
 
 
 def describe(mapping: Mapping[str, Any]) -> str:

@@ -224,10 +224,10 @@ class DashboardPanel(QWidget):
         self.last_redraw_s = time.perf_counter() - started
 
     def point_count(self, key: str) -> int:
-        """Finite points currently drawn in plot ``key`` (all its curves)."""
+        """Finite points handed to plot ``key`` (all its curves, before downsampling)."""
         total = 0
         for _, item in self._curves[key]:
-            _, y = item.getData()
+            y = item.yData
             if y is not None:
                 total += int(np.count_nonzero(np.isfinite(y)))
         return total

@@ -53,11 +53,17 @@ def make_window(qtbot, store: st.SettingsStore) -> Iterator[Callable[..., MainWi
     """Factory: a main window on a recorded GPU (default the RTX 4090 desktop snapshot)."""
     windows: list[MainWindow] = []
 
-    def make(fake_gpu: str = "rtx4090-desktop", *, wait: bool = True, **kw) -> MainWindow:
+    def make(
+        fake_gpu: str = "rtx4090-desktop",
+        *,
+        wait: bool = True,
+        confirm_stop: Callable[[], bool] = lambda: True,
+        **kw,
+    ) -> MainWindow:
         services = AppServices(CoreBridge(), fake_gpu=fake_gpu)
         for key, value in kw.items():
             setattr(services, key, value)
-        window = gui_app.build_window(store=store, services=services, confirm_stop=lambda: True)
+        window = gui_app.build_window(store=store, services=services, confirm_stop=confirm_stop)
         window.show()
         windows.append(window)
         if wait:

@@ -1,0 +1,61 @@
+"""``kvpilot gui --screenshot``: a real process renders the window offscreen and exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+
+from kvpilot.core.cli import build_parser
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "KVPILOT_CONFIG_DIR": str(tmp_path / "config"),
+        "KVPILOT_DATA_DIR": str(tmp_path / "data"),
+        "KVPILOT_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "kvpilot.core.cli", "gui", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("panel", "gpu"),
+    [("planner", "rtx4090-desktop"), ("settings", "rtx4090-wsl2"), ("planner", "no-driver")],
+)
+def test_screenshot_of_a_panel(tmp_path: Path, panel: str, gpu: str) -> None:
+    out = tmp_path / f"{panel}.png"
+    proc = _run(tmp_path, "--fake-gpu", gpu, "--panel", panel, "--screenshot", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Fatal Python error" not in proc.stderr
+    image = QImage(str(out))
+    assert not image.isNull()
+    assert image.width() >= 600 and image.height() >= 400
+    # the settings file was written with the window geometry
+    assert (tmp_path / "config" / "settings.json").exists() or panel == "settings"
+
+
+def test_gui_is_the_default_command() -> None:
+    parser = build_parser("gui")
+    args = parser.parse_args(["gui", "--fake-gpu", "rtx4090-desktop", "--panel", "dashboard"])
+    assert args.fake_gpu == "rtx4090-desktop" and args.panel == "dashboard"
+    assert args._run.__module__ == "kvpilot.core.commands.gui"
+
+
+def test_unknown_recorded_gpu_is_a_one_line_error(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--fake-gpu", "no-such-card", "--screenshot", str(tmp_path / "x.png"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("kvpilot: error:")
+    assert "Traceback" not in proc.stderr

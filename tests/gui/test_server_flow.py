@@ -1,0 +1,163 @@
+"""Launch, watch, fail, recover and quit against a stand-in ``vllm`` that replays real logs.
+
+The stand-in (tests/e2e/fake_vllm.py) is a real child process: it prints recorded vLLM 0.32 log
+lines, serves /health and a recorded /metrics payload, and exits on SIGINT. The supervisor,
+log scanner, metrics scraper, telemetry and fit engine are the real ones. The same flows run
+against the real vLLM CPU engine in test_gui_e2e.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from kvpilot.core import failures
+from kvpilot.core import settings as st
+from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm.command import find_free_port
+from kvpilot.core.vllm.runtime import VllmRuntime
+
+TESTS = Path(__file__).resolve().parents[1]
+FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
+FAIL_LOG = TESTS / "data" / "supervisor" / "fail_b1_kvbytes_tiny.log"
+FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
+
+
+@pytest.fixture
+def fake_runtime() -> VllmRuntime:
+    return VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.32.0", "env", str(FAKE_VLLM))
+
+
+@pytest.fixture
+def server_window(make_window, fake_runtime):
+    def make(**kw):
+        w = make_window(supervisor_options=dict(FAST), **kw)
+        port = find_free_port("127.0.0.1", 19400)
+        w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=5.0))
+        w.set_runtime(fake_runtime)
+        return w
+
+    return make
+
+
+def _alive(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    w = server_window()
+    assert w.server_panel.launch_button.isEnabled()
+    row = w.planner.selected()
+    assert row is not None and row.fits
+    w.launch_action.trigger()  # F5
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    sup = w.services.supervisor
+    # the start-up phases were shown, in order, ending with the API server
+    seen = w.server_panel.phases_seen
+    assert seen and seen[-1] == logparse.STARTING_API
+    order = [p for p, _ in __import__("kvpilot.gui.panels.server_panel", fromlist=["x"]).PHASES]
+    assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)
+    assert w.server_panel.endpoint.text() == f"{sup.base_url}/v1"
+    assert w.server_panel.endpoint.isVisible()
+    assert "up 00:00:0" in w.server_panel.elapsed.text()
+    # predicted vs reported capacity
+    qtbot.waitUntil(
+        lambda: "vLLM reported 1,048,576" in w.server_panel.capacity.text(), timeout=10_000
+    )
+    assert "Predicted KV" in w.server_panel.capacity.text()
+    # the dashboard is in front and its plots receive points from /metrics and NVML
+    assert w.tabs.currentWidget() is w.dashboard
+    qtbot.waitUntil(
+        lambda: w.dashboard.point_count("kv") >= 2 and w.dashboard.point_count("queue") >= 2,
+        timeout=15_000,
+    )
+    qtbot.waitUntil(lambda: w.dashboard.point_count("vram") >= 2, timeout=10_000)
+    assert w.dashboard.frames > 0
+    # the log view has the server's lines, filterable by level and searchable
+    assert w.log_view.line_count() > 10
+    assert "Starting vLLM server" in w.log_view.visible_text()
+    w.log_view.level.setCurrentIndex(2)  # WARNING and above
+    assert " INFO " not in w.log_view.visible_text()
+    w.log_view.level.setCurrentIndex(0)
+    w.log_view.search.setText("KV cache size")
+    assert all("KV cache size" in ln for ln in w.log_view.visible_text().splitlines())
+    # stop: every process of the tree is gone
+    tree = sup.tree_pids()
+    assert len(tree) == 2
+    w.stop_action.trigger()  # Shift+F5
+    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    qtbot.waitUntil(lambda: not _alive(tree), timeout=10_000)
+    assert w.services.metrics_sampler is None
+    assert w.server_panel.launch_button.isEnabled()
+
+
+def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_VLLM_MODE", "fail")
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(FAIL_LOG))
+    w = server_window()
+    first_inputs = w.planner.selected().inputs
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+    assert w.last_failure is not None
+    assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
+    qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
+    assert w.banner.isVisible()
+    assert "max seq len" in w.banner.cause.text() or "KV cache" in w.banner.cause.text()
+    labels = [b.text() for b in w.banner.option_buttons]
+    assert labels == [o.label for o in w.fallback_options]
+    first = w.fallback_options[0]
+    assert first.inputs != first_inputs
+    # the next launch succeeds (the stand-in is told to start normally)
+    monkeypatch.setenv("FAKE_VLLM_MODE", "ready")
+    monkeypatch.delenv("FAKE_VLLM_LOG")
+    w.banner.option_buttons[0].click()
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    assert not w.banner.isVisible()
+    assert w.current_request.inputs == replace(first.inputs)
+    w.stop_server()
+    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+
+
+def test_closing_asks_then_stops_the_server(server_window, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    asked: list[bool] = []
+
+    def confirm() -> bool:
+        asked.append(True)
+        return len(asked) > 1  # refuse the first time, accept the second
+
+    w = server_window(confirm_stop=confirm)
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    tree = w.services.supervisor.tree_pids()
+    w.close()
+    assert asked == [True] and w.isVisible()  # refused: still open, server still running
+    assert _alive(tree) == tree
+    w.close()
+    assert len(asked) == 2
+    qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
+    assert w.services.supervisor.state == "stopped"
+    assert not _alive(tree)
+
+
+def test_quitting_the_application_stops_the_server(server_window, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    w = server_window()
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    tree = w.services.supervisor.tree_pids()
+    QApplication.instance().aboutToQuit.emit()  # what app.quit() / Ctrl+C / SIGTERM lead to
+    assert not _alive(tree)

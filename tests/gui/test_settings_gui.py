@@ -1,0 +1,169 @@
+"""Settings dialog round trip, profile switching, and a corrupted settings file at start."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from PySide6.QtWidgets import QDialogButtonBox
+
+from kvpilot.core import settings as st
+from kvpilot.gui.settings_dialog import SettingsDialog
+
+
+def _ok(dialog: SettingsDialog):
+    return dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+
+
+def test_settings_dialog_round_trip(make_window, store, qtbot) -> None:
+    w = make_window()
+    dialog = w.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.host.setText("127.0.0.1")
+    dialog.port.setValue(8123)
+    dialog.api_key.setText("sk-local")
+    dialog.hf_cache.setText("/data/hf")
+    dialog.hf_token.setText("hf_abc")
+    dialog.sampling.setValue(5.0)
+    dialog.theme.setCurrentText("dark")
+    # a managed flag in the extra arguments is refused with the setting to change instead
+    dialog.extra_args.setText("--max-model-len 4096")
+    assert not _ok(dialog).isEnabled()
+    assert "context length" in dialog.problems.text()
+    dialog.extra_args.setText("--max-cudagraph-capture-size 256")
+    assert _ok(dialog).isEnabled() and dialog.problems.text() == ""
+    dialog.accept()
+    w.accept_settings(dialog.result_settings())
+    saved = store.load()
+    assert saved.warnings == ()
+    p = saved.settings.active
+    assert (p.port, p.api_key, p.hf_cache_dir, p.hf_token) == (
+        8123,
+        "sk-local",
+        "/data/hf",
+        "hf_abc",
+    )
+    assert (p.sampling_hz, p.theme, p.extra_args) == (
+        5.0,
+        "dark",
+        "--max-cudagraph-capture-size 256",
+    )
+    # the dialog opened again shows what was saved; secrets are masked
+    again = w.make_settings_dialog()
+    qtbot.addWidget(again)
+    assert again.port.value() == 8123 and again.api_key.text() == "sk-local"
+    assert again.api_key.echoMode() == again.api_key.EchoMode.Password
+    assert "0600" in again.storage.text()
+
+
+def test_wide_host_needs_an_api_key(make_window, qtbot) -> None:
+    w = make_window()
+    dialog = w.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.host.setText("0.0.0.0")
+    assert not _ok(dialog).isEnabled()
+    assert "api_key" in dialog.problems.text()
+    dialog.api_key.setText("sk-x")
+    assert _ok(dialog).isEnabled()
+
+
+def test_profiles_create_duplicate_rename_delete_switch(make_window, store, qtbot) -> None:
+    w = make_window()
+    names = iter(["Long docs", "Long docs fp8", "Docs fp8"])
+    dialog = SettingsDialog(w.settings, w, ask_name=lambda title, initial: next(names))
+    qtbot.addWidget(dialog)
+    dialog.new_button.click()
+    assert dialog.profiles.currentItem().text() == "Long docs"
+    dialog.port.setValue(8200)
+    dialog.dup_button.click()  # copies the edited port
+    assert dialog.profiles.currentItem().text() == "Long docs fp8"
+    assert dialog.port.value() == 8200
+    dialog.rename_button.click()
+    assert [dialog.profiles.item(i).text() for i in range(dialog.profiles.count())] == [
+        "Default",
+        "Long docs",
+        "Docs fp8",
+    ]
+    dialog.activate_button.click()
+    assert "Docs fp8" in dialog.active_label.text()
+    # delete the default profile, keep two
+    dialog.profiles.setCurrentRow(0)
+    dialog.delete_button.click()
+    dialog.accept()
+    new = w.accept_settings(dialog.result_settings())
+    assert new.names == ("Long docs", "Docs fp8")
+    assert new.active_profile == "Docs fp8"
+    assert store.load().settings.active.port == 8200
+    assert w.profile_combo.currentText() == "Docs fp8"
+    assert [w.profile_combo.itemText(i) for i in range(w.profile_combo.count())] == list(new.names)
+
+
+def test_last_profile_cannot_be_deleted(make_window, qtbot) -> None:
+    w = make_window()
+    dialog = w.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    assert not dialog.delete_button.isEnabled()
+
+
+def test_profile_switch_restores_its_goal(make_window, store, qtbot) -> None:
+    s = st.Settings()
+    s = st.create_profile(s, "Batch 4k", activate=False)
+    batch = replace(
+        s.profile("Batch 4k"),
+        plan=st.PlanSettings(use_case="batch", max_model_len=4096, max_num_seqs=16),
+    )
+    s = st.update_profile(s, batch)
+    store.save(s)
+    w = make_window()
+    assert w.planner.goal().context_tokens == 8192
+    w.switch_profile("Batch 4k")
+    goal = w.planner.goal()
+    assert (goal.use_case, goal.context_tokens, goal.users) == ("batch", 4096, 16)
+    qtbot.waitUntil(lambda: "16 users" in w.planner.heading.text(), timeout=15_000)
+    assert store.load().settings.active_profile == "Batch 4k"
+    # the active profile is restored at the next start
+    w2 = make_window()
+    assert w2.profile.name == "Batch 4k"
+    assert w2.planner.goal().users == 16
+
+
+@pytest.mark.parametrize("content", ["{ this is not json", json.dumps([1, 2])])
+def test_corrupted_settings_file_is_kept_aside_and_the_user_told(
+    make_window, store, content: str
+) -> None:
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    store.path.write_text(content, encoding="utf-8")
+    w = make_window()
+    assert w.notice.isVisible()
+    text = w.notice.text()
+    assert "settings.json.corrupt-" in text and "default settings" in text
+    backups = list(store.path.parent.glob("settings.json.corrupt-*"))
+    assert len(backups) == 1 and backups[0].read_text(encoding="utf-8") == content
+    # the app works with defaults and can save again
+    assert w.planner.rows
+    w.switch_profile("Default")
+    assert store.load().warnings == ()
+
+
+def test_unknown_keys_survive_the_gui(make_window, store) -> None:
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    store.path.write_text(
+        json.dumps(
+            {
+                "schema_version": 9,
+                "future_flag": {"x": 1},
+                "profiles": [{"name": "A", "later": True}],
+                "active_profile": "A",
+            }
+        ),
+        encoding="utf-8",
+    )
+    w = make_window()
+    assert "newer kvpilot" in w.notice.text()
+    w.planner.users.setValue(6)  # an edit that is saved
+    w.close()
+    data = json.loads(store.path.read_text(encoding="utf-8"))
+    assert data["future_flag"] == {"x": 1}
+    assert data["profiles"][0]["later"] is True
+    assert data["profiles"][0]["plan"]["max_num_seqs"] == 6
