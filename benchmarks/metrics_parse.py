@@ -2,8 +2,10 @@
 
 Times three things on ``tests/data/metrics/metrics_after.txt``: prometheus_client's parser over
 the whole payload (the baseline), kvpilot's full path (whole payload -> MetricsSample) and its
-fast path (only the vLLM families read -> MetricsSample, the default). Prints the median and
-90th percentile in milliseconds and whether the fast path meets the goal (median <= 3 ms).
+fast path (only the vLLM families read -> MetricsSample, the default), and the fast path on the
+same payload without its vllm:* lines (a server started with --disable-log-stats). Prints the
+median and 90th percentile in milliseconds and whether the fast path meets the goal (median
+<= 3 ms).
 
     .venv/bin/python benchmarks/metrics_parse.py [--runs 300]
 """
@@ -49,13 +51,18 @@ def main() -> int:
         ("kvpilot full path -> MetricsSample", lambda: parse_metrics(text, 0.0, fast=False)),
         ("kvpilot fast path -> MetricsSample", lambda: parse_metrics(text, 0.0, fast=True)),
     ]
-    fast_median = 0.0
+    disabled = "".join(line + "\n" for line in text.splitlines() if "vllm:" not in line)
+    rows.append((
+        "fast path, --disable-log-stats payload", lambda: parse_metrics(disabled, 0.0, fast=True)
+    ))
+    medians = []
     for name, fn in rows:
         median, p90 = _time(fn, args.runs)
         print(f"  {name:<38} median {median:6.2f} ms   p90 {p90:6.2f} ms")
-        fast_median = median
+        medians.append(median)
+    fast_median = max(medians[2:])
     verdict = "meets" if fast_median <= GOAL_MS else "MISSES"
-    print(f"fast path {verdict} the goal (median <= {GOAL_MS:g} ms)")
+    print(f"fast path {verdict} the goal (median <= {GOAL_MS:g} ms on both payloads)")
     return 0 if fast_median <= GOAL_MS else 1
 
 

@@ -384,19 +384,27 @@ def parse_metrics(text: str, t_monotonic_s: float, *, fast: bool = True) -> Metr
     _check_shape(text)
     acc = _Acc()
     if fast:
-        wanted = [line for line in text.split("\n") if line.startswith(_PREFIXES)]
-        if wanted:
-            for name, labels, value in _fast_samples(wanted):
-                acc.add(name, labels, value)
-            return acc.build(t_monotonic_s)
-    # slow path, or nothing matched: validate the whole payload (it may be stats-disabled,
-    # carry only vllm:* families we do not read, or be garbage)
+        lines = text.split("\n")
+        wanted = [line for line in lines if line.startswith(_PREFIXES)]
+        if not wanted:
+            # stats disabled, only vllm:* families this app does not read, or garbage: check
+            # that every sample line is well formed (a stats-disabled server is scraped at the
+            # sampling rate too, so this stays on the fast line parser)
+            other = [line for line in lines if line and not line.startswith("#")]
+            if not other:
+                raise ScrapeError(ScrapeErrorKind.MALFORMED, "/metrics holds no samples")
+            for name, _labels, _value in _fast_samples(other):
+                if name.startswith("vllm:"):
+                    acc.any_vllm = True
+        for name, labels, value in _fast_samples(wanted):
+            acc.add(name, labels, value)
+        return acc.build(t_monotonic_s)
     seen_any = False
     for name, labels, value in _parse_samples(text):
         seen_any = True
         acc.add(name, labels, value)
     if not seen_any:
-        raise ScrapeError(ScrapeErrorKind.MALFORMED, "/metrics holds no Prometheus samples")
+        raise ScrapeError(ScrapeErrorKind.MALFORMED, "/metrics holds no samples")
     return acc.build(t_monotonic_s)
 
 

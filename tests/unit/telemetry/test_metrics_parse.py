@@ -244,3 +244,19 @@ def replace_nan(sample):
     from dataclasses import replace
 
     return replace(sample, prompt_tokens_total=None)
+
+
+@BOTH
+def test_only_unknown_vllm_families_is_not_mistaken_for_disabled_stats(fast):
+    text = 'python_info{version="3.12"} 1.0\nvllm:some_future_gauge{engine="0"} 3.0\n'
+    with pytest.raises(ScrapeError) as info:
+        parse_metrics(text, 0.0, fast=fast)
+    assert info.value.kind is ScrapeErrorKind.TRUNCATED
+    assert "version this app does not know" in str(info.value)
+
+
+@BOTH
+def test_comments_only_is_malformed(fast):
+    with pytest.raises(ScrapeError) as info:
+        parse_metrics("# HELP x y\n# TYPE x gauge\n", 0.0, fast=fast)
+    assert info.value.kind is ScrapeErrorKind.MALFORMED
