@@ -106,14 +106,17 @@ def run(args: argparse.Namespace) -> int:
     """Run the load test; see the module docstring for the exit status."""
     config = _config(args)
 
+    last_level = [0]
+
     def progress(p: LoadTestProgress) -> None:
+        if p.level_index != last_level[0]:  # a new level starts on a new line
+            print(file=sys.stderr)
+            last_level[0] = p.level_index
         print(
             f"\rconcurrency {p.concurrency} ({p.level_index + 1}/{p.levels_total}): "
             f"{p.completed}/{p.planned} done, {p.errors} errors, {p.elapsed_s:.1f} s",
             end="", file=sys.stderr, flush=True,
         )
-        if p.completed == p.planned:
-            print(file=sys.stderr)
 
     report = run_load_test(config, on_progress=None if args.json else progress)
     if args.json:

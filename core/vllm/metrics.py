@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -47,6 +48,7 @@ __all__ = [
     "MetricsScraper",
     "ScrapeError",
     "ScrapeErrorKind",
+    "Scraper",
     "parse_metrics",
 ]
 
@@ -494,6 +496,14 @@ class MetricsScraper:
         self._client.close()
 
 
+class Scraper(Protocol):
+    """Anything that returns one sample per call or raises :class:`ScrapeError`."""
+
+    def scrape(self) -> MetricsSample:
+        """One scrape."""
+        ...
+
+
 class MetricsSampler:
     """Scrapes at a fixed rate in a daemon thread and hands results to callbacks.
 
@@ -507,7 +517,7 @@ class MetricsSampler:
 
     def __init__(
         self,
-        scraper: MetricsScraper,
+        scraper: Scraper,
         on_sample: Callable[[MetricsSample], None],
         on_error: Callable[[float, ScrapeError], None],
         *,
