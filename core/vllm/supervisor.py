@@ -199,7 +199,10 @@ class Supervisor:
         spec: what to launch (``LaunchSpec``); turned into argv + env by ``build_command``.
         data_dir: kvpilot's data directory (``logs/`` and ``servers/`` live there).
         on_event: called with every event, from a supervisor thread.
-        health_interval_s: seconds between ``/health`` polls (readiness and death detection).
+        health_interval_s: seconds between ``/health`` polls while starting (log lines that
+            announce the HTTP server wake the poller at once).
+        ready_health_interval_s: seconds between ``/health`` polls once ready (death detection;
+            a failure line in the log is acted on at once).
         ready_timeout_s: give up (failed ``startup_timeout``) when not ready by then; None = never.
         gpu_pids_check: returns the pids that currently hold GPU memory (NVML), so that a stop can
             confirm none of ours is left; None on machines without a GPU.
@@ -220,6 +223,7 @@ class Supervisor:
         data_dir: Path,
         on_event: Callable[[SupervisorEvent], None] | None = None,
         health_interval_s: float = 0.25,
+        ready_health_interval_s: float = 0.5,
         ready_timeout_s: float | None = None,
         gpu_pids_check: Callable[[], set[int]] | None = None,
         measurements: tuple[MeasurementStore, MeasurementKey] | None = None,
@@ -235,6 +239,7 @@ class Supervisor:
         self.data_dir = Path(data_dir)
         self._on_event = on_event
         self.health_interval_s = health_interval_s
+        self.ready_health_interval_s = ready_health_interval_s
         self.ready_timeout_s = ready_timeout_s
         self.gpu_pids_check = gpu_pids_check
         self.measurements = measurements
@@ -761,7 +766,7 @@ class Supervisor:
                     self._on_exit(state)
                     return
                 # 3. descendants (for a certain stop later), every couple of seconds
-                if now - last_tree_scan > 2.0:
+                if now - last_tree_scan > (2.0 if state == STARTING else 15.0):
                     self._collect_descendants()
                     last_tree_scan = now
                 # 4. HTTP
@@ -789,7 +794,7 @@ class Supervisor:
                     if dead is not None and not self._stop_requested:
                         self._fail(_failure(failures.ENGINE_DIED, dead))
                         return
-                wait = self.health_interval_s
+                wait = self.health_interval_s if state == STARTING else self.ready_health_interval_s
                 with self._lock:
                     if self._pending_since is not None:
                         wait = max(0.0, min(wait, self._pending_since + self.settle_s - now))
