@@ -30,10 +30,11 @@ GOAL_MB = 50.0
 
 
 def _grow(h: HistogramSnapshot | None, i: int) -> HistogramSnapshot | None:
+    """Add one observation per sample, in the bucket a third of the way up."""
     if h is None:
         return None
-    counts = tuple(c + i * (k + 1) / len(h.cumulative_counts)
-                   for k, c in enumerate(h.cumulative_counts))
+    first = len(h.upper_bounds) // 3
+    counts = tuple(c + (i if k >= first else 0) for k, c in enumerate(h.cumulative_counts))
     return replace(h, cumulative_counts=counts, count=counts[-1])
 
 
