@@ -138,7 +138,13 @@ class RequestResult:
 
 @dataclass(frozen=True)
 class LevelResult:
-    """Statistics of one concurrency level (percentiles over the successful requests)."""
+    """Statistics of one concurrency level.
+
+    Percentiles, ``output_tokens_per_s``, ``requests_per_s`` and goodput count the successful
+    requests; ``output_tokens_total`` also counts tokens that failed streams produced (the
+    server generated them). Rates divide by ``duration_s``, the level's first start to its
+    last finish.
+    """
 
     concurrency: int
     requests_sent: int
