@@ -35,6 +35,7 @@ from kvpilot.core.errors import KvpilotError
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm import supervisor as sv
 from kvpilot.gui import theme
+from kvpilot.gui.benchmark_dialog import BenchmarkDialog
 from kvpilot.gui.fallback import FallbackBanner, FallbackChoice
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
 from kvpilot.gui.panels.gpu_panel import GpuPanel
@@ -180,6 +181,7 @@ class MainWindow(QMainWindow):
         self.banner.option_chosen.connect(self.apply_fallback)
         self.banner.details_requested.connect(lambda: self.tabs.setCurrentWidget(self.log_view))
         self.dashboard.fix_requested.connect(self.apply_pressure_fix)
+        self.dashboard.benchmark_requested.connect(lambda: self.open_benchmark())
 
         self._names_refresh = QTimer(self)
         self._names_refresh.setObjectName("gpu-process-names")
@@ -482,20 +484,21 @@ class MainWindow(QMainWindow):
         if row.inputs is None or not row.fits:
             self.statusBar().showMessage(f"{row.title} does not fit: {row.reason}", 10_000)
             return False
+        inputs = row.inputs
+        if self.services.plan_overrides:
+            inputs = replace(inputs, **self.services.plan_overrides)
         return self.launch_request(
-            LaunchRequest(inputs=row.inputs, model=row.model_ref, profile=self.profile)
+            LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.profile)
         )
 
     def launch_request(self, request: LaunchRequest) -> bool:
-        """Start vLLM for ``request`` (the plan overrides of the session applied)."""
+        """Start vLLM for ``request``; False (with the reason shown) when it cannot start."""
         if self.runtime is None:
             self.server_panel.set_launch_blocked(self.runtime_problem or "vLLM not found")
             return False
         if self.services.server_running():
             self.statusBar().showMessage("a server is already running; stop it first", 5000)
             return False
-        if self.services.plan_overrides:
-            request.inputs = replace(request.inputs, **self.services.plan_overrides)
         try:
             request.predicted = self.services.compute_capacity(request.inputs)
         except KvpilotError:
@@ -682,6 +685,30 @@ class MainWindow(QMainWindow):
             return self.stop_server(then=relaunch)
         relaunch()
         return True
+
+    def open_benchmark(self, *, modal: bool = True) -> BenchmarkDialog | None:
+        """The load-test dialog for the running server (None, with a message, when none runs)."""
+        sup = self.services.supervisor
+        if sup is None or sup.state != sv.READY:
+            self.statusBar().showMessage("start a server first: the benchmark needs it ready", 8000)
+            return None
+        from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
+
+        api_key = self.current_request.profile.api_key if self.current_request else ""
+        dialog = BenchmarkDialog(
+            sup.base_url,
+            sup.model_name,
+            self.services.bridge,
+            run_load_test,
+            LoadTestConfig,
+            self,
+            api_key=api_key or None,
+        )
+        if modal:
+            dialog.exec()
+        else:
+            dialog.show()
+        return dialog
 
     def _on_gpu_sample(self, sample: Any) -> None:
         if sample.ok:

@@ -94,7 +94,8 @@ class AppServices:
         self.runtime: Any | None = None
         self.runtime_error: str | None = None
         self._lock = threading.Lock()
-        #: applied to PlanInputs before every launch (tests on the CPU backend set the KV size)
+        #: applied to a plan's PlanInputs when it is launched from the table (the CPU backend
+        #: needs an explicit KV size); fallback relaunches keep what the fallback chose
         self.plan_overrides: dict[str, Any] = {}
         #: applied to LaunchSpec before every launch (dtype, scratch env for the CPU backend)
         self.launch_overrides: dict[str, Any] = {}

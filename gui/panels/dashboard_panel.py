@@ -7,6 +7,7 @@ The x axis is minutes relative to now (0 = the newest sample).
 
 Signals:
     fix_requested(str): the user clicked the fix of a pressure signal (its ``kind``).
+    benchmark_requested(): the user wants a load test of the running server.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class DashboardPanel(QWidget):
     """Six live plots, a window selector, a one-line summary and the pressure signals."""
 
     fix_requested = Signal(str)
+    benchmark_requested = Signal()
 
     def __init__(
         self,
@@ -133,6 +135,11 @@ class DashboardPanel(QWidget):
             self.window_buttons.addButton(b, minutes)
             win_row.addWidget(b)
         self.window_buttons.idClicked.connect(self.set_window_minutes)
+        self.benchmark_button = QPushButton("Benchmark…")
+        self.benchmark_button.setObjectName("benchmarkButton")
+        self.benchmark_button.setToolTip("Run a load test against the running server")
+        self.benchmark_button.clicked.connect(self.benchmark_requested.emit)
+        win_row.addWidget(self.benchmark_button)
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")

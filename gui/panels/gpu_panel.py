@@ -22,6 +22,9 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.widgets import Segment, StackedBar
 
+#: parts smaller than this are left out of the legend (they would read "0.0 GiB")
+MIN_SHOWN_BYTES = 48 << 20
+
 
 @dataclass(frozen=True)
 class VramSplit:
@@ -101,7 +104,7 @@ def split_vram(
             activation = vllm_used - weights - kv
         else:
             activation = vllm_used
-    if rest > 0:
+    if rest >= MIN_SHOWN_BYTES:
         others["other (unattributed)"] = others.get("other (unattributed)", 0) + rest
     planned = False
     if not running and capacity is not None and hasattr(capacity, "activation_peak_bytes"):
@@ -261,9 +264,9 @@ class GpuPanel(QWidget):
             self.legend.setText("memory not reported by this GPU")
             return
         self.bar.set_segments(segments_for(split), split.total)
-        names = [f"{name} {fmt.gib_num(n)}" for name, n in split.other]
+        names = [f"{name} {fmt.gib_num(n)}" for name, n in split.other if n >= MIN_SHOWN_BYTES]
         vllm_total = split.weights + split.activation + split.kv
-        if vllm_total and not split.planned:
+        if vllm_total >= MIN_SHOWN_BYTES and not split.planned:
             names.append(f"vLLM {fmt.gib_num(vllm_total)} GiB")
         elif vllm_total:
             names.append(f"plan needs {fmt.gib_num(vllm_total)} GiB")

