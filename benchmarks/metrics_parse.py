@@ -43,8 +43,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=300)
     args = parser.parse_args()
     text = PAYLOAD.read_text(encoding="utf-8")
-    print(f"payload {PAYLOAD.name}: {len(text.encode()) / 1000:.1f} kB, "
-          f"{text.count(chr(10))} lines, {args.runs} runs")
+    print(
+        f"payload {PAYLOAD.name}: {len(text.encode()) / 1000:.1f} kB, "
+        f"{text.count(chr(10))} lines, {args.runs} runs"
+    )
     assert parse_metrics(text, 0.0, fast=True) == parse_metrics(text, 0.0, fast=False)
     rows = [
         ("prometheus_client, whole payload", lambda: list(text_string_to_metric_families(text))),
@@ -52,9 +54,9 @@ def main() -> int:
         ("kvpilot fast path -> MetricsSample", lambda: parse_metrics(text, 0.0, fast=True)),
     ]
     disabled = "".join(line + "\n" for line in text.splitlines() if "vllm:" not in line)
-    rows.append((
-        "fast path, --disable-log-stats payload", lambda: parse_metrics(disabled, 0.0, fast=True)
-    ))
+    rows.append(
+        ("fast path, --disable-log-stats payload", lambda: parse_metrics(disabled, 0.0, fast=True))
+    )
     medians = []
     for name, fn in rows:
         median, p90 = _time(fn, args.runs)

@@ -71,10 +71,14 @@ def main() -> int:
         tel = Telemetry()
         scraper = MetricsScraper(url, timeout_s=2.0)
         scraper.scrape()  # connection and imports warm before measuring
-        metrics = MetricsSampler(scraper, tel.add_vllm_sample, tel.add_scrape_error,
-                                 interval_s=1.0 / args.rate_hz)
-        gpu = GpuSampler(rate_hz=args.rate_hz, nvml_module=load_fake("rtx4090-desktop"),
-                         on_sample=tel.add_gpu_sample)
+        metrics = MetricsSampler(
+            scraper, tel.add_vllm_sample, tel.add_scrape_error, interval_s=1.0 / args.rate_hz
+        )
+        gpu = GpuSampler(
+            rate_hz=args.rate_hz,
+            nvml_module=load_fake("rtx4090-desktop"),
+            on_sample=tel.add_gpu_sample,
+        )
         stop = threading.Event()
         reads = [0]
 
@@ -104,14 +108,18 @@ def main() -> int:
         child.wait(5)
     share = 100.0 * cpu / wall
     last = tel.latest()
-    print(f"{wall:.1f} s at {args.rate_hz:g} Hz: {metrics.samples_ok} scrapes "
-          f"({metrics.samples_failed} failed), {len(gpu.history())} NVML samples, "
-          f"{reads[0]} dashboard reads")
+    print(
+        f"{wall:.1f} s at {args.rate_hz:g} Hz: {metrics.samples_ok} scrapes "
+        f"({metrics.samples_failed} failed), {len(gpu.history())} NVML samples, "
+        f"{reads[0]} dashboard reads"
+    )
     print(f"  CPU time of this process   {cpu:.3f} s")
     print(f"  share of one core          {share:.2f} %")
     print(f"  per scrape + NVML sample   {cpu / max(1, metrics.samples_ok) * 1000:.2f} ms")
-    print(f"  generation rate seen       {last['generation_tokens_per_s']:.0f} tokens/s "
-          f"(served: {400 * args.rate_hz:.0f})")
+    print(
+        f"  generation rate seen       {last['generation_tokens_per_s']:.0f} tokens/s "
+        f"(served: {400 * args.rate_hz:.0f})"
+    )
     ok = share < GOAL_PERCENT
     print(f"{'meets' if ok else 'MISSES'} the goal (< {GOAL_PERCENT:g} % of one core)")
     return 0 if ok else 1

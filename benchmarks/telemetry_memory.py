@@ -55,20 +55,32 @@ def main() -> int:
     t0 = time.perf_counter()
     for i in range(rows):
         t = i * dt
-        tel.add_vllm_sample(replace(
-            base, t_monotonic_s=t,
-            generation_tokens_total=base.generation_tokens_total + 400.0 * i,
-            prompt_tokens_total=base.prompt_tokens_total + 100.0 * i,
-            running=float(i % 5), kv_usage_frac=(i % 100) / 100,
-            ttft=_grow(base.ttft, i), itl=_grow(base.itl, i), e2e=_grow(base.e2e, i),
-            tpot=_grow(base.tpot, i),
-        ))
-        tel.add_gpu_sample(SimpleNamespace(
-            t_monotonic_s=t + dt / 2, memory_used_bytes=20e9 + (i % 7) * 1e6,
-            memory_total_bytes=25.7e9, gpu_util_percent=90.0, power_w=350.0,
-            temperature_c=70.0, sm_clock_mhz=2520.0,
-            process_used_bytes={100: 18e9, 101: 1e8, 102: 1e8, 555: 1e9},
-        ))
+        tel.add_vllm_sample(
+            replace(
+                base,
+                t_monotonic_s=t,
+                generation_tokens_total=base.generation_tokens_total + 400.0 * i,
+                prompt_tokens_total=base.prompt_tokens_total + 100.0 * i,
+                running=float(i % 5),
+                kv_usage_frac=(i % 100) / 100,
+                ttft=_grow(base.ttft, i),
+                itl=_grow(base.itl, i),
+                e2e=_grow(base.e2e, i),
+                tpot=_grow(base.tpot, i),
+            )
+        )
+        tel.add_gpu_sample(
+            SimpleNamespace(
+                t_monotonic_s=t + dt / 2,
+                memory_used_bytes=20e9 + (i % 7) * 1e6,
+                memory_total_bytes=25.7e9,
+                gpu_util_percent=90.0,
+                power_w=350.0,
+                temperature_c=70.0,
+                sm_clock_mhz=2520.0,
+                process_used_bytes={100: 18e9, 101: 1e8, 102: 1e8, 555: 1e9},
+            )
+        )
     fill_s = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -83,16 +95,20 @@ def main() -> int:
         tel.latest()
     latest_ms = (time.perf_counter() - t2) * 10
     t, y = tel.series("ttft_p99_s")
-    print(f"{args.hours:g} h at {args.rate_hz:g} Hz = {rows:,} rows per source "
-          f"({len(tel.series('running')[0]):,} kept; filled in {fill_s:.1f} s, "
-          f"{fill_s / rows * 1e6:.0f} us per vLLM+GPU sample pair)")
+    print(
+        f"{args.hours:g} h at {args.rate_hz:g} Hz = {rows:,} rows per source "
+        f"({len(tel.series('running')[0]):,} kept; filled in {fill_s:.1f} s, "
+        f"{fill_s / rows * 1e6:.0f} us per vLLM+GPU sample pair)"
+    )
     print(f"  ring buffers                 {tel.nbytes / MB:6.1f} MB")
     print(f"  RSS growth after the fill    {rss / MB:6.1f} MB")
     print(f"  peak Python allocations      {peak / MB:6.1f} MB (tracemalloc)")
     print(f"  series(10 min window)        {read_ms:6.3f} ms per call")
     print(f"  latest()                     {latest_ms:6.3f} ms per call")
-    print(f"  last TTFT P99 {y[-1]:.3f} s, generation {tel.latest()['generation_tokens_per_s']:.0f}"
-          " tokens/s")
+    print(
+        f"  last TTFT P99 {y[-1]:.3f} s, generation {tel.latest()['generation_tokens_per_s']:.0f}"
+        " tokens/s"
+    )
     ok = max(rss, peak) / MB <= GOAL_MB
     print(f"{'meets' if ok else 'MISSES'} the goal (<= {GOAL_MB:g} MB)")
     return 0 if ok else 1

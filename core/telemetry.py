@@ -597,43 +597,52 @@ class Telemetry:
         out: list[PressureSignal] = []
         kv, waiting = v.get("kv_usage_frac"), v.get("waiting")
         if kv is not None and waiting is not None and kv > cfg.kv_full_frac and waiting > 0:
-            out.append(PressureSignal(
-                "kv_full",
-                f"KV cache {kv:.0%} full with {waiting:.0f} request(s) waiting",
-                "lower --max-num-seqs, use --kv-cache-dtype fp8, or shorten --max-model-len",
-                kv,
-            ))
+            out.append(
+                PressureSignal(
+                    "kv_full",
+                    f"KV cache {kv:.0%} full with {waiting:.0f} request(s) waiting",
+                    "lower --max-num-seqs, use --kv-cache-dtype fp8, or shorten --max-model-len",
+                    kv,
+                )
+            )
         if self._preempt_increase > 0:
-            out.append(PressureSignal(
-                "preemptions",
-                f"{self._preempt_increase:.0f} preemption(s) in the last {cfg.window_s:.0f} s: "
-                "requests are evicted and recomputed",
-                "lower --max-num-seqs, use --kv-cache-dtype fp8, or raise "
-                "--gpu-memory-utilization",
-                self._preempt_increase,
-            ))
+            out.append(
+                PressureSignal(
+                    "preemptions",
+                    f"{self._preempt_increase:.0f} preemption(s) in the last {cfg.window_s:.0f} s: "
+                    "requests are evicted and recomputed",
+                    "lower --max-num-seqs, use --kv-cache-dtype fp8, or raise "
+                    "--gpu-memory-utilization",
+                    self._preempt_increase,
+                )
+            )
         ttft = v.get("ttft_p99_s")
         if ttft is not None and ttft > cfg.ttft_goal_s and self._last_gpu_t is not None:
             util = self._gpu_window_mean("gpu_util_percent")
             if util is not None and util < cfg.gpu_idle_percent:
-                out.append(PressureSignal(
-                    "cpu_bound",
-                    f"TTFT P99 {ttft:.2f} s is over the {cfg.ttft_goal_s:g} s goal while the GPU "
-                    f"is {util:.0f} % busy: the CPU side (tokenizer, API server) is the bottleneck",
-                    "raise --api-server-count, send shorter prompts, or free CPU cores",
-                    ttft,
-                ))
+                out.append(
+                    PressureSignal(
+                        "cpu_bound",
+                        f"TTFT P99 {ttft:.2f} s is over the {cfg.ttft_goal_s:g} s goal while "
+                        f"the GPU is {util:.0f} % busy: the CPU side (tokenizer, API server) "
+                        "is the bottleneck",
+                        "raise --api-server-count, send shorter prompts, or free CPU cores",
+                        ttft,
+                    )
+                )
         used, total = v.get("memory_used_bytes"), v.get("memory_total_bytes")
         if used is not None and total and used / total > cfg.vram_full_frac:
             growth = self._gpu_window_growth("other_memory_bytes")
             if growth is not None and growth > cfg.other_growth_bytes:
-                out.append(PressureSignal(
-                    "vram_full",
-                    f"VRAM {used / total:.0%} used and other programs grew by "
-                    f"{growth / 1024**2:.0f} MiB in {cfg.window_s:.0f} s",
-                    "lower --gpu-memory-utilization or close the other GPU programs",
-                    used / total,
-                ))
+                out.append(
+                    PressureSignal(
+                        "vram_full",
+                        f"VRAM {used / total:.0%} used and other programs grew by "
+                        f"{growth / 1024**2:.0f} MiB in {cfg.window_s:.0f} s",
+                        "lower --gpu-memory-utilization or close the other GPU programs",
+                        used / total,
+                    )
+                )
         return out
 
     def _gpu_window(self, name: str) -> np.ndarray:

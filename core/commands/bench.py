@@ -50,29 +50,72 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
     parser.add_argument("--model", help="model name (default: the first one in /v1/models)")
     parser.add_argument(
-        "--concurrency", type=_levels, default=(1, 2, 4, 8), metavar="N,...",
+        "--concurrency",
+        type=_levels,
+        default=(1, 2, 4, 8),
+        metavar="N,...",
         help="concurrency levels (default 1,2,4,8)",
     )
-    parser.add_argument("--prompt-tokens", type=int, default=256, metavar="P",
-                        help="prompt length in tokens (default %(default)s)")
-    parser.add_argument("--output-tokens", type=int, default=128, metavar="O",
-                        help="tokens generated per request (default %(default)s)")
-    parser.add_argument("--requests", type=int, metavar="R",
-                        help="requests per level (default 4 x concurrency, at least 8)")
-    parser.add_argument("--duration", type=float, default=60.0, metavar="S",
-                        help="no new request after S seconds in a level (default %(default)s)")
-    parser.add_argument("--ttft-slo", type=float, default=1.0, metavar="S",
-                        help="time-to-first-token goal in seconds (default %(default)s)")
-    parser.add_argument("--tpot-slo", type=float, default=0.05, metavar="S",
-                        help="time-per-output-token goal in seconds (default %(default)s)")
-    parser.add_argument("--api", choices=("completions", "chat"), default="completions",
-                        help="endpoint to load (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                        help="per-request limit in seconds (default %(default)s)")
-    parser.add_argument("--api-key-env", metavar="VAR",
-                        help="read the API key from this environment variable")
-    parser.add_argument("--allow-remote", action="store_true",
-                        help="allow a target that is not this machine")
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=256,
+        metavar="P",
+        help="prompt length in tokens (default %(default)s)",
+    )
+    parser.add_argument(
+        "--output-tokens",
+        type=int,
+        default=128,
+        metavar="O",
+        help="tokens generated per request (default %(default)s)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        metavar="R",
+        help="requests per level (default 4 x concurrency, at least 8)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="no new request after S seconds in a level (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ttft-slo",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="time-to-first-token goal in seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--tpot-slo",
+        type=float,
+        default=0.05,
+        metavar="S",
+        help="time-per-output-token goal in seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--api",
+        choices=("completions", "chat"),
+        default="completions",
+        help="endpoint to load (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="per-request limit in seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--api-key-env", metavar="VAR", help="read the API key from this environment variable"
+    )
+    parser.add_argument(
+        "--allow-remote", action="store_true", help="allow a target that is not this machine"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
@@ -115,7 +158,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"\rconcurrency {p.concurrency} ({p.level_index + 1}/{p.levels_total}): "
             f"{p.completed}/{p.planned} done, {p.errors} errors, {p.elapsed_s:.1f} s",
-            end="", file=sys.stderr, flush=True,
+            end="",
+            file=sys.stderr,
+            flush=True,
         )
 
     report = run_load_test(config, on_progress=None if args.json else progress)

@@ -440,16 +440,20 @@ def _level_result(
     tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     good = [
-        r for r in ok
-        if r.ttft_s is not None and r.ttft_s <= cfg.ttft_slo_s
+        r
+        for r in ok
+        if r.ttft_s is not None
+        and r.ttft_s <= cfg.ttft_slo_s
         and (r.tpot_s is None or r.tpot_s <= cfg.tpot_slo_s)
     ]
     prompts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     out_total = sum(r.output_tokens for r in results)
     span = max(duration_s, 1e-9)
     ttft_p99, tpot_p99 = _pct(ttft, 99), _pct(tpot, 99)
-    meets = bool(ok) and (ttft_p99 is not None and ttft_p99 <= cfg.ttft_slo_s) and (
-        tpot_p99 is None or tpot_p99 <= cfg.tpot_slo_s
+    meets = (
+        bool(ok)
+        and (ttft_p99 is not None and ttft_p99 <= cfg.ttft_slo_s)
+        and (tpot_p99 is None or tpot_p99 <= cfg.tpot_slo_s)
     )
     examples: list[str] = []
     for r in errors:
@@ -462,9 +466,15 @@ def _level_result(
         errors=len(errors),
         error_examples=tuple(examples),
         duration_s=duration_s,
-        ttft_p50_s=_pct(ttft, 50), ttft_p90_s=_pct(ttft, 90), ttft_p99_s=ttft_p99,
-        tpot_p50_s=_pct(tpot, 50), tpot_p90_s=_pct(tpot, 90), tpot_p99_s=tpot_p99,
-        e2e_p50_s=_pct(e2e, 50), e2e_p90_s=_pct(e2e, 90), e2e_p99_s=_pct(e2e, 99),
+        ttft_p50_s=_pct(ttft, 50),
+        ttft_p90_s=_pct(ttft, 90),
+        ttft_p99_s=ttft_p99,
+        tpot_p50_s=_pct(tpot, 50),
+        tpot_p90_s=_pct(tpot, 90),
+        tpot_p99_s=tpot_p99,
+        e2e_p50_s=_pct(e2e, 50),
+        e2e_p90_s=_pct(e2e, 90),
+        e2e_p99_s=_pct(e2e, 99),
         prompt_tokens_total=sum(prompts),
         prompt_tokens_mean=float(np.mean(prompts)) if prompts else None,
         output_tokens_total=out_total,
@@ -532,10 +542,17 @@ class _Runner:
         levels_total = len(cfg.concurrency_levels)
 
         def report() -> None:
-            self._progress(LoadTestProgress(
-                index, levels_total, concurrency, len(results), planned,
-                sum(1 for r in results if not r.ok), time.perf_counter() - start,
-            ))
+            self._progress(
+                LoadTestProgress(
+                    index,
+                    levels_total,
+                    concurrency,
+                    len(results),
+                    planned,
+                    sum(1 for r in results if not r.ok),
+                    time.perf_counter() - start,
+                )
+            )
 
         async def worker() -> None:
             nonlocal next_index, last_end
@@ -549,9 +566,7 @@ class _Runner:
 
         report()
         tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
-        watcher = (
-            asyncio.ensure_future(self._watch_cancel(tasks)) if self.cancel_event else None
-        )
+        watcher = asyncio.ensure_future(self._watch_cancel(tasks)) if self.cancel_event else None
         await asyncio.gather(*tasks, return_exceptions=True)
         if watcher is not None:
             watcher.cancel()
@@ -634,6 +649,7 @@ def run_load_test(
 
 def format_report(report: LoadTestReport) -> str:
     """A plain-text table of a report, one line per level."""
+
     def ms(v: float | None) -> str:
         return "-" if v is None or math.isnan(v) else f"{v * 1000:.0f}"
 

@@ -284,7 +284,8 @@ class _Acc:
         if missing:
             raise ScrapeError(
                 ScrapeErrorKind.TRUNCATED,
-                "/metrics has vllm:* metrics but lacks " + ", ".join(missing)
+                "/metrics has vllm:* metrics but lacks "
+                + ", ".join(missing)
                 + " (payload cut short, or a vLLM version this app does not know)",
             )
         return MetricsSample(

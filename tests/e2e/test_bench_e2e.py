@@ -27,10 +27,17 @@ def test_load_test_levels_agree_with_scraped_counters(vllm_server):
         start_tokens = telemetry.latest().generation_tokens_session
         before = scraper.scrape()
         t0 = time.monotonic()
-        report = run_load_test(LoadTestConfig(
-            base_url=vllm_server.base_url, concurrency_levels=(1, 2, 4), prompt_tokens=64,
-            output_tokens=32, requests_per_level=4, duration_s=120.0, request_timeout_s=120.0,
-        ))
+        report = run_load_test(
+            LoadTestConfig(
+                base_url=vllm_server.base_url,
+                concurrency_levels=(1, 2, 4),
+                prompt_tokens=64,
+                output_tokens=32,
+                requests_per_level=4,
+                duration_s=120.0,
+                request_timeout_s=120.0,
+            )
+        )
         run_s = time.monotonic() - t0
         time.sleep(1.5)  # let the sampler see the final counters
         after = scraper.scrape()
@@ -62,10 +69,24 @@ def test_load_test_levels_agree_with_scraped_counters(vllm_server):
 
 
 def test_bench_cli_json(vllm_server, capsys):
-    rc = main([
-        "bench", "--url", vllm_server.base_url, "--concurrency", "2", "--requests", "2",
-        "--prompt-tokens", "32", "--output-tokens", "16", "--api", "chat", "--json",
-    ])
+    rc = main(
+        [
+            "bench",
+            "--url",
+            vllm_server.base_url,
+            "--concurrency",
+            "2",
+            "--requests",
+            "2",
+            "--prompt-tokens",
+            "32",
+            "--output-tokens",
+            "16",
+            "--api",
+            "chat",
+            "--json",
+        ]
+    )
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     level = data["levels"][0]

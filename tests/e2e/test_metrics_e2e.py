@@ -44,11 +44,17 @@ def test_kv_usage_and_running_rise_while_requests_run(vllm_server):
     try:
         time.sleep(0.5)
         t0 = time.monotonic()
-        report = run_load_test(LoadTestConfig(
-            base_url=vllm_server.base_url, concurrency_levels=(4,), prompt_tokens=64,
-            output_tokens=96, requests_per_level=4, warmup_requests=0,
-            request_timeout_s=120.0,
-        ))
+        report = run_load_test(
+            LoadTestConfig(
+                base_url=vllm_server.base_url,
+                concurrency_levels=(4,),
+                prompt_tokens=64,
+                output_tokens=96,
+                requests_per_level=4,
+                warmup_requests=0,
+                request_timeout_s=120.0,
+            )
+        )
         time.sleep(1.0)
     finally:
         sampler.stop()

@@ -152,8 +152,16 @@ class FakeOpenAI:
             self.max_inflight = max(self.max_inflight, self.inflight)
         try:
             if body.get("model") != self.model:
-                send_json(h, {"error": {"message": f"The model `{body.get('model')}` does not "
-                                        "exist.", "code": 404}}, status=404)
+                send_json(
+                    h,
+                    {
+                        "error": {
+                            "message": f"The model `{body.get('model')}` does not exist.",
+                            "code": 404,
+                        }
+                    },
+                    status=404,
+                )
                 return
             if self.fail_every and n % self.fail_every == 0:
                 send_json(h, {"error": {"message": "boom", "code": 500}}, status=500)
@@ -163,8 +171,9 @@ class FakeOpenAI:
             h.send_header("Content-Type", "text/event-stream")
             h.end_headers()
             if chat:
-                self._event(h, {"choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                   "content": ""}}]})
+                self._event(
+                    h, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+                )
             time.sleep(self.ttft_s + self.ttft_per_inflight_s * others)
             total = int(body["max_tokens"])
             for i in range(total):
@@ -175,17 +184,28 @@ class FakeOpenAI:
                     break
                 text = f" w{i}"
                 finish = "length" if i == total - 1 else None
-                choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish}
-                          if chat else {"index": 0, "text": text, "finish_reason": finish})
+                choice = (
+                    {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+                    if chat
+                    else {"index": 0, "text": text, "finish_reason": finish}
+                )
                 self._event(h, {"choices": [choice]})
                 with self.lock:
                     self.generated_tokens += 1
             else:
                 if self.send_usage and body.get("stream_options", {}).get("include_usage"):
                     p = self.count(prompt)
-                    self._event(h, {"choices": [], "usage": {
-                        "prompt_tokens": p, "completion_tokens": total,
-                        "total_tokens": p + total}})
+                    self._event(
+                        h,
+                        {
+                            "choices": [],
+                            "usage": {
+                                "prompt_tokens": p,
+                                "completion_tokens": total,
+                                "total_tokens": p + total,
+                            },
+                        },
+                    )
             h.wfile.write(b"data: [DONE]\n\n")
             h.wfile.flush()
         finally:

@@ -20,8 +20,15 @@ from kvpilot.core.vllm.client import (
 
 
 def config(fake, **kw):
-    base = dict(base_url=fake.base_url, concurrency_levels=(1, 2, 4), prompt_tokens=64,
-                output_tokens=8, requests_per_level=6, duration_s=30.0, request_timeout_s=10.0)
+    base = dict(
+        base_url=fake.base_url,
+        concurrency_levels=(1, 2, 4),
+        prompt_tokens=64,
+        output_tokens=8,
+        requests_per_level=6,
+        duration_s=30.0,
+        request_timeout_s=10.0,
+    )
     base.update(kw)
     return LoadTestConfig(**base)
 
@@ -66,8 +73,9 @@ def test_without_tokenize_the_prompt_is_approximated(fake_openai):
 
 def test_chat_role_chunk_is_not_the_first_token(fake_openai):
     fake_openai.ttft_s = 0.15
-    report = run_load_test(config(fake_openai, api="chat", concurrency_levels=(1,),
-                                  requests_per_level=2))
+    report = run_load_test(
+        config(fake_openai, api="chat", concurrency_levels=(1,), requests_per_level=2)
+    )
     lv = report.levels[0]
     assert lv.requests_ok == 2 and lv.ttft_p50_s >= 0.15
     assert fake_openai.bodies[-1]["messages"][0]["role"] == "user"
@@ -76,8 +84,9 @@ def test_chat_role_chunk_is_not_the_first_token(fake_openai):
 def test_errors_are_counted_not_raised(fake_openai):
     fake_openai.fail_every = 3
     fake_openai.stream_error_every = 5
-    report = run_load_test(config(fake_openai, concurrency_levels=(2,), requests_per_level=9,
-                                  warmup_requests=0))
+    report = run_load_test(
+        config(fake_openai, concurrency_levels=(2,), requests_per_level=9, warmup_requests=0)
+    )
     lv = report.levels[0]
     # requests 3, 6, 9 answer 500; request 5 breaks mid-stream
     assert lv.errors == 4 and lv.requests_ok == 5
@@ -99,8 +108,9 @@ def test_slo_break_concurrency(fake_openai):
 
 def test_tpot_slo(fake_openai):
     fake_openai.token_s = 0.02
-    report = run_load_test(config(fake_openai, concurrency_levels=(1,), requests_per_level=2,
-                                  tpot_slo_s=0.01))
+    report = run_load_test(
+        config(fake_openai, concurrency_levels=(1,), requests_per_level=2, tpot_slo_s=0.01)
+    )
     assert report.slo_break_concurrency == 1 and "TPOT P99" in report.slo_break_reason
     assert report.levels[0].goodput_requests == 0
 
@@ -108,8 +118,16 @@ def test_tpot_slo(fake_openai):
 def test_duration_bounds_a_level(fake_openai):
     fake_openai.token_s = 0.01
     t0 = time.monotonic()
-    report = run_load_test(config(fake_openai, concurrency_levels=(1,), requests_per_level=1000,
-                                  output_tokens=16, duration_s=0.4, warmup_requests=0))
+    report = run_load_test(
+        config(
+            fake_openai,
+            concurrency_levels=(1,),
+            requests_per_level=1000,
+            output_tokens=16,
+            duration_s=0.4,
+            warmup_requests=0,
+        )
+    )
     assert time.monotonic() - t0 < 5.0
     assert 1 <= report.levels[0].requests_sent <= 5
 
@@ -117,8 +135,15 @@ def test_duration_bounds_a_level(fake_openai):
 def test_request_timeout(fake_openai):
     fake_openai.ttft_s = 2.0
     t0 = time.monotonic()
-    report = run_load_test(config(fake_openai, concurrency_levels=(2,), requests_per_level=2,
-                                  request_timeout_s=0.3, warmup_requests=0))
+    report = run_load_test(
+        config(
+            fake_openai,
+            concurrency_levels=(2,),
+            requests_per_level=2,
+            request_timeout_s=0.3,
+            warmup_requests=0,
+        )
+    )
     assert time.monotonic() - t0 < 1.9
     lv = report.levels[0]
     assert lv.errors == 2 and "no answer within 0.3 s" in lv.error_examples[0]
@@ -136,8 +161,11 @@ def test_cancel_and_progress(fake_openai):
             cancel.set()
 
     t0 = time.monotonic()
-    report = run_load_test(config(fake_openai, requests_per_level=50, output_tokens=16),
-                           on_progress=progress, cancel_event=cancel)
+    report = run_load_test(
+        config(fake_openai, requests_per_level=50, output_tokens=16),
+        on_progress=progress,
+        cancel_event=cancel,
+    )
     assert time.monotonic() - t0 < 5.0
     assert report.cancelled
     assert len(report.levels) == 1 and report.levels[0].requests_sent < 50
@@ -146,15 +174,18 @@ def test_cancel_and_progress(fake_openai):
 
 
 def test_api_key_and_unknown_model(fake_openai):
-    run_load_test(config(fake_openai, concurrency_levels=(1,), requests_per_level=1,
-                         api_key="sekret"))
+    run_load_test(
+        config(fake_openai, concurrency_levels=(1,), requests_per_level=1, api_key="sekret")
+    )
     assert fake_openai.headers[-1]["Authorization"] == "Bearer sekret"
     with pytest.raises(LoadTestError, match="does not exist"):
         run_load_test(config(fake_openai, model="nope"))
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:1/", "http://[::1]:8000",
-                                 "https://127.0.0.2:9"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8000", "http://localhost:1/", "http://[::1]:8000", "https://127.0.0.2:9"],
+)
 def test_loopback_targets_accepted(url):
     assert check_target(url) == url.rstrip("/")
 
@@ -180,15 +211,18 @@ def test_detect_model_unreachable():
         detect_model(f"http://127.0.0.1:{port}", timeout_s=1.0)
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"concurrency_levels": ()}, "concurrency"),
-    ({"concurrency_levels": (0,)}, "concurrency"),
-    ({"prompt_tokens": 0}, "tokens"),
-    ({"requests_per_level": 0}, "requests"),
-    ({"duration_s": 0}, "duration"),
-    ({"tpot_slo_s": -1}, "goals"),
-    ({"api": "responses"}, "api"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"concurrency_levels": ()}, "concurrency"),
+        ({"concurrency_levels": (0,)}, "concurrency"),
+        ({"prompt_tokens": 0}, "tokens"),
+        ({"requests_per_level": 0}, "requests"),
+        ({"duration_s": 0}, "duration"),
+        ({"tpot_slo_s": -1}, "goals"),
+        ({"api": "responses"}, "api"),
+    ],
+)
 def test_bad_settings(kw, match):
     with pytest.raises(LoadTestError, match=match):
         run_load_test(LoadTestConfig(base_url="http://127.0.0.1:1", **kw))
@@ -203,8 +237,22 @@ def test_requests_default():
 
 
 def test_cli_json(fake_openai, capsys):
-    rc = main(["bench", "--url", fake_openai.base_url, "--concurrency", "1,2", "--requests", "3",
-               "--prompt-tokens", "16", "--output-tokens", "4", "--json"])
+    rc = main(
+        [
+            "bench",
+            "--url",
+            fake_openai.base_url,
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "3",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+            "--json",
+        ]
+    )
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert [lv["concurrency"] for lv in data["levels"]] == [1, 2]
@@ -213,8 +261,23 @@ def test_cli_json(fake_openai, capsys):
 
 
 def test_cli_table(fake_openai, capsys):
-    rc = main(["bench", "--url", fake_openai.base_url, "--concurrency", "2", "--requests", "2",
-               "--prompt-tokens", "16", "--output-tokens", "4", "--api", "chat"])
+    rc = main(
+        [
+            "bench",
+            "--url",
+            fake_openai.base_url,
+            "--concurrency",
+            "2",
+            "--requests",
+            "2",
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+            "--api",
+            "chat",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0
     assert "TTFT ms p50/p90/p99" in out.out and "met both goals" in out.out
@@ -223,8 +286,22 @@ def test_cli_table(fake_openai, capsys):
 
 def test_cli_all_failed_is_status_1(fake_openai, capsys):
     fake_openai.fail_every = 1
-    rc = main(["bench", "--url", fake_openai.base_url, "--model", "fake-model",
-               "--concurrency", "1", "--requests", "2", "--output-tokens", "2", "--json"])
+    rc = main(
+        [
+            "bench",
+            "--url",
+            fake_openai.base_url,
+            "--model",
+            "fake-model",
+            "--concurrency",
+            "1",
+            "--requests",
+            "2",
+            "--output-tokens",
+            "2",
+            "--json",
+        ]
+    )
     assert rc == 1
 
 

@@ -29,7 +29,11 @@ def test_real_after_payload_values(payload, fast):
     assert s.preemptions_total == 0.0
     assert (s.prefix_queries_total, s.prefix_hits_total) == (657.0, 0.0)
     assert s.request_success_by_reason == {
-        "stop": 0.0, "length": 51.0, "abort": 0.0, "error": 0.0, "repetition": 0.0,
+        "stop": 0.0,
+        "length": 51.0,
+        "abort": 0.0,
+        "error": 0.0,
+        "repetition": 0.0,
     }
     assert s.ttft is not None and s.itl is not None and s.e2e is not None and s.tpot is not None
     assert s.ttft.upper_bounds[:3] == (0.001, 0.005, 0.01)
@@ -54,8 +58,9 @@ def test_fast_and_full_paths_agree(real_payload):
 
 @BOTH
 def test_counters_grow_between_real_payloads(payload, fast):
-    before, during, after = (parse_metrics(payload(n), 0.0, fast=fast)
-                             for n in ("before", "during", "after"))
+    before, during, after = (
+        parse_metrics(payload(n), 0.0, fast=fast) for n in ("before", "during", "after")
+    )
     assert before.generation_tokens_total == 0.0
     gen = [s.generation_tokens_total for s in (before, during, after)]
     assert gen == sorted(gen) and len(set(gen)) == 3
@@ -148,9 +153,7 @@ def test_two_engines_are_combined(fast):
 
 @BOTH
 def test_disable_log_stats_has_no_vllm_metrics(payload, fast):
-    text = "".join(
-        line + "\n" for line in payload("after").splitlines() if "vllm:" not in line
-    )
+    text = "".join(line + "\n" for line in payload("after").splitlines() if "vllm:" not in line)
     s = parse_metrics(text, 4.0, fast=fast)
     assert s.has_vllm_metrics is False
     assert s.message == DISABLED_STATS_MESSAGE and "--disable-log-stats" in s.message
@@ -225,7 +228,7 @@ TRICKY = (
     'vllm:kv_cache_usage_perc{engine="0"} 0.25 1700000000000\n'
     "vllm:generation_tokens_total 1e+03\n"
     "vllm:prompt_tokens_total NaN\n"
-    'vllm:cache_config_info{block_size="16",kv_cache_dtype_skip_layers="[\'a\', \'b\']"} 1.0\n'
+    "vllm:cache_config_info{block_size=\"16\",kv_cache_dtype_skip_layers=\"['a', 'b']\"} 1.0\n"
 )
 
 

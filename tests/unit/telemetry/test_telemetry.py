@@ -35,14 +35,35 @@ def hist(counts):
     return HistogramSnapshot(BOUNDS, tuple(float(c) for c in counts), 0.0, float(counts[-1]))
 
 
-def sample(t, gen=0.0, prompt=0.0, *, running=1.0, waiting=0.0, kv=0.2, preempt=0.0,
-           pq=0.0, ph=0.0, success=None, ttft=(0, 0, 0, 0, 0)):
+def sample(
+    t,
+    gen=0.0,
+    prompt=0.0,
+    *,
+    running=1.0,
+    waiting=0.0,
+    kv=0.2,
+    preempt=0.0,
+    pq=0.0,
+    ph=0.0,
+    success=None,
+    ttft=(0, 0, 0, 0, 0),
+):
     return MetricsSample(
-        t_monotonic_s=t, has_vllm_metrics=True, running=running, waiting=waiting,
-        kv_usage_frac=kv, prompt_tokens_total=prompt, generation_tokens_total=gen,
-        preemptions_total=preempt, prefix_queries_total=pq, prefix_hits_total=ph,
-        request_success_by_reason=dict(success or {}), ttft=hist(ttft),
-        cache_config={"kv_cache_size_tokens": "4096"}, model_name="m",
+        t_monotonic_s=t,
+        has_vllm_metrics=True,
+        running=running,
+        waiting=waiting,
+        kv_usage_frac=kv,
+        prompt_tokens_total=prompt,
+        generation_tokens_total=gen,
+        preemptions_total=preempt,
+        prefix_queries_total=pq,
+        prefix_hits_total=ph,
+        request_success_by_reason=dict(success or {}),
+        ttft=hist(ttft),
+        cache_config={"kv_cache_size_tokens": "4096"},
+        model_name="m",
     )
 
 
@@ -179,8 +200,11 @@ def test_real_payload_sequence(payload):
 def test_preemptions_prefix_and_success_rates():
     tel, _ = make(window_s=10.0)
     tel.add_vllm_sample(sample(0.0))
-    tel.add_vllm_sample(sample(5.0, preempt=3.0, pq=100.0, ph=25.0,
-                               success={"stop": 6.0, "length": 2.0, "abort": 2.0}))
+    tel.add_vllm_sample(
+        sample(
+            5.0, preempt=3.0, pq=100.0, ph=25.0, success={"stop": 6.0, "length": 2.0, "abort": 2.0}
+        )
+    )
     last = tel.latest()
     assert last["preemptions_per_min"] == pytest.approx(3.0 / 5.0 * 60.0)
     assert last["prefix_hit_rate"] == pytest.approx(0.25)
@@ -270,9 +294,17 @@ def test_concurrent_writers_and_reader():
 
 
 def gpu(t, used, total=24e9, util=80.0, procs=None, **extra):
-    return SimpleNamespace(t_monotonic_s=t, memory_used_bytes=used, memory_total_bytes=total,
-                           gpu_util_percent=util, power_w=300.0, temperature_c=70.0,
-                           sm_clock_mhz=2500.0, process_used_bytes=procs, **extra)
+    return SimpleNamespace(
+        t_monotonic_s=t,
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        gpu_util_percent=util,
+        power_w=300.0,
+        temperature_c=70.0,
+        sm_clock_mhz=2500.0,
+        process_used_bytes=procs,
+        **extra,
+    )
 
 
 def test_gpu_samples_and_vllm_process_tree():
@@ -291,8 +323,9 @@ def test_gpu_sample_with_process_objects_and_missing_fields():
     tel, _ = make()
     tel.set_vllm_pids([7])
     procs = [SimpleNamespace(pid=7, used_bytes=3e9), SimpleNamespace(pid=8, used_bytes=None)]
-    tel.add_gpu_sample(SimpleNamespace(t_monotonic_s=0.0, memory_used_bytes=5e9, processes=procs,
-                                       power_w=None))
+    tel.add_gpu_sample(
+        SimpleNamespace(t_monotonic_s=0.0, memory_used_bytes=5e9, processes=procs, power_w=None)
+    )
     last = tel.latest()
     assert last["vllm_memory_bytes"] == 3e9
     assert last["power_w"] is None and last["temperature_c"] is None
@@ -391,7 +424,8 @@ def test_export_json_and_csv(tmp_path):
     assert rows[2]["running"] == ""  # the gap
     assert float(rows[3]["generation_tokens_per_s"]) == pytest.approx(100.0)
     assert float(rows[3]["t_unix_s"]) - float(rows[3]["t_monotonic_s"]) == pytest.approx(
-        tel.wall_offset_s)
+        tel.wall_offset_s
+    )
 
 
 def test_clear_starts_a_new_session():
@@ -440,8 +474,12 @@ def test_real_gpu_samples_from_the_nvml_replay():
     assert last["sm_clock_mhz"] == sample.sm_clock_mhz
 
     # WSL2: the driver reports no per-process bytes -> the tree's VRAM is unknown, not zero
-    wsl = GpuSample(t_monotonic_s=1.0, gpu_index=0, memory_used_bytes=5 << 30,
-                    process_used_bytes={pids[0]: None})
+    wsl = GpuSample(
+        t_monotonic_s=1.0,
+        gpu_index=0,
+        memory_used_bytes=5 << 30,
+        process_used_bytes={pids[0]: None},
+    )
     tel.add_gpu_sample(wsl)
     assert tel.latest()["vllm_memory_bytes"] is None
     # a lost GPU is a gap
@@ -470,12 +508,16 @@ def test_bucket_layout_change_after_an_upgrade():
 def test_window_sums_return_to_zero_when_activity_leaves_the_window():
     tel, _ = make(window_s=5.0)
     tel.add_vllm_sample(sample(0.0))
-    tel.add_vllm_sample(sample(1.0, pq=10.0, ph=5.0, success={"stop": 2.0}, preempt=1.0,
-                               ttft=(2, 2, 2, 2, 2)))
+    tel.add_vllm_sample(
+        sample(1.0, pq=10.0, ph=5.0, success={"stop": 2.0}, preempt=1.0, ttft=(2, 2, 2, 2, 2))
+    )
     assert tel.latest()["prefix_hit_rate"] == 0.5
     for i in range(2, 20):
-        tel.add_vllm_sample(sample(float(i), pq=10.0, ph=5.0, success={"stop": 2.0},
-                                   preempt=1.0, ttft=(2, 2, 2, 2, 2)))
+        tel.add_vllm_sample(
+            sample(
+                float(i), pq=10.0, ph=5.0, success={"stop": 2.0}, preempt=1.0, ttft=(2, 2, 2, 2, 2)
+            )
+        )
     last = tel.latest()
     assert last["prefix_hit_rate"] is None and last["success_rate"] is None
     assert last["preemptions_per_min"] == 0.0 and last["ttft_p99_s"] is None
