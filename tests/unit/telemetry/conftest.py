@@ -84,8 +84,8 @@ class FakeOpenAI:
     """A local OpenAI-compatible streaming server on 127.0.0.1 for load-generator tests.
 
     Token counting: every whitespace-separated word is ``tokens_per_word`` tokens, plus one BOS.
-    Latency: the first token after ``ttft_s`` plus ``ttft_per_inflight_s`` per other request in
-    flight (a crude saturation model), then one token every ``token_s``.
+    Latency: the first token after ``ttft_s``, plus ``busy_extra_s`` when at least ``busy_at``
+    other requests are in flight (a crude saturation model), then one token every ``token_s``.
     """
 
     def __init__(self) -> None:
@@ -93,7 +93,8 @@ class FakeOpenAI:
         self.tokens_per_word = 2
         self.has_tokenize = True
         self.ttft_s = 0.01
-        self.ttft_per_inflight_s = 0.0
+        self.busy_at = 0  # 0: never busy
+        self.busy_extra_s = 0.0
         self.token_s = 0.002
         self.fail_every = 0  # every Nth generation request answers HTTP 500
         self.stream_error_every = 0  # every Nth breaks mid-stream with an error chunk
@@ -174,7 +175,8 @@ class FakeOpenAI:
                 self._event(
                     h, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
                 )
-            time.sleep(self.ttft_s + self.ttft_per_inflight_s * others)
+            busy = self.busy_at and others >= self.busy_at
+            time.sleep(self.ttft_s + (self.busy_extra_s if busy else 0.0))
             total = int(body["max_tokens"])
             for i in range(total):
                 if i:

@@ -97,12 +97,16 @@ def test_errors_are_counted_not_raised(fake_openai):
 
 
 def test_slo_break_concurrency(fake_openai):
-    fake_openai.ttft_per_inflight_s = 0.06
-    report = run_load_test(config(fake_openai, ttft_slo_s=0.1, requests_per_level=4))
-    assert report.levels[0].meets_slo_p99
+    # requests that find two or more others in flight wait 0.6 s for their first token:
+    # only concurrency 4 gets there
+    fake_openai.busy_at = 2
+    fake_openai.busy_extra_s = 0.6
+    report = run_load_test(config(fake_openai, ttft_slo_s=0.4, requests_per_level=4))
+    assert report.levels[0].meets_slo_p99 and report.levels[1].meets_slo_p99
     assert report.slo_break_concurrency == 4
     assert "TTFT P99" in report.slo_break_reason
     lv4 = report.levels[2]
+    assert not lv4.meets_slo_p99
     assert lv4.goodput_requests < lv4.requests_ok
 
 
