@@ -21,6 +21,8 @@ Exit status: 0 built, 1 the build failed (the failing step's output is shown).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -31,7 +33,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -117,6 +119,19 @@ def project_version(root: Path = ROOT) -> str:
 
 
 # ------------------------------------------------------------------------------------- steps
+@contextlib.contextmanager
+def build_lock(cache: Path) -> Iterator[None]:
+    """Hold ``cache/build.lock``: builds sharing a cache (environment, PyInstaller work folder)
+    run one after the other."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "build.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _run(
     cmd: Sequence[str],
     step: str,
@@ -252,6 +267,32 @@ def strip_debug(bundle_dir: Path, verbose: bool = False) -> int:
     return saved
 
 
+#: window-system plugins whose unresolved libraries are worth a warning after a build
+PLATFORM_PLUGINS = ("libqxcb.so", "libqwayland.so")
+
+
+def unresolved_platform_libraries(internal: Path) -> dict[str, list[str]]:
+    """Libraries the X11/Wayland platform plugins need that neither the bundle nor this machine
+    has (``ldd``); a user's desktop must provide them. Empty when everything resolves."""
+    ldd = shutil.which("ldd")
+    plugins = internal / "PySide6" / "Qt" / "plugins" / "platforms"
+    if ldd is None or not plugins.is_dir():
+        return {}
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([str(internal), str(internal / "PySide6/Qt/lib")])
+    missing: dict[str, list[str]] = {}
+    for name in PLATFORM_PLUGINS:
+        if not (plugins / name).is_file():
+            continue
+        out = subprocess.run(
+            [ldd, str(plugins / name)], capture_output=True, text=True, env=env, check=False
+        ).stdout
+        libs = sorted({line.split()[0] for line in out.splitlines() if "not found" in line})
+        if libs:
+            missing[name] = libs
+    return missing
+
+
 def make_tarball(bundle_dir: Path, target: Path) -> Path:
     """``bundle_dir`` as a gzip tarball whose single top folder is the bundle's name."""
     partial = target.with_name(target.name + ".partial")
@@ -277,6 +318,20 @@ def build(
     Raises:
         BuildError: a step (environment, install, PyInstaller) failed.
     """
+    with build_lock(cache):
+        return _build_locked(dist, cache, onefile, fresh, tarball, python, root, verbose)
+
+
+def _build_locked(
+    dist: Path,
+    cache: Path,
+    onefile: bool,
+    fresh: bool,
+    tarball: bool,
+    python: str,
+    root: Path,
+    verbose: bool,
+) -> BuildResult:
     started = time.monotonic()
     digest = source_hash(root)
     vpy = ensure_build_env(root, cache, python, fresh, verbose)
@@ -377,6 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"build: {exc}", file=sys.stderr)
         return 1
     mib = 1024**2
+    if result.bundle_dir is not None:
+        internal = Path(result.bundle_dir) / "_internal"
+        for plugin, libs in unresolved_platform_libraries(internal).items():
+            print(
+                f"build: warning: {plugin} needs {', '.join(libs)}, missing on this machine and "
+                "so not bundled; users need them installed (Debian/Ubuntu: apt install "
+                "libxcb-icccm4 libxcb-keysyms1 ...), or build where they are installed"
+            )
     print(f"build: {result.executable} (kvpilot {result.version}, sources {result.source_hash})")
     print(
         f"build: bundle {result.bundle_bytes / mib:.1f} MiB"

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import select
 import shutil
 import statistics
 import struct
@@ -26,7 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +61,10 @@ CORE_LIBRARIES = (
 
 class SmokeFailure(AssertionError):
     """A check failed; the message says what was expected and what came out."""
+
+
+class SmokeSkip(Exception):
+    """A check cannot run here (one-file build, no ``ldd``, no ``Xvfb``); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -293,10 +299,55 @@ def check_gui_screenshot(ctx: Context) -> str:
     return f"{width}x{height} PNG in {outcome.wall_s:.2f} s"
 
 
+@contextmanager
+def _xvfb() -> Iterator[str]:
+    """A private X server (``Xvfb`` on a display it picks itself); yields its DISPLAY."""
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        raise SmokeSkip("no Xvfb on this machine (Debian/Ubuntu: apt install xvfb)")
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [xvfb, "-displayfd", str(write_fd), "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
+        pass_fds=(write_fd,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd) as fh:
+            ready, _, _ = select.select([fh], [], [], 15.0)
+            display = fh.readline().strip() if ready else ""
+        if not display:
+            raise SmokeSkip("Xvfb did not start within 15 s")
+        yield f":{display}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def check_gui_x11(ctx: Context) -> str:
+    """The bundled xcb platform plugin and its libraries work against a real X server."""
+    target = ctx.home / "gui-x11.png"
+    with _xvfb() as display:
+        outcome = ctx.run(
+            "gui", "--screenshot", str(target), "--fake-gpu", FAKE_GPU,
+            env={"QT_QPA_PLATFORM": "xcb", "DISPLAY": display},
+        )  # fmt: skip
+    _expect(outcome.returncode == 0, "gui --screenshot on X11 failed", outcome)
+    width, height = _png_size(target)
+    _expect(width >= 400 and height >= 300, f"screenshot only {width}x{height}", outcome)
+    _no_unexpected_stderr(outcome)
+    return f"{width}x{height} PNG on X11 in {outcome.wall_s:.2f} s"
+
+
 def check_resources(ctx: Context) -> str:
     """Icons and the .desktop file are in the bundle (onedir; a one-file build hides them)."""
     if ctx.internal is None:
-        return "one-file build: checked through plan/gpu only"
+        raise SmokeSkip("one-file build: resources are checked through plan and gpu only")
     res = ctx.internal / "kvpilot" / "resources"
     needed = ["catalog.json", "gpus.json", "kvpilot.desktop", "icons/kvpilot.png"]
     missing = [n for n in needed if not (res / n).is_file()]
@@ -309,7 +360,7 @@ def check_resources(ctx: Context) -> str:
 def check_libraries(ctx: Context) -> str:
     """Qt's core libraries resolve every dependency (bundle first, then the base system)."""
     if ctx.internal is None or shutil.which("ldd") is None:
-        return "skipped (one-file build or no ldd)"
+        raise SmokeSkip("one-file build, or no ldd here")
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         [str(ctx.internal), str(ctx.internal / "PySide6" / "Qt" / "lib")]
@@ -334,6 +385,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "gpu_probe": check_gpu_probe,
     "gpu_replay": check_gpu_replay,
     "gui_screenshot": check_gui_screenshot,
+    "gui_x11": check_gui_x11,
     "resources": check_resources,
     "libraries": check_libraries,
 }
@@ -359,6 +411,8 @@ def run_checks(exe: Path, names: Sequence[str], expect_version: str | None = Non
             except SmokeFailure as exc:
                 failed += 1
                 print(f"FAIL  {name}: {exc}", flush=True)
+            except SmokeSkip as exc:
+                print(f"skip  {name}: {exc}", flush=True)
             else:
                 print(f"ok    {name}: {detail}", flush=True)
         for key, value in ctx.timings_s.items():
