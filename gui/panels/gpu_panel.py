@@ -266,10 +266,14 @@ class GpuPanel(QWidget):
         self.bar.set_segments(segments_for(split), split.total)
         names = [f"{name} {fmt.gib_num(n)}" for name, n in split.other if n >= MIN_SHOWN_BYTES]
         vllm_total = split.weights + split.activation + split.kv
-        if vllm_total >= MIN_SHOWN_BYTES and not split.planned:
-            names.append(f"vLLM {fmt.gib_num(vllm_total)} GiB")
-        elif vllm_total:
+        if split.planned:
             names.append(f"plan needs {fmt.gib_num(vllm_total)} GiB")
+        elif self._vllm_pids:
+            names.append(
+                f"vLLM {fmt.gib_num(vllm_total)} GiB"
+                if vllm_total >= MIN_SHOWN_BYTES
+                else "vLLM holds no memory on this GPU"
+            )
         names.append(f"free {fmt.gib_num(split.free)} GiB")
         self.legend.setText(" · ".join(names))
 

@@ -156,6 +156,9 @@ def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) ->
     assert w.last_failure.estimated_max_model_len == 128
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=30_000)
     assert w.banner.isVisible()
+    w.banner._details.click()  # "Details (log)": the log tab with vLLM's own error lines
+    assert w.tabs.currentWidget() is w.log_view
+    assert "To serve at least one request" in w.log_view.visible_text()
     qtbot.wait(200)
     _shot(w, "fallback.png")
     first = w.fallback_options[0]

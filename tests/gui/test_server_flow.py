@@ -71,6 +71,8 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     order = [p for p, _ in __import__("kvpilot.gui.panels.server_panel", fromlist=["x"]).PHASES]
     assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)
     assert w.server_panel.endpoint.text() == f"{sup.base_url}/v1"
+    # the stand-in is not on the replayed GPU, and the legend says so instead of "0.0 GiB"
+    assert "vLLM holds no memory on this GPU" in w.gpu_panel.legend.text()
     assert w.server_panel.endpoint.isVisible()
     assert "up 00:00:0" in w.server_panel.elapsed.text()
     # predicted vs reported capacity
