@@ -373,7 +373,8 @@ def _build_locked(
         bundle_dir = dist / NAME
         exe = bundle_dir / NAME
         tar_path = None
-        strip_debug(bundle_dir / "_internal", verbose)
+        if os.environ.get("KVPILOT_PYI_DEBUG") != "1":
+            strip_debug(bundle_dir / "_internal", verbose)
         if tarball:
             arch = platform.machine() or "unknown"
             tar_path = make_tarball(bundle_dir, dist / f"{NAME}-{version}-linux-{arch}.tar.gz")
