@@ -217,11 +217,14 @@ class MainWindow(QMainWindow):
         self.set_runtime(runtime)
 
     def set_runtime(self, runtime: Any) -> None:
-        """Use ``runtime`` (a VllmRuntime) for launches and enable Launch."""
+        """Use ``runtime`` (a VllmRuntime) for launches, enable Launch and re-plan for it."""
         self.runtime = runtime
         self.runtime_problem = None
         self.server_panel.set_launch_blocked(None)
-        self.statusBar().showMessage(f"vLLM {runtime.version} at {runtime.location}", 10_000)
+        self.statusBar().showMessage(
+            f"vLLM {runtime.version} at {_home_relative(runtime.location)}", 10_000
+        )
+        self.replan()  # the fit engine's rules depend on the vLLM version
 
     def _on_runtime_error(self, exc: BaseException) -> None:
         self.runtime = None
@@ -339,7 +342,7 @@ class MainWindow(QMainWindow):
         return SettingsDialog(
             self.settings,
             self,
-            config_path=str(self.store.path),
+            config_path=_home_relative(self.store.path),
             list_runtimes=self.services.list_runtimes,
         )
 
@@ -402,6 +405,8 @@ class MainWindow(QMainWindow):
         if target is None:
             return
         goal = self.planner.goal()
+        if self.runtime is not None:
+            goal = replace(goal, vllm_version=self.runtime.version)
         self.plan_generation += 1
         gen = self.plan_generation
         self.planner.set_status("planning…")
@@ -782,3 +787,14 @@ def _option_tooltip(option: Any) -> str:
     if getattr(option, "predicted_fits", True) is False:
         text += " (predicted not to fit either)"
     return str(text)
+
+
+def _home_relative(path: Any) -> str:
+    """``~/.config/kvpilot/settings.json`` rather than the full home path."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        return "~/" + str(p.relative_to(Path.home()))
+    except ValueError:
+        return str(p)

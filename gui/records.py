@@ -40,6 +40,7 @@ class Goal:
     gpu_memory_utilization: float | None = None
     enforce_eager: bool = False
     model_ref: str = ""
+    vllm_version: str | None = None  # the installed vLLM's (None: the fit engine's default)
 
 
 @dataclass(frozen=True)

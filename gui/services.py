@@ -37,6 +37,16 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("kvpilot", appauthor=False))
 
 
+def _release(version: str) -> str:
+    """``0.32.0+cpu`` -> ``0.32.0`` (the fit engine's rules are per release)."""
+    from kvpilot.core.vllm.runtime import parse_version
+
+    try:
+        return str(parse_version(version))
+    except ValueError:
+        return version
+
+
 def _quant_label(method: str | None, bits: int) -> str:
     if not method:
         return f"{bits}-bit" if bits != 16 else "16-bit"
@@ -280,6 +290,7 @@ class AppServices:
             users=goal.users,
             min_weight_bits=4 if goal.allow_4bit else 8,
             model_filter=model_filter,
+            **({"vllm_version": _release(goal.vllm_version)} if goal.vllm_version else {}),
         )
         result = rec.recommend(self.core_target(target), fit_goal, models)
         rows: list[PlanRow] = []

@@ -129,7 +129,7 @@ class SettingsDialog(QDialog):
         form.addRow("HF token", self.hf_token)
         self.extra_args = QLineEdit()
         self.extra_args.setObjectName("extraArgs")
-        self.extra_args.setPlaceholderText("e.g. --max-num-batched-tokens 4096")
+        self.extra_args.setPlaceholderText("e.g. --max-cudagraph-capture-size 256")
         form.addRow("Extra vLLM args", self.extra_args)
         self.sampling = QDoubleSpinBox()
         self.sampling.setRange(0.1, st.MAX_SAMPLING_HZ)

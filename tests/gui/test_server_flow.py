@@ -34,12 +34,19 @@ def fake_runtime() -> VllmRuntime:
 
 
 @pytest.fixture
-def server_window(make_window, fake_runtime):
+def server_window(make_window, fake_runtime, qtbot):
     def make(**kw):
         w = make_window(supervisor_options=dict(FAST), **kw)
         port = find_free_port("127.0.0.1", 19400)
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=5.0))
         w.set_runtime(fake_runtime)
+        qtbot.waitUntil(
+            lambda: (
+                w.planner.selected() is not None
+                and w.planner.selected().inputs.vllm_version == "0.32.0"
+            ),
+            timeout=15_000,
+        )
         return w
 
     return make
