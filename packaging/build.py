@@ -48,7 +48,12 @@ SPEC = ROOT / "packaging" / "kvpilot.spec"
 SOURCE_DIRS = ("core", "gui", "resources")
 SOURCE_FILES = ("pyproject.toml", "README.md")
 #: packaging files whose change changes the bundle (the smoke test and icon script do not)
-PACKAGING_FILES = ("packaging/kvpilot.spec", "packaging/kvpilot_main.py", "packaging/build.py")
+PACKAGING_FILES = (
+    "packaging/kvpilot.spec",
+    "packaging/kvpilot_main.py",
+    "packaging/rthook_child_env.py",
+    "packaging/build.py",
+)
 DEFAULT_CACHE = ROOT / ".cache" / "packaging"
 DEFAULT_DIST = ROOT / "dist"
 NAME = "kvpilot"

@@ -94,8 +94,9 @@ class Context:
     home: Path
     timings_s: dict[str, float] = field(default_factory=dict)
 
-    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """A clean environment: own XDG and Hugging Face dirs, Hub offline, no Python paths."""
+    def env(self, extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+        """A clean environment: own XDG and Hugging Face dirs, Hub offline, no Python paths;
+        ``extra`` adds variables (None: removes one)."""
         env = {
             k: v
             for k, v in os.environ.items()
@@ -111,10 +112,14 @@ class Context:
         env["HF_HOME"] = str(self.home / "hf")
         env["HF_HUB_OFFLINE"] = "1"
         env["HOME"] = str(self.home)
-        env.update(extra or {})
+        for key, value in (extra or {}).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         return env
 
-    def run(self, *argv: str, env: Mapping[str, str] | None = None) -> Outcome:
+    def run(self, *argv: str, env: Mapping[str, str | None] | None = None) -> Outcome:
         """Run the executable from an empty working directory."""
         cwd = self.home / "cwd"
         cwd.mkdir(exist_ok=True)
@@ -344,6 +349,41 @@ def check_gui_x11(ctx: Context) -> str:
     return f"{width}x{height} PNG on X11 in {outcome.wall_s:.2f} s"
 
 
+#: a stand-in for ``vllm``: records its environment, answers ``--version``, fails otherwise
+VLLM_STAND_IN = """#!/bin/sh
+env > "$KVPILOT_SMOKE_ENV_OUT"
+case "$1" in --version) echo "0.11.0"; exit 0;; esac
+exit 1
+"""
+
+
+def check_child_env(ctx: Context) -> str:
+    """Programs kvpilot starts (here ``vllm --version`` from ``serve``) get the user's library
+    path, not the bundle's (packaging/rthook_child_env.py)."""
+    stand_in = ctx.home / "stand-in" / "vllm"
+    stand_in.parent.mkdir(exist_ok=True)
+    stand_in.write_text(VLLM_STAND_IN)
+    stand_in.chmod(0o755)
+    record = ctx.home / "child-env.txt"
+    user_path = str(ctx.home / "user-lib")
+    results = []
+    for value in (user_path, None):
+        record.unlink(missing_ok=True)
+        outcome = ctx.run(
+            "serve", "--model", PLAN_MODEL, "--gpu", PLAN_GPU, "--gpu-total-mib", "24564",
+            "--vllm", str(stand_in),
+            env={"KVPILOT_SMOKE_ENV_OUT": str(record), "LD_LIBRARY_PATH": value},
+        )  # fmt: skip
+        _expect(record.is_file(), "'kvpilot serve' did not run the vllm stand-in", outcome)
+        child = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+        _expect(child.get("LD_LIBRARY_PATH") == value,
+                f"child LD_LIBRARY_PATH is {child.get('LD_LIBRARY_PATH')!r}, expected {value!r}",
+                outcome)  # fmt: skip
+        _expect("LD_LIBRARY_PATH_ORIG" not in child, "LD_LIBRARY_PATH_ORIG leaked", outcome)
+        results.append("unset" if value is None else "kept")
+    return f"child LD_LIBRARY_PATH {' / '.join(results)}"
+
+
 def check_resources(ctx: Context) -> str:
     """Icons and the .desktop file are in the bundle (onedir; a one-file build hides them)."""
     if ctx.internal is None:
@@ -386,6 +426,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "gpu_replay": check_gpu_replay,
     "gui_screenshot": check_gui_screenshot,
     "gui_x11": check_gui_x11,
+    "child_env": check_child_env,
     "resources": check_resources,
     "libraries": check_libraries,
 }
