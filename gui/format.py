@@ -44,6 +44,8 @@ def latency(seconds: float | None) -> str:
     """``"17 ms"`` below one second, ``"1.24 s"`` above; ``"–"`` for unknown."""
     if seconds is None or math.isnan(seconds):
         return "–"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
     if seconds < 1.0:
         return f"{seconds * 1000:.0f} ms"
     return f"{seconds:.2f} s"

@@ -115,6 +115,23 @@ class MainWindow(QMainWindow):
         self.notice_close.setVisible(False)
         self.notice_close.clicked.connect(self._hide_notice)
 
+        self.orphan_bar = QWidget()
+        self.orphan_bar.setObjectName("orphanBar")
+        self.orphan_label = QLabel()
+        self.orphan_label.setWordWrap(True)
+        self.orphan_adopt = QPushButton("Keep it and watch it")
+        self.orphan_stop = QPushButton("Stop it")
+        ob = QHBoxLayout(self.orphan_bar)
+        ob.setContentsMargins(6, 2, 6, 2)
+        ob.addWidget(self.orphan_label, 1)
+        ob.addWidget(self.orphan_adopt)
+        ob.addWidget(self.orphan_stop)
+        self.orphan_bar.setStyleSheet(f"#orphanBar {{ border: 1px solid {theme.TIGHT}; }}")
+        self.orphan_bar.setVisible(False)
+        self.orphan_adopt.clicked.connect(lambda: self.adopt_orphan())
+        self.orphan_stop.clicked.connect(lambda: self.stop_orphan())
+        self.orphans: list[Any] = []
+
         self.gpu_panel = GpuPanel()
         self.banner = FallbackBanner()
         self.server_panel = ServerPanel()
@@ -143,6 +160,7 @@ class MainWindow(QMainWindow):
         lay.addLayout(header)
         lay.addLayout(notice_row)
         lay.addWidget(self.gpu_panel)
+        lay.addWidget(self.orphan_bar)
         lay.addWidget(self.banner)
         lay.addWidget(self.server_panel)
         lay.addWidget(self.tabs, 1)
@@ -202,6 +220,55 @@ class MainWindow(QMainWindow):
         self._probe_in_flight = True
         run_in_pool(self.services.probe, self._on_probe, self._on_probe_error)
         self._discover_runtime()
+        run_in_pool(self.services.find_orphans, self._on_orphans)
+
+    # ----------------------------------------------------------------- orphaned servers
+
+    def _on_orphans(self, orphans: list[Any]) -> None:
+        self.orphans = list(orphans)
+        if not self.orphans:
+            self.orphan_bar.setVisible(False)
+            return
+        o = self.orphans[0]
+        rec = o.record
+        more = f" (and {len(self.orphans) - 1} more)" if len(self.orphans) > 1 else ""
+        self.orphan_label.setText(
+            f"A vLLM server started by an earlier kvpilot is still running: {rec.model} on "
+            f"{rec.base_url}, {len(o.pids)} process(es){more}. It holds GPU memory."
+        )
+        self.orphan_adopt.setEnabled(o.leader_alive and not self.services.server_running())
+        self.orphan_bar.setVisible(True)
+
+    def stop_orphan(self) -> bool:
+        """Stop the first orphaned server in the background (its whole process group)."""
+        if not self.orphans:
+            return False
+        orphan = self.orphans[0]
+        self.orphan_stop.setEnabled(False)
+        self.orphan_label.setText(f"stopping the server on {orphan.record.base_url}…")
+
+        def done(report: Any) -> None:
+            self.orphan_stop.setEnabled(True)
+            self.statusBar().showMessage(
+                f"stopped the earlier server on port {orphan.record.port}", 10_000
+            )
+            run_in_pool(self.services.find_orphans, self._on_orphans)
+
+        run_in_pool(lambda: self.services.stop_orphan(orphan), done, lambda exc: done(None))
+        return True
+
+    def adopt_orphan(self) -> bool:
+        """Watch the first orphaned server as if this window had started it."""
+        if not self.orphans or self.services.server_running():
+            return False
+        orphan = self.orphans.pop(0)
+        self.log_view.clear()
+        self.started_by_us = True  # its pidfile is ours now: closing asks and stops it
+        self.current_request = None
+        self.services.adopt_orphan(orphan)
+        self.server_panel.show_state("starting", model=orphan.record.model)
+        self._on_orphans(self.orphans)
+        return True
 
     def _discover_runtime(self) -> None:
         configured = self.profile.vllm_runtime
@@ -265,7 +332,7 @@ class MainWindow(QMainWindow):
         self.gpu_panel.set_spec_names(names, pick)
         self.gpu_panel.set_startup_limit("", False)
         problem = getattr(result, "error", None)
-        reason = problem.one_line() if problem is not None else (why or "no NVIDIA GPU found")
+        reason = problem.message if problem is not None else (why or "no NVIDIA GPU found")
         self.statusBar().showMessage(f"planner mode: {reason}", 15_000)
         if pick:
             self._on_planner_gpu(pick)

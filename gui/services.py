@@ -482,6 +482,29 @@ class AppServices:
             self.stop_metrics()
             self.stop_gpu_sampler()
 
+    # ----------------------------------------------------------------- orphans
+
+    def find_orphans(self) -> list[Any]:
+        """Blocking: servers started by an earlier kvpilot that is gone (pidfiles in data_dir)."""
+        from kvpilot.core.vllm.orphans import find_orphans
+
+        return find_orphans(self.data_dir)
+
+    def stop_orphan(self, orphan: Any) -> Any:
+        """Blocking: stop an orphaned server's whole process group. Returns the StopReport."""
+        from kvpilot.core.vllm.orphans import stop_orphan
+
+        return stop_orphan(orphan)
+
+    def adopt_orphan(self, orphan: Any) -> Any:
+        """Supervise an orphaned server from now on (events go to the bridge)."""
+        from kvpilot.core.vllm.orphans import adopt
+
+        sup = adopt(orphan, data_dir=self.data_dir, on_event=self.bridge.emitter("server_event"))
+        with self._lock:
+            self.supervisor = sup
+        return sup
+
     # ----------------------------------------------------------------- fallback
 
     @staticmethod

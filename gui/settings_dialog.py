@@ -373,7 +373,8 @@ class SettingsDialog(QDialog):
                 self.runtime.addItem(label, rt.location)
         if runtimes:
             self.runtime_status.setText(
-                f"found {len(runtimes)}: " + ", ".join(f"vLLM {r.version}" for r in runtimes)
+                "found: "
+                + "; ".join(f"vLLM {r.version} at {r.location} ({r.source})" for r in runtimes)
             )
         else:
             self.runtime_status.setText(

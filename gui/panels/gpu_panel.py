@@ -192,9 +192,11 @@ class GpuPanel(QWidget):
             self.title.setWordWrap(True)
             self.spec_combo.setVisible(True)
             self.bar.set_segments([])
+            self.bar.setVisible(False)  # nothing measured: each plan shows its own bar
             self.legend.setText("")
             return
         self.spec_combo.setVisible(False)
+        self.bar.setVisible(True)
         cc = gpu.compute_capability
         parts = [
             gpu.name or "unknown GPU",

@@ -289,7 +289,7 @@ class LogView(QWidget):
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setMaximumBlockCount(max_lines)
-        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         font = self.text.font()
         font.setFamily("monospace")
         font.setStyleHint(font.StyleHint.Monospace)

@@ -110,8 +110,12 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     text = w.server_panel.capacity.text()
     assert "Predicted KV 131,072 tok" in text and "vLLM reported 131,072 tok (+0.0 %)" in text
     stop = threading.Event()
-    t = threading.Thread(target=_traffic, args=(sup.base_url, sup.model_name, stop), daemon=True)
-    t.start()
+    threads = [
+        threading.Thread(target=_traffic, args=(sup.base_url, sup.model_name, stop), daemon=True)
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
     try:
         qtbot.waitUntil(lambda: w.dashboard.point_count("kv") >= 4, timeout=60_000)
         qtbot.waitUntil(
@@ -124,19 +128,20 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
         _shot(w, "dashboard.png")
     finally:
         stop.set()
-        t.join(60)
+        for t in threads:
+            t.join(60)
     # the benchmark action: the core load test against the running server, percentiles shown
     dialog = w.open_benchmark(modal=False)
     assert dialog is not None
-    dialog.levels.setText("1, 2")
-    dialog.prompt_tokens.setValue(32)
-    dialog.output_tokens.setValue(16)
-    dialog.requests.setValue(4)
+    dialog.levels.setText("1, 2, 4")
+    dialog.prompt_tokens.setValue(64)
+    dialog.output_tokens.setValue(32)
+    dialog.requests.setValue(8)
     assert dialog.start()
     qtbot.waitUntil(lambda: dialog.report is not None, timeout=180_000)
-    assert dialog.table.rowCount() == 2
-    assert [dialog.table.item(r, 0).text() for r in range(2)] == ["1", "2"]
-    assert dialog.table.item(0, 1).text() == "4 / 0"
+    assert dialog.table.rowCount() == 3
+    assert [dialog.table.item(r, 0).text() for r in range(3)] == ["1", "2", "4"]
+    assert dialog.table.item(0, 1).text() == "8 / 0"
     assert dialog.table.item(0, 2).text().endswith(("ms", " s"))
     _shot(dialog, "benchmark.png")
     dialog.close()

@@ -170,3 +170,99 @@ def test_quitting_the_application_stops_the_server(server_window, qtbot, monkeyp
     tree = w.services.supervisor.tree_pids()
     QApplication.instance().aboutToQuit.emit()  # what app.quit() / Ctrl+C / SIGTERM lead to
     assert not _alive(tree)
+
+
+ORPHAN_MAKER = r"""
+import os, subprocess, sys, time
+from pathlib import Path
+import httpx, psutil
+from kvpilot.core.vllm.orphans import ServerRecord, write_pidfile
+fake, data_dir, port = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+data_dir.mkdir(parents=True, exist_ok=True)
+log = data_dir / "orphan.log"
+argv = [sys.executable, fake, "serve", "/models/tiny", "--host", "127.0.0.1", "--port", str(port)]
+proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                        start_new_session=True)
+deadline = time.monotonic() + 30
+while True:
+    try:
+        if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            break
+    except httpx.HTTPError:
+        pass
+    assert time.monotonic() < deadline, log.read_text()[-2000:]
+    time.sleep(0.1)
+me = psutil.Process()
+write_pidfile(data_dir, ServerRecord(
+    pid=proc.pid, pgid=proc.pid, port=port, host="127.0.0.1", model="/models/tiny",
+    served_model_name="/models/tiny", started_at=time.time(), log_path=str(log),
+    argv=tuple(argv), create_time=psutil.Process(proc.pid).create_time(),
+    owner_pid=me.pid, owner_create_time=me.create_time(), vllm_version="0.32.0"))
+tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+print(sorted(tree), flush=True)
+os._exit(0)  # this kvpilot "crashes": the server lives on in its own session
+"""
+
+
+def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
+    make_window, qtbot, isolated_dirs, monkeypatch
+) -> None:
+    import json
+    import subprocess
+
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    port = find_free_port("127.0.0.1", 19700)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ORPHAN_MAKER,
+            str(FAKE_VLLM),
+            str(isolated_dirs / "data"),
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    tree = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert _alive(tree) == tree
+    w = make_window()
+    qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
+    assert f"127.0.0.1:{port}" in w.orphan_label.text()
+    w.orphan_stop.click()
+    qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
+    qtbot.waitUntil(lambda: not w.orphan_bar.isVisible(), timeout=10_000)
+
+
+def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
+    make_window, qtbot, isolated_dirs, monkeypatch
+) -> None:
+    import json
+    import subprocess
+
+    port = find_free_port("127.0.0.1", 19750)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ORPHAN_MAKER,
+            str(FAKE_VLLM),
+            str(isolated_dirs / "data"),
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    tree = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    w = make_window()
+    qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
+    assert w.adopt_orphan()
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    assert w.server_panel.endpoint.text() == f"http://127.0.0.1:{port}/v1"
+    w.close()
+    qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
+    assert not _alive(tree)
