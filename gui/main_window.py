@@ -590,8 +590,9 @@ class MainWindow(QMainWindow):
         self.server_panel.show_state("starting", model=request.model)
         self.server_panel.show_capacity(self._predicted_tokens(), None)
         runtime = self.runtime
+        inputs = request.inputs
         run_in_pool(
-            lambda: self.services.start_server(runtime, spec),
+            lambda: self.services.start_server(runtime, spec, inputs),
             self._on_server_started,
             self._on_server_start_error,
         )

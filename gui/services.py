@@ -406,8 +406,14 @@ class AppServices:
         values.update(request.overrides)
         return LaunchSpec.from_plan(request.inputs, request.model, **values)
 
-    def start_server(self, runtime: Any, spec: Any) -> Any:
-        """Blocking (flag check, spawn): start a supervised server; events go to the bridge."""
+    def start_server(self, runtime: Any, spec: Any, inputs: Any | None = None) -> Any:
+        """Blocking (flag check, spawn): start a supervised server; events go to the bridge.
+
+        With the plan's ``inputs``, what vLLM reports once ready is recorded in
+        ``<data_dir>/measurements.json`` (the fit engine calibrates later plans with it).
+        """
+        from kvpilot.core.fit.calibrate import key_for
+        from kvpilot.core.measurements import MeasurementStore
         from kvpilot.core.vllm.supervisor import Supervisor
 
         with self._lock:
@@ -415,13 +421,17 @@ class AppServices:
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
         self.telemetry.clear()
+        options = dict(self.supervisor_options)
+        if inputs is not None and "measurements" not in options:
+            store = MeasurementStore(self.data_dir / "measurements.json")
+            options["measurements"] = (store, key_for(inputs))
         sup = Supervisor(
             runtime,
             spec,
             data_dir=self.data_dir,
             on_event=self.bridge.emitter("server_event"),
             gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
-            **self.supervisor_options,
+            **options,
         )
         with self._lock:
             self.supervisor = sup

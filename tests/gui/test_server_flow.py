@@ -87,6 +87,10 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
         lambda: "vLLM reported 1,048,576" in w.server_panel.capacity.text(), timeout=10_000
     )
     assert "Predicted KV" in w.server_panel.capacity.text()
+    # what vLLM reported is kept for the fit engine (keyed by GPU, model, version, settings)
+    measured = w.services.data_dir / "measurements.json"
+    qtbot.waitUntil(measured.exists, timeout=10_000)
+    assert row.model_ref in measured.read_text()
     # the dashboard is in front and its plots receive points from /metrics and NVML
     assert w.tabs.currentWidget() is w.dashboard
     qtbot.waitUntil(
@@ -266,3 +270,20 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     w.close()
     qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
     assert not _alive(tree)
+
+
+def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot) -> None:
+    w = server_window()
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    first_pid = w.services.supervisor.pid
+    users = w.current_request.inputs.max_num_seqs
+    assert w.apply_pressure_fix("preemptions")  # "One user fewer"
+    qtbot.waitUntil(
+        lambda: w.services.supervisor.pid != first_pid and w.server_panel.state == "ready",
+        timeout=30_000,
+    )
+    assert w.current_request.inputs.max_num_seqs == users - 1
+    assert not w.apply_pressure_fix("cpu_bound")  # no one-click fix for that one
+    w.stop_server()
+    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
