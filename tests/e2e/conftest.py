@@ -11,7 +11,8 @@
 * ``launch_spec``: a factory for :class:`LaunchSpec` with the test settings (64 MiB KV cache,
   eager, float32, max-model-len 1024, 4 sequences, vLLM's scratch dirs in a temporary folder).
 
-Every test in this folder is marked ``e2e``.
+Every test in this folder is marked ``e2e``; tests that start their own servers run before the
+ones on the shared server.
 """
 
 from __future__ import annotations
@@ -37,10 +38,20 @@ READY_TIMEOUT_S = 240.0  # 2 cores: a cold start can take a minute or more
 KV_CACHE_BYTES = 64 << 20
 
 
+def _in_e2e(item: pytest.Item) -> bool:
+    return E2E_DIR in Path(str(item.fspath)).resolve().parents
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark this folder's tests ``e2e``; run those that launch their own servers before the
+    ones on the shared ``vllm_server``, so that two servers never share the 2 cores."""
     for item in items:
-        if E2E_DIR in Path(str(item.fspath)).resolve().parents:
+        if _in_e2e(item):
             item.add_marker(pytest.mark.e2e)
+    uses_shared = [_in_e2e(i) and "vllm_server" in getattr(i, "fixturenames", ()) for i in items]
+    if any(uses_shared):
+        order = sorted(range(len(items)), key=lambda k: uses_shared[k])
+        items[:] = [items[k] for k in order]
 
 
 def _missing(reason: str) -> None:
