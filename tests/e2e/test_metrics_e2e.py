@@ -48,9 +48,9 @@ def test_kv_usage_and_running_rise_while_requests_run(vllm_server):
             LoadTestConfig(
                 base_url=vllm_server.base_url,
                 concurrency_levels=(4,),
-                prompt_tokens=64,
-                output_tokens=96,
-                requests_per_level=4,
+                prompt_tokens=512,
+                output_tokens=192,
+                requests_per_level=8,
                 warmup_requests=0,
                 request_timeout_s=120.0,
             )
@@ -59,7 +59,7 @@ def test_kv_usage_and_running_rise_while_requests_run(vllm_server):
     finally:
         sampler.stop()
         scraper.close()
-    assert report.levels[0].requests_ok == 4
+    assert report.levels[0].requests_ok == 8
     t_kv, kv = telemetry.series("kv_usage_frac")
     _, running = telemetry.series("running")
     assert t_kv[0] < t0

@@ -9,28 +9,51 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import scratch_env
-
 
 def _kvpilot(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kvpilot.core.cli", *args],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
     )
+
+
+def _scratch_env(root: Path) -> dict[str, str]:
+    """vLLM's temporary, cache and config folders inside the test's own folder."""
+    for sub in ("tmp", "cache", "config"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "TMPDIR": str(root / "tmp"),
+        "VLLM_CACHE_ROOT": str(root / "cache"),
+        "VLLM_CONFIG_ROOT": str(root / "config"),
+    }
 
 
 def test_measure_then_plan_uses_the_measurement(vllm_runtime, tiny_model, tmp_path):
     env = {
         **os.environ,
-        **scratch_env(tmp_path / "scratch"),
+        **_scratch_env(tmp_path / "scratch"),
         "KVPILOT_DATA_DIR": str(tmp_path / "data"),
         "HF_HUB_OFFLINE": "1",
     }
     runtime = vllm_runtime.argv_prefix[0]
     plan_args = [
-        "plan", "--model", str(tiny_model), "--gpu-total-mib", "24000",
-        "--kv-cache-memory-bytes", "64M", "--max-model-len", "1024", "--max-num-seqs", "4",
-        "--enforce-eager", "--json",
+        "plan",
+        "--model",
+        str(tiny_model),
+        "--gpu-total-mib",
+        "24000",
+        "--kv-cache-memory-bytes",
+        "64M",
+        "--max-model-len",
+        "1024",
+        "--max-num-seqs",
+        "4",
+        "--enforce-eager",
+        "--json",
     ]
     before = _kvpilot([*plan_args, "--vllm-version", vllm_runtime.version], env, 120)
     assert before.returncode == 0, before.stderr
