@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -33,9 +35,18 @@ def _scratch_env(root: Path) -> dict[str, str]:
 
 
 def test_measure_then_plan_uses_the_measurement(vllm_runtime, tiny_model, tmp_path):
+    # ZeroMQ ipc paths must stay under 107 characters: keep vLLM's TMPDIR short
+    scratch = Path(tempfile.mkdtemp(prefix="kvp-", dir="/tmp"))
+    try:
+        _measure_then_plan(vllm_runtime, tiny_model, tmp_path, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _measure_then_plan(vllm_runtime, tiny_model, tmp_path: Path, scratch: Path) -> None:
     env = {
         **os.environ,
-        **_scratch_env(tmp_path / "scratch"),
+        **_scratch_env(scratch),
         "KVPILOT_DATA_DIR": str(tmp_path / "data"),
         "HF_HUB_OFFLINE": "1",
     }
