@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from kvpilot.core import failures
+from kvpilot.core.commands.plan import parse_size
 from kvpilot.core.errors import CommandError, KvpilotError
 from kvpilot.core.fit.plan import MiB, PlanInputs
 from kvpilot.core.measurements import MeasurementStore
@@ -48,26 +49,6 @@ MAX_FALLBACKS = 3
 BLOCK_MULTIPLE = 16  # vLLM rounds KV allocation to blocks; lengths that are multiples of 16 fit
 API_KEY_ENV = "KVPILOT_API_KEY"
 DEFAULT_PORT = 8000
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``1073741824``, ``64M``/``1G`` (binary) or ``64m``/``1g`` (decimal), as vLLM.
-
-    Raises:
-        argparse.ArgumentTypeError: not a size.
-    """
-    units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-    raw = text.strip()
-    try:
-        if raw and raw[-1] in "KMGT":
-            return int(float(raw[:-1]) * (1 << (10 * ("KMGT".index(raw[-1]) + 1))))
-        if raw and raw[-1] in units:
-            return int(float(raw[:-1]) * units[raw[-1]])
-        return int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size; use bytes or a suffix like 64M or 2G"
-        ) from None
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
