@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvpilot.core.fit.plan import GiB, PlanInputs
+from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models.local import spec_from_config
 from kvpilot.core.models.spec import ModelSpec
 
