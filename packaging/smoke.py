@@ -366,11 +366,19 @@ def check_child_env(ctx: Context) -> str:
     stand_in.chmod(0o755)
     record = ctx.home / "child-env.txt"
     user_path = str(ctx.home / "user-lib")
+    # a local model folder: serve would otherwise download a Hub checkpoint first
+    model = ctx.home / "local-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, '
+        '"intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, '
+        '"num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 2048}'
+    )
     results = []
     for value in (user_path, None):
         record.unlink(missing_ok=True)
         outcome = ctx.run(
-            "serve", "--model", PLAN_MODEL, "--gpu", PLAN_GPU, "--gpu-total-mib", "24564",
+            "serve", "--model", str(model), "--gpu", PLAN_GPU, "--gpu-total-mib", "24564",
             "--vllm", str(stand_in),
             env={"KVPILOT_SMOKE_ENV_OUT": str(record), "LD_LIBRARY_PATH": value},
         )  # fmt: skip
