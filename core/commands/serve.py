@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from kvpilot.core import failures
-from kvpilot.core.commands.plan import parse_size
+from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.errors import CommandError, KvpilotError
 from kvpilot.core.fit.plan import MiB, PlanInputs
 from kvpilot.core.measurements import MeasurementStore
@@ -58,21 +58,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="launch and supervise a vLLM server",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    p.add_argument("--model", required=True, help="local model folder or Hugging Face repo id")
-    plan = p.add_argument_group("plan (as for `kvpilot plan`)")
-    plan.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (default: probed)")
-    plan.add_argument("--gpu-free-mib", type=int, help="free GPU memory in MiB")
-    plan.add_argument("--gpu", help="GPU name (for the plan and measurement records)")
-    plan.add_argument("--gpu-memory-utilization", type=float)
-    plan.add_argument("--max-model-len", type=int)
-    plan.add_argument("--max-num-seqs", type=int)
-    plan.add_argument("--max-num-batched-tokens", type=int)
-    plan.add_argument("--kv-cache-dtype", default="auto")
-    plan.add_argument("--quantization")
-    plan.add_argument("--tensor-parallel-size", type=int, default=1)
-    plan.add_argument("--enforce-eager", action="store_true")
-    plan.add_argument("--vllm-version", help="version to plan for (default: the runtime's)")
-    p.add_argument("--kv-cache-memory-bytes", type=parse_size, help="KV cache size (e.g. 64M)")
+    add_plan_arguments(p)  # --model, the GPU and the plan flags, as for `kvpilot plan`
     p.add_argument("--port", type=int, help=f"port (default: the first free from {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1", help="bind address (non-local needs an API key)")
     p.add_argument("--served-model-name")

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -23,30 +21,11 @@ def _kvpilot(args: list[str], env: dict[str, str], timeout: float) -> subprocess
     )
 
 
-def _scratch_env(root: Path) -> dict[str, str]:
-    """vLLM's temporary, cache and config folders inside the test's own folder."""
-    for sub in ("tmp", "cache", "config"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    return {
-        "TMPDIR": str(root / "tmp"),
-        "VLLM_CACHE_ROOT": str(root / "cache"),
-        "VLLM_CONFIG_ROOT": str(root / "config"),
-    }
-
-
-def test_measure_then_plan_uses_the_measurement(vllm_runtime, tiny_model, tmp_path):
-    # ZeroMQ ipc paths must stay under 107 characters: keep vLLM's TMPDIR short
-    scratch = Path(tempfile.mkdtemp(prefix="kvp-", dir="/tmp"))
-    try:
-        _measure_then_plan(vllm_runtime, tiny_model, tmp_path, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _measure_then_plan(vllm_runtime, tiny_model, tmp_path: Path, scratch: Path) -> None:
+def test_measure_then_plan_uses_the_measurement(vllm_runtime, tiny_model, launch_spec, tmp_path):
+    # vLLM's scratch folders (TMPDIR short enough for ZeroMQ ipc paths) as for every e2e launch
     env = {
         **os.environ,
-        **_scratch_env(scratch),
+        **launch_spec().extra_env,
         "KVPILOT_DATA_DIR": str(tmp_path / "data"),
         "HF_HUB_OFFLINE": "1",
     }
