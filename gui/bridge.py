@@ -10,6 +10,7 @@ Signals:
     server_event(object): a supervisor event (state, phase, capacity, log line, failure).
     metrics_sample(object): a scraped /metrics sample.
     load_progress(object): progress of a running load test.
+    download_progress(object): progress of a model download before a launch.
     message(str, str): (level, text) for the status bar.
 """
 
@@ -29,6 +30,7 @@ class CoreBridge(QObject):
     server_event = Signal(object)
     metrics_sample = Signal(object)
     load_progress = Signal(object)
+    download_progress = Signal(object)
     message = Signal(str, str)
 
     def emitter(self, signal_name: str) -> Callable[[Any], None]:

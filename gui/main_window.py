@@ -187,6 +187,7 @@ class MainWindow(QMainWindow):
         b = services.bridge
         b.gpu_sample.connect(self._on_gpu_sample)
         b.server_event.connect(self._on_server_event)
+        b.download_progress.connect(self._on_download_progress)
         b.message.connect(lambda level, text: self.statusBar().showMessage(text, 10_000))
         self.gpu_panel.planner_gpu_changed.connect(self._on_planner_gpu)
         self.planner.goal_changed.connect(self._on_goal_changed)
@@ -635,6 +636,10 @@ class MainWindow(QMainWindow):
         return True
 
     # ----------------------------------------------------------------- supervisor events
+
+    def _on_download_progress(self, progress: Any) -> None:
+        """Byte-level progress of a model download that runs before vLLM starts."""
+        self.server_panel.show_download(progress.bytes_done, progress.bytes_total)
 
     def _on_server_event(self, ev: Any) -> None:
         if self.services.supervisor is None:

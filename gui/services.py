@@ -104,6 +104,9 @@ class AppServices:
         self.runtime: Any | None = None
         self.runtime_error: str | None = None
         self._lock = threading.Lock()
+        #: set to cancel a model download that runs before a launch
+        self.download_cancel = threading.Event()
+        self._downloading = False
         #: applied to a plan's PlanInputs when it is launched from the table (the CPU backend
         #: needs an explicit KV size); fallback relaunches keep what the fallback chose
         self.plan_overrides: dict[str, Any] = {}
@@ -414,6 +417,7 @@ class AppServices:
         """
         from kvpilot.core.fit.calibrate import key_for
         from kvpilot.core.measurements import MeasurementStore
+        from kvpilot.core.vllm.download import launchable_spec
         from kvpilot.core.vllm.supervisor import Supervisor
 
         with self._lock:
@@ -421,6 +425,17 @@ class AppServices:
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
         self.telemetry.clear()
+        # a Hub checkpoint not in the cache is downloaded by kvpilot first (progress to the GUI)
+        self.download_cancel.clear()
+        self._downloading = True
+        try:
+            spec = launchable_spec(
+                spec,
+                on_progress=self.bridge.emitter("download_progress"),
+                cancel_event=self.download_cancel,
+            )
+        finally:
+            self._downloading = False
         options = dict(self.supervisor_options)
         if inputs is not None and "measurements" not in options:
             store = MeasurementStore(self.data_dir / "measurements.json")
@@ -447,6 +462,7 @@ class AppServices:
 
     def stop_server(self) -> Any:
         """Blocking (up to ~20 s): stop the server tree. Returns the StopReport or None."""
+        self.download_cancel.set()
         self.stop_metrics()
         with self._lock:
             sup = self.supervisor
@@ -455,8 +471,11 @@ class AppServices:
         return sup.stop()
 
     def server_running(self) -> bool:
+        """True from the start of a launch (model download included) until it has stopped."""
         sup = self.supervisor
-        return sup is not None and sup.state in ("starting", "ready", "stopping")
+        return self._downloading or (
+            sup is not None and sup.state in ("starting", "ready", "stopping")
+        )
 
     def start_metrics(self, base_url: str, rate_hz: float, api_key: str | None = None) -> None:
         """Scrape ``base_url``/metrics in the core sampler thread into telemetry."""

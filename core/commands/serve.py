@@ -13,7 +13,6 @@ from ``KVPILOT_API_KEY`` (never from the command line, never printed).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -263,63 +262,35 @@ def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
     )
 
 
-def ensure_local_model(
-    spec: LaunchSpec, out: EventPrinter, *, cache_dir: Path | None = None
-) -> LaunchSpec:
-    """Download a Hub checkpoint that is not in the cache yet, then launch from the snapshot.
-
-    A local path is returned unchanged. For a repo id, kvpilot downloads the files vLLM needs
-    itself (disk space checked first, progress as ``download`` events, resumable; Ctrl-C cancels
-    and keeps the partial file), and vLLM then starts from the local snapshot with
-    ``HF_HUB_OFFLINE=1``; the repo id stays the served model name.
+def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
+    """Download a Hub checkpoint that is not in the cache yet (progress as ``download`` events,
+    at most one text line a second); Ctrl-C cancels and keeps the partial file for a resume.
 
     Raises:
         DownloadError: gated, missing, unreachable, not enough disk (a KvpilotError).
     """
-    from kvpilot.core.models.hub import is_repo_id
     from kvpilot.core.vllm import download
 
-    if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
-        return spec
-    repo_id = spec.model
-    served = spec.served_model_name or repo_id
-    cached = download.find_cached_snapshot(repo_id, cache_dir=cache_dir)
-    if cached is not None:
-        return dataclasses.replace(spec, model=str(cached), hf_offline=True,
-                                   served_model_name=served)
-    plan = download.plan_download(repo_id, token=spec.hf_token, cache_dir=cache_dir)
-    download.check_disk_space(plan)
-    out.info("download_plan",
-             f"downloading {repo_id}: {plan.bytes_to_fetch / 2**30:.2f} GiB in "
-             f"{len(plan.files)} files into {plan.repo_dir}",
-             repo_id=repo_id, bytes_to_fetch=plan.bytes_to_fetch,
-             total_bytes=plan.total_bytes, files=len(plan.files))
     last_text = [0.0]
 
     def progress(p: download.DownloadProgress) -> None:
-        fields = _fields(p)
         now = time.monotonic()
         quiet = p.state == "downloading" and now - last_text[0] < 1.0
         if not quiet:
             last_text[0] = now
         eta = f", ETA {p.eta_s:.0f} s" if p.eta_s is not None else ""
         text = (
-            f"  {p.state}: {p.bytes_done / 2**30:.2f} / {p.bytes_total / 2**30:.2f} GiB, "
-            f"{p.speed_bytes_per_s / 2**20:.1f} MiB/s{eta}"
+            f"kvpilot: download {p.state}: {p.bytes_done / 2**30:.2f} of "
+            f"{p.bytes_total / 2**30:.2f} GiB, {p.speed_bytes_per_s / 2**20:.1f} MiB/s{eta}"
         )
-        out.write({"event": "download", **fields}, None if quiet else f"kvpilot: {text}")
+        out.write({"event": "download", **_fields(p)}, None if quiet else text)
 
     cancel = threading.Event()
-    downloader = download.Downloader(plan, progress, cancel)
-    downloader.start()
     try:
-        path = downloader.wait()
+        return download.launchable_spec(spec, on_progress=progress, cancel_event=cancel)
     except KeyboardInterrupt:
         cancel.set()
-        with contextlib.suppress(Exception):
-            downloader.wait(timeout_s=10)
         raise
-    return dataclasses.replace(spec, model=str(path), hf_offline=True, served_model_name=served)
 
 
 def device_identity(args: argparse.Namespace) -> tuple[str, int, int | None]:

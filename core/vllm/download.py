@@ -56,6 +56,7 @@ from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
 from kvpilot.core import failures
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.vllm.command import LaunchSpec
 
 try:  # huggingface_hub >= 1.0 talks through httpx2; older releases through requests
     import httpx2 as _httpx2
@@ -832,6 +833,43 @@ def ensure_downloaded(
     plan = plan_download(repo_id, revision, token=token, cache_dir=cache_dir, endpoint=endpoint)
     sink = on_progress or (lambda _event: None)
     return Downloader(plan, sink, cancel_event, disk_usage=disk_usage).run()
+
+
+def launchable_spec(
+    spec: LaunchSpec,
+    *,
+    on_progress: Callable[[DownloadProgress], None] | None = None,
+    cancel_event: threading.Event | None = None,
+) -> LaunchSpec:
+    """The spec to launch: a Hub checkpoint is first made complete in the local cache.
+
+    A local path (or anything that is not a repo id) is returned unchanged. For a repo id the
+    files vLLM needs are downloaded by kvpilot (disk space checked first, progress through
+    ``on_progress``, resumable, cancellable) into the profile's cache (``spec.hf_home``) or the
+    default one, and the returned spec points vLLM at the snapshot folder with
+    ``HF_HUB_OFFLINE=1``; the repo id stays the served model name. Blocking.
+
+    Raises:
+        DownloadError: gated, missing, unreachable, not enough disk, cancelled.
+    """
+    from kvpilot.core.models.hub import is_repo_id
+
+    if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
+        return spec
+    cache_dir = Path(spec.hf_home) / "hub" if spec.hf_home else None
+    snapshot = ensure_downloaded(
+        spec.model,
+        token=spec.hf_token,
+        cache_dir=cache_dir,
+        on_progress=on_progress,
+        cancel_event=cancel_event,
+    )
+    return replace(
+        spec,
+        model=str(snapshot),
+        hf_offline=True,
+        served_model_name=spec.served_model_name or spec.model,
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------------
