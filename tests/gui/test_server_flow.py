@@ -28,6 +28,15 @@ FAIL_LOG = TESTS / "data" / "supervisor" / "fail_b1_kvbytes_tiny.log"
 FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
 
 
+@pytest.fixture(autouse=True)
+def _catalog_models_need_no_download(monkeypatch):
+    """The stand-in vllm serves catalog plans without weights: skip kvpilot's Hub download
+    (tests/gui/test_download_gui.py covers it against a local stand-in Hub)."""
+    from kvpilot.core.vllm import download
+
+    monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
+
+
 @pytest.fixture
 def fake_runtime() -> VllmRuntime:
     return VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.32.0", "env", str(FAKE_VLLM))
