@@ -744,15 +744,10 @@ class MainWindow(QMainWindow):
         req = self.current_request
         if req is None:
             return False
-        inputs = req.inputs
-        if kind == "kv_full":
-            inputs = replace(inputs, kv_cache_dtype="fp8")
-        elif kind == "preemptions":
-            inputs = replace(inputs, max_num_seqs=max(1, (inputs.max_num_seqs or 2) - 1))
-        elif kind == "vram_full":
-            util = req.predicted.gpu_memory_utilization if req.predicted else 0.9
-            inputs = replace(inputs, gpu_memory_utilization=round(max(0.1, util - 0.03), 2))
-        else:
+        from kvpilot.core.fit.fallback import fix_for_pressure
+
+        inputs = fix_for_pressure(kind, req.inputs, req.predicted)
+        if inputs is None:
             return False
         new = LaunchRequest(inputs=inputs, model=req.model, profile=req.profile)
 

@@ -361,19 +361,9 @@ class AppServices:
         self, inputs: Any, contexts: list[int], dtypes: tuple[str, ...] = ("auto", "fp8")
     ) -> dict[str, list[float]]:
         """Max concurrency at each context for each KV dtype (the planner's chart)."""
-        out: dict[str, list[float]] = {}
-        for dtype in dtypes:
-            row = []
-            for ctx in contexts:
-                try:
-                    cap = self.compute_capacity(
-                        replace(inputs, max_model_len=ctx, kv_cache_dtype=dtype)
-                    )
-                    row.append(float(cap.max_concurrency) if cap.available_kv_bytes > 0 else 0.0)
-                except Exception:  # noqa: BLE001 - a point that cannot be computed is a gap
-                    row.append(float("nan"))
-            out[dtype] = row
-        return out
+        from kvpilot.core.fit.recommend import feasibility
+
+        return feasibility(inputs, contexts, dtypes)
 
     @staticmethod
     def launch_command_text(inputs: Any, model: str, profile: Profile) -> str:

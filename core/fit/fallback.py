@@ -203,3 +203,37 @@ def describe(option: FallbackOption) -> str:
         f"{option.label} (KV {cap.available_kv_bytes / GiB:.2f} GiB, "
         f"{cap.kv_cache_tokens:,} tokens, {cap.max_concurrency:.2f}x at {cap.max_model_len:,})"
     )
+
+
+#: telemetry pressure-signal kinds that have a configuration fix (kvpilot.core.telemetry)
+PRESSURE_KV_FULL = "kv_full"
+PRESSURE_PREEMPTIONS = "preemptions"
+PRESSURE_VRAM_FULL = "vram_full"
+
+
+def fix_for_pressure(
+    kind: str, inputs: PlanInputs, capacity: Capacity | None = None
+) -> PlanInputs | None:
+    """The plan that relieves a pressure signal seen while serving, or None when none does.
+
+    * KV cache nearly full with requests waiting: FP8 KV where the GPU supports it, otherwise
+      one sequence fewer;
+    * preemptions rising: one sequence fewer;
+    * VRAM nearly full while other processes grow: 0.03 less utilization.
+    """
+    seqs = inputs.max_num_seqs or (capacity.max_num_seqs if capacity else 2)
+    if kind == PRESSURE_KV_FULL:
+        if (inputs.kv_cache_dtype or "auto") == "auto" and fp8_kv_supported(
+            inputs.compute_capability, inputs.model.head_dim, inputs.vllm_version
+        ):
+            return replace(inputs, kv_cache_dtype="fp8")
+        return replace(inputs, max_num_seqs=max(1, seqs - 1))
+    if kind == PRESSURE_PREEMPTIONS:
+        return replace(inputs, max_num_seqs=max(1, seqs - 1))
+    if kind == PRESSURE_VRAM_FULL:
+        util = inputs.gpu_memory_utilization or (
+            capacity.gpu_memory_utilization if capacity else 0.9
+        )
+        return replace(inputs, gpu_memory_utilization=round(max(0.1, util - 0.03), 2))
+    return None
+

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvpilot.core.fit import budget
 from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
@@ -297,3 +297,27 @@ def _kv_needed(cap: Capacity, users: int) -> int:
     """KV bytes ``users`` full-context requests need (full-attention approximation)."""
     blocks = math.ceil(cap.max_model_len / cap.block_size) * users
     return blocks * cap.page_bytes_per_block
+
+
+def feasibility(
+    inputs: PlanInputs, contexts: Sequence[int], kv_dtypes: Sequence[str] = ("auto", "fp8")
+) -> dict[str, list[float]]:
+    """Maximum concurrency of ``inputs`` at each context, per KV dtype (NaN where the engine
+    cannot say, 0 where nothing fits): the planner's context x users chart."""
+    from kvpilot.core.errors import KvpilotError
+
+    out: dict[str, list[float]] = {}
+    for dtype in kv_dtypes:
+        row: list[float] = []
+        for ctx in contexts:
+            try:
+                cap = budget.compute_capacity(
+                    replace(inputs, max_model_len=ctx, kv_cache_dtype=dtype)
+                )
+            except KvpilotError:
+                row.append(float("nan"))
+                continue
+            row.append(float(cap.max_concurrency) if cap.available_kv_bytes > 0 else 0.0)
+        out[dtype] = row
+    return out
+

@@ -152,3 +152,25 @@ def test_neighbouring_measurement_corrects_by_its_offset(qwen7b):
         plain.available_kv_bytes - GiB // 2, abs=1
     )
     assert "corrected" in {t.name: t for t in corrected.terms}["kv_cache"].note
+
+
+def test_pressure_fixes_follow_the_signal(qwen7b):
+    inputs = rtx4090(qwen7b, max_model_len=8192, max_num_seqs=4, gpu_memory_utilization=0.9)
+    assert fallback.fix_for_pressure("kv_full", inputs).kv_cache_dtype == "fp8"
+    old_gpu = replace(inputs, compute_capability=(7, 5))
+    assert fallback.fix_for_pressure("kv_full", old_gpu).max_num_seqs == 3
+    assert fallback.fix_for_pressure("preemptions", inputs).max_num_seqs == 3
+    assert fallback.fix_for_pressure("vram_full", inputs).gpu_memory_utilization == 0.87
+    assert fallback.fix_for_pressure("cpu_bound", inputs) is None
+
+
+def test_feasibility_chart_rows(qwen7b):
+    from kvpilot.core.fit.recommend import feasibility
+
+    contexts = [1024, 8192, 32768, 131072]
+    rows = feasibility(rtx4090(qwen7b), contexts)
+    assert set(rows) == {"auto", "fp8"}
+    bf16, fp8 = rows["auto"], rows["fp8"]
+    assert bf16 == sorted(bf16, reverse=True)  # longer context, fewer users
+    assert all(f >= b for f, b in zip(fp8, bf16, strict=True))
+    assert fp8[1] == pytest.approx(2 * bf16[1], rel=0.01)
