@@ -15,7 +15,6 @@ terms when one matches.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
@@ -24,7 +23,6 @@ from kvpilot.core.fit.plan import (
     FROM_CATALOG,
     FROM_DEFAULT,
     FROM_FILE,
-    FROM_MEASURED,
     FROM_MODEL,
     FROM_USER,
     BudgetTerm,
@@ -33,6 +31,7 @@ from kvpilot.core.fit.plan import (
     GiB,
     PlanInputs,
 )
+from kvpilot.core.hardware import budget_now
 from kvpilot.core.models import spec as model_spec
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
@@ -40,9 +39,9 @@ _LARGE_GPU_BYTES = 70 * GiB
 _HUGE_GPU_BYTES = 160 * GiB
 
 
-#: what the CUDA context of the vLLM process takes before vLLM measures free memory (bytes);
-#: vLLM's free-memory check runs after its context exists.
-CUDA_CONTEXT_BYTES = int(0.45 * GiB)
+#: what vLLM's own process holds before its free-memory check (bytes); the same allowance the
+#: GPU panel and `kvpilot gpu` use
+CUDA_CONTEXT_BYTES = budget_now.CUDA_CONTEXT_BYTES
 
 
 def default_batching(
@@ -276,23 +275,10 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
     )
 
 
-def max_passing_utilization(
-    gpu_total_bytes: int, gpu_free_bytes: int, margin_bytes: int = CUDA_CONTEXT_BYTES
-) -> float:
+def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:
     """The largest utilization (rounded down to 0.01) that passes vLLM's free-memory check.
 
-    ``gpu_free_bytes`` is free memory as NVML reports it before launch; vLLM checks after its own
-    CUDA context exists, so ``margin_bytes`` is kept aside.
+    ``gpu_free_bytes`` is free memory as NVML reports it before launch; vLLM's own context and a
+    safety allowance are kept aside, exactly as the GPU panel and `kvpilot gpu` compute it.
     """
-    usable = max(0, gpu_free_bytes - margin_bytes)
-    return math.floor(usable / gpu_total_bytes * 100) / 100
-
-
-def with_measurement(capacity: Capacity, measured_available_kv_bytes: int, note: str) -> Capacity:
-    """Replace the modelled KV budget by a measured one (keeps the other terms for display)."""
-    terms = tuple(
-        replace(t, bytes=measured_available_kv_bytes, source=FROM_MEASURED, note=note)
-        if t.name == "kv_cache" else t
-        for t in capacity.terms
-    )
-    return replace(capacity, available_kv_bytes=measured_available_kv_bytes, terms=terms)
+    return budget_now.max_startup_utilization(gpu_total_bytes, gpu_free_bytes)
