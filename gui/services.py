@@ -10,15 +10,13 @@ place to adapt.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
+from kvpilot.core import paths
 from kvpilot.core.settings import Profile
 from kvpilot.core.telemetry import Telemetry
 from kvpilot.gui.bridge import CoreBridge
@@ -26,15 +24,6 @@ from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 log = logging.getLogger("kvpilot.gui")
 
-DATA_DIR_ENV = "KVPILOT_DATA_DIR"
-
-
-def default_data_dir() -> Path:
-    """``$KVPILOT_DATA_DIR`` or the platform's per-user data dir (logs, pidfiles, measurements)."""
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    return Path(platformdirs.user_data_dir("kvpilot", appauthor=False))
 
 
 def _release(version: str) -> str:
@@ -81,7 +70,7 @@ class AppServices:
         bridge: the signal bridge (GUI thread).
         fake_gpu: a recorded NVML snapshot name (``rtx4090-desktop``) or path, or None for the
             real NVML.
-        data_dir: logs, pidfiles and measurements (default :func:`default_data_dir`).
+        data_dir: logs, pidfiles and measurements (default :func:`kvpilot.core.paths.data_dir`).
         nvml_module: an NVML module object to use directly (tests).
     """
 
@@ -95,7 +84,7 @@ class AppServices:
     ) -> None:
         self.bridge = bridge
         self.fake_gpu = fake_gpu
-        self.data_dir = data_dir or default_data_dir()
+        self.data_dir = data_dir or paths.data_dir()
         self._nvml_module = nvml_module
         self.telemetry = Telemetry()
         self.gpu_sampler: Any | None = None

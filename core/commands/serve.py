@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from kvpilot.core import failures
+from kvpilot.core import failures, paths
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.errors import CommandError, KvpilotError
 from kvpilot.core.fit.plan import MiB, PlanInputs
@@ -226,13 +226,6 @@ def propose_fallbacks(
 # set-up
 
 
-def default_data_dir() -> Path:
-    """kvpilot's data directory (``KVPILOT_DATA_DIR`` or the platform's)."""
-    from kvpilot.core.paths import data_dir
-
-    return data_dir()
-
-
 def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
     """The LaunchSpec from the command line (API key from ``KVPILOT_API_KEY``)."""
     model = args.model
@@ -407,7 +400,7 @@ def _wait(sup: Supervisor, states: tuple[str, ...], stop: threading.Event) -> st
 def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     """Serve until a signal (0), or report the failure (1). User errors raise KvpilotError."""
     out = EventPrinter(stream or sys.stdout, as_json=args.json_events)
-    data_dir: Path = args.data_dir or default_data_dir()
+    data_dir: Path = args.data_dir or paths.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     runtime: VllmRuntime = discover(args.vllm, data_dir=data_dir)
     _report_orphans(find_orphans(data_dir), out, args.stop_orphans)

@@ -85,10 +85,10 @@ def load_cached_model(
 
 
 def _user_cache_file(repo_id: str, revision: str | None) -> Path:
-    from platformdirs import user_cache_dir
+    from kvpilot.core.paths import cache_dir
 
     safe = repo_id.replace("/", "--") + (f"@{revision}" if revision else "")
-    return Path(user_cache_dir("kvpilot")) / "hub-metadata" / f"{safe}.json"
+    return cache_dir() / "hub-metadata" / f"{safe}.json"
 
 
 def fetch_hub_model(

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from platformdirs import user_cache_dir, user_data_dir
 
+from kvpilot.core import paths
 from kvpilot.core.errors import CommandError, RuntimeNotFoundError
 
 ENV_VAR = "KVPILOT_VLLM"
@@ -176,7 +176,7 @@ def _candidates(configured: str | None, data_dir: Path | None) -> list[_Candidat
     on_path = shutil.which("vllm")
     if on_path:
         found.append(_Candidate((on_path,), SOURCE_PATH, on_path))
-    found.extend(_managed_candidates(data_dir or Path(user_data_dir("kvpilot"))))
+    found.extend(_managed_candidates(data_dir or paths.data_dir()))
     unique: list[_Candidate] = []
     seen: set[tuple[str, ...]] = set()
     for cand in found:
@@ -191,7 +191,7 @@ def _candidates(configured: str | None, data_dir: Path | None) -> list[_Candidat
 
 
 def _cache_dir(cache_dir: Path | None) -> Path:
-    return cache_dir if cache_dir is not None else Path(user_cache_dir("kvpilot")) / "vllm"
+    return cache_dir if cache_dir is not None else paths.cache_dir() / "vllm"
 
 
 def _read_json(path: Path) -> dict[str, object]:
