@@ -15,14 +15,18 @@ import json
 import os
 import tempfile
 import threading
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from kvpilot.core.errors import SettingsError
+from kvpilot.core.fit.plan import ServingSettings, settings_dict, settings_from_dict
+from kvpilot.core.models.identity import model_identity
+from kvpilot.core.vllm.versions import Release
 
-SCHEMA_VERSION = 1
+#: 2: the serving settings nested under ``key.settings``, release numbers normalised
+SCHEMA_VERSION = 2
 
 #: ``Measured.source`` values
 SOURCE_DRY_RUN = "dry_run"  # --load-format dummy, stopped right after the numbers were read
@@ -31,35 +35,71 @@ SOURCE_LAUNCH = "launch"  # a real launch that reached ready
 
 @dataclass(frozen=True)
 class MeasurementKey:
-    """Everything a measured capacity depends on.
+    """Everything a measured capacity depends on; build it with :func:`measurement_key`.
 
-    ``gpu_name`` and ``gpu_total_bytes`` identify the device (``cpu`` and the RAM size for the CPU
-    backend); ``model_id`` is the model as the user named it and ``weights_bytes`` its checkpoint
-    size (None when unknown). The remaining fields are the settings that change vLLM's memory
-    layout; None means "vLLM's default for this version".
+    ``gpu_name`` and ``gpu_total_bytes`` identify the device (``cpu`` and the RAM size for the
+    CPU backend); ``model_id`` is the model's identity (:func:`kvpilot.core.models.identity.
+    model_identity`: the same for a catalog id, a Hub id and its snapshot folder);
+    ``vllm_version`` the release number (``0.32.0``) and ``vllm_variant`` its build (``cpu``,
+    informational: the device already tells them apart); ``settings`` the serving settings as
+    given (None = vLLM's default for that release). ``weights_bytes`` is informational too.
     """
 
     gpu_name: str
     gpu_total_bytes: int
     model_id: str
     vllm_version: str
-    weights_bytes: int | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = None
-    kv_cache_memory_bytes: int | None = None
-    enforce_eager: bool = False
-    quantization: str | None = None
+    settings: ServingSettings = field(default_factory=ServingSettings)
+    vllm_variant: str | None = field(default=None, compare=False)
+    weights_bytes: int | None = field(default=None, compare=False)
 
-    def matches_model(self, gpu_name: str, model_id: str, vllm_version: str) -> bool:
-        """True when this key is for that GPU name, model and vLLM version."""
+    def same_model(self, other: MeasurementKey) -> bool:
+        """True when both keys are for the same device, model and vLLM release."""
         return (
-            self.gpu_name == gpu_name
-            and self.model_id == model_id
-            and self.vllm_version == vllm_version
+            same_device(self.gpu_name, other.gpu_name)
+            and self.gpu_total_bytes == other.gpu_total_bytes
+            and self.model_id == other.model_id
+            and self.vllm_version == other.vllm_version
         )
+
+
+def same_device(a: str, b: str) -> bool:
+    """True when two device names name the same card (``NVIDIA GeForce RTX 4090`` and
+    ``RTX 4090``: vendor words and case do not count)."""
+
+    def norm(name: str) -> str:
+        words = [w for w in name.lower().split() if w not in ("nvidia", "geforce")]
+        return " ".join(words)
+
+    return norm(a) == norm(b)
+
+
+def measurement_key(
+    *,
+    gpu_name: str,
+    gpu_total_bytes: int,
+    model: str,
+    vllm_version: str | None,
+    settings: ServingSettings,
+    weights_bytes: int | None = None,
+) -> MeasurementKey:
+    """The one way to key a measurement: device, model identity, release, serving settings.
+
+    ``model`` is a model identity or anything :func:`~kvpilot.core.models.identity.
+    model_identity` accepts (a snapshot folder, a repo id, a local folder); ``vllm_version``
+    is normalised (``0.32.0+cpu`` -> release ``0.32.0``, variant ``cpu``). Only the serving
+    settings of ``settings`` count (a PlanInputs or LaunchSpec may be passed).
+    """
+    release = Release.parse(vllm_version)
+    return MeasurementKey(
+        gpu_name=gpu_name,
+        gpu_total_bytes=int(gpu_total_bytes),
+        model_id=model_identity(model),
+        vllm_version=release.number,
+        settings=settings.settings,
+        vllm_variant=release.variant,
+        weights_bytes=weights_bytes,
+    )
 
 
 @dataclass(frozen=True)
@@ -107,6 +147,29 @@ def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def _key_to_dict(key: MeasurementKey) -> dict[str, Any]:
+    data = {f.name: getattr(key, f.name) for f in fields(key) if f.name != "settings"}
+    data["settings"] = settings_dict(key.settings)
+    return data
+
+
+def _key_from_dict(data: dict[str, Any]) -> MeasurementKey:
+    """A key from either schema: 2 nests the settings, 1 had them flat beside the device."""
+    nested = data.get("settings")
+    settings = settings_from_dict(nested if isinstance(nested, dict) else data)
+    release = Release.parse(str(data["vllm_version"]))
+    variant = data.get("vllm_variant", release.variant)
+    return MeasurementKey(
+        gpu_name=str(data["gpu_name"]),
+        gpu_total_bytes=int(data["gpu_total_bytes"]),
+        model_id=model_identity(str(data["model_id"])),
+        vllm_version=release.number,
+        settings=settings,
+        vllm_variant=variant if isinstance(variant, str) else None,
+        weights_bytes=data.get("weights_bytes"),
+    )
+
+
 class MeasurementStore:
     """The JSON file of measurements (thread-safe within one process).
 
@@ -128,13 +191,11 @@ class MeasurementStore:
             data = json.loads(raw)
             entries = data["entries"]
             return [
-                MeasurementRecord(
-                    key=_from_dict(MeasurementKey, e["key"]),
-                    measured=_from_dict(Measured, e["measured"]),
-                )
+                MeasurementRecord(key=_key_from_dict(e["key"]),
+                                  measured=_from_dict(Measured, e["measured"]))
                 for e in entries
             ]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SettingsError(
                 f"{self.path}: not a kvpilot measurement file ({exc}); delete it to start over"
             ) from exc
@@ -143,7 +204,9 @@ class MeasurementStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "schema": SCHEMA_VERSION,
-            "entries": [{"key": asdict(r.key), "measured": asdict(r.measured)} for r in records],
+            "entries": [
+                {"key": _key_to_dict(r.key), "measured": asdict(r.measured)} for r in records
+            ],
         }
         fd, tmp = tempfile.mkstemp(prefix=".measurements.", dir=self.path.parent)
         try:
@@ -171,22 +234,11 @@ class MeasurementStore:
                     return r.measured
         return None
 
-    def for_model(
-        self,
-        gpu_name: str,
-        model_id: str,
-        vllm_version: str,
-        *,
-        gpu_total_bytes: int | None = None,
-    ) -> list[MeasurementRecord]:
-        """All measurements for a GPU, model and vLLM version, newest first."""
+    def for_model(self, key: MeasurementKey) -> list[MeasurementRecord]:
+        """All measurements for ``key``'s device, model and vLLM release (any settings),
+        newest first."""
         with self._lock:
-            found = [
-                r
-                for r in self._read()
-                if r.key.matches_model(gpu_name, model_id, vllm_version)
-                and (gpu_total_bytes is None or r.key.gpu_total_bytes == gpu_total_bytes)
-            ]
+            found = [r for r in self._read() if r.key.same_model(key)]
         return sorted(found, key=lambda r: r.measured.measured_at, reverse=True)
 
     def all(self) -> list[MeasurementRecord]:

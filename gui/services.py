@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -284,16 +284,17 @@ class AppServices:
             model_filter=model_filter,
             **({"vllm_version": _release(goal.vllm_version)} if goal.vllm_version else {}),
         )
-        result = rec.recommend(self.core_target(target), fit_goal, models)
+        fixed = self.fixed_settings(goal)
+        result = rec.recommend(
+            self.core_target(target), fit_goal, models, fixed=fixed,
+            capacity_of=self.planned_capacity,
+        )
+        user_fixed = bool(self._fixed_knobs(goal))
         rows: list[PlanRow] = []
         for cand in result.candidates:
             inputs, cap = cand.inputs, cand.capacity
-            fixed = self._fixed_knobs(goal)
-            if fixed:
-                inputs = replace(inputs, **fixed)
-                cap = self.compute_capacity(inputs)
             fits = bool(cap.fits) and cap.max_concurrency >= 1
-            reason = cand.reason if not fixed else _capacity_reason(cap, goal)
+            reason = cand.reason if not user_fixed else _capacity_reason(cap, goal)
             rows.append(
                 PlanRow(
                     title=cand.model_id,
@@ -328,6 +329,26 @@ class AppServices:
             f"{goal.context_tokens:,} context · {goal.users} users on {target.name} ({where})"
         )
         return PlanResult(rows, heading)
+
+    def fixed_settings(self, goal: Goal) -> Any:
+        """The serving settings the user fixed (goal knobs and :attr:`plan_overrides`), as a
+        ServingSettings: the recommender keeps them in every plan it ranks."""
+        from kvpilot.core.fit.plan import ServingSettings
+
+        return ServingSettings(**{**self._fixed_knobs(goal), **self.plan_overrides})
+
+    def planned_capacity(self, inputs: Any) -> Any:
+        """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""
+        from kvpilot.core.errors import SettingsError
+        from kvpilot.core.fit.calibrate import planned_capacity
+        from kvpilot.core.measurements import MeasurementStore
+
+        store = MeasurementStore(self.data_dir / "measurements.json")
+        try:
+            return planned_capacity(inputs, store)
+        except SettingsError:
+            log.warning("measurement file unreadable; planning without it", exc_info=True)
+            return planned_capacity(inputs, None)
 
     @staticmethod
     def _fixed_knobs(goal: Goal) -> dict[str, Any]:

@@ -2,70 +2,49 @@
 
 Contract (scripts depend on it)::
 
-    kvpilot plan --model DIR|REPO_ID|CATALOG_ID --gpu-total-mib N [--gpu-free-mib N] [--gpu NAME]
-                 [--gpu-memory-utilization U] [--max-model-len L] [--max-num-seqs S]
-                 [--max-num-batched-tokens B] [--kv-cache-dtype auto|fp8] [--quantization Q]
-                 [--tensor-parallel-size T] [--enforce-eager] [--vllm-version X.Y.Z] [--json]
-                 [--measure [--vllm PATH]]
+    kvpilot plan --model DIR|REPO_ID|CATALOG_ID [--gpu NAME] [--gpu-total-mib N]
+                 [--gpu-free-mib N] [--gpu-memory-utilization U] [--max-model-len L]
+                 [--max-num-seqs S] [--max-num-batched-tokens B] [--kv-cache-dtype auto|fp8]
+                 [--kv-cache-memory-bytes SIZE] [--quantization Q] [--tensor-parallel-size T]
+                 [--enforce-eager] [--[no-]enable-prefix-caching] [--dtype D] [--block-size N]
+                 [--vllm-version X.Y.Z] [--json] [--measure [--vllm PATH]]
+
+Without ``--gpu`` / ``--gpu-total-mib`` it plans for this machine: the NVIDIA GPU NVML reports
+(with its free memory now), else vLLM's CPU backend when the installed vLLM is its CPU build.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from typing import Any
 
 from kvpilot.core import paths
-from kvpilot.core.errors import FitError
-from kvpilot.core.fit.calibrate import calibrated_capacity
-from kvpilot.core.fit.plan import Capacity, GiB, MiB, PlanInputs
-from kvpilot.core.fit.support import check_support
+from kvpilot.core.commands.serving_args import (
+    add_device_arguments,
+    add_serving_arguments,
+    device_from_args,
+    settings_from_args,
+)
+from kvpilot.core.fit.calibrate import planned_capacity
+from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs, settings_dict
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.resolve import load_model_spec
+from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
-DEFAULT_VLLM_VERSION = "0.33.0"
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``1073741824``, ``64M``/``1G`` (binary) or ``64m``/``1g`` (decimal), as vLLM.
-
-    Raises:
-        argparse.ArgumentTypeError: not a size.
-    """
-    decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-    raw = text.strip()
-    try:
-        if raw and raw[-1] in "KMGT":
-            return int(float(raw[:-1]) * (1 << (10 * ("KMGT".index(raw[-1]) + 1))))
-        if raw and raw[-1] in decimal:
-            return int(float(raw[:-1]) * decimal[raw[-1]])
-        return int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size; use bytes or a suffix like 64M or 2G"
-        ) from None
+#: the release planned for when none is given and none is installed
+DEFAULT_VLLM_VERSION = NEWEST_KNOWN
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser, *, model_required: bool = True) -> None:
-    """The plan flags shared by ``plan`` and ``serve``."""
+    """The plan flags shared by ``plan`` and ``serve``: model, device, serving settings."""
     parser.add_argument("--model", required=model_required,
                         help="model directory, Hugging Face repo id or catalog id")
-    parser.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (as nvidia-smi)")
-    parser.add_argument("--gpu-free-mib", type=int, help="free GPU memory now, in MiB")
-    parser.add_argument("--gpu", help="GPU name from the spec table, e.g. 'RTX 4090'")
-    parser.add_argument("--gpu-memory-utilization", type=float)
-    parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--max-num-seqs", type=int)
-    parser.add_argument("--max-num-batched-tokens", type=int)
-    parser.add_argument("--kv-cache-dtype", default="auto")
-    parser.add_argument("--kv-cache-memory-bytes", type=parse_size,
-                        help="fixed KV cache size (e.g. 8G); replaces the utilization budget")
-    parser.add_argument("--quantization")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--enforce-eager", action="store_true")
+    add_device_arguments(parser)
+    add_serving_arguments(parser)
     parser.add_argument("--vllm-version", default=None,
-                        help=f"vLLM version to plan for (default {DEFAULT_VLLM_VERSION})")
+                        help="vLLM version to plan for (default: the installed vLLM's, "
+                        f"else {DEFAULT_VLLM_VERSION})")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,31 +59,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--vllm", help="vLLM executable or interpreter for --measure")
     parser.add_argument("--measure-timeout", type=float, default=600.0, help="seconds")
     return parser
-
-
-def gpu_from_args(args: argparse.Namespace) -> tuple[int, int | None, str, tuple[int, int] | None]:
-    """(total bytes, free bytes, name, compute capability) from --gpu / --gpu-total-mib.
-
-    Raises:
-        FitError: neither given, or an unknown GPU name.
-    """
-    from kvpilot.core.hardware import specs
-
-    name, cc, total = "", None, None
-    if args.gpu:
-        spec = specs.lookup(None, args.gpu)
-        if spec is None:
-            known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
-            raise FitError(f"unknown GPU '{args.gpu}'; known: {known}")
-        name, cc, total = spec.name, spec.compute_capability, spec.memory_total_bytes
-    if args.gpu_total_mib is not None:
-        if args.gpu_total_mib <= 0:
-            raise FitError("--gpu-total-mib must be positive")
-        total = args.gpu_total_mib * MiB
-    if total is None:
-        raise FitError("give --gpu-total-mib N or --gpu NAME (e.g. --gpu 'RTX 4090')")
-    free = args.gpu_free_mib * MiB if args.gpu_free_mib is not None else None
-    return total, free, name, cc
 
 
 def detected_vllm_version(configured: str | None = None) -> str | None:
@@ -122,48 +76,35 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
     """Build PlanInputs from the shared plan flags (loads the model spec).
 
     The vLLM version is, in order: ``vllm_version``, ``--vllm-version``, the installed vLLM's,
-    then the newest kvpilot knows.
+    then the newest kvpilot knows. The device is the one the flags name, else this machine's
+    (:func:`~kvpilot.core.commands.serving_args.device_from_args`).
 
     Raises:
-        KvpilotError: bad model reference or GPU.
+        KvpilotError: bad model reference, GPU or flag.
     """
-    total, free, name, cc = gpu_from_args(args)
+    version = (
+        vllm_version
+        or args.vllm_version
+        or detected_vllm_version(getattr(args, "vllm", None))
+        or DEFAULT_VLLM_VERSION
+    )
+    device = device_from_args(args, version)
+    settings = settings_from_args(args)
     model = load_model_spec(args.model)
     return PlanInputs(
         model=model,
-        gpu_total_bytes=total,
-        gpu_free_bytes=free,
-        gpu_name=name,
-        compute_capability=cc,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        kv_cache_dtype=args.kv_cache_dtype,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        quantization=args.quantization,
-        tensor_parallel_size=args.tensor_parallel_size,
-        enforce_eager=args.enforce_eager,
-        vllm_version=vllm_version
-        or args.vllm_version
-        or detected_vllm_version(getattr(args, "vllm", None))
-        or DEFAULT_VLLM_VERSION,
+        gpu_total_bytes=device.total_bytes,
+        gpu_free_bytes=device.free_bytes,
+        gpu_name=device.name,
+        compute_capability=device.compute_capability,
+        vllm_version=version,
+        **settings_dict(settings),
     )
 
 
 def plan(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:
-    """Capacity of ``inputs``, using stored measurements for this GPU/model/version."""
-    records = []
-    if store is not None:
-        records = store.for_model(
-            inputs.gpu_name, inputs.model.model_id, inputs.vllm_version,
-            gpu_total_bytes=inputs.gpu_total_bytes,
-        )
-    capacity = calibrated_capacity(inputs, records)
-    unsupported = check_support(inputs)
-    if unsupported is not None and capacity.failure is None:
-        capacity = replace(capacity, fits=False, failure=unsupported)
-    return capacity
+    """Capacity of ``inputs``, using stored measurements for this device/model/release."""
+    return planned_capacity(inputs, store)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,12 +27,14 @@ from typing import Any, TextIO
 
 from kvpilot.core import failures, paths
 from kvpilot.core.commands.plan import add_plan_arguments
+from kvpilot.core.commands.serving_args import Device, device_from_args, settings_from_args
 from kvpilot.core.errors import CommandError, KvpilotError
-from kvpilot.core.fit.plan import MiB, PlanInputs
+from kvpilot.core.fit.plan import PlanInputs, settings_dict
 from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.models.identity import model_identity
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
-from kvpilot.core.vllm.measure import cpu_device_identity, key_for
+from kvpilot.core.vllm.measure import key_for
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
 from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import (
@@ -61,7 +63,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help=f"port (default: the first free from {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1", help="bind address (non-local needs an API key)")
     p.add_argument("--served-model-name")
-    p.add_argument("--dtype")
     p.add_argument("--load-format", help="e.g. dummy: random weights, same memory")
     p.add_argument("--vllm", help="vllm executable, Python interpreter or environment")
     p.add_argument("--data-dir", type=Path, help="kvpilot data directory (logs, pidfiles)")
@@ -147,28 +148,12 @@ class FallbackChoice:
     changes: dict[str, Any]
 
 
-_PLAN_FIELDS = (
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "kv_cache_memory_bytes",
-    "kv_cache_dtype",
-    "quantization",
-    "enforce_eager",
-    "tensor_parallel_size",
-    "block_size",
-    "enable_prefix_caching",
-)
-
-
 def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
-    planned = LaunchSpec.from_plan(inputs, spec.model)
-    return dataclasses.replace(spec, **{f: getattr(planned, f) for f in _PLAN_FIELDS})
+    return spec.with_settings(LaunchSpec.from_plan(inputs, spec.model))
 
 
 def _changes(old: LaunchSpec, new: LaunchSpec) -> dict[str, Any]:
-    return {f: getattr(new, f) for f in _PLAN_FIELDS if getattr(old, f) != getattr(new, f)}
+    return old.settings_changes(new)
 
 
 def builtin_fallbacks(
@@ -185,7 +170,7 @@ def builtin_fallbacks(
     new_len = (int(est) // BLOCK_MULTIPLE) * BLOCK_MULTIPLE
     if new_len < BLOCK_MULTIPLE or new_len == spec.max_model_len:
         return []
-    new_spec = dataclasses.replace(spec, max_model_len=new_len)
+    new_spec = dataclasses.replace(spec, max_model_len=new_len, auto_max_model_len=False)
     new_inputs = dataclasses.replace(inputs, max_model_len=new_len) if inputs else None
     return [
         FallbackChoice(
@@ -227,7 +212,11 @@ def propose_fallbacks(
 
 
 def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
-    """The LaunchSpec from the command line (API key from ``KVPILOT_API_KEY``)."""
+    """The LaunchSpec from the command line (API key from ``KVPILOT_API_KEY``).
+
+    Raises:
+        FitError: a serving flag out of range.
+    """
     model = args.model
     local = Path(model).expanduser()
     if local.exists():
@@ -239,19 +228,10 @@ def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
         host=args.host,
         port=port,
         api_key=os.environ.get(API_KEY_ENV) or None,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        kv_cache_dtype=args.kv_cache_dtype,
-        quantization=args.quantization,
-        enforce_eager=args.enforce_eager,
-        tensor_parallel_size=args.tensor_parallel_size,
-        dtype=args.dtype,
         load_format=args.load_format,
         extra_args=tuple(extra),
         hf_offline=local.exists(),
+        **settings_dict(settings_from_args(args)),
     )
 
 
@@ -286,58 +266,30 @@ def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
         raise
 
 
-def device_identity(args: argparse.Namespace) -> tuple[str, int, int | None]:
-    """(name, total bytes, free bytes or None) of the device the plan is for.
-
-    From the flags when given; else the first NVIDIA GPU; else the CPU backend (RAM).
-    """
-    if args.gpu_total_mib:
-        free = args.gpu_free_mib * MiB if args.gpu_free_mib else None
-        return args.gpu or "gpu", args.gpu_total_mib * MiB, free
-    from kvpilot.core.errors import HardwareError
-    from kvpilot.core.hardware.probe import probe
-
-    try:
-        result = probe()
-    except HardwareError:
-        result = None
-    if result is not None and result.ok:
-        g = result.gpus[0]
-        if g.memory_total_bytes:
-            return (g.name or "gpu", int(g.memory_total_bytes), g.memory_free_bytes)
-    name, total = cpu_device_identity()
-    return args.gpu or name, total, None
-
-
 def plan_inputs(
-    args: argparse.Namespace, spec: LaunchSpec, device: tuple[str, int, int | None], version: str
+    args: argparse.Namespace, spec: LaunchSpec, device: Device, version: str
 ) -> PlanInputs | None:
-    """PlanInputs for the fit engine's fallbacks, or None when the model cannot be read."""
+    """PlanInputs for the fit engine's fallbacks, or None when the model cannot be read.
+
+    ``spec.model`` is a local folder by now (a Hub id was downloaded into the Hugging Face
+    cache first); the model keeps the identity the user named it by.
+    """
     try:
         from kvpilot.core.models.local import load_local_model
 
         if not Path(spec.model).is_dir():
             return None
-        model = load_local_model(spec.model)
+        model = load_local_model(spec.model, model_id=model_identity(args.model))
     except (KvpilotError, ImportError):
         return None
-    name, total, free = device
-    mml = spec.max_model_len if isinstance(spec.max_model_len, int) else None
     return PlanInputs(
         model=model,
-        gpu_total_bytes=total,
-        gpu_free_bytes=free,
-        gpu_name=name,
-        gpu_memory_utilization=spec.gpu_memory_utilization,
-        max_model_len=mml,
-        max_num_seqs=spec.max_num_seqs,
-        max_num_batched_tokens=spec.max_num_batched_tokens,
-        kv_cache_dtype=spec.kv_cache_dtype,
-        kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
-        quantization=spec.quantization,
-        tensor_parallel_size=spec.tensor_parallel_size,
-        enforce_eager=spec.enforce_eager,
-        vllm_version=args.vllm_version or version.split("+")[0],
+        gpu_total_bytes=device.total_bytes,
+        gpu_free_bytes=device.free_bytes,
+        gpu_name=device.name,
+        compute_capability=device.compute_capability,
+        vllm_version=args.vllm_version or version,
+        **settings_dict(spec),
     )
 
 
@@ -415,7 +367,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     else:
         port = find_free_port(args.host, DEFAULT_PORT)
     spec = ensure_local_model(build_spec(args, port), out)
-    device = device_identity(args)
+    device = device_from_args(args, runtime.version)
     inputs = plan_inputs(args, spec, device, runtime.version)
     store = MeasurementStore(data_dir / "measurements.json")
     fallbacks_taken = 0
@@ -424,10 +376,11 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         while True:
             key = key_for(
                 spec,
-                gpu_name=device[0],
-                gpu_total_bytes=device[1],
+                gpu_name=device.name,
+                gpu_total_bytes=device.total_bytes,
                 vllm_version=runtime.version,
                 weights_bytes=inputs.model.weights_bytes if inputs else None,
+                model_id=model_identity(args.model),
             )
             sup = Supervisor(
                 runtime,

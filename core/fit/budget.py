@@ -20,6 +20,7 @@ from kvpilot.core import failures
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit import activation, kv
 from kvpilot.core.fit.plan import (
+    CPU_DEVICE_NAME,
     FROM_CATALOG,
     FROM_DEFAULT,
     FROM_FILE,
@@ -50,10 +51,12 @@ def default_batching(
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve``.
 
     Mirrors ``EngineArgs.get_batch_defaults`` (reference §4.4); V0 without chunked prefill
-    profiles a whole ``max_model_len`` prompt.
+    profiles a whole ``max_model_len`` prompt. ``gpu_name`` ``cpu`` is vLLM's CPU backend.
     """
     profile = activation.profile_for(version)
     name = gpu_name.lower()
+    if name == CPU_DEVICE_NAME:
+        return 2048, 128  # the CPU platform's defaults for the API server (world size 1)
     if gpu_total_bytes >= _HUGE_GPU_BYTES:
         batched, seqs = 16384, 1024
     elif gpu_total_bytes >= _LARGE_GPU_BYTES and "a100" not in name:
@@ -145,6 +148,7 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         max_num_seqs=seqs,
         profile=profile,
         tensor_parallel_size=tp,
+        serve_dtype=inputs.dtype,
     )
     graphs = activation.cudagraph_bytes(
         model,

@@ -8,7 +8,8 @@ keyed by GPU, model, vLLM version and the settings that change memory
   (``source: measured`` with the date);
 * the same GPU, model and version with other settings -> the model's prediction is corrected by
   the offset the newest comparable measurement showed (the error in weights, non-torch and
-  activation terms carries over; the utilization and context do not change it).
+  activation terms carries over; the utilization and context do not change it); the source
+  is then ``calibrated``.
 """
 
 from __future__ import annotations
@@ -20,41 +21,54 @@ from kvpilot.core import failures
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.activation import profile_for
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import FROM_MEASURED, Capacity, Failure, GiB, PlanInputs
-from kvpilot.core.measurements import MeasurementKey, MeasurementRecord
+from kvpilot.core.fit.plan import (
+    FROM_CALIBRATED,
+    FROM_MEASURED,
+    FROM_USER,
+    BudgetTerm,
+    Capacity,
+    Failure,
+    GiB,
+    PlanInputs,
+)
+from kvpilot.core.fit.support import check_support
+from kvpilot.core.measurements import (
+    Measured,
+    MeasurementKey,
+    MeasurementRecord,
+    MeasurementStore,
+    measurement_key,
+)
+from kvpilot.core.models.identity import spec_identity
 
 
-def key_for(inputs: PlanInputs, gpu_name: str | None = None) -> MeasurementKey:
-    """The measurement key of a plan (settings as given: None = vLLM's default)."""
-    return MeasurementKey(
-        gpu_name=gpu_name or inputs.gpu_name,
+def key_for(inputs: PlanInputs) -> MeasurementKey:
+    """The measurement key of a plan (its serving settings as given: None = vLLM's default)."""
+    return measurement_key(
+        gpu_name=inputs.gpu_name,
         gpu_total_bytes=inputs.gpu_total_bytes,
-        model_id=inputs.model.model_id,
+        model=spec_identity(inputs.model),
         vllm_version=inputs.vllm_version,
+        settings=inputs,
         weights_bytes=inputs.model.weights_bytes,
-        max_model_len=inputs.max_model_len,
-        max_num_seqs=inputs.max_num_seqs,
-        max_num_batched_tokens=inputs.max_num_batched_tokens,
-        kv_cache_dtype=inputs.kv_cache_dtype or "auto",
-        gpu_memory_utilization=inputs.gpu_memory_utilization,
-        kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
-        enforce_eager=inputs.enforce_eager,
-        quantization=inputs.quantization,
     )
 
 
-def _inputs_for_key(inputs: PlanInputs, key: MeasurementKey) -> PlanInputs:
-    return replace(
-        inputs,
-        max_model_len=key.max_model_len,
-        max_num_seqs=key.max_num_seqs,
-        max_num_batched_tokens=key.max_num_batched_tokens,
-        kv_cache_dtype=key.kv_cache_dtype,
-        gpu_memory_utilization=key.gpu_memory_utilization,
-        kv_cache_memory_bytes=key.kv_cache_memory_bytes,
-        enforce_eager=key.enforce_eager,
-        quantization=key.quantization,
-    )
+def planned_capacity(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:
+    """The capacity every planner shows (CLI plan and recommend, GUI): the model's prediction,
+    replaced or corrected by the measurements in ``store`` for this device, model and release,
+    and refused where the GPU or vLLM cannot run the settings at all.
+
+    Raises:
+        FitError: inputs that make no sense (see :func:`compute_capacity`).
+        SettingsError: ``store`` is not a measurement file.
+    """
+    records = store.for_model(key_for(inputs)) if store is not None else []
+    capacity = calibrated_capacity(inputs, records)
+    unsupported = check_support(inputs)
+    if unsupported is not None and capacity.failure is None:
+        capacity = replace(capacity, fits=False, failure=unsupported)
+    return capacity
 
 
 def calibrated_capacity(
@@ -68,38 +82,36 @@ def calibrated_capacity(
     if not records:
         return predicted
     wanted = key_for(inputs)
-    usable = [r for r in records if r.measured.available_kv_bytes is not None]
-    exact = [r for r in usable if _same_settings(r.key, wanted)]
+    usable = [
+        r for r in records
+        if r.measured.available_kv_bytes is not None and r.key.same_model(wanted)
+    ]
+    exact = [r for r in usable if r.key.settings == wanted.settings]
     if exact:
         newest = max(exact, key=lambda r: r.measured.measured_at)
         measured_kv = newest.measured.available_kv_bytes
         assert measured_kv is not None
         note = f"reported by vLLM {newest.key.vllm_version} on {newest.measured.measured_at}"
-        return _with_kv(inputs, predicted, measured_kv, note, newest.measured.kv_cache_tokens)
+        return _with_kv(inputs, predicted, measured_kv, note, FROM_MEASURED, newest.measured)
     # neighbouring settings: carry the newest offset over (only budgets vLLM computed itself)
     comparable = [
         r for r in usable
-        if r.key.kv_cache_memory_bytes is None and inputs.kv_cache_memory_bytes is None
+        if r.key.settings.kv_cache_memory_bytes is None and inputs.kv_cache_memory_bytes is None
     ]
     if not comparable:
         return predicted
     newest = max(comparable, key=lambda r: r.measured.measured_at)
     measured_kv = newest.measured.available_kv_bytes
     assert measured_kv is not None
-    then = compute_capacity(_inputs_for_key(inputs, newest.key))
+    then = compute_capacity(inputs.with_settings(newest.key.settings))
     offset = measured_kv - then.available_kv_bytes
     note = (
         f"model corrected by {offset / GiB:+.2f} GiB measured on {newest.measured.measured_at} "
         f"(vLLM {newest.key.vllm_version}, other settings)"
     )
-    return _with_kv(inputs, predicted, predicted.available_kv_bytes + offset, note, None)
-
-
-def _same_settings(a: MeasurementKey, b: MeasurementKey) -> bool:
-    def strip(k: MeasurementKey) -> MeasurementKey:
-        return replace(k, weights_bytes=None, gpu_name="")
-
-    return strip(a) == strip(b)
+    return _with_kv(
+        inputs, predicted, predicted.available_kv_bytes + offset, note, FROM_CALIBRATED, None
+    )
 
 
 def _with_kv(
@@ -107,9 +119,15 @@ def _with_kv(
     predicted: Capacity,
     available_kv_bytes: int,
     note: str,
-    reported_tokens: int | None,
+    source: str,
+    measured: Measured | None,
 ) -> Capacity:
-    """Recompute blocks/tokens/fit from a measured or corrected KV budget."""
+    """Recompute blocks/tokens/fit from a measured (``measured`` given) or calibrated KV budget.
+
+    With a measurement, every term vLLM reported (weights, CUDA graphs, KV memory) replaces the
+    model's, and the activation term becomes what the reported budget leaves for it.
+    """
+    reported_tokens = measured.kv_cache_tokens if measured is not None else None
     profile = profile_for(inputs.vllm_version)
     layout = kv.kv_layout(
         inputs.model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
@@ -121,11 +139,7 @@ def _with_kv(
         tokens_from_concurrency=profile.tokens_from_concurrency,
     )
     tokens = reported_tokens if reported_tokens is not None else cap.kv_cache_tokens
-    terms = tuple(
-        replace(t, bytes=available_kv_bytes, source=FROM_MEASURED, note=note)
-        if t.name == "kv_cache" else t
-        for t in predicted.terms
-    )
+    terms = _reported_terms(predicted, available_kv_bytes, note, source, measured)
     fits = predicted.fits
     failure = predicted.failure
     usable = cap.num_blocks - (1 if profile.null_block_reserved else 0)
@@ -153,5 +167,40 @@ def _with_kv(
         terms=terms,
         fits=fits,
         failure=failure,
-        inputs={**predicted.inputs, "kv_source": FROM_MEASURED, "kv_source_note": note},
+        inputs={**predicted.inputs, "kv_source": source, "kv_source_note": note},
     )
+
+
+def _reported_terms(
+    predicted: Capacity,
+    available_kv_bytes: int,
+    note: str,
+    source: str,
+    measured: Measured | None,
+) -> tuple[BudgetTerm, ...]:
+    """The budget terms with what vLLM reported in place of the model's figures."""
+    by_name = {t.name: t for t in predicted.terms}
+    budget_from_utilization = by_name["kv_cache"].source != FROM_USER
+    by_name["kv_cache"] = replace(
+        by_name["kv_cache"], bytes=available_kv_bytes, source=source, note=note
+    )
+    if measured is not None:
+        reported = {"weights": measured.weights_bytes}
+        if by_name["cudagraph"].bytes:
+            reported["cudagraph"] = measured.cudagraph_bytes
+        for name, value in reported.items():
+            if value is not None and name in by_name:
+                by_name[name] = replace(by_name[name], bytes=value, source=FROM_MEASURED,
+                                        note=note)
+        if budget_from_utilization:
+            others = sum(
+                t.bytes for n, t in by_name.items()
+                if n not in ("requested", "kv_cache", "activation_peak")
+            )
+            rest = by_name["requested"].bytes - available_kv_bytes - others
+            if rest >= 0:
+                by_name["activation_peak"] = replace(
+                    by_name["activation_peak"], bytes=rest, source=FROM_MEASURED,
+                    note="what vLLM's reported budget leaves for the profile run's peak",
+                )
+    return tuple(by_name[t.name] for t in predicted.terms)

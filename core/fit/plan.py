@@ -1,16 +1,20 @@
 """A deployment plan (what would be passed to ``vllm serve``) and its predicted capacity.
 
-:class:`PlanInputs` is everything that decides how vLLM sizes memory; :class:`Capacity` is the
-budget computed from it by :func:`kvpilot.core.fit.budget.compute_capacity`, every term in bytes
-and each with the place it came from, so that a user interface can show and explain it.
+:class:`ServingSettings` are the ``vllm serve`` settings that decide memory: one type for the
+plan, the launch command, the measurement key and the settings profile. :class:`PlanInputs` adds
+the model and the GPU; :class:`Capacity` is the budget computed from it by
+:func:`kvpilot.core.fit.budget.compute_capacity`, every term in bytes and each with the place it
+came from, so that a user interface can show and explain it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -22,16 +26,101 @@ FROM_MODEL = "model"  # kvpilot's model of vLLM (this module's arithmetic)
 FROM_DEFAULT = "default"  # a vLLM default for this version / GPU
 FROM_USER = "user"  # given explicitly
 FROM_MEASURED = "measured"  # reported by vLLM in an earlier launch on this GPU
+FROM_CALIBRATED = "calibrated"  # the model corrected by a measurement of other settings
 
 #: failure kinds, in vLLM's terms (``Failure.kind``): see :mod:`kvpilot.core.failures`
 
 
-@dataclass(frozen=True)
-class PlanInputs:
-    """The settings that decide vLLM's memory layout, plus the GPU they run on.
+@dataclass(frozen=True, kw_only=True)
+class ServingSettings:
+    """The ``vllm serve`` settings that decide memory, shared by plan, command, measurement
+    and settings profile.
 
-    ``None`` means "let vLLM choose", and the engine fills in that version's default (recorded in
-    ``Capacity.inputs``). Memory sizes are bytes per GPU.
+    ``None`` means "let vLLM choose" (the fit engine fills in that release's default and
+    records it in ``Capacity.inputs``). ``max_model_len`` is tokens; ``kv_cache_memory_bytes``
+    bytes per GPU; ``enable_prefix_caching`` None is vLLM's default (on for generative models).
+    """
+
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None
+    enforce_eager: bool = False
+    enable_prefix_caching: bool | None = None
+    tensor_parallel_size: int = 1
+    dtype: str | None = None
+    block_size: int | None = None
+
+    @property
+    def settings(self) -> ServingSettings:
+        """These settings alone (drops whatever a subclass adds: model, GPU, process)."""
+        return ServingSettings(**{name: getattr(self, name) for name in serving_field_names()})
+
+    def with_settings(self: _S, settings: ServingSettings) -> _S:
+        """A copy of this object with every serving setting taken from ``settings``."""
+        return replace(self, **settings_dict(settings))
+
+    def settings_changes(self, other: ServingSettings) -> dict[str, Any]:
+        """``{setting: other's value}`` for each serving setting that differs in ``other``."""
+        return {
+            name: getattr(other, name)
+            for name in serving_field_names()
+            if getattr(self, name) != getattr(other, name)
+        }
+
+
+_S = TypeVar("_S", bound=ServingSettings)
+
+
+def serving_field_names() -> tuple[str, ...]:
+    """The names of the :class:`ServingSettings` fields, in declaration order."""
+    return _SERVING_FIELDS
+
+
+def settings_dict(settings: ServingSettings) -> dict[str, Any]:
+    """``{field: value}`` of the serving settings of ``settings`` (JSON-ready values)."""
+    return {name: getattr(settings, name) for name in _SERVING_FIELDS}
+
+
+def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
+    """:class:`ServingSettings` from a mapping; unknown keys are ignored.
+
+    Raises:
+        TypeError: a value has the wrong type for its field.
+    """
+    values = {k: v for k, v in data.items() if k in _SERVING_FIELDS}
+    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                 "kv_cache_memory_bytes", "block_size"):
+        v = values.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{name} must be a whole number or null, got {v!r}")
+    util = values.get("gpu_memory_utilization")
+    if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float))):
+        raise TypeError(f"gpu_memory_utilization must be a number or null, got {util!r}")
+    tp = values.get("tensor_parallel_size", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int):
+        raise TypeError(f"tensor_parallel_size must be a whole number, got {tp!r}")
+    for name in ("enforce_eager",):
+        if name in values and not isinstance(values[name], bool):
+            raise TypeError(f"{name} must be true or false, got {values[name]!r}")
+    for name in ("kv_cache_dtype", "quantization", "dtype"):
+        v = values.get(name)
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{name} must be text or null, got {v!r}")
+    if values.get("kv_cache_dtype") is None:
+        values.pop("kv_cache_dtype", None)
+    return ServingSettings(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs(ServingSettings):
+    """The serving settings of a plan, plus the model and the GPU they run on.
+
+    Memory sizes are bytes per GPU; ``gpu_name`` ``"cpu"`` with the RAM as ``gpu_total_bytes``
+    plans for vLLM's CPU backend. ``vllm_version`` is the release whose rules apply.
     """
 
     model: ModelSpec
@@ -39,18 +128,18 @@ class PlanInputs:
     gpu_free_bytes: int | None = None
     gpu_name: str = ""
     compute_capability: tuple[int, int] | None = None
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    kv_cache_dtype: str = "auto"
-    kv_cache_memory_bytes: int | None = None
-    quantization: str | None = None
-    tensor_parallel_size: int = 1
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = True
-    block_size: int | None = None
-    vllm_version: str = "0.33.0"
+    vllm_version: str = NEWEST_KNOWN
+
+    @property
+    def on_cpu(self) -> bool:
+        """True when the plan is for vLLM's CPU backend."""
+        return self.gpu_name == CPU_DEVICE_NAME
+
+
+#: ``PlanInputs.gpu_name`` of vLLM's CPU backend (RAM as its memory)
+CPU_DEVICE_NAME = "cpu"
+
+_SERVING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ServingSettings))
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,15 @@ candidates; they are not benchmarks.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kvpilot.core.fit import budget
-from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
+from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs, ServingSettings
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 USE_CASES = ("chat", "long-docs", "batch")
 
@@ -60,7 +62,7 @@ class Goal:
     context_tokens: int = 8192
     users: int = 4
     min_weight_bits: int = 4
-    vllm_version: str = "0.33.0"
+    vllm_version: str = NEWEST_KNOWN
     model_filter: str | None = None
 
 
@@ -151,8 +153,13 @@ def _quality(params_total: int, bits: int) -> float:
     return math.log10(max(params_total, 1)) * quant_factor
 
 
+#: the capacity of a plan: the model's prediction, or that replaced by measurements
+CapacityOf = Callable[[PlanInputs], Capacity]
+
+
 def _plan_one(
-    model: ModelSpec, gpu: GpuTarget, goal: Goal, kv_dtype: str, util: float
+    model: ModelSpec, gpu: GpuTarget, goal: Goal, kv_dtype: str, util: float,
+    fixed: ServingSettings | None, capacity_of: CapacityOf,
 ) -> tuple[PlanInputs, Capacity]:
     context = min(goal.context_tokens, model.derived_max_model_len)
     seqs = max(1, goal.users if goal.use_case != "batch" else max(goal.users, 16))
@@ -168,7 +175,14 @@ def _plan_one(
         kv_cache_dtype=kv_dtype,
         vllm_version=goal.vllm_version,
     )
-    return inputs, budget.compute_capacity(inputs)
+    if fixed is not None:
+        inputs = replace(inputs, **_fixed_changes(fixed))
+    return inputs, capacity_of(inputs)
+
+
+def _fixed_changes(fixed: ServingSettings) -> dict[str, Any]:
+    """The settings the user fixed: those that differ from "let the recommender choose"."""
+    return ServingSettings().settings_changes(fixed)
 
 
 def recommend(
@@ -177,8 +191,16 @@ def recommend(
     models: Sequence[ModelSpec] | None = None,
     *,
     limit: int | None = None,
+    fixed: ServingSettings | None = None,
+    capacity_of: CapacityOf = budget.compute_capacity,
 ) -> Recommendation:
-    """Rank deployments of ``models`` (default: every catalog checkpoint) for ``gpu``/``goal``."""
+    """Rank deployments of ``models`` (default: every catalog checkpoint) for ``gpu``/``goal``.
+
+    ``fixed`` holds serving settings the user chose (every field that differs from a default
+    :class:`ServingSettings` replaces the recommender's choice: a KV dtype, a utilization,
+    eager mode...). ``capacity_of`` computes each candidate's capacity (default: the model;
+    :func:`kvpilot.core.fit.calibrate.planned_capacity` with a store uses measurements).
+    """
     if goal.use_case not in USE_CASES:
         raise ValueError(f"use case must be one of {', '.join(USE_CASES)}")
     if models is None:
@@ -200,11 +222,13 @@ def recommend(
         kv_options = ["auto"]
         if fp8_kv_supported(gpu.compute_capability, model.head_dim, goal.vllm_version):
             kv_options.append("fp8")
+        if fixed is not None and fixed.kv_cache_dtype != "auto":
+            kv_options = [fixed.kv_cache_dtype]
         best: tuple[PlanInputs, Capacity] | None = None
         last_reason = ""
         shortfall: int | None = None
         for kv_dtype in kv_options:
-            inputs, cap = _plan_one(model, gpu, goal, kv_dtype, util)
+            inputs, cap = _plan_one(model, gpu, goal, kv_dtype, util, fixed, capacity_of)
             unsupported = check_support(inputs)
             if unsupported is not None:
                 last_reason = unsupported.message

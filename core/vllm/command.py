@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kvpilot.core.errors import CommandError
-from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
 from kvpilot.core.vllm.runtime import (
     FlagSet,
     VllmRuntime,
@@ -87,12 +87,13 @@ MANAGED_ENV = frozenset(
 SECRET_ENV = frozenset({"VLLM_API_KEY", "HF_TOKEN"})
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
-    """Everything needed to start one ``vllm serve``.
+@dataclass(frozen=True, kw_only=True)
+class LaunchSpec(ServingSettings):
+    """Everything needed to start one ``vllm serve``: the serving settings plus the process.
 
-    ``None`` means "leave vLLM's default". Memory sizes are bytes; ``max_model_len`` is tokens
-    (or ``'auto'`` on vLLM >= 0.14). ``api_key`` and ``hf_token`` never enter the argv.
+    ``None`` means "leave vLLM's default". Memory sizes are bytes; ``max_model_len`` is tokens;
+    ``auto_max_model_len`` passes ``--max-model-len auto`` (vLLM >= 0.14) instead.
+    ``api_key`` and ``hf_token`` never enter the argv.
     """
 
     model: str
@@ -100,19 +101,8 @@ class LaunchSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = field(default=None, repr=False)
-    max_model_len: int | str | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_memory_bytes: int | None = None
-    kv_cache_dtype: str = "auto"
-    quantization: str | None = None
-    enforce_eager: bool = False
-    enable_prefix_caching: bool | None = None
-    tensor_parallel_size: int = 1
-    dtype: str | None = None
+    auto_max_model_len: bool = False
     load_format: str | None = None
-    block_size: int | None = None
     extra_args: tuple[str, ...] = ()
     cuda_visible_devices: str | None = None
     hf_home: str | None = None
@@ -125,28 +115,18 @@ class LaunchSpec:
     def from_plan(cls, inputs: PlanInputs, model: str, **overrides: Any) -> LaunchSpec:
         """The spec that launches ``inputs`` with ``model`` (a local path or repo id).
 
-        ``--quantization`` is only set when the plan names a method or the checkpoint says the
-        flag is needed; prefix caching is only passed when the plan turns it off (vLLM enables it
-        by default for generative models). ``overrides`` replace any field.
+        The serving settings are the plan's; ``--quantization`` is only added when the plan
+        names no method and the checkpoint says the flag is needed. ``overrides`` replace any
+        field.
         """
-        quant = inputs.quantization
+        values: dict[str, Any] = {**settings_dict(inputs), "model": model}
         checkpoint_quant = inputs.model.quantization
-        if quant is None and checkpoint_quant is not None and checkpoint_quant.cli_flag_needed:
-            quant = checkpoint_quant.method
-        values: dict[str, Any] = {
-            "model": model,
-            "max_model_len": inputs.max_model_len,
-            "max_num_seqs": inputs.max_num_seqs,
-            "max_num_batched_tokens": inputs.max_num_batched_tokens,
-            "gpu_memory_utilization": inputs.gpu_memory_utilization,
-            "kv_cache_memory_bytes": inputs.kv_cache_memory_bytes,
-            "kv_cache_dtype": inputs.kv_cache_dtype or "auto",
-            "quantization": quant,
-            "enforce_eager": inputs.enforce_eager,
-            "enable_prefix_caching": None if inputs.enable_prefix_caching else False,
-            "tensor_parallel_size": inputs.tensor_parallel_size,
-            "block_size": inputs.block_size,
-        }
+        if (
+            inputs.quantization is None
+            and checkpoint_quant is not None
+            and checkpoint_quant.cli_flag_needed
+        ):
+            values["quantization"] = checkpoint_quant.method
         values.update(overrides)
         return cls(**values)
 
@@ -209,8 +189,10 @@ def _fmt_float(value: float) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or int(value) < 1):
+def _positive(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise CommandError(f"{name} must be a positive integer, got {value!r}")
 
 
@@ -228,10 +210,10 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
             f"serving on {spec.host} exposes the model to the network; set an API key "
             "or use host 127.0.0.1"
         )
-    if isinstance(spec.max_model_len, str):
-        if spec.max_model_len not in ("auto", "-1"):
+    if spec.auto_max_model_len:
+        if spec.max_model_len is not None:
             raise CommandError(
-                f"max_model_len must be a number of tokens or 'auto', got {spec.max_model_len!r}"
+                f"max_model_len is both 'auto' and {spec.max_model_len}; choose one"
             )
         if runtime is not None and not supports_max_model_len_auto(runtime.version):
             raise CommandError(
@@ -328,7 +310,9 @@ def build_argv_tail(spec: LaunchSpec) -> list[str]:
         tail += ["--quantization", spec.quantization]
     if spec.tensor_parallel_size != 1:
         tail += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
-    if spec.max_model_len is not None:
+    if spec.auto_max_model_len:
+        tail += ["--max-model-len", "auto"]
+    elif spec.max_model_len is not None:
         tail += ["--max-model-len", str(spec.max_model_len)]
     if spec.max_num_seqs is not None:
         tail += ["--max-num-seqs", str(spec.max_num_seqs)]

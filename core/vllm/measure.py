@@ -23,6 +23,7 @@ from kvpilot.core.measurements import (
     Measured,
     MeasurementKey,
     MeasurementStore,
+    measurement_key,
 )
 from kvpilot.core.vllm.supervisor import (
     Supervisor,
@@ -60,22 +61,18 @@ def key_for(
     weights_bytes: int | None = None,
     model_id: str | None = None,
 ) -> MeasurementKey:
-    """The measurement key of ``spec`` on a device (a ``--load-format`` does not change it)."""
-    mml = spec.max_model_len if isinstance(spec.max_model_len, int) else None
-    return MeasurementKey(
+    """The measurement key of ``spec`` on a device (a ``--load-format`` does not change it).
+
+    The model is keyed by its identity (a snapshot folder of the Hugging Face cache counts as
+    its repo id); ``model_id`` overrides it.
+    """
+    return measurement_key(
         gpu_name=gpu_name,
         gpu_total_bytes=gpu_total_bytes,
-        model_id=model_id or spec.model,
+        model=model_id or spec.model,
         vllm_version=vllm_version,
+        settings=spec,
         weights_bytes=weights_bytes,
-        max_model_len=mml,
-        max_num_seqs=spec.max_num_seqs,
-        max_num_batched_tokens=spec.max_num_batched_tokens,
-        kv_cache_dtype=spec.kv_cache_dtype or "auto",
-        gpu_memory_utilization=spec.gpu_memory_utilization,
-        kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
-        enforce_eager=spec.enforce_eager,
-        quantization=spec.quantization,
     )
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kvpilot.core.vllm.versions import Release
+
 
 def _kvpilot(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -56,7 +58,9 @@ def test_measure_then_plan_uses_the_measurement(vllm_runtime, tiny_model, launch
     (entry,) = store["entries"]
     assert entry["measured"]["source"] == "dry_run"
     assert entry["measured"]["kv_cache_tokens"] > 0
-    assert entry["key"]["vllm_version"] == vllm_runtime.version
+    # the release is stored normalised, the build variant beside it
+    assert entry["key"]["vllm_version"] == Release.parse(vllm_runtime.version).number
+    assert entry["key"]["vllm_variant"] == "cpu"
 
     after = _kvpilot([*plan_args, "--vllm-version", vllm_runtime.version], env, 120)
     assert after.returncode == 0, after.stderr

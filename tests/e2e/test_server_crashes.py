@@ -20,6 +20,7 @@ from kvpilot.core.vllm.measure import cpu_device_identity, key_for, run_measurem
 from kvpilot.core.vllm.orphans import adopt, find_orphans, stop_orphan
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, StateEvent
+from kvpilot.core.vllm.versions import Release
 
 from .test_serve_failures import kvpilot_argv, read_events, serve_env
 
@@ -169,7 +170,8 @@ def test_measured_dry_run_stores_what_vllm_reported(
     name, total = cpu_device_identity()
     key = key_for(spec, gpu_name=name, gpu_total_bytes=total, vllm_version=vllm_runtime.version)
     assert MeasurementStore(store.path).lookup(key) == measured
-    assert len(store.for_model(name, spec.model, vllm_runtime.version)) == 1
+    assert len(store.for_model(key)) == 1
+    assert key.vllm_version == Release.parse(vllm_runtime.version).number
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert _alive(after - before) == set()
     logs = list((tmp_path / "logs").glob("*.log"))

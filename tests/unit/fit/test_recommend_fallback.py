@@ -151,7 +151,8 @@ def test_neighbouring_measurement_corrects_by_its_offset(qwen7b):
     assert corrected.available_kv_bytes == pytest.approx(
         plain.available_kv_bytes - GiB // 2, abs=1
     )
-    assert "corrected" in {t.name: t for t in corrected.terms}["kv_cache"].note
+    term = {t.name: t for t in corrected.terms}["kv_cache"]
+    assert "corrected" in term.note and term.source == "calibrated"
 
 
 def test_pressure_fixes_follow_the_signal(qwen7b):

@@ -9,25 +9,29 @@ from pathlib import Path
 import pytest
 
 from kvpilot.core.errors import SettingsError
+from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.core.measurements import (
     SOURCE_DRY_RUN,
     SOURCE_LAUNCH,
     Measured,
     MeasurementKey,
     MeasurementStore,
+    measurement_key,
 )
 
-KEY = MeasurementKey(
+SETTINGS = ServingSettings(max_model_len=8192, max_num_seqs=16, gpu_memory_utilization=0.9)
+KEY = measurement_key(
     gpu_name="NVIDIA GeForce RTX 4090",
     gpu_total_bytes=25_757_220_864,
-    model_id="Qwen/Qwen2.5-7B-Instruct",
+    model="Qwen/Qwen2.5-7B-Instruct",
     vllm_version="0.33.0",
+    settings=SETTINGS,
     weights_bytes=15_231_233_024,
-    max_model_len=8192,
-    max_num_seqs=16,
-    kv_cache_dtype="auto",
-    gpu_memory_utilization=0.9,
 )
+
+
+def with_settings(key: MeasurementKey, **changes: object) -> MeasurementKey:
+    return replace(key, settings=replace(key.settings, **changes))
 
 
 def measured(
@@ -58,23 +62,26 @@ def test_same_key_replaces_other_settings_are_kept(tmp_path: Path) -> None:
     store = MeasurementStore(tmp_path / "m.json")
     store.record(KEY, measured(100_000))
     store.record(KEY, measured(120_000, source=SOURCE_LAUNCH))
-    other = replace(KEY, max_model_len=16384)
+    other = with_settings(KEY, max_model_len=16384)
     store.record(other, measured(90_000))
     assert len(store.all()) == 2
     m = store.lookup(KEY)
     assert m is not None and m.kv_cache_tokens == 120_000 and m.source == SOURCE_LAUNCH
-    assert store.lookup(replace(KEY, kv_cache_dtype="fp8")) is None
+    assert store.lookup(with_settings(KEY, kv_cache_dtype="fp8")) is None
 
 
 def test_for_model_filters_by_gpu_model_version_newest_first(tmp_path: Path) -> None:
     store = MeasurementStore(tmp_path / "m.json")
     store.record(KEY, measured(1, at="2026-11-01T00:00:00+00:00"))
-    store.record(replace(KEY, max_num_seqs=32), measured(2, at="2026-11-20T00:00:00+00:00"))
+    store.record(with_settings(KEY, max_num_seqs=32), measured(2, at="2026-11-20T00:00:00+00:00"))
     store.record(replace(KEY, vllm_version="0.32.0"), measured(3))
     store.record(replace(KEY, gpu_name="NVIDIA RTX A6000"), measured(4))
-    found = store.for_model(KEY.gpu_name, KEY.model_id, "0.33.0")
+    found = store.for_model(KEY)
     assert [r.measured.kv_cache_tokens for r in found] == [2, 1]
-    assert store.for_model(KEY.gpu_name, KEY.model_id, "0.33.0", gpu_total_bytes=1) == []
+    assert store.for_model(replace(KEY, gpu_total_bytes=1)) == []
+    # the spec table's short name and NVML's name are the same card
+    assert [r.measured.kv_cache_tokens for r in store.for_model(replace(KEY, gpu_name="RTX 4090"))
+            ] == [2, 1]
 
 
 def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
@@ -83,7 +90,8 @@ def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
     store.record(KEY, measured(5))
     assert [p.name for p in path.parent.iterdir()] == ["m.json"]
     data = json.loads(path.read_text())
-    assert data["schema"] == 1 and data["entries"][0]["key"]["model_id"] == KEY.model_id
+    assert data["schema"] == 2 and data["entries"][0]["key"]["model_id"] == KEY.model_id
+    assert data["entries"][0]["key"]["settings"]["max_model_len"] == 8192
 
 
 def test_a_corrupt_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -101,3 +109,56 @@ def test_unknown_fields_from_a_newer_version_are_ignored(tmp_path: Path) -> None
     data["entries"][0]["measured"]["future_field"] = 1
     path.write_text(json.dumps(data))
     assert store.lookup(KEY) == measured(7)
+
+
+def test_the_key_is_the_same_for_a_repo_id_and_its_snapshot_folder(tmp_path: Path) -> None:
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / "a1b2c3"
+    snapshot.mkdir(parents=True)
+    by_folder = measurement_key(
+        gpu_name=KEY.gpu_name, gpu_total_bytes=KEY.gpu_total_bytes, model=str(snapshot),
+        vllm_version="0.33.0", settings=SETTINGS,
+    )
+    assert by_folder == KEY
+    assert by_folder.model_id == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_the_release_is_normalised_and_the_build_variant_kept_apart() -> None:
+    cpu = measurement_key(
+        gpu_name="cpu", gpu_total_bytes=1 << 34, model="org/m", vllm_version="0.32.0+cpu",
+        settings=SETTINGS,
+    )
+    plain = replace(cpu, vllm_version="0.32.0", vllm_variant=None)
+    assert (cpu.vllm_version, cpu.vllm_variant) == ("0.32.0", "cpu")
+    assert cpu == plain and cpu.same_model(plain)
+
+
+def test_a_schema_1_file_with_flat_settings_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    flat_key = {
+        "gpu_name": "cpu", "gpu_total_bytes": 1 << 34,
+        "model_id": str(tmp_path / "models--org--tiny" / "snapshots" / "rev"),
+        "vllm_version": "0.32.0+cpu", "weights_bytes": 1000, "max_model_len": 512,
+        "max_num_seqs": 4, "max_num_batched_tokens": None, "kv_cache_dtype": "auto",
+        "gpu_memory_utilization": None, "kv_cache_memory_bytes": 1 << 26,
+        "enforce_eager": True, "quantization": None,
+    }
+    entry = {"key": flat_key, "measured": {"measured_at": "2026-11-01T00:00:00+00:00",
+                                           "source": "launch", "kv_cache_tokens": 9}}
+    path.write_text(json.dumps({"schema": 1, "entries": [entry]}))
+    [record] = MeasurementStore(path).all()
+    assert record.key.model_id == "org/tiny" and record.key.vllm_version == "0.32.0"
+    assert record.key.settings == ServingSettings(
+        max_model_len=512, max_num_seqs=4, kv_cache_memory_bytes=1 << 26, enforce_eager=True
+    )
+    assert record.measured.kv_cache_tokens == 9
+
+
+def test_a_key_with_a_wrongly_typed_setting_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    store = MeasurementStore(path)
+    store.record(KEY, measured(7))
+    data = json.loads(path.read_text())
+    data["entries"][0]["key"]["settings"]["max_model_len"] = "long"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SettingsError, match="max_model_len must be a whole number"):
+        store.all()

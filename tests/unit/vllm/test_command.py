@@ -115,7 +115,6 @@ def test_4090_plan_from_plan_inputs_exact_argv(flags033: FlagSet) -> None:
         max_num_batched_tokens=4096,
         gpu_memory_utilization=0.88,
         kv_cache_dtype="fp8",
-        enable_prefix_caching=True,
     )
     spec = LaunchSpec.from_plan(inputs, "Qwen/Qwen2.5-7B-Instruct", port=8001)
     cmd = build_command(spec, flags=flags033)
@@ -214,7 +213,7 @@ def test_env_additions() -> None:
         (LaunchSpec(model="--model"), "looks like a flag"),
         (LaunchSpec(model="m", gpu_memory_utilization=1.2), r"\(0, 1\]"),
         (LaunchSpec(model="m", max_model_len=0), "max_model_len"),
-        (LaunchSpec(model="m", max_model_len="huge"), "'auto'"),
+        (LaunchSpec(model="m", max_model_len="huge"), "positive integer"),  # type: ignore[arg-type]
         (LaunchSpec(model="m", extra_env={"VLLM_API_KEY": "x"}), "set by kvpilot"),
         (LaunchSpec(model="m", logging_level="LOUD"), "logging level"),
         (LaunchSpec(model="m", extra_args=("--max-model-len", "9")), "context length"),
@@ -239,7 +238,7 @@ def test_ipv6_base_url() -> None:
 def test_max_model_len_auto_needs_0_14() -> None:
     old = VllmRuntime(("vllm",), "0.12.0", "path", "vllm")
     new = VllmRuntime(("vllm",), "0.14.0", "path", "vllm")
-    spec = LaunchSpec(model="m", max_model_len="auto")
+    spec = LaunchSpec(model="m", auto_max_model_len=True)
     with pytest.raises(CommandError, match=r"0\.14"):
         build_command(spec, old, flags=_all_flags(spec))
     assert build_command(spec, new, flags=_all_flags(spec)).argv[-2:] == ("--max-model-len", "auto")

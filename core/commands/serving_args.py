@@ -1,0 +1,179 @@
+"""The serving flags and the device that ``plan``, ``recommend`` and ``serve`` share.
+
+Every command that plans or launches takes the same ``vllm serve`` settings
+(:func:`add_serving_arguments` -> :func:`settings_from_args`, one
+:class:`~kvpilot.core.fit.plan.ServingSettings`) and plans for the same device by default
+(:func:`device_from_args`): the GPU named on the command line; else the NVIDIA GPU NVML reports;
+else, when the vLLM that would run is its CPU build, vLLM's CPU backend with the RAM as its memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from kvpilot.core.errors import FitError
+from kvpilot.core.fit.plan import CPU_DEVICE_NAME, MiB, ServingSettings
+from kvpilot.core.vllm.versions import Release
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1073741824``, ``64M``/``1G`` (binary) or ``64m``/``1g`` (decimal), as vLLM.
+
+    Raises:
+        argparse.ArgumentTypeError: not a size.
+    """
+    decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    raw = text.strip()
+    try:
+        if raw and raw[-1] in "KMGT":
+            return int(float(raw[:-1]) * (1 << (10 * ("KMGT".index(raw[-1]) + 1))))
+        if raw and raw[-1] in decimal:
+            return int(float(raw[:-1]) * decimal[raw[-1]])
+        return int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; use bytes or a suffix like 64M or 2G"
+        ) from None
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--gpu``, ``--gpu-total-mib``, ``--gpu-free-mib`` (default: this machine's device)."""
+    parser.add_argument("--gpu", help="GPU name from the spec table, e.g. 'RTX 4090' "
+                        "(default: the GPU of this machine)")
+    parser.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (as nvidia-smi)")
+    parser.add_argument("--gpu-free-mib", type=int, help="free GPU memory now, in MiB")
+
+
+def add_serving_arguments(
+    parser: argparse.ArgumentParser, *, with_length_and_seqs: bool = True
+) -> None:
+    """The ``vllm serve`` settings that decide memory, spelled as vLLM spells them."""
+    if with_length_and_seqs:
+        parser.add_argument("--max-model-len", type=int)
+        parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--gpu-memory-utilization", type=float)
+    parser.add_argument("--max-num-batched-tokens", type=int)
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--kv-cache-memory-bytes", type=parse_size,
+                        help="fixed KV cache size (e.g. 8G); replaces the utilization budget")
+    parser.add_argument("--quantization")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                        default=None, help="(default: vLLM's, on for generative models)")
+    parser.add_argument("--dtype", help="activation dtype (default: the checkpoint's)")
+    parser.add_argument("--block-size", type=int)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServingSettings:
+    """The :class:`ServingSettings` the flags of :func:`add_serving_arguments` give.
+
+    Raises:
+        FitError: a size or count that is not positive.
+    """
+    for flag in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
+                 "tensor_parallel_size"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise FitError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    return ServingSettings(
+        max_model_len=getattr(args, "max_model_len", None),
+        max_num_seqs=getattr(args, "max_num_seqs", None),
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        kv_cache_dtype=args.kv_cache_dtype or "auto",
+        quantization=args.quantization,
+        enforce_eager=args.enforce_eager,
+        enable_prefix_caching=args.enable_prefix_caching,
+        tensor_parallel_size=args.tensor_parallel_size,
+        dtype=args.dtype,
+        block_size=args.block_size,
+    )
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a plan is for. Bytes; ``name`` is ``cpu`` for vLLM's CPU backend.
+
+    ``detected`` is True when it was read from this machine (NVML or the RAM), False when the
+    command line named it.
+    """
+
+    name: str
+    total_bytes: int
+    free_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    detected: bool = False
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.name == CPU_DEVICE_NAME
+
+
+def cpu_device() -> Device:
+    """vLLM's CPU backend on this machine: the RAM is its memory."""
+    import psutil
+
+    return Device(CPU_DEVICE_NAME, int(psutil.virtual_memory().total), None, None, True)
+
+
+def detected_gpu() -> Device | None:
+    """The first NVIDIA GPU NVML reports with its free memory now, or None."""
+    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.hardware.probe import probe
+
+    try:
+        result = probe()
+    except HardwareError:
+        return None
+    if not result.ok or not result.gpus:
+        return None
+    g = result.gpus[0]
+    if not g.memory_total_bytes:
+        return None
+    return Device(g.name or "gpu", int(g.memory_total_bytes), g.memory_free_bytes,
+                  g.compute_capability, True)
+
+
+def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Device:
+    """The device to plan for (see the module docstring).
+
+    ``vllm_version`` is that of the vLLM that would run (None when none is installed); a CPU
+    build of it makes a machine without an NVIDIA GPU plan for the CPU backend.
+
+    Raises:
+        FitError: an unknown GPU name, a non-positive size, or no device at all (the message
+            says which flag to give).
+    """
+    from kvpilot.core.hardware import specs
+
+    name, cc, total = "", None, None
+    if getattr(args, "gpu", None):
+        if str(args.gpu).strip().lower() == CPU_DEVICE_NAME:
+            return cpu_device()
+        spec = specs.lookup(None, args.gpu)
+        if spec is None:
+            known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
+            raise FitError(f"unknown GPU '{args.gpu}'; known: {known}")
+        name, cc, total = spec.name, spec.compute_capability, spec.memory_total_bytes
+    if getattr(args, "gpu_total_mib", None) is not None:
+        if args.gpu_total_mib <= 0:
+            raise FitError("--gpu-total-mib must be positive")
+        total = args.gpu_total_mib * MiB
+    free_mib = getattr(args, "gpu_free_mib", None)
+    if free_mib is not None and free_mib < 0:
+        raise FitError("--gpu-free-mib must not be negative")
+    free = free_mib * MiB if free_mib is not None else None
+    if total is not None:
+        return Device(name or "gpu", total, free, cc, False)
+    gpu = detected_gpu()
+    if gpu is not None:
+        return gpu
+    if vllm_version is not None and Release.parse(vllm_version).is_cpu_build:
+        return cpu_device()
+    raise FitError(
+        "no NVIDIA GPU found on this machine and the installed vLLM is not its CPU build; "
+        "give --gpu NAME (e.g. --gpu 'RTX 4090') or --gpu-total-mib N to plan for a GPU"
+    )
