@@ -42,6 +42,7 @@ from typing import Any
 import platformdirs
 
 from kvpilot.core.errors import SettingsError
+from kvpilot.core.fit.plan import ServingSettings, serving_field_names, settings_from_dict
 
 log = logging.getLogger("kvpilot.settings")
 
@@ -62,25 +63,28 @@ USE_CASES: tuple[str, ...] = ("chat", "long-docs", "batch")
 THEMES: tuple[str, ...] = ("system", "light", "dark")
 MAX_SAMPLING_HZ = 20.0
 DEFAULT_PROFILE_NAME = "Default"
+#: a new profile's goal: context per request (tokens) and concurrent users
+DEFAULT_CONTEXT_TOKENS = 8192
+DEFAULT_USERS = 4
 
 
 # --------------------------------------------------------------------------- records
 
 
-@dataclass(frozen=True)
-class PlanSettings:
-    """The goal and the knobs of a plan, as the user last set them.
+@dataclass(frozen=True, kw_only=True)
+class PlanSettings(ServingSettings):
+    """The goal and the serving settings of a plan, as the user last set them.
 
+    The serving settings are :class:`~kvpilot.core.fit.plan.ServingSettings` (the type the
+    plan, the launch command and the measurement key share); here ``max_model_len`` is the
+    context the user wants (tokens) and ``max_num_seqs`` the concurrent users, and
     ``gpu_memory_utilization`` None means "auto" (the planner picks the highest value that
-    starts); ``max_model_len`` is the context in tokens; ``max_num_seqs`` the concurrent users.
+    starts). ``use_case`` and ``allow_4bit`` steer the recommender.
     """
 
+    max_model_len: int | None = DEFAULT_CONTEXT_TOKENS
+    max_num_seqs: int | None = DEFAULT_USERS
     use_case: str = "chat"
-    max_model_len: int = 8192
-    max_num_seqs: int = 4
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = None
-    enforce_eager: bool = False
     allow_4bit: bool = True
 
 
@@ -202,9 +206,9 @@ def validate_profile(profile: Profile) -> list[str]:
     if profile.theme not in THEMES:
         problems.append(f"theme: '{profile.theme}' is unknown; use one of {', '.join(THEMES)}")
     plan = profile.plan
-    if plan.max_model_len < 16:
+    if plan.max_model_len is None or plan.max_model_len < 16:
         problems.append(f"context: {plan.max_model_len} tokens is too small; use at least 16")
-    if plan.max_num_seqs < 1:
+    if plan.max_num_seqs is None or plan.max_num_seqs < 1:
         problems.append(f"users: {plan.max_num_seqs} must be at least 1")
     if plan.kv_cache_dtype not in KV_DTYPES:
         problems.append(
@@ -276,14 +280,24 @@ def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> Pl
             )
         return default
     values: dict[str, Any] = {}
+    serving = set(serving_field_names())
     for name in _PLAN_FIELDS:
         if name not in raw:
             continue
         dv = getattr(default, name)
-        optional = name == "gpu_memory_utilization"
-        if _check_type(raw[name], dv if dv is not None else 0.0, optional=optional):
-            v = raw[name]
-            values[name] = float(v) if (optional and v is not None) else v
+        v = raw[name]
+        if name in serving:
+            try:
+                settings_from_dict({name: v})
+                ok = v is not None or dv is None
+            except TypeError:
+                ok = False
+            if ok and name == "gpu_memory_utilization" and v is not None:
+                v = float(v)
+        else:
+            ok = _check_type(v, dv)
+        if ok:
+            values[name] = v
         else:
             warnings.append(
                 SettingsWarning(

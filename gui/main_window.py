@@ -367,8 +367,8 @@ class MainWindow(QMainWindow):
         self.planner.set_goal(
             Goal(
                 use_case=plan.use_case,
-                context_tokens=plan.max_model_len,
-                users=plan.max_num_seqs,
+                context_tokens=plan.max_model_len or st.DEFAULT_CONTEXT_TOKENS,
+                users=plan.max_num_seqs or st.DEFAULT_USERS,
                 allow_4bit=plan.allow_4bit,
                 kv_cache_dtype=plan.kv_cache_dtype,
                 gpu_memory_utilization=plan.gpu_memory_utilization,

@@ -50,6 +50,10 @@ def test_round_trip_keeps_every_field(store: st.SettingsStore) -> None:
             gpu_memory_utilization=0.91,
             enforce_eager=True,
             allow_4bit=False,
+            max_num_batched_tokens=4096,
+            kv_cache_memory_bytes=8 << 30,
+            enable_prefix_caching=False,
+            dtype="float16",
         ),
         vllm_runtime="/opt/vllm/bin/vllm",
         host="0.0.0.0",
@@ -380,3 +384,28 @@ def test_extra_args_that_repeat_a_managed_flag_name_the_setting() -> None:
     (problem,) = st.validate_extra_args("--max-model-len 4096")
     assert problem.startswith("extra_args:")
     assert "context length" in problem  # says which setting to change instead
+
+
+def test_a_profile_plan_is_the_shared_serving_settings_type() -> None:
+    """The profile stores the same ServingSettings a plan, a launch and a measurement use."""
+    from kvpilot.core.fit.plan import ServingSettings
+    from kvpilot.core.vllm.command import LaunchSpec
+
+    plan = st.PlanSettings(max_model_len=16384, max_num_seqs=2, kv_cache_dtype="fp8",
+                           max_num_batched_tokens=2048)
+    assert isinstance(plan, ServingSettings)
+    spec = LaunchSpec(model="m").with_settings(plan.settings)
+    assert (spec.max_model_len, spec.max_num_seqs, spec.kv_cache_dtype,
+            spec.max_num_batched_tokens) == (16384, 2, "fp8", 2048)
+
+
+def test_a_wrongly_typed_serving_setting_in_a_profile_falls_back(store: st.SettingsStore) -> None:
+    _write(store, {"schema_version": 1, "profiles": [
+        {"name": "A", "plan": {"max_num_batched_tokens": "many", "dtype": 16,
+                               "kv_cache_memory_bytes": 1 << 30}}]})
+    result = store.load()
+    plan = result.settings.active.plan
+    assert plan.max_num_batched_tokens is None and plan.dtype is None
+    assert plan.kv_cache_memory_bytes == 1 << 30
+    messages = " | ".join(w.message for w in result.warnings)
+    assert "max_num_batched_tokens" in messages and "dtype" in messages
