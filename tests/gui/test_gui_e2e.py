@@ -155,6 +155,19 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     w.stop_server()
     qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=60_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
+    # the loop closes: a re-plan of the same settings uses what vLLM reported at that launch
+    old_row = w.planner.selected()
+    w.planner.goal_changed.emit(w.planner.goal())
+    qtbot.waitUntil(lambda: w.planner.selected() not in (None, old_row), timeout=30_000)
+    row = w.planner.selected()
+    assert row is not None and row.capacity is not None
+    kv = {t.name: t for t in row.capacity.terms}["kv_cache"]
+    assert kv.source == "measured" and kv.bytes == 64 << 20
+    assert row.capacity.kv_cache_tokens == 131_072
+    detail = w.planner.detail
+    shown = {detail.item(r, 0).text(): detail.item(r, 2).text()
+             for r in range(detail.rowCount()) if detail.item(r, 2) is not None}
+    assert shown["kv cache"] == "measured"
 
 
 def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) -> None:
