@@ -243,13 +243,16 @@ class AppServices:
     def core_target(self, target: GpuTarget) -> Any:
         """The fit engine's GpuTarget (adds bandwidth and TFLOPS from the spec table)."""
         from kvpilot.core.fit.recommend import GpuTarget as FitTarget
+        from kvpilot.core.hardware.budget_now import memory_holders
 
         spec = target.spec
+        snapshot = target.snapshot
         return FitTarget(
             name=target.name,
             total_bytes=target.total_bytes,
             free_bytes=target.free_bytes,
             compute_capability=target.compute_capability,
+            memory_holders=memory_holders(snapshot) if snapshot is not None else (),
             bandwidth_bytes_per_s=getattr(spec, "bandwidth_bytes_per_s", None),
             bf16_dense_tflops=getattr(spec, "bf16_dense_tflops", None),
         )

@@ -97,6 +97,7 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
         gpu_free_bytes=device.free_bytes,
         gpu_name=device.name,
         compute_capability=device.compute_capability,
+        gpu_memory_holders=device.memory_holders,
         vllm_version=version,
         **settings_dict(settings),
     )

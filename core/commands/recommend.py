@@ -2,8 +2,13 @@
 
 Contract::
 
-    kvpilot recommend --gpu NAME|--gpu-total-mib N [--gpu-free-mib N] [--context L] [--users N]
-                      [--use-case chat|long-docs|batch] [--json]
+    kvpilot recommend [--gpu NAME|--gpu-total-mib N] [--gpu-free-mib N] [--context L]
+                      [--users N] [--use-case chat|long-docs|batch] [serving flags] [--json]
+
+The serving flags are those of ``plan`` and ``serve`` (``--max-model-len`` and
+``--max-num-seqs`` stand for ``--context`` and ``--users``); a flag given fixes that setting
+in every candidate. Without a GPU flag it ranks for this machine's GPU (NVML, with its free
+memory now). Candidates with a measurement on this device use it (source measured/calibrated).
 """
 
 from __future__ import annotations
@@ -12,9 +17,19 @@ import argparse
 import json
 from typing import Any
 
+from kvpilot.core import paths
+from kvpilot.core.commands.serving_args import (
+    add_device_arguments,
+    add_serving_arguments,
+    device_from_args,
+    settings_from_args,
+)
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import GiB, MiB
+from kvpilot.core.fit.calibrate import planned_capacity
+from kvpilot.core.fit.plan import GiB
 from kvpilot.core.fit.recommend import USE_CASES, Goal, GpuTarget, Recommendation, recommend
+from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -22,57 +37,65 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "recommend", help="rank complete deployments for a GPU and a goal",
         description="Rank checkpoint x context x sequences x KV dtype x utilization for a GPU.",
     )
-    parser.add_argument("--gpu", help="GPU name from the spec table, e.g. 'RTX 4090'")
-    parser.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (as nvidia-smi)")
-    parser.add_argument("--gpu-free-mib", type=int, help="free GPU memory now, in MiB")
-    parser.add_argument("--context", type=int, default=8192, help="tokens per request")
-    parser.add_argument("--users", type=int, default=4, help="concurrent requests")
+    add_device_arguments(parser)
+    parser.add_argument("--context", "--max-model-len", dest="context", type=int, default=8192,
+                        help="tokens per request")
+    parser.add_argument("--users", "--max-num-seqs", dest="users", type=int, default=4,
+                        help="concurrent requests")
+    add_serving_arguments(parser, with_length_and_seqs=False)
     parser.add_argument("--use-case", choices=USE_CASES, default="chat")
     parser.add_argument("--no-4bit", action="store_true", help="quality floor: 8-bit or better")
     parser.add_argument("--model", help="only checkpoints whose id contains this text")
-    parser.add_argument("--vllm-version", default="0.33.0")
+    parser.add_argument("--vllm-version", default=None,
+                        help=f"vLLM version to plan for (default: the installed vLLM's, else "
+                        f"{NEWEST_KNOWN})")
     parser.add_argument("--limit", type=int, default=10, help="candidates to show")
     parser.add_argument("--json", action="store_true")
     return parser
 
 
-def target_from_args(args: argparse.Namespace) -> GpuTarget:
-    """The GPU from --gpu (spec table) and/or --gpu-total-mib / --gpu-free-mib.
+def target_from_args(args: argparse.Namespace, vllm_version: str | None = None) -> GpuTarget:
+    """The GPU from the device flags, else this machine's (with bandwidth and TFLOPS from the
+    spec table).
 
     Raises:
-        FitError: unknown GPU name or no memory size.
+        FitError: unknown GPU name, a bad size, or no device.
     """
     from kvpilot.core.hardware import specs
 
-    name, total, cc, bandwidth, tflops = "", None, None, None, None
-    if args.gpu:
-        spec = specs.lookup(None, args.gpu)
-        if spec is None:
-            known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
-            raise FitError(f"unknown GPU '{args.gpu}'; known: {known}")
-        name, total, cc = spec.name, spec.memory_total_bytes, spec.compute_capability
-        bandwidth, tflops = spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops
-    if args.gpu_total_mib is not None:
-        total = args.gpu_total_mib * MiB
-    if not total or total <= 0:
-        raise FitError("give --gpu NAME (e.g. 'RTX 4090') or --gpu-total-mib N")
-    free = args.gpu_free_mib * MiB if args.gpu_free_mib is not None else None
-    return GpuTarget(name, total, free, cc, bandwidth, tflops)
+    device = device_from_args(args, vllm_version)
+    spec = specs.lookup(None, args.gpu or device.name)
+    return GpuTarget(
+        name=device.name if device.name != "gpu" else "",
+        total_bytes=device.total_bytes,
+        free_bytes=device.free_bytes,
+        compute_capability=device.compute_capability,
+        bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s if spec else None,
+        bf16_dense_tflops=spec.bf16_dense_tflops if spec else None,
+        memory_holders=device.memory_holders,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.context <= 0 or args.users <= 0:
         raise FitError("--context and --users must be positive")
-    gpu = target_from_args(args)
+    from kvpilot.core.commands.plan import detected_vllm_version
+
+    version = args.vllm_version or detected_vllm_version() or NEWEST_KNOWN
+    gpu = target_from_args(args, version)
     goal = Goal(
         use_case=args.use_case,
         context_tokens=args.context,
         users=args.users,
         min_weight_bits=8 if args.no_4bit else 4,
-        vllm_version=args.vllm_version,
+        vllm_version=version,
         model_filter=args.model,
     )
-    result = recommend(gpu, goal, limit=args.limit)
+    store = MeasurementStore(paths.measurements_path())
+    result = recommend(
+        gpu, goal, limit=args.limit, fixed=settings_from_args(args),
+        capacity_of=lambda inputs: planned_capacity(inputs, store),
+    )
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     else:

@@ -27,9 +27,15 @@ from typing import Any, TextIO
 
 from kvpilot.core import failures, paths
 from kvpilot.core.commands.plan import add_plan_arguments
-from kvpilot.core.commands.serving_args import Device, device_from_args, settings_from_args
+from kvpilot.core.commands.serving_args import (
+    Device,
+    detected_gpu,
+    device_from_args,
+    settings_from_args,
+)
 from kvpilot.core.errors import CommandError, KvpilotError
-from kvpilot.core.fit.plan import PlanInputs, settings_dict
+from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.plan import Failure, PlanInputs, settings_dict
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import model_identity
 from kvpilot.core.vllm import logparse
@@ -288,9 +294,39 @@ def plan_inputs(
         gpu_free_bytes=device.free_bytes,
         gpu_name=device.name,
         compute_capability=device.compute_capability,
+        gpu_memory_holders=device.memory_holders,
         vllm_version=args.vllm_version or version,
         **settings_dict(spec),
     )
+
+
+@dataclass(frozen=True)
+class StartupRefusal:
+    """vLLM's start-up check would fail with the free memory NVML reports right now."""
+
+    failure: Failure
+    inputs: PlanInputs
+
+
+def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefusal | None:
+    """vLLM's free-memory check, with NVML's free memory read again just before the launch.
+
+    A desktop's memory use changes between planning and launching (a browser opens a tab), so
+    the plan's free memory is replaced by the current one and the holders are named. None when
+    the check passes or cannot be made (no GPU read from this machine, no plan).
+    """
+    if inputs is None or not device.detected or device.is_cpu:
+        return None
+    fresh = detected_gpu()
+    if fresh is None or fresh.free_bytes is None:
+        return None
+    now = dataclasses.replace(
+        inputs, gpu_free_bytes=fresh.free_bytes, gpu_memory_holders=fresh.memory_holders
+    )
+    cap = compute_capacity(now)
+    if cap.failure is not None and cap.failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION:
+        return StartupRefusal(cap.failure, now)
+    return None
 
 
 class _Signals:
@@ -374,6 +410,32 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
 
     with _Signals() as signals:
         while True:
+            refused = startup_check_now(device, inputs)
+            if refused is not None:
+                inputs = refused.inputs
+                choices = propose_fallbacks(refused.failure, spec, inputs)
+                out.info(
+                    "startup_check",
+                    f"not launched: {refused.failure.message}",
+                    kind=refused.failure.kind,
+                    free_bytes=inputs.gpu_free_bytes,
+                )
+                if args.auto_fallback and choices and fallbacks_taken < MAX_FALLBACKS:
+                    choice = choices[0]
+                    fallbacks_taken += 1
+                    out.info(
+                        "fallback",
+                        f"fallback {fallbacks_taken}/{MAX_FALLBACKS}: {choice.description}",
+                        attempt=fallbacks_taken,
+                        kind=refused.failure.kind,
+                        description=choice.description,
+                        changes=choice.changes,
+                    )
+                    spec, inputs = choice.spec, choice.inputs
+                    continue
+                _suggest(out, choices)
+                print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
+                return 1
             key = key_for(
                 spec,
                 gpu_name=device.name,
@@ -438,12 +500,16 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                 )
                 spec, inputs = choice.spec, choice.inputs
                 continue
-            for c in choices:
-                out.info(
-                    "suggestion",
-                    f"try: {c.description} (or rerun with --auto-fallback)",
-                    description=c.description,
-                    changes=c.changes,
-                )
+            _suggest(out, choices)
             print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
             return 1
+
+
+def _suggest(out: EventPrinter, choices: list[FallbackChoice]) -> None:
+    for c in choices:
+        out.info(
+            "suggestion",
+            f"try: {c.description} (or rerun with --auto-fallback)",
+            description=c.description,
+            changes=c.changes,
+        )

@@ -106,6 +106,9 @@ class Device:
     free_bytes: int | None = None
     compute_capability: tuple[int, int] | None = None
     detected: bool = False
+    #: (process name, bytes) holding memory when ``free_bytes`` was read, largest first
+    memory_holders: tuple[tuple[str, int], ...] = ()
+    index: int | None = None
 
     @property
     def is_cpu(self) -> bool:
@@ -133,8 +136,10 @@ def detected_gpu() -> Device | None:
     g = result.gpus[0]
     if not g.memory_total_bytes:
         return None
+    from kvpilot.core.hardware.budget_now import memory_holders
+
     return Device(g.name or "gpu", int(g.memory_total_bytes), g.memory_free_bytes,
-                  g.compute_capability, True)
+                  g.compute_capability, True, memory_holders(g), g.index)
 
 
 def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Device:

@@ -186,12 +186,20 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         and inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES < requested
     ):
         best = max_passing_utilization(inputs.gpu_total_bytes, inputs.gpu_free_bytes)
+        close = ""
+        if inputs.gpu_memory_holders:
+            shortfall = requested - (inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES)
+            holders = budget_now.holders_phrase(inputs.gpu_memory_holders)
+            close = (
+                f" Other programs hold GPU memory: {holders}; closing {shortfall / GiB:.2f} GiB "
+                "of them lets this utilization start."
+            )
         failure = Failure(
             failures.FREE_MEMORY_BELOW_UTILIZATION,
             f"{inputs.gpu_free_bytes / GiB:.2f} of {inputs.gpu_total_bytes / GiB:.2f} GiB are "
             f"free (about {CUDA_CONTEXT_BYTES / GiB:.2f} GiB less once vLLM's CUDA context "
             f"exists) but utilization {util:g} requests {requested / GiB:.2f} GiB; at most "
-            f"--gpu-memory-utilization {best:.2f} would start.",
+            f"--gpu-memory-utilization {best:.2f} would start." + close,
         )
     elif available <= 0 or cap.num_blocks == 0:
         failure = Failure(

@@ -128,6 +128,9 @@ class PlanInputs(ServingSettings):
     gpu_free_bytes: int | None = None
     gpu_name: str = ""
     compute_capability: tuple[int, int] | None = None
+    #: other processes holding GPU memory when ``gpu_free_bytes`` was read: (name, bytes),
+    #: largest first; named in the start-up failure so that the user knows what to close
+    gpu_memory_holders: tuple[tuple[str, int], ...] = ()
     vllm_version: str = NEWEST_KNOWN
 
     @property

@@ -49,6 +49,8 @@ class GpuTarget:
     compute_capability: tuple[int, int] | None = None
     bandwidth_bytes_per_s: float | None = None
     bf16_dense_tflops: float | None = None
+    #: (process name, bytes) holding memory when ``free_bytes`` was read, largest first
+    memory_holders: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ def _plan_one(
         gpu_free_bytes=gpu.free_bytes,
         gpu_name=gpu.name,
         compute_capability=gpu.compute_capability,
+        gpu_memory_holders=gpu.memory_holders,
         gpu_memory_utilization=util,
         max_model_len=context,
         max_num_seqs=seqs,

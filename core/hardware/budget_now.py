@@ -79,6 +79,26 @@ def max_startup_utilization(
     return hundredths / 100
 
 
+def memory_holders(gpu: GpuSnapshot, *, exclude_pids: frozenset[int] = frozenset()
+                   ) -> tuple[tuple[str, int], ...]:
+    """(process name, bytes) of the processes holding memory on ``gpu``, largest first.
+
+    Processes whose memory the driver does not report (WSL2) are left out; a process without
+    a readable name is called ``pid N``.
+    """
+    found = [
+        (p.name or f"pid {p.pid}", int(p.used_bytes))
+        for p in gpu.processes
+        if p.used_bytes and p.pid not in exclude_pids
+    ]
+    return tuple(sorted(found, key=lambda item: -item[1]))
+
+
+def holders_phrase(holders: tuple[tuple[str, int], ...], limit: int = 3) -> str:
+    """``"firefox (0.6 GiB), gnome-shell (0.4 GiB)"``: the largest ``limit`` holders."""
+    return ", ".join(f"{name} ({used / GiB:.1f} GiB)" for name, used in holders[:limit])
+
+
 @dataclass(frozen=True)
 class LaunchBudget:
     """What a vLLM launch on one GPU could get right now (bytes; utilization as a fraction).

@@ -18,6 +18,10 @@ MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
 def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    # this machine as the tests see it: no NVIDIA driver, no vLLM installed
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "no-driver")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    monkeypatch.delenv("KVPILOT_VLLM", raising=False)
 
 
 def _model_dir(tmp_path: Path) -> Path:
@@ -77,6 +81,8 @@ def test_catalog_id_plans_without_files(capsys):
         (["plan", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "GTX 9999"], "unknown GPU"),
         (["plan", "--model", "Qwen/Qwen2.5-7B-Instruct"], "--gpu-total-mib"),
         (["plan", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "RTX 4090",
+          "--max-num-seqs", "0"], "--max-num-seqs must be at least 1"),
+        (["plan", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "RTX 4090",
           "--gpu-memory-utilization", "1.4"], "gpu_memory_utilization"),
     ],
 )
@@ -115,3 +121,75 @@ def test_version_flag(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("kvpilot ")
+
+
+def test_plan_defaults_to_this_machines_gpu_and_names_what_to_close(monkeypatch, capsys):
+    """A desktop on the card (Xorg, gnome-shell, Firefox hold 1.5 GiB): the plan reads NVML's
+    free memory, refuses a utilization that would not start, and names the programs."""
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-desktop")
+    rc = main(["plan", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--max-model-len", "8192",
+               "--gpu-memory-utilization", "0.97", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert out["inputs"]["gpu_name"] == "NVIDIA GeForce RTX 4090"
+    assert out["inputs"]["gpu_free_bytes"] == 23_783_800_832
+    assert out["failure"]["kind"] == "free_memory_below_utilization"
+    message = out["failure"]["message"]
+    assert "firefox (0.8 GiB), Xorg (0.4 GiB), gnome-shell (0.3 GiB)" in message
+    assert "at most --gpu-memory-utilization 0.89 would start" in message
+
+
+def test_plan_without_a_gpu_plans_for_the_cpu_build(capsys):
+    import psutil
+
+    rc = main(["plan", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--max-model-len", "1024",
+               "--kv-cache-memory-bytes", "64M", "--vllm-version", "0.32.0+cpu",
+               "--dtype", "float32", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["inputs"]["gpu_name"] == "cpu"
+    assert out["inputs"]["gpu_total_bytes"] == psutil.virtual_memory().total
+    assert out["available_kv_bytes"] == 64 << 20
+    assert out["max_num_seqs"] == 128 and out["max_num_batched_tokens"] == 2048
+
+
+def test_plan_without_a_gpu_or_cpu_build_asks_for_a_gpu(capsys):
+    assert main(["plan", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ",
+                 "--vllm-version", "0.32.0"]) == 2
+    err = capsys.readouterr().err
+    assert "no NVIDIA GPU found" in err and "--gpu" in err
+
+
+SERVING_FLAGS = ["--gpu-memory-utilization", "0.9", "--max-num-batched-tokens", "2048",
+                 "--kv-cache-dtype", "fp8", "--kv-cache-memory-bytes", "1G", "--quantization",
+                 "awq_marlin", "--tensor-parallel-size", "1", "--enforce-eager",
+                 "--no-enable-prefix-caching", "--dtype", "float16", "--block-size", "16"]
+
+
+@pytest.mark.parametrize("command", ["plan", "recommend", "serve"])
+def test_plan_recommend_and_serve_take_the_same_serving_flags(command):
+    from kvpilot.core.cli import build_parser
+    from kvpilot.core.commands.serving_args import settings_from_args
+
+    argv = [command, *SERVING_FLAGS]
+    if command != "recommend":
+        argv += ["--model", "m", "--max-model-len", "4096", "--max-num-seqs", "2"]
+    args = build_parser(command).parse_args(argv)
+    settings = settings_from_args(args)
+    assert settings.dtype == "float16" and settings.enable_prefix_caching is False
+    assert settings.kv_cache_memory_bytes == 1 << 30 and settings.block_size == 16
+    assert settings.kv_cache_dtype == "fp8" and settings.enforce_eager
+    if command != "recommend":
+        assert (settings.max_model_len, settings.max_num_seqs) == (4096, 2)
+
+
+def test_recommend_keeps_a_fixed_serving_flag_in_every_candidate(capsys):
+    rc = main(["recommend", "--gpu", "RTX 4090", "--gpu-free-mib", "22900", "--context",
+               "8192", "--users", "2", "--enforce-eager", "--kv-cache-dtype", "fp8", "--json",
+               "--limit", "5"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["candidates"]
+    for c in out["candidates"]:
+        assert c["kv_cache_dtype"] == "fp8"
+        assert c["budget"]["inputs"]["enforce_eager"] is True
+        assert c["budget"]["cudagraph_bytes"] == 0
