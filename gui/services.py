@@ -19,21 +19,12 @@ from typing import Any
 from kvpilot.core import paths
 from kvpilot.core.settings import Profile
 from kvpilot.core.telemetry import Telemetry
+from kvpilot.core.vllm.versions import release_number
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 log = logging.getLogger("kvpilot.gui")
 
-
-
-def _release(version: str) -> str:
-    """``0.32.0+cpu`` -> ``0.32.0`` (the fit engine's rules are per release)."""
-    from kvpilot.core.vllm.runtime import parse_version
-
-    try:
-        return str(parse_version(version))
-    except ValueError:
-        return version
 
 
 def _quant_label(method: str | None, bits: int) -> str:
@@ -285,7 +276,7 @@ class AppServices:
             users=goal.users,
             min_weight_bits=4 if goal.allow_4bit else 8,
             model_filter=model_filter,
-            **({"vllm_version": _release(goal.vllm_version)} if goal.vllm_version else {}),
+            **({"vllm_version": release_number(goal.vllm_version)} if goal.vllm_version else {}),
         )
         fixed = self.fixed_settings(goal)
         result = rec.recommend(

@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from kvpilot.core import paths
 from kvpilot.core.errors import CommandError, RuntimeNotFoundError
+from kvpilot.core.vllm.versions import supports
 
 ENV_VAR = "KVPILOT_VLLM"
 CLI_MODULE = "vllm.entrypoints.cli.main"
@@ -80,23 +81,23 @@ def parse_version(version: str | Version) -> Version:
 
 
 def default_gpu_memory_utilization(version: str | Version) -> float:
-    """vLLM's default ``--gpu-memory-utilization``: 0.9 up to 0.19, 0.92 from 0.20.0."""
-    return 0.92 if parse_version(version) >= Version("0.20.0") else 0.9
+    """vLLM's default ``--gpu-memory-utilization`` (see ``versions.FEATURES``)."""
+    return 0.92 if supports("default_utilization_0_92", str(parse_version(version))) else 0.9
 
 
 def supports_max_model_len_auto(version: str | Version) -> bool:
-    """``--max-model-len auto`` / ``-1`` (fit the context to memory) exists from 0.14.0."""
-    return parse_version(version) >= Version("0.14.0")
+    """``--max-model-len auto`` / ``-1`` exists (see ``versions.FEATURES``)."""
+    return supports("max_model_len_auto", str(parse_version(version)))
 
 
 def cudagraph_estimate_in_budget(version: str | Version) -> bool:
-    """CUDA-graph memory is estimated and reserved before the KV cache from 0.20.0 on."""
-    return parse_version(version) >= Version("0.20.0")
+    """CUDA-graph memory is reserved before the KV cache (see ``versions.FEATURES``)."""
+    return supports("cudagraph_in_budget", str(parse_version(version)))
 
 
 def has_cache_config_tokens_metric(version: str | Version) -> bool:
-    """``vllm:cache_config_info`` carries ``kv_cache_size_tokens`` from 0.25.0 on."""
-    return parse_version(version) >= Version("0.25.0")
+    """``vllm:cache_config_info`` carries the KV token labels (see ``versions.FEATURES``)."""
+    return supports("cache_config_tokens_metric", str(parse_version(version)))
 
 
 # --------------------------------------------------------------------------------------------

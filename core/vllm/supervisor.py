@@ -53,6 +53,7 @@ from kvpilot.core.vllm.orphans import (
     write_pidfile,
 )
 from kvpilot.core.vllm.proctree import StopReport, alive, descendants, stop_tree
+from kvpilot.core.vllm.versions import supports
 
 if TYPE_CHECKING:
     from kvpilot.core.vllm.orphans import OrphanServer
@@ -69,7 +70,6 @@ FAILED = "failed"
 TERMINAL_STATES = (STOPPED, FAILED)
 
 #: versions from which ``vllm:cache_config_info`` carries the KV capacity labels
-CACHE_CONFIG_INFO_SINCE = (0, 25)
 
 
 @dataclass(frozen=True)
@@ -141,16 +141,6 @@ class CapacityUpdatedEvent:
 
 
 SupervisorEvent = Any  # StateEvent | LogLineEvent | CapacityUpdatedEvent | logparse events
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in text.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
 
 
 def _client_host(host: str) -> str:
@@ -826,7 +816,7 @@ class Supervisor:
         return None
 
     def _after_ready(self, client: httpx.Client) -> None:
-        if _version_tuple(self._version) >= CACHE_CONFIG_INFO_SINCE:
+        if supports("cache_config_info_metric", self._version):
             with contextlib.suppress(httpx.HTTPError):
                 r = client.get("/metrics")
                 if r.status_code == 200:

@@ -82,6 +82,47 @@ class Release:
         return self.number + (f"+{self.variant}" if self.variant else "")
 
 
+@dataclass(frozen=True)
+class Feature:
+    """A behaviour of vLLM that kvpilot depends on, the release it first appeared in, and the
+    place in vLLM's code or documentation that shows it."""
+
+    name: str
+    since: str
+    source: str
+
+
+#: one row per behaviour; everything that asks "does this release do X" reads this table
+FEATURES: dict[str, Feature] = {
+    f.name: f
+    for f in (
+        Feature("default_utilization_0_92", "0.20.0",
+                "engine/arg_utils.py: gpu_memory_utilization default 0.92 (0.9 before)"),
+        Feature("max_model_len_auto", "0.14.0",
+                "config: --max-model-len auto / -1 fits the context to memory"),
+        Feature("cudagraph_in_budget", "0.20.0",
+                "v1/worker/gpu_worker.py determine_available_memory subtracts the CUDA-graph "
+                "estimate before the KV cache"),
+        Feature("cache_config_tokens_metric", "0.25.0",
+                "v1/metrics: vllm:cache_config_info gains kv_cache_size_tokens and "
+                "kv_cache_max_concurrency labels"),
+        Feature("cache_config_info_metric", "0.25.0",
+                "v1/metrics/loggers.py: cache_config_info read after ready for capacity"),
+    )
+}
+
+
+def supports(feature: str, version: str | Release | None) -> bool:
+    """True when ``version`` (a string or :class:`Release`; None = :data:`NEWEST_KNOWN`) has
+    ``feature`` (a key of :data:`FEATURES`).
+
+    Raises:
+        KeyError: ``feature`` is not in the table.
+    """
+    release = version if isinstance(version, Release) else Release.parse(version)
+    return release.at_least(FEATURES[feature].since)
+
+
 def release_number(text: str | None) -> str:
     """The normalised release number of a version string (``0.32.0+cpu`` -> ``0.32.0``)."""
     return Release.parse(text).number

@@ -39,3 +39,16 @@ def test_comparison_ignores_the_variant_and_pre_releases() -> None:
     assert not Release.parse("0.10.1.1").at_least("0.10.2")
     assert Release.parse("0.32.0+cpu").is_cpu_build and not Release.parse("0.32.0").is_cpu_build
     assert str(Release.parse("0.32.0+cpu")) == "0.32.0+cpu"
+
+
+def test_every_feature_names_its_first_release_and_source() -> None:
+    from kvpilot.core.vllm.versions import FEATURES, supports
+
+    for feature in FEATURES.values():
+        assert Release.parse(feature.since).number == feature.since and feature.source
+        assert supports(feature.name, feature.since)
+        assert supports(feature.name, feature.since + "+cpu")
+    assert not supports("max_model_len_auto", "0.13.0")
+    assert supports("cudagraph_in_budget", None)  # unknown -> the newest rules
+    with pytest.raises(KeyError):
+        supports("no_such_feature", "0.32.0")
