@@ -1,4 +1,4 @@
-"""Per-version model of what vLLM's profile run takes besides weights and KV cache.
+"""Per-version model of what vLLM's profile run allocates besides weights and KV cache.
 
 vLLM sizes the KV pool after a *profile run*: one dummy forward pass of
 ``max_num_batched_tokens`` tokens and one dummy sampler pass over ``max_num_seqs`` rows of
@@ -6,17 +6,23 @@ logits. The torch peak of that run above the steady allocation is the *activatio
 drop in free memory not owned by torch is *non-torch* memory (NCCL, cuBLAS workspaces); from
 vLLM 0.20 the CUDA-graph pool is estimated before the KV cache and taken out of the budget.
 
-The shape of each term is physical (tokens x widths x bytes); the coefficients differ between
-vLLM generations because the dummy sampler changed (top-k/top-p sorting added in 0.10.2, a leaner
-sampler later, then the V2 model runner). Each :class:`VersionProfile` row says which public
-start-up logs it was fitted on; ``benchmarks/fit_accuracy.py`` re-checks all of them.
+Every term here is computed from the tensors that the release's code allocates (shape x dtype x
+the copies alive at the peak), and each piece names the file and function it reproduces
+(``source``). The sampler is counted in *logit units*: one fp32 tensor of
+``rows x padded_vocab`` (4 bytes per element). What the code does not determine (memory outside
+torch, the CUDA-graph pool per captured token, and a per-row remainder of the activation peak)
+is a :class:`FittedConstants` value: its ``source`` says "fitted" and lists the calibration
+cases it was fitted on, and ``benchmarks/fit_accuracy.py`` refits all of them without each case
+to report validation (leave-one-out) error.
 
 All sizes are bytes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from importlib import resources
 
 from kvpilot.core.models.spec import ModelSpec
 
@@ -62,15 +68,80 @@ class Version:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """One tensor alive at a peak: ``units`` of its kind (logit units or per-token elements)."""
+
+    name: str
+    units: float
+    source: str
+
+
+# ---- the sampler's peak, in logit units (rows x padded vocab x 4 bytes) ----------------------
+
+_LOGITS = Buffer(
+    "logits in the model dtype (bf16: half a unit)", 0.5,
+    "model_executor/layers/logits_processor.py LogitsProcessor._get_logits (lm_head output, "
+    "gathered to the full vocab under tensor parallelism)",
+)
+_LOGITS_FP32 = Buffer(
+    "fp32 copy of the logits", 1.0,
+    "v1/sample/sampler.py Sampler.forward: logits.to(torch.float32) "
+    "(V0: model_executor/layers/sampler.py Sampler.forward: logits.to(torch.float))",
+)
+
+#: the dummy sampler asks for top-k = vocab - 1 and top-p < 1, so the PyTorch path sorts the
+#: whole vocabulary: the peak is inside ``logits.sort``
+SAMPLER_SORT: tuple[Buffer, ...] = (
+    _LOGITS,
+    _LOGITS_FP32,
+    Buffer("sorted values (fp32)", 1.0,
+           "v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p: logits.sort(dim=-1) "
+           "(V0: model_executor/layers/sampler.py _apply_top_k_top_p)"),
+    Buffer("sort indices (int64)", 2.0, "same call: the index output is int64"),
+    Buffer("torch segmented sort workspace: int64 iota input plus radix double buffers "
+           "for keys (fp32) and values (int64)", 5.0,
+           "torch aten/src/ATen/native/cuda/Sort.cu (cub segmented radix sort pairs), called "
+           "by the logits.sort above"),
+)
+
+#: FlashInfer's fused top-k/top-p from logits: a masked copy and its softmax
+SAMPLER_FLASHINFER: tuple[Buffer, ...] = (
+    _LOGITS,
+    _LOGITS_FP32,
+    Buffer("top-k masked logits (fp32)", 1.0,
+           "v1/sample/ops/topk_topp_sampler.py flashinfer_sample -> "
+           "flashinfer.sampling.top_k_top_p_sampling_from_logits (top_k_mask_logits)"),
+    Buffer("probabilities (fp32)", 1.0, "same call: softmax of the masked logits"),
+)
+
+#: 0.19+: a Triton kernel masks top-k/top-p in place (no sort) for batches of 8 rows or more
+SAMPLER_TRITON: tuple[Buffer, ...] = (
+    _LOGITS,
+    _LOGITS_FP32,
+    Buffer("probabilities (fp32)", 1.0,
+           "v1/sample/ops/topk_topp_sampler.py TopKTopPSampler.forward_native: "
+           "logits.softmax(dim=-1, dtype=torch.float32)"),
+    Buffer("exponential noise q (fp32)", 1.0,
+           "v1/sample/ops/topk_topp_sampler.py random_sample: empty_exponential_noise_like"),
+)
+
+#: 0.28+ V2 model runner (dense models): the dummy sampler skips top-k/top-p and logprobs
+SAMPLER_V2: tuple[Buffer, ...] = (
+    _LOGITS,
+    Buffer("fp32 copy for the sampling parameters", 1.0,
+           "v1/worker/gpu/sample/sampler.py Sampler.apply_sampling_params: "
+           "torch.empty_like(logits, dtype=torch.float32).copy_(logits)"),
+)
+
+
+@dataclass(frozen=True)
 class VersionProfile:
     """How one range of vLLM versions accounts for memory.
 
     Attributes:
         since: first version the row applies to.
         engine: ``V0`` or ``V1``.
-        sampler_logit_copies: fp32 ``max_num_seqs x vocab`` logit-sized buffers alive at the
-            sampler's peak (the dummy sampler's temporaries: probabilities, sort values and
-            indices...).
+        sampler: the tensors alive at the dummy sampler's peak (logit units).
         sampler_adds_to_forward: True when the forward's activations are still alive while the
             sampler runs (V2 model runner): peak = forward + sampler; otherwise the larger wins.
         cudagraph_in_budget: the CUDA-graph estimate is subtracted from the KV budget.
@@ -78,19 +149,33 @@ class VersionProfile:
         tokens_from_concurrency: "KV cache size: N tokens" = int(concurrency x max_model_len).
         null_block_reserved: the fit check keeps one block aside.
         in_flight_batches: scheduler batches in flight (sliding-window reservation multiplier).
-        fitted_on: public start-up logs (calibration case ids) this row reproduces.
+        source: the release files and functions this row reproduces.
+        v2_sampler: the V2 model runner's sampler for dense (non-MoE) models, None before 0.28.
+        fitted_on: calibration cases a choice of this row was fitted on (empty: code only).
     """
 
     since: Version
     engine: str
-    sampler_logit_copies: float
+    sampler: tuple[Buffer, ...]
     sampler_adds_to_forward: bool
     cudagraph_in_budget: bool
     default_utilization: float
     tokens_from_concurrency: bool
     null_block_reserved: bool
     in_flight_batches: int
-    fitted_on: tuple[str, ...]
+    source: str
+    v2_sampler: tuple[Buffer, ...] | None = None
+    fitted_on: tuple[str, ...] = ()
+
+    @property
+    def sampler_logit_copies(self) -> float:
+        """Logit units alive at the (V1 / V0 runner's) sampler peak."""
+        return sum(b.units for b in self.sampler)
+
+    @property
+    def key(self) -> str:
+        """The row's name, its first version (``"0.10.2"``)."""
+        return str(self.since)
 
 
 #: newest first; the first row whose ``since`` <= version applies
@@ -98,98 +183,261 @@ PROFILES: tuple[VersionProfile, ...] = (
     VersionProfile(
         since=Version((0, 28)),
         engine="V1",
-        sampler_logit_copies=1.25,
+        sampler=SAMPLER_TRITON,
+        v2_sampler=SAMPLER_V2,
         sampler_adds_to_forward=True,
         cudagraph_in_budget=True,
         default_utilization=0.92,
         tokens_from_concurrency=True,
         null_block_reserved=True,
         in_flight_batches=2,
-        fitted_on=("public V2-runner logs: H100 Llama-3.1-8B, RTX 4090 0.6B model",),
+        source=(
+            "0.28.0 config/vllm.py use_v2_model_runner (V2 runner default for dense "
+            "generative models, MoE stays on V1); v1/worker/gpu/model_runner.py profile_run / "
+            "_dummy_sampler_run; engine/arg_utils.py get_batch_defaults (>= 160 GiB row)"
+        ),
     ),
     VersionProfile(
         since=Version((0, 20)),
         engine="V1",
-        sampler_logit_copies=7.0,
+        sampler=SAMPLER_TRITON,
         sampler_adds_to_forward=False,
         cudagraph_in_budget=True,
         default_utilization=0.92,
         tokens_from_concurrency=True,
         null_block_reserved=False,
         in_flight_batches=1,
-        fitted_on=("rtx4080-16g-qwen25-7b-awq-32k",),
+        source=(
+            "0.20.2 envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1 and "
+            "v1/worker/gpu_worker.py determine_available_memory (graph estimate inside the "
+            "budget); config/cache.py gpu_memory_utilization default 0.92"
+        ),
     ),
     VersionProfile(
-        since=Version((0, 10, 2)),
+        since=Version((0, 19)),
         engine="V1",
-        sampler_logit_copies=9.6,
+        sampler=SAMPLER_TRITON,
         sampler_adds_to_forward=False,
         cudagraph_in_budget=False,
         default_utilization=0.9,
         tokens_from_concurrency=True,
         null_block_reserved=False,
         in_flight_batches=1,
-        fitted_on=(
-            "l40s-x8-qwen3-235b-2507-fp8-tp8",
-            "llmd-h100-llama31-8b",
-            "llmd-h100-qwen3-0.6b-16000",
-            "llmd-h100-qwen3-32b-16000",
-            "llmd-h100-gptoss20b",
+        source=(
+            "0.19.1 v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p -> "
+            "topk_topp_triton.py apply_top_k_top_p_triton for >= 8 rows (no sort)"
         ),
     ),
     VersionProfile(
-        since=Version((0, 10)),
+        since=Version((0, 13)),
         engine="V1",
-        sampler_logit_copies=3.0,
+        sampler=SAMPLER_SORT,
+        sampler_adds_to_forward=False,
+        cudagraph_in_budget=False,
+        default_utilization=0.9,
+        tokens_from_concurrency=True,
+        null_block_reserved=False,
+        in_flight_batches=1,
+        source=(
+            "0.13.0 v1/sample/ops/topk_topp_sampler.py TopKTopPSampler.__init__ (FlashInfer "
+            "sampler only with VLLM_USE_FLASHINFER_SAMPLER=1) -> forward_native sort path; "
+            "v1/worker/gpu_model_runner.py _dummy_sampler_run"
+        ),
+    ),
+    VersionProfile(
+        since=Version((0, 10, 2)),
+        engine="V1",
+        sampler=SAMPLER_SORT,
+        sampler_adds_to_forward=False,
+        cudagraph_in_budget=False,
+        default_utilization=0.9,
+        tokens_from_concurrency=True,
+        null_block_reserved=False,
+        in_flight_batches=1,
+        source=(
+            "0.10.2 v1/worker/gpu_model_runner.py _dummy_sampler_run, forward_native sort path "
+            "(FlashInfer sampler is used by default only where FlashInfer is installed: which "
+            "path ran is fitted); v1/core/kv_cache_utils.py tokens from concurrency"
+        ),
+        fitted_on=("l40s-x8-qwen3-235b-2507-fp8-tp8",),
+    ),
+    VersionProfile(
+        since=Version((0, 8)),
+        engine="V1",
+        sampler=SAMPLER_FLASHINFER,
         sampler_adds_to_forward=False,
         cudagraph_in_budget=False,
         default_utilization=0.9,
         tokens_from_concurrency=False,
         null_block_reserved=False,
         in_flight_batches=1,
-        fitted_on=("dl-a100-80-qwen2-7b-u0.5", "dl-a100-80-qwen2-7b-u0.25"),
+        source=(
+            "0.8.5-0.10.1.1 v1/sample/ops/topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER "
+            "unset means FlashInfer in V1 when installed (vllm-openai images ship it: which "
+            "path ran is fitted); engine/arg_utils.py V1 default from 0.8 on SM >= 8.0"
+        ),
+        fitted_on=("dl-a100-80-qwen2-7b-u0.25", "dl-a100-80-qwen2-7b-u0.5"),
     ),
     VersionProfile(
         since=Version((0,)),
         engine="V0",
-        sampler_logit_copies=9.6,
+        sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
         cudagraph_in_budget=False,
         default_utilization=0.9,
         tokens_from_concurrency=False,
         null_block_reserved=False,
         in_flight_batches=1,
-        fitted_on=("t4-llama32-3b-fp16-2k", "vllm10517-rtx3090-llama31-8b-20k"),
+        source=(
+            "0.6.6 / 0.7.3 worker/model_runner.py GPUModelRunnerBase.profile_run (max_num_seqs "
+            "dummy sequences, top_k = vocab - 1, top_p 0.99); model_executor/layers/sampler.py "
+            "_apply_top_k_top_p; config.py SchedulerConfig max_num_batched_tokens"
+        ),
     ),
 )
 
+#: the V0 row (also the fallback of 0.8-0.10 on GPUs below compute capability 8.0)
+V0_PROFILE = PROFILES[-1]
 
-def profile_for(version: str | None) -> VersionProfile:
-    """The accounting rules of a vLLM version (unknown or newer -> the newest rules)."""
+
+def profile_for(
+    version: str | None, compute_capability: tuple[int, int] | None = None
+) -> VersionProfile:
+    """The accounting rules of a vLLM version (unknown or newer -> the newest rules).
+
+    From 0.8 to 0.10 the V1 engine refuses GPUs below compute capability 8.0 and vLLM falls
+    back to V0 (engine/arg_utils.py ``_is_v1_supported_oracle``); V0 is gone in 0.11.
+    """
     v = Version.parse(version)
     for row in PROFILES:
         if v >= row.since:
+            if (
+                row.engine == "V1"
+                and compute_capability is not None
+                and compute_capability < (8, 0)
+                and v < Version((0, 11))
+            ):
+                return V0_PROFILE
             return row
     return PROFILES[-1]
 
 
-#: per-token bytes of the forward pass at its peak, in activation elements:
-#: gate+up projection (2 x I), the activated product (I), and about three hidden-sized buffers
-#: (residual, normalised input, attention output). Fitted on RTX 3090 V0 logs at 20k and 29k
-#: tokens (2.07 and 2.99 GiB for Llama-3.1-8B: 111 KB per token).
+def uses_v2_runner(model: ModelSpec, profile: VersionProfile) -> bool:
+    """True where the V2 model runner runs this model (0.28+, dense generative models)."""
+    return profile.v2_sampler is not None and model.moe is None
+
+
+# ---- constants the code does not determine ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FittedConstants:
+    """Values fitted on calibration cases with a known vLLM version (bytes).
+
+    Attributes:
+        non_torch_single_gpu_bytes: memory outside torch's allocator on one GPU (cuBLAS and
+            attention workspaces, allocator slack).
+        non_torch_tensor_parallel_bytes: the same per GPU under tensor parallelism (adds NCCL
+            and custom all-reduce buffers).
+        cudagraph_bytes_per_layer_hidden_token: CUDA-graph pool per layer, hidden unit and
+            token of the largest capture size.
+        activation_residual_units: per version row (``VersionProfile.key``), logit units the
+            computed activation peak misses on that row's cases (0 where none reported).
+        fitted_on: case ids each constant was fitted on, by constant name.
+    """
+
+    non_torch_single_gpu_bytes: int
+    non_torch_tensor_parallel_bytes: int
+    cudagraph_bytes_per_layer_hidden_token: float
+    activation_residual_units: dict[str, float] = field(default_factory=dict)
+    fitted_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def source(self, name: str) -> str:
+        """``"fitted on <case ids>"`` for one constant (the plan's term note)."""
+        cases = self.fitted_on.get(name, ())
+        return "fitted on " + (", ".join(cases) if cases else "no case (prior)")
+
+
+#: the file ``benchmarks/fit_accuracy.py --write-constants`` writes (all known-version cases)
+CONSTANTS_FILE = "fit_constants.json"
+
+_PRIOR = FittedConstants(
+    non_torch_single_gpu_bytes=int(0.06 * GiB),
+    non_torch_tensor_parallel_bytes=int(0.45 * GiB),
+    cudagraph_bytes_per_layer_hidden_token=10.0,
+)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Leave-one-out error of available KV memory per version row (bytes).
+
+    ``half_width_bytes[row key]`` is the largest |predicted - reported| available KV of that
+    row's known-version cases (single GPU; ``"<row>/tp"`` for tensor parallelism), each
+    predicted with every fitted constant refitted without it; ``"*"`` / ``"*/tp"`` and
+    ``pooled_half_width_bytes`` are the same over all rows (rows without cases use them).
+    ``cases[row key]`` lists the case ids behind each row's figure.
+    """
+
+    half_width_bytes: dict[str, int] = field(default_factory=dict)
+    pooled_half_width_bytes: int = int(0.5 * GiB)
+    cases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def half_width_for(self, profile: VersionProfile, tensor_parallel_size: int = 1) -> int:
+        """The band half-width of a row for one GPU or tensor parallelism (bytes).
+
+        Keys are ``"<row>"`` / ``"<row>/tp"``; a row without validated cases of its kind uses
+        ``"*"`` / ``"*/tp"`` (all rows), then ``pooled_half_width_bytes``.
+        """
+        kind = "/tp" if tensor_parallel_size > 1 else ""
+        for key in (profile.key + kind, "*" + kind):
+            if key in self.half_width_bytes:
+                return self.half_width_bytes[key]
+        return self.pooled_half_width_bytes
+
+
+def _load() -> tuple[FittedConstants, Validation]:
+    try:
+        text = (resources.files("kvpilot.resources") / CONSTANTS_FILE).read_text("utf-8")
+        data = json.loads(text)
+    except (OSError, ValueError, ModuleNotFoundError):
+        return _PRIOR, Validation()
+    c = data.get("constants", {})
+    constants = FittedConstants(
+        non_torch_single_gpu_bytes=int(c.get("non_torch_single_gpu_bytes",
+                                             _PRIOR.non_torch_single_gpu_bytes)),
+        non_torch_tensor_parallel_bytes=int(c.get("non_torch_tensor_parallel_bytes",
+                                                  _PRIOR.non_torch_tensor_parallel_bytes)),
+        cudagraph_bytes_per_layer_hidden_token=float(
+            c.get("cudagraph_bytes_per_layer_hidden_token",
+                  _PRIOR.cudagraph_bytes_per_layer_hidden_token)),
+        activation_residual_units={
+            str(k): float(v) for k, v in c.get("activation_residual_units", {}).items()
+        },
+        fitted_on={str(k): tuple(v) for k, v in c.get("fitted_on", {}).items()},
+    )
+    v = data.get("validation", {})
+    validation = Validation(
+        half_width_bytes={str(k): int(x) for k, x in v.get("half_width_bytes", {}).items()},
+        pooled_half_width_bytes=int(v.get("pooled_half_width_bytes", int(0.5 * GiB))),
+        cases={str(k): tuple(x) for k, x in v.get("cases", {}).items()},
+    )
+    return constants, validation
+
+
+#: the constants every plan uses, and the validation error that sizes its band
+FITTED, VALIDATION = _load()
+
+
+# ---- the forward pass -----------------------------------------------------------------------
+
+#: elements per token alive at the dense MLP's peak, per intermediate unit: the gate_up
+#: projection output [T, 2I] and SiluAndMul's output [T, I] exist together
+#: (model_executor/models/llama.py LlamaMLP.forward, layers/activation.py SiluAndMul.forward)
 FORWARD_INTERMEDIATE_FACTOR = 3.0
+#: hidden-sized buffers per token alive at that moment: the residual stream, the normalised
+#: layer input and the embedding / previous layer output (models/llama.py LlamaDecoderLayer)
 FORWARD_HIDDEN_FACTOR = 3.0
-
-#: CUDA-graph pool per layer and hidden unit at the largest capture size (bytes per
-#: capture-token), from graph sizes logged for 7B/8B dense models (0.4-0.67 GiB for 28-32 layers
-#: at capture size 512).
-CUDAGRAPH_BYTES_PER_LAYER_HIDDEN_TOKEN = 10.0
-
-#: memory outside torch's allocator: cuBLAS/attention workspaces (one GPU), plus NCCL and custom
-#: all-reduce buffers with tensor parallelism. Logged values: 0.05-0.26 GiB on one GPU,
-#: 0.21-0.55 GiB per GPU under tensor parallelism.
-NON_TORCH_SINGLE_GPU_BYTES = int(0.13 * GiB)
-NON_TORCH_TENSOR_PARALLEL_BYTES = int(0.45 * GiB)
 
 
 def activation_bytes_per_element(model: ModelSpec, serve_dtype: str | None = None) -> int:
@@ -201,15 +449,18 @@ def activation_bytes_per_element(model: ModelSpec, serve_dtype: str | None = Non
     return 4 if dtype in ("float32", "float", "fp32") else 2
 
 
-def forward_peak_bytes(
-    model: ModelSpec, num_tokens: int, tensor_parallel_size: int = 1, elem_bytes: int = 2
-) -> int:
-    """Peak activations of one forward pass over ``num_tokens`` tokens (bytes, per rank)."""
+def forward_elements_per_token(model: ModelSpec, tensor_parallel_size: int = 1) -> float:
+    """Activation elements per token at the forward's peak (per rank).
+
+    Dense: ``3 x I / tp + 3 x H``. MoE (model_executor/layers/fused_moe/fused_moe.py
+    fused_experts: intermediate_cache1 [T, k, 2N], intermediate_cache2 [T x k, N],
+    intermediate_cache3 [T, k, H], N = moe_intermediate / tp): ``k x (3N + H)``, plus a shared
+    expert's dense MLP, plus the hidden buffers.
+    """
     tp = max(1, tensor_parallel_size)
     h = model.hidden_size
     if model.moe is not None:
         moe_i = model.moe.moe_intermediate_size or model.intermediate_size or h
-        # fused-MoE caches: gate/up (2I), activated (I) and down output (H) per routed token
         per_routed = FORWARD_INTERMEDIATE_FACTOR * moe_i / tp + h
         per_token = model.moe.num_experts_per_tok * per_routed
         if model.moe.num_shared_experts and model.intermediate_size:
@@ -217,16 +468,49 @@ def forward_peak_bytes(
     else:
         inter = model.intermediate_size or 4 * h
         per_token = FORWARD_INTERMEDIATE_FACTOR * inter / tp
-    per_token += FORWARD_HIDDEN_FACTOR * h
-    return int(num_tokens * per_token * elem_bytes)
+    return per_token + FORWARD_HIDDEN_FACTOR * h
+
+
+def forward_peak_bytes(
+    model: ModelSpec, num_tokens: int, tensor_parallel_size: int = 1, elem_bytes: int = 2
+) -> int:
+    """Peak activations of one forward pass over ``num_tokens`` tokens (bytes, per rank)."""
+    return int(num_tokens * forward_elements_per_token(model, tensor_parallel_size) * elem_bytes)
+
+
+def padded_vocab(vocab: int, pad_to: int = 64) -> int:
+    """The vocabulary padded as VocabParallelEmbedding pads it (DEFAULT_VOCAB_PADDING_SIZE 64)."""
+    return -(-vocab // pad_to) * pad_to
+
+
+def logit_unit_bytes(model: ModelSpec, num_seqs: int) -> int:
+    """One logit unit: ``num_seqs x padded vocab`` fp32 elements (bytes)."""
+    return num_seqs * padded_vocab(model.vocab_size) * 4
+
+
+def sampler_buffers(
+    model: ModelSpec, num_seqs: int, profile: VersionProfile
+) -> tuple[Buffer, ...]:
+    """The tensors alive at the dummy sampler's peak for this model and version."""
+    if uses_v2_runner(model, profile) and profile.v2_sampler is not None:
+        return profile.v2_sampler
+    if profile.sampler is SAMPLER_TRITON and num_seqs < 8:
+        return SAMPLER_SORT  # the Triton kernel is used from 8 rows on
+    return profile.sampler
 
 
 def sampler_peak_bytes(
-    model: ModelSpec, num_seqs: int, profile: VersionProfile, tensor_parallel_size: int = 1
+    model: ModelSpec,
+    num_seqs: int,
+    profile: VersionProfile,
+    tensor_parallel_size: int = 1,
+    constants: FittedConstants | None = None,
 ) -> int:
-    """The dummy sampler's peak: fp32 logit-sized buffers for ``num_seqs`` rows (bytes)."""
-    vocab = _padded_vocab(model.vocab_size)
-    return int(profile.sampler_logit_copies * num_seqs * vocab * 4)
+    """The dummy sampler's peak: logit units alive x ``num_seqs x vocab x 4`` (bytes)."""
+    c = constants or FITTED
+    units = sum(b.units for b in sampler_buffers(model, num_seqs, profile))
+    units += c.activation_residual_units.get(profile.key, 0.0)
+    return int(max(units, 0.0) * logit_unit_bytes(model, num_seqs))
 
 
 def activation_peak_bytes(
@@ -237,19 +521,31 @@ def activation_peak_bytes(
     profile: VersionProfile,
     tensor_parallel_size: int = 1,
     serve_dtype: str | None = None,
+    constants: FittedConstants | None = None,
 ) -> int:
-    """Predicted "peak activation" of vLLM's profile run (bytes per rank)."""
+    """Predicted "peak activation" of vLLM's profile run (bytes per rank).
+
+    The forward's intermediates are freed before the sampler runs (V0 and the V1 runner), so
+    the larger of the two wins; the hidden states of all batched tokens stay alive through the
+    sampler. Under the V2 runner the forward's buffers are still held: they add.
+    """
     elem = activation_bytes_per_element(model, serve_dtype)
     forward = forward_peak_bytes(model, max_num_batched_tokens, tensor_parallel_size, elem)
     hidden = max_num_batched_tokens * model.hidden_size * elem
-    sampler = sampler_peak_bytes(model, max_num_seqs, profile, tensor_parallel_size)
-    if profile.sampler_adds_to_forward:
+    sampler = sampler_peak_bytes(
+        model, max_num_seqs, profile, tensor_parallel_size, constants=constants
+    )
+    if profile.sampler_adds_to_forward and uses_v2_runner(model, profile):
         return forward + hidden + sampler
     return max(forward, sampler + hidden)
 
 
 def max_cudagraph_capture_size(max_num_seqs: int, max_num_batched_tokens: int) -> int:
-    """vLLM's default largest capture size: min(2 x max_num_seqs, 512), capped by batch tokens."""
+    """vLLM's default largest capture size: min(2 x max_num_seqs, 512), capped by batch tokens.
+
+    (config/compilation.py ``CompilationConfig`` / config/vllm.py
+    ``_set_cudagraph_sizes``: max_cudagraph_capture_size = min(max_num_seqs * 2, 512)).
+    """
     return max(1, min(2 * max_num_seqs, 512, max_num_batched_tokens))
 
 
@@ -260,25 +556,30 @@ def cudagraph_bytes(
     max_num_batched_tokens: int,
     tensor_parallel_size: int = 1,
     enforce_eager: bool = False,
+    constants: FittedConstants | None = None,
 ) -> int:
-    """Estimated CUDA-graph pool (bytes per rank); 0 with ``--enforce-eager``."""
+    """Estimated CUDA-graph pool (bytes per rank); 0 with ``--enforce-eager``.
+
+    The size is ``fitted`` per layer, hidden unit and captured token (graph memory is what
+    ``profile_cudagraph_memory`` measures on the device; no shape in the code fixes it).
+    """
     if enforce_eager:
         return 0
+    c = constants or FITTED
     capture = max_cudagraph_capture_size(max_num_seqs, max_num_batched_tokens)
     return int(
-        CUDAGRAPH_BYTES_PER_LAYER_HIDDEN_TOKEN
+        c.cudagraph_bytes_per_layer_hidden_token
         * capture
         * model.num_hidden_layers
         * model.hidden_size
     )
 
 
-def non_torch_bytes(tensor_parallel_size: int = 1) -> int:
-    """Memory outside torch's allocator after the profile run (bytes per rank)."""
+def non_torch_bytes(
+    tensor_parallel_size: int = 1, constants: FittedConstants | None = None
+) -> int:
+    """Memory outside torch's allocator after the profile run (bytes per rank, fitted)."""
+    c = constants or FITTED
     if tensor_parallel_size > 1:
-        return NON_TORCH_TENSOR_PARALLEL_BYTES
-    return NON_TORCH_SINGLE_GPU_BYTES
-
-
-def _padded_vocab(vocab: int, pad_to: int = 64) -> int:
-    return -(-vocab // pad_to) * pad_to
+        return c.non_torch_tensor_parallel_bytes
+    return c.non_torch_single_gpu_bytes

@@ -24,8 +24,12 @@ from kvpilot.core.fit.plan import (
     FROM_CATALOG,
     FROM_DEFAULT,
     FROM_FILE,
+    FROM_FITTED,
     FROM_MODEL,
     FROM_USER,
+    VERDICT_BORDERLINE,
+    VERDICT_DOES_NOT_FIT,
+    VERDICT_FITS,
     BudgetTerm,
     Capacity,
     Failure,
@@ -46,26 +50,41 @@ CUDA_CONTEXT_BYTES = budget_now.CUDA_CONTEXT_BYTES
 
 
 def default_batching(
-    gpu_total_bytes: int, gpu_name: str, max_model_len: int, version: str | None
+    gpu_total_bytes: int,
+    gpu_name: str,
+    max_model_len: int,
+    version: str | None,
+    compute_capability: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve``.
 
-    Mirrors ``EngineArgs.get_batch_defaults`` (reference §4.4); V0 without chunked prefill
-    profiles a whole ``max_model_len`` prompt. ``gpu_name`` ``cpu`` is vLLM's CPU backend.
+    Per release (``engine/arg_utils.py``, OPENAI_API_SERVER usage context):
+
+    * V0 (0.6-0.7, and the V0 fallback of 0.8-0.10 below SM 8.0): 256 sequences; chunked
+      prefill is off unless max_model_len > 32k, so ``SchedulerConfig.__post_init__`` profiles
+      ``max(max_model_len, 2048)`` tokens (2048 with chunked prefill).
+    * V1 0.8.x ``_set_default_args_v1``: >= 70 GiB -> 8192 tokens / 1024 sequences (A100 80GB
+      included), else 2048 / 256.
+    * V1 0.9 to 0.26 ``_set_default_args``: the same, A100 excluded from the large row.
+    * 0.28+ ``get_batch_defaults``: >= 160 GiB -> 16384 / 1024 first.
+
+    ``gpu_name`` ``cpu`` is vLLM's CPU backend (2048 tokens, 128 sequences per worker).
     """
-    profile = activation.profile_for(version)
+    profile = activation.profile_for(version, compute_capability)
+    v = activation.Version.parse(version)
     name = gpu_name.lower()
     if name == CPU_DEVICE_NAME:
         return 2048, 128  # the CPU platform's defaults for the API server (world size 1)
-    if gpu_total_bytes >= _HUGE_GPU_BYTES:
-        batched, seqs = 16384, 1024
-    elif gpu_total_bytes >= _LARGE_GPU_BYTES and "a100" not in name:
-        batched, seqs = 8192, 1024
-    else:
-        batched, seqs = 2048, 256
-    if profile.engine == "V0" and max_model_len <= 32768:
-        batched = max(max_model_len, batched)  # chunked prefill off by default below 32k
-    return batched, seqs
+    if profile.engine == "V0":
+        seqs = 256
+        batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+        return batched, seqs
+    if gpu_total_bytes >= _HUGE_GPU_BYTES and v >= activation.Version((0, 28)):
+        return 16384, 1024
+    a100_excluded = v >= activation.Version((0, 9))
+    if gpu_total_bytes >= _LARGE_GPU_BYTES and not (a100_excluded and "a100" in name):
+        return 8192, 1024
+    return 2048, 256
 
 
 def _weights_source(model: model_spec.ModelSpec) -> str:
@@ -100,14 +119,19 @@ def estimate_weights_bytes(model: model_spec.ModelSpec) -> int:
     return int(body + (params - layers * (attn + mlp)) * 2)
 
 
-def compute_capacity(inputs: PlanInputs) -> Capacity:
+def compute_capacity(
+    inputs: PlanInputs, constants: activation.FittedConstants | None = None
+) -> Capacity:
     """Predict vLLM's memory budget and KV capacity for ``inputs``.
+
+    ``constants`` replaces the fitted constants (validation refits them without a case).
 
     Raises:
         FitError: for inputs that make no sense (utilization outside (0, 1], negative sizes).
     """
     model = inputs.model
-    profile = activation.profile_for(inputs.vllm_version)
+    profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
+    fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
         raise FitError("tensor_parallel_size must be at least 1")
@@ -126,7 +150,8 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         raise FitError(f"max_model_len must be positive, got {max_len}")
 
     default_batched, default_seqs = default_batching(
-        inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version
+        inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version,
+        inputs.compute_capability,
     )
     seqs = inputs.max_num_seqs or default_seqs
     batched = inputs.max_num_batched_tokens or default_batched
@@ -141,7 +166,7 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
     else:
         weights_total, weights_src = estimate_weights_bytes(model), FROM_MODEL
     weights = math.ceil(weights_total / tp)
-    non_torch = activation.non_torch_bytes(tp)
+    non_torch = activation.non_torch_bytes(tp, constants=fitted)
     act = activation.activation_peak_bytes(
         model,
         max_num_batched_tokens=batched,
@@ -149,6 +174,7 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         profile=profile,
         tensor_parallel_size=tp,
         serve_dtype=inputs.dtype,
+        constants=fitted,
     )
     graphs = activation.cudagraph_bytes(
         model,
@@ -156,6 +182,7 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         max_num_batched_tokens=batched,
         tensor_parallel_size=tp,
         enforce_eager=inputs.enforce_eager,
+        constants=fitted,
     )
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
 
@@ -223,6 +250,37 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
                 estimated_max_model_len=estimate,
             )
 
+    sampler = activation.sampler_buffers(model, seqs, profile)
+    residual = fitted.activation_residual_units.get(profile.key, 0.0)
+    act_note = (
+        f"profile run: {batched:,} tokens, sampler {seqs} x {model.vocab_size:,} logits x "
+        f"{sum(b.units for b in sampler):g} fp32 copies (vLLM {profile.since}+: "
+        f"{profile.source.split(';')[0]})"
+    )
+    act_source = FROM_MODEL
+    if residual:
+        act_source = FROM_FITTED
+        act_note += (f"; plus {residual:+.2f} logit units "
+                     + fitted.source(f"activation_residual_units[{profile.key}]"))
+
+    # ---- the uncertainty band and the verdict --------------------------------------------
+    if inputs.kv_cache_memory_bytes is not None:
+        half = 0  # vLLM uses the given size as it is
+    else:
+        half = activation.VALIDATION.half_width_for(profile, tp)
+        half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0))
+    band = (available - half, available + half)
+    if failure is not None and failure.kind in (
+        failures.MAX_MODEL_LEN_ABOVE_MODEL, failures.FREE_MEMORY_BELOW_UTILIZATION
+    ):
+        verdict = VERDICT_DOES_NOT_FIT
+    elif _one_request_fits(layout, band[0], max_len, in_flight, profile):
+        verdict = VERDICT_FITS if failure is None else VERDICT_BORDERLINE
+    elif _one_request_fits(layout, band[1], max_len, in_flight, profile):
+        verdict = VERDICT_BORDERLINE
+    else:
+        verdict = VERDICT_DOES_NOT_FIT
+
     headroom = None
     if inputs.gpu_free_bytes is not None:
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
@@ -232,15 +290,18 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
                    f"ceil(total x {util:g}) of {inputs.gpu_total_bytes / GiB:.2f} GiB"),
         BudgetTerm("weights", weights, weights_src,
                    "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")),
-        BudgetTerm("non_torch", non_torch, FROM_MODEL,
-                   "cuBLAS/attention workspaces" + (", NCCL buffers" if tp > 1 else "")),
-        BudgetTerm("activation_peak", act, FROM_MODEL,
-                   f"profile run: {batched:,} tokens, sampler {seqs} x {model.vocab_size:,} "
-                   f"logits (vLLM {profile.since}+ rules)"),
-        BudgetTerm("cudagraph", graphs_in_budget, FROM_MODEL,
+        BudgetTerm("non_torch", non_torch, FROM_FITTED,
+                   "cuBLAS/attention workspaces" + (", NCCL buffers" if tp > 1 else "") + "; "
+                   + fitted.source("non_torch_tensor_parallel_bytes" if tp > 1
+                                   else "non_torch_single_gpu_bytes")),
+        BudgetTerm("activation_peak", act, act_source, act_note),
+        BudgetTerm("cudagraph", graphs_in_budget,
+                   FROM_FITTED if graphs_in_budget else FROM_MODEL,
                    ("eager mode: no graphs" if inputs.enforce_eager else
                     f"estimate {graphs / GiB:.2f} GiB" +
-                    ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20"))),
+                    ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20")
+                    + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
+                       if graphs_in_budget else ""))),
         BudgetTerm("kv_cache", available, kv_src, kv_note),
     )
     used_inputs = {
@@ -258,6 +319,7 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         "block_size": layout.block_size,
         "vllm_version": inputs.vllm_version,
         "vllm_rules_since": str(profile.since),
+        "vllm_rules_source": profile.source,
         "model": model.model_id,
         "weights_source": weights_src,
     }
@@ -279,12 +341,38 @@ def compute_capacity(inputs: PlanInputs) -> Capacity:
         max_num_batched_tokens=batched,
         gpu_memory_utilization=util,
         kv_cache_dtype=inputs.kv_cache_dtype,
-        fits=failure is None,
+        fits=verdict == VERDICT_FITS,
         failure=failure,
         terms=terms,
         inputs=used_inputs,
         headroom_bytes=headroom,
+        available_kv_band_bytes=band,
+        verdict=verdict,
     )
+
+
+#: relative uncertainty of the weights by where their size came from: the checkpoint files
+#: are exact; a catalog / Hub size can differ from what vLLM loads (tied or skipped tensors,
+#: a different revision); the byte model ignores norms, biases and quantization scales
+_WEIGHTS_UNCERTAINTY = {FROM_FILE: 0.0, FROM_CATALOG: 0.01, FROM_MODEL: 0.05}
+
+
+def _one_request_fits(
+    layout: kv.KvLayout,
+    available_kv_bytes: int,
+    max_model_len: int,
+    in_flight_tokens: int,
+    profile: activation.VersionProfile,
+) -> bool:
+    """Whether vLLM's start-up check passes with this much KV memory."""
+    if available_kv_bytes <= 0:
+        return False
+    cap = kv.kv_capacity(
+        layout, available_kv_bytes, max_model_len, in_flight_tokens,
+        tokens_from_concurrency=profile.tokens_from_concurrency,
+    )
+    usable = cap.num_blocks - (1 if profile.null_block_reserved else 0)
+    return cap.num_blocks > 0 and cap.blocks_per_request <= usable
 
 
 def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:

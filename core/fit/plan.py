@@ -27,6 +27,12 @@ FROM_DEFAULT = "default"  # a vLLM default for this version / GPU
 FROM_USER = "user"  # given explicitly
 FROM_MEASURED = "measured"  # reported by vLLM in an earlier launch on this GPU
 FROM_CALIBRATED = "calibrated"  # the model corrected by a measurement of other settings
+FROM_FITTED = "fitted"  # a constant fitted on public start-up logs (see core/fit/activation.py)
+
+#: plan verdicts (``Capacity.verdict``)
+VERDICT_FITS = "fits"
+VERDICT_BORDERLINE = "borderline"  # the uncertainty band straddles the fit / no-fit line
+VERDICT_DOES_NOT_FIT = "does_not_fit"
 
 #: failure kinds, in vLLM's terms (``Failure.kind``): see :mod:`kvpilot.core.failures`
 
@@ -174,8 +180,13 @@ class Capacity:
     """The predicted memory budget and KV capacity of a plan (all memory in bytes per GPU).
 
     ``kv_cache_tokens`` and ``max_concurrency`` are what vLLM logs as "KV cache size: N tokens,
-    Maximum concurrency for L tokens per request: Cx"; ``fits`` is False when vLLM would refuse
-    to start, and ``failure`` then says why.
+    Maximum concurrency for L tokens per request: Cx"; ``failure`` says why vLLM would refuse
+    to start at the central prediction.
+
+    ``available_kv_band_bytes`` is (low, high) around ``available_kv_bytes``: the validation
+    error of the version row plus the uncertainty of where the weights came from. ``verdict``
+    is "fits" when even the low edge starts, "does_not_fit" when even the high edge fails (or a
+    deterministic check fails), else "borderline"; ``fits`` is True only for "fits".
     """
 
     requested_bytes: int
@@ -200,9 +211,17 @@ class Capacity:
     terms: tuple[BudgetTerm, ...]
     inputs: dict[str, Any] = field(default_factory=dict)
     headroom_bytes: int | None = None
+    available_kv_band_bytes: tuple[int, int] = (0, 0)
+    verdict: str = VERDICT_FITS
+
+    @property
+    def available_kv_low_bytes(self) -> int:
+        """The band's lower edge (what the recommender and fallbacks rank by)."""
+        return self.available_kv_band_bytes[0]
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the ``kvpilot plan --json`` object)."""
         data = asdict(self)
         data["terms"] = [asdict(t) for t in self.terms]
+        data["available_kv_band_bytes"] = list(self.available_kv_band_bytes)
         return data
