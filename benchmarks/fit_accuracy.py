@@ -36,7 +36,7 @@ from kvpilot.core import failures
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import GiB, Capacity, PlanInputs
+from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
 from kvpilot.core.models.local import load_local_model
 
 HERE = Path(__file__).resolve().parent

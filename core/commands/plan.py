@@ -26,8 +26,16 @@ from kvpilot.core.commands.serving_args import (
     device_from_args,
     settings_from_args,
 )
+from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs, settings_dict
+from kvpilot.core.fit.plan import (
+    VERDICT_BORDERLINE,
+    VERDICT_FITS,
+    Capacity,
+    GiB,
+    PlanInputs,
+    settings_dict,
+)
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
@@ -108,6 +116,16 @@ def plan(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:
     return planned_capacity(inputs, store)
 
 
+def measured_startup_s(inputs: PlanInputs, store: MeasurementStore) -> float | None:
+    """The newest measured start-up time (seconds) of this model on this GPU, if any."""
+    from kvpilot.core.fit.calibrate import key_for
+
+    timed = [r for r in store.for_model(key_for(inputs)) if r.measured.startup_s]
+    if not timed:
+        return None
+    return max(timed, key=lambda r: r.measured.measured_at).measured.startup_s
+
+
 def run(args: argparse.Namespace) -> int:
     store = MeasurementStore(paths.measurements_path())
     if args.measure:
@@ -122,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(capacity.to_json(), indent=2, default=str))
     else:
-        print(render(inputs, capacity))
+        startup = measured_startup_s(inputs, store) if capacity.verdict == VERDICT_BORDERLINE \
+            else None
+        print(render(inputs, capacity, startup_s=startup))
     return 0 if capacity.fits else 1
 
 
@@ -153,8 +173,11 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:8.2f} GiB"
 
 
-def render(inputs: PlanInputs, cap: Capacity) -> str:
-    """A readable table of the budget (the non-JSON output)."""
+def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) -> str:
+    """A readable table of the budget (the non-JSON output).
+
+    ``startup_s`` is a measured start-up time, quoted when a borderline plan offers the dry run.
+    """
     lines = [
         f"model     {inputs.model.model_id}  ({inputs.model.architecture})",
         f"GPU       {inputs.gpu_name or 'unnamed'}  {inputs.gpu_total_bytes / GiB:.2f} GiB"
@@ -178,8 +201,18 @@ def render(inputs: PlanInputs, cap: Capacity) -> str:
     ]
     if cap.headroom_bytes is not None:
         lines.append(f"headroom        {cap.headroom_bytes / GiB:.2f} GiB of free memory unused")
-    if cap.failure is None:
+    low, high = cap.available_kv_band_bytes
+    lines.append(f"KV band         {low / GiB:.2f} to {high / GiB:.2f} GiB (validation error of "
+                 f"the vLLM {cap.inputs.get('vllm_rules_since')}+ rules, weights from "
+                 f"{cap.inputs.get('weights_source')})")
+    if cap.verdict == VERDICT_FITS:
         lines.append("verdict         fits")
+    elif cap.verdict == VERDICT_BORDERLINE:
+        lines.append("verdict         borderline"
+                     + (f" ({cap.failure.kind}): {cap.failure.message}" if cap.failure else ""))
+        lines.append(f"                {borderline_note(cap, startup_s)}")
+    elif cap.failure is None:
+        lines.append("verdict         does not fit")
     else:
         lines.append(f"verdict         does not fit ({cap.failure.kind}): {cap.failure.message}")
     return "\n".join(lines)

@@ -270,16 +270,7 @@ def compute_capacity(
         half = activation.VALIDATION.half_width_for(profile, tp)
         half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0))
     band = (available - half, available + half)
-    if failure is not None and failure.kind in (
-        failures.MAX_MODEL_LEN_ABOVE_MODEL, failures.FREE_MEMORY_BELOW_UTILIZATION
-    ):
-        verdict = VERDICT_DOES_NOT_FIT
-    elif _one_request_fits(layout, band[0], max_len, in_flight, profile):
-        verdict = VERDICT_FITS if failure is None else VERDICT_BORDERLINE
-    elif _one_request_fits(layout, band[1], max_len, in_flight, profile):
-        verdict = VERDICT_BORDERLINE
-    else:
-        verdict = VERDICT_DOES_NOT_FIT
+    verdict = band_verdict(inputs, band, failure)
 
     headroom = None
     if inputs.gpu_free_bytes is not None:
@@ -351,20 +342,80 @@ def compute_capacity(
     )
 
 
+def band_verdict(
+    inputs: PlanInputs, band: tuple[int, int], failure: Failure | None
+) -> str:
+    """"fits" / "borderline" / "does_not_fit" for an available-KV band (low, high) in bytes.
+
+    The free-memory and model-length checks do not depend on the band: they fail outright.
+    Otherwise the low edge passing means "fits", the high edge failing "does_not_fit".
+    """
+    if failure is not None and failure.kind in (
+        failures.MAX_MODEL_LEN_ABOVE_MODEL, failures.FREE_MEMORY_BELOW_UTILIZATION
+    ):
+        return VERDICT_DOES_NOT_FIT
+    model = inputs.model
+    profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
+    max_len = inputs.max_model_len or model.derived_max_model_len
+    batched, seqs = default_batching(
+        inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version,
+        inputs.compute_capability,
+    )
+    seqs = inputs.max_num_seqs or seqs
+    if not inputs.max_num_batched_tokens:
+        batched = min(seqs * max_len, batched)
+    else:
+        batched = inputs.max_num_batched_tokens
+    layout = kv.kv_layout(model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
+                          inputs.block_size)
+    in_flight = batched * profile.in_flight_batches
+    if one_request_fits(layout, band[0], max_len, in_flight, profile):
+        return VERDICT_FITS if failure is None else VERDICT_BORDERLINE
+    if one_request_fits(layout, band[1], max_len, in_flight, profile):
+        return VERDICT_BORDERLINE
+    return VERDICT_DOES_NOT_FIT
+
+
+def borderline_note(cap: Capacity, startup_s: float | None = None) -> str:
+    """The sentence a borderline plan shows: the band, and the measured dry run to settle it.
+
+    ``startup_s`` is a measured start-up time for this model and GPU (``Measured.startup_s``);
+    without one the note uses :data:`DRY_RUN_ESTIMATE_S`.
+    """
+    low, high = cap.available_kv_band_bytes
+    if startup_s is not None:
+        took = f"about {startup_s:.0f} s, as the last launch of this model here took"
+    else:
+        took = (f"about {DRY_RUN_ESTIMATE_S // 60} minutes (vLLM's start-up with dummy "
+                f"weights: profiling, torch.compile and CUDA-graph capture)")
+    return (
+        f"borderline: vLLM would have {low / GiB:.2f} to {high / GiB:.2f} GiB for the KV cache, "
+        f"and the start-up check passes only in part of that range; `kvpilot plan --measure` "
+        f"starts vLLM once with dummy weights (no download) to settle it: {took}"
+    )
+
+
+#: a documented estimate of a dry run (seconds) when no start-up was measured on this machine:
+#: 0.20+ start-ups of 7B-14B models spend 60-120 s in profiling, torch.compile and graph
+#: capture (cold compile cache); without a cache it is the upper end
+DRY_RUN_ESTIMATE_S = 180
+
+
 #: relative uncertainty of the weights by where their size came from: the checkpoint files
 #: are exact; a catalog / Hub size can differ from what vLLM loads (tied or skipped tensors,
 #: a different revision); the byte model ignores norms, biases and quantization scales
 _WEIGHTS_UNCERTAINTY = {FROM_FILE: 0.0, FROM_CATALOG: 0.01, FROM_MODEL: 0.05}
 
 
-def _one_request_fits(
+def one_request_fits(
     layout: kv.KvLayout,
     available_kv_bytes: int,
     max_model_len: int,
     in_flight_tokens: int,
     profile: activation.VersionProfile,
 ) -> bool:
-    """Whether vLLM's start-up check passes with this much KV memory."""
+    """Whether vLLM's start-up check (one request of ``max_model_len``) passes with this much
+    KV memory (bytes)."""
     if available_kv_bytes <= 0:
         return False
     cap = kv.kv_capacity(

@@ -20,11 +20,13 @@ from dataclasses import replace
 from kvpilot.core import failures
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.activation import profile_for
-from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.budget import band_verdict, compute_capacity
 from kvpilot.core.fit.plan import (
     FROM_CALIBRATED,
     FROM_MEASURED,
     FROM_USER,
+    VERDICT_DOES_NOT_FIT,
+    VERDICT_FITS,
     BudgetTerm,
     Capacity,
     Failure,
@@ -67,7 +69,8 @@ def planned_capacity(inputs: PlanInputs, store: MeasurementStore | None = None) 
     capacity = calibrated_capacity(inputs, records)
     unsupported = check_support(inputs)
     if unsupported is not None and capacity.failure is None:
-        capacity = replace(capacity, fits=False, failure=unsupported)
+        capacity = replace(capacity, fits=False, failure=unsupported,
+                           verdict=VERDICT_DOES_NOT_FIT)
     return capacity
 
 
@@ -92,7 +95,8 @@ def calibrated_capacity(
         measured_kv = newest.measured.available_kv_bytes
         assert measured_kv is not None
         note = f"reported by vLLM {newest.key.vllm_version} on {newest.measured.measured_at}"
-        return _with_kv(inputs, predicted, measured_kv, note, FROM_MEASURED, newest.measured)
+        return _with_kv(inputs, predicted, measured_kv, note, FROM_MEASURED, newest.measured,
+                        exact=True)
     # neighbouring settings: carry the newest offset over (only budgets vLLM computed itself)
     comparable = [
         r for r in usable
@@ -121,6 +125,8 @@ def _with_kv(
     note: str,
     source: str,
     measured: Measured | None,
+    *,
+    exact: bool = False,
 ) -> Capacity:
     """Recompute blocks/tokens/fit from a measured (``measured`` given) or calibrated KV budget.
 
@@ -128,7 +134,7 @@ def _with_kv(
     model's, and the activation term becomes what the reported budget leaves for it.
     """
     reported_tokens = measured.kv_cache_tokens if measured is not None else None
-    profile = profile_for(inputs.vllm_version)
+    profile = profile_for(inputs.vllm_version, inputs.compute_capability)
     layout = kv.kv_layout(
         inputs.model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
         predicted.block_size,
@@ -140,7 +146,7 @@ def _with_kv(
     )
     tokens = reported_tokens if reported_tokens is not None else cap.kv_cache_tokens
     terms = _reported_terms(predicted, available_kv_bytes, note, source, measured)
-    fits = predicted.fits
+    fits = predicted.failure is None  # a borderline prediction is settled by the figure
     failure = predicted.failure
     usable = cap.num_blocks - (1 if profile.null_block_reserved else 0)
     if failure is None and cap.blocks_per_request > max(0, usable):
@@ -156,8 +162,16 @@ def _with_kv(
             f"{predicted.max_model_len:,}.",
             estimated_max_model_len=estimate,
         )
+    # the band moves with the measurement: none around vLLM's own figure for these settings,
+    # the model's validation width around a neighbour's offset
+    low, high = predicted.available_kv_band_bytes
+    half = 0 if exact else (high - low) // 2
+    band = (available_kv_bytes - half, available_kv_bytes + half)
+    verdict = band_verdict(inputs, band, failure)
     return replace(
         predicted,
+        available_kv_band_bytes=band,
+        verdict=verdict,
         available_kv_bytes=available_kv_bytes,
         num_blocks=cap.num_blocks,
         kv_cache_tokens=tokens,
@@ -165,7 +179,7 @@ def _with_kv(
             tokens / predicted.max_model_len if reported_tokens else cap.max_concurrency
         ),
         terms=terms,
-        fits=fits,
+        fits=fits and verdict == VERDICT_FITS,
         failure=failure,
         inputs={**predicted.inputs, "kv_source": source, "kv_source_note": note},
     )

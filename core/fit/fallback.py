@@ -108,6 +108,9 @@ def propose(
                 estimate = original.failure.estimated_max_model_len if original.failure else None
             if estimate:
                 new_len = _round_down(estimate, block) if estimate >= block else estimate
+                # vLLM's estimate sits on the central prediction: step down to the longest
+                # context whose band's lower edge still fits
+                new_len = _longest_fitting_len(inputs, new_len, block, plan)
                 add(SHORTER_CONTEXT, replace(inputs, max_model_len=new_len),
                     f"context {new_len:,}", cost=1.0 + (1 - new_len / max(length, 1)))
         # 2. fp8 KV halves the KV bytes per token
@@ -159,12 +162,32 @@ def propose(
     # predicted-to-fit first, then by cost; drop duplicates of the same change
     seen: set[str] = set()
     ranked: list[FallbackOption] = []
-    for opt in sorted(options, key=lambda o: (not o.predicted_fits, o.cost)):
+    for opt in sorted(options, key=lambda o: (not o.predicted_fits, o.cost,
+                                              -o.capacity.available_kv_low_bytes)):
         if opt.change in seen:
             continue
         seen.add(opt.change)
         ranked.append(opt)
     return ranked
+
+
+def _longest_fitting_len(
+    inputs: PlanInputs, start: int, block: int, plan: Callable[[PlanInputs], Capacity]
+) -> int:
+    """The longest context <= ``start`` (a multiple of ``block``) whose verdict is "fits".
+
+    Returns ``start`` when it fits or when nothing shorter does (the option then shows it).
+    """
+    if start <= block or plan(replace(inputs, max_model_len=start)).fits:
+        return start
+    lo, hi = 0, start // block  # in blocks: lo fits (0 = none found), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if plan(replace(inputs, max_model_len=mid * block)).fits:
+            lo = mid
+        else:
+            hi = mid
+    return lo * block if lo else start
 
 
 def _family(model_id: str) -> str:

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvpilot.core.fit import budget
-from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs, ServingSettings
+from kvpilot.core.fit.budget import borderline_note
+from kvpilot.core.fit.plan import (
+    VERDICT_BORDERLINE,
+    Capacity,
+    GiB,
+    PlanInputs,
+    ServingSettings,
+)
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
@@ -238,7 +245,9 @@ def recommend(
                 continue
             if not cap.fits:
                 last_reason = cap.failure.message if cap.failure else "does not fit"
-                shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_bytes, 0)
+                if cap.verdict == VERDICT_BORDERLINE:
+                    last_reason = borderline_note(cap)
+                shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
                 continue
             if cap.max_concurrency < goal.users:
                 shortfall = _kv_needed(cap, goal.users) - cap.available_kv_bytes
@@ -261,7 +270,8 @@ def recommend(
         tps = decode_tokens_per_s(model, cap, gpu, goal.context_tokens, frac)
         prompt = min(TYPICAL_PROMPT_TOKENS[goal.use_case], cap.max_model_len)
         ttft = ttft_seconds(active, prompt, gpu)
-        kv_headroom = cap.available_kv_bytes - _kv_needed(cap, goal.users)
+        # ranked by the band's lower edge: headroom that holds even if vLLM takes more
+        kv_headroom = cap.available_kv_low_bytes - _kv_needed(cap, goal.users)
         tight = kv_headroom < TIGHT_HEADROOM_BYTES
         short_context = cap.max_model_len < goal.context_tokens
         score = _score(goal, total, active, _weight_bits(model), cap, tps, ttft)

@@ -81,9 +81,11 @@ def test_kv_too_small_reports_vllms_estimated_length(llama8b):
     assert cap.failure.kind == failures.KV_CACHE_TOO_SMALL
     estimate = cap.failure.estimated_max_model_len
     assert estimate is not None and 0 < estimate < 131072
-    # the estimate itself fits
-    assert compute_capacity(rtx4090(llama8b, max_model_len=estimate)).fits
-    assert not compute_capacity(rtx4090(llama8b, max_model_len=estimate + 16)).fits
+    # the estimate itself passes vLLM's check at the central prediction (it sits on the edge,
+    # so the band makes it borderline, never "does not fit")
+    at = compute_capacity(rtx4090(llama8b, max_model_len=estimate))
+    assert at.failure is None and at.verdict in ("fits", "borderline")
+    assert compute_capacity(rtx4090(llama8b, max_model_len=estimate + 16)).failure is not None
 
 
 def test_weights_larger_than_the_budget_leave_no_kv_memory(llama8b):
@@ -134,8 +136,12 @@ def test_bad_inputs_are_clear_errors(qwen7b):
 
 def test_version_profiles_are_ordered_and_cover_old_versions():
     assert activation.profile_for("0.6.4").engine == "V0"
-    assert activation.profile_for("0.10.1.1").sampler_logit_copies == 3.0
-    assert activation.profile_for("0.11.0").sampler_logit_copies == 9.6
+    # FlashInfer sampler: bf16 logits 0.5 + fp32 copy 1 + masked copy 1 + probabilities 1
+    assert activation.profile_for("0.10.1.1").sampler_logit_copies == 3.5
+    # sort path: 0.5 + 1 + values 1 + int64 indices 2 + torch sort workspace 5
+    assert activation.profile_for("0.11.0").sampler_logit_copies == 9.5
+    assert activation.profile_for("0.10.1.1", (7, 5)).engine == "V0"  # V1 needs SM 8.0
+    assert activation.profile_for("0.11.0", (7, 5)).engine == "V1"  # V0 is gone in 0.11
     assert activation.profile_for("0.33.0+cpu").cudagraph_in_budget
     assert activation.profile_for(None) is activation.PROFILES[0]
     sinces = [p.since for p in activation.PROFILES]
