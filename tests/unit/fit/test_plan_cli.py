@@ -48,6 +48,9 @@ def test_plan_json_has_every_contract_field(tmp_path, capsys):
     assert out["kv_bytes_per_token"] == 57_344
     assert out["fits"] is True and out["failure"] is None
     assert out["inputs"]["max_model_len"] == 32768
+    assert out["verdict"] == "fits"
+    low, high = out["available_kv_band_bytes"]
+    assert low < out["available_kv_bytes"] < high
 
 
 def test_plan_failure_is_in_vllms_terms_and_exits_1(tmp_path, capsys):
@@ -57,13 +60,14 @@ def test_plan_failure_is_in_vllms_terms_and_exits_1(tmp_path, capsys):
     assert rc == 1
     assert out["fits"] is False
     assert out["failure"]["kind"] in ("kv_cache_too_small", "max_model_len_above_model")
+    assert out["verdict"] == "does_not_fit"
 
 
 def test_plan_text_table_names_each_term(tmp_path, capsys):
     main(["plan", "--model", str(_model_dir(tmp_path)), "--gpu", "RTX 4090"])
     text = capsys.readouterr().out
     for word in ("requested", "weights", "non_torch", "activation_peak", "cudagraph",
-                 "kv_cache", "verdict"):
+                 "kv_cache", "verdict", "KV band", "fitted"):
         assert word in text
 
 
