@@ -219,6 +219,13 @@ class Capacity:
         """The band's lower edge (what the recommender and fallbacks rank by)."""
         return self.available_kv_band_bytes[0]
 
+    @property
+    def max_concurrency_low(self) -> float:
+        """Maximum concurrency at the band's lower edge (blocks scale with KV memory)."""
+        if self.available_kv_bytes <= 0:
+            return 0.0
+        return self.max_concurrency * max(self.available_kv_low_bytes, 0) / self.available_kv_bytes
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the ``kvpilot plan --json`` object)."""
         data = asdict(self)

@@ -249,11 +249,11 @@ def recommend(
                     last_reason = borderline_note(cap)
                 shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
                 continue
-            if cap.max_concurrency < goal.users:
-                shortfall = _kv_needed(cap, goal.users) - cap.available_kv_bytes
+            if cap.max_concurrency_low < goal.users:  # the band's lower edge must serve them
+                shortfall = _kv_needed(cap, goal.users) - cap.available_kv_low_bytes
                 last_reason = (
-                    f"{cap.max_concurrency:.1f} requests of {cap.max_model_len:,} tokens fit, "
-                    f"{goal.users} wanted ({kv_dtype} KV)"
+                    f"{cap.max_concurrency_low:.1f} requests of {cap.max_model_len:,} tokens "
+                    f"fit at the band's lower edge, {goal.users} wanted ({kv_dtype} KV)"
                 )
                 continue
             best = (inputs, cap)
@@ -320,11 +320,11 @@ def _score(
         if goal.use_case == "chat":
             score += min(tps, 60) / 20 - (2 if tps < 15 else 0)
         elif goal.use_case == "batch":
-            score += math.log2(max(cap.max_concurrency, 1)) * 0.8
+            score += math.log2(max(cap.max_concurrency_low, 1)) * 0.8
     if ttft is not None and goal.use_case == "chat" and ttft > 1.0:
         score -= 1
     if goal.use_case == "long-docs":
-        score += math.log2(max(cap.max_concurrency, 1)) * 0.3
+        score += math.log2(max(cap.max_concurrency_low, 1)) * 0.3
     if cap.kv_cache_dtype == "fp8":
         score -= 0.2
     return round(score, 4)

@@ -179,3 +179,39 @@ def test_shorter_context_fallback_fits_at_the_lower_edge(llama8b):
     assert shorter.capacity.verdict == "fits"
     assert shorter.inputs.max_model_len <= (cap.failure.estimated_max_model_len or 0)
     assert budget.one_request_fits  # public for calibrate's verdict
+
+
+def test_recommender_ranks_by_the_lower_edge(qwen7b, llama8b):
+    from kvpilot.core.fit.plan import MiB
+    from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
+
+    gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)
+    result = recommend(gpu, Goal(context_tokens=16384, users=4), [qwen7b, llama8b])
+    assert result.candidates
+    for c in result.candidates:
+        cap = c.capacity
+        needed = -(-cap.max_model_len // cap.block_size) * 4 * cap.page_bytes_per_block
+        assert c.kv_headroom_bytes == cap.available_kv_low_bytes - needed
+        assert cap.max_concurrency_low >= 4  # the goal holds at the low edge too
+        low, _ = cap.available_kv_band_bytes
+        assert cap.max_concurrency_low == pytest.approx(
+            cap.max_concurrency * low / cap.available_kv_bytes)
+
+
+def test_a_measurement_settles_a_borderline_plan(llama8b):
+    from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
+    from kvpilot.core.measurements import Measured, MeasurementRecord
+
+    for length in range(20000, 80000, 256):
+        inputs = rtx4090(llama8b, max_model_len=length)
+        cap = compute_capacity(inputs)
+        if cap.verdict == "borderline":
+            break
+    assert cap.verdict == "borderline" and not cap.fits
+    for kv_bytes, verdict in ((cap.available_kv_band_bytes[1], "fits"),
+                              (cap.available_kv_band_bytes[0] - GiB, "does_not_fit")):
+        measured = Measured(measured_at="2026-11-30T09:00:00+00:00", source="dry_run",
+                            available_kv_bytes=kv_bytes, kv_cache_tokens=None)
+        settled = calibrated_capacity(inputs, [MeasurementRecord(key_for(inputs), measured)])
+        assert settled.available_kv_band_bytes == (kv_bytes, kv_bytes)  # vLLM's own figure
+        assert settled.verdict == verdict and settled.fits == (verdict == "fits")
