@@ -296,7 +296,7 @@ PROFILES: tuple[VersionProfile, ...] = (
     ),
 )
 
-#: the V0 row (also the fallback of 0.8-0.10 on GPUs below compute capability 8.0)
+#: the V0 row (also the fallback of 0.8-0.10.1 on GPUs below compute capability 8.0)
 V0_PROFILE = PROFILES[-1]
 
 
@@ -305,8 +305,9 @@ def profile_for(
 ) -> VersionProfile:
     """The accounting rules of a vLLM version (unknown or newer -> the newest rules).
 
-    From 0.8 to 0.10 the V1 engine refuses GPUs below compute capability 8.0 and vLLM falls
-    back to V0 (engine/arg_utils.py ``_is_v1_supported_oracle``); V0 is gone in 0.11.
+    From 0.8 to 0.10.1 the V1 engine refuses GPUs below compute capability 8.0 and vLLM falls
+    back to V0 (engine/arg_utils.py ``_is_v1_supported_oracle``, "Compute Capability < 8.0");
+    0.10.2 drops that check and 0.11 drops V0.
     """
     v = Version.parse(version)
     for row in PROFILES:
@@ -315,7 +316,7 @@ def profile_for(
                 row.engine == "V1"
                 and compute_capability is not None
                 and compute_capability < (8, 0)
-                and v < Version((0, 11))
+                and v < Version((0, 10, 2))
             ):
                 return V0_PROFILE
             return row
@@ -540,13 +541,24 @@ def activation_peak_bytes(
     return max(forward, sampler + hidden)
 
 
-def max_cudagraph_capture_size(max_num_seqs: int, max_num_batched_tokens: int) -> int:
+def max_cudagraph_capture_size(
+    max_num_seqs: int, max_num_batched_tokens: int, largest_default: int = 512
+) -> int:
     """vLLM's default largest capture size: min(2 x max_num_seqs, 512), capped by batch tokens.
 
-    (config/compilation.py ``CompilationConfig`` / config/vllm.py
-    ``_set_cudagraph_sizes``: max_cudagraph_capture_size = min(max_num_seqs * 2, 512)).
+    (config/vllm.py ``_set_cudagraph_sizes``: min(max_num_seqs * 2, 512); from 0.28 the 512
+    is 1024 on data-center Blackwell, SM 10.x: ``largest_default``.)
     """
-    return max(1, min(2 * max_num_seqs, 512, max_num_batched_tokens))
+    return max(1, min(2 * max_num_seqs, largest_default, max_num_batched_tokens))
+
+
+def largest_default_capture(version: str | None, compute_capability: tuple[int, int] | None
+                            ) -> int:
+    """512, or 1024 on SM 10.x from vLLM 0.28 (``is_device_capability_family(100)``)."""
+    if (compute_capability is not None and compute_capability[0] == 10
+            and Version.parse(version) >= Version((0, 28))):
+        return 1024
+    return 512
 
 
 def cudagraph_bytes(
@@ -557,6 +569,7 @@ def cudagraph_bytes(
     tensor_parallel_size: int = 1,
     enforce_eager: bool = False,
     constants: FittedConstants | None = None,
+    largest_default: int = 512,
 ) -> int:
     """Estimated CUDA-graph pool (bytes per rank); 0 with ``--enforce-eager``.
 
@@ -566,7 +579,7 @@ def cudagraph_bytes(
     if enforce_eager:
         return 0
     c = constants or FITTED
-    capture = max_cudagraph_capture_size(max_num_seqs, max_num_batched_tokens)
+    capture = max_cudagraph_capture_size(max_num_seqs, max_num_batched_tokens, largest_default)
     return int(
         c.cudagraph_bytes_per_layer_hidden_token
         * capture

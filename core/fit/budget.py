@@ -60,7 +60,7 @@ def default_batching(
 
     Per release (``engine/arg_utils.py``, OPENAI_API_SERVER usage context):
 
-    * V0 (0.6-0.7, and the V0 fallback of 0.8-0.10 below SM 8.0): 256 sequences; chunked
+    * V0 (0.6-0.7, and the V0 fallback of 0.8-0.10.1 below SM 8.0): 256 sequences; chunked
       prefill is off unless max_model_len > 32k, so ``SchedulerConfig.__post_init__`` profiles
       ``max(max_model_len, 2048)`` tokens (2048 with chunked prefill).
     * V1 0.8.x ``_set_default_args_v1``: >= 70 GiB -> 8192 tokens / 1024 sequences (A100 80GB
@@ -183,6 +183,8 @@ def compute_capacity(
         tensor_parallel_size=tp,
         enforce_eager=inputs.enforce_eager,
         constants=fitted,
+        largest_default=activation.largest_default_capture(
+            inputs.vllm_version, inputs.compute_capability),
     )
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
 

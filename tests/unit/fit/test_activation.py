@@ -94,6 +94,10 @@ def test_cudagraph_estimate_by_hand(qwen7b):
     ) == 10 * 512 * 28 * 3584
     assert activation.cudagraph_bytes(
         qwen7b, max_num_seqs=256, max_num_batched_tokens=2048, enforce_eager=True) == 0
+    # 0.28+ on data-center Blackwell captures up to 1024
+    assert activation.largest_default_capture("0.28.0", (10, 0)) == 1024
+    assert activation.largest_default_capture("0.26.0", (10, 0)) == 512
+    assert activation.max_cudagraph_capture_size(1024, 8192, 1024) == 1024
 
 
 def test_defaults_per_release():
