@@ -280,6 +280,10 @@ def fit_constants(
     2. Activation remainder per version row (logit units): median of (logged - computed).
     3. Non-torch memory (one GPU / tensor parallel): the logged value, or the budget's residual
        (requested - weights - activation - graphs - logged KV) where none is logged; median.
+    4. A per-row remainder (bytes) for rows whose budget holds vLLM's CUDA-graph *estimate*
+       (0.20+; the graph constant is fitted on the pool sizes older releases log after capture,
+       which the estimate need not equal): the median of predicted - logged KV over the row's
+       cases that log neither the activation peak nor the graph estimate.
     A constant without any training case keeps the prior.
     """
     prior = prior or activation.FittedConstants(
@@ -350,11 +354,35 @@ def fit_constants(
             single_ids.append(c.case_id)
     fitted_on["non_torch_single_gpu_bytes"] = tuple(single_ids)
     fitted_on["non_torch_tensor_parallel_bytes"] = tuple(multi_ids)
-    return FittedConstants(
+    stage = FittedConstants(
         non_torch_single_gpu_bytes=int(_median(single, prior.non_torch_single_gpu_bytes)),
         non_torch_tensor_parallel_bytes=int(_median(multi, prior.non_torch_tensor_parallel_bytes)),
         cudagraph_bytes_per_layer_hidden_token=round(graph, 3),
         activation_residual_units=residual,
+        fitted_on=fitted_on,
+    )
+    # 4. what a row's budgets leave unexplained where vLLM's CUDA-graph estimate is inside the
+    #    budget (0.20+) and its cases log neither the activation peak nor the graph estimate
+    left: dict[str, list[float]] = defaultdict(list)
+    left_ids: dict[str, list[str]] = defaultdict(list)
+    for c in training:
+        profile = activation.profile_for(c.inputs.vllm_version, c.inputs.compute_capability)
+        if (not profile.cudagraph_in_budget or c.inputs.enforce_eager
+                or c.reported_activation_gib is not None or c.reported_kv_gib is None
+                or c.reported_graph_gib is not None or c.expected_failure is not None):
+            continue
+        cap = compute_capacity(c.inputs, constants=stage)
+        left[_row_key(c)].append(cap.available_kv_bytes - c.reported_kv_gib * GiB)
+        left_ids[_row_key(c)].append(c.case_id)
+    remainder = {k: int(_median(v, 0.0)) for k, v in left.items()}
+    for k, ids in left_ids.items():
+        fitted_on[f"row_remainder_bytes[{k}]"] = tuple(ids)
+    return FittedConstants(
+        non_torch_single_gpu_bytes=stage.non_torch_single_gpu_bytes,
+        non_torch_tensor_parallel_bytes=stage.non_torch_tensor_parallel_bytes,
+        cudagraph_bytes_per_layer_hidden_token=stage.cudagraph_bytes_per_layer_hidden_token,
+        activation_residual_units=residual,
+        row_remainder_bytes=remainder,
         fitted_on=fitted_on,
     )
 
@@ -492,6 +520,7 @@ def write_constants(path: Path = CONSTANTS_PATH) -> dict[str, Any]:
             "non_torch_tensor_parallel_bytes": full.non_torch_tensor_parallel_bytes,
             "cudagraph_bytes_per_layer_hidden_token": full.cudagraph_bytes_per_layer_hidden_token,
             "activation_residual_units": full.activation_residual_units,
+            "row_remainder_bytes": full.row_remainder_bytes,
             "fitted_on": {k: list(v) for k, v in full.fitted_on.items()},
         },
         "validation": validation_band(rows),

@@ -125,12 +125,15 @@ SAMPLER_TRITON: tuple[Buffer, ...] = (
            "v1/sample/ops/topk_topp_sampler.py random_sample: empty_exponential_noise_like"),
 )
 
-#: 0.28+ V2 model runner (dense models): the dummy sampler skips top-k/top-p and logprobs
+#: 0.28+ V2 model runner (dense models): the dummy batch needs no logits processing
+#: (``needs_logits_processing`` all False, so ``apply_sampling_params`` returns the logits as
+#: they are) and top-k/top-p and logprobs are skipped; ``gumbel_sample`` keeps only
+#: [rows, vocab / block] partial maxima
 SAMPLER_V2: tuple[Buffer, ...] = (
-    _LOGITS,
-    Buffer("fp32 copy for the sampling parameters", 1.0,
-           "v1/worker/gpu/sample/sampler.py Sampler.apply_sampling_params: "
-           "torch.empty_like(logits, dtype=torch.float32).copy_(logits)"),
+    Buffer(_LOGITS.name, _LOGITS.units,
+           "v1/worker/gpu/model_runner.py _dummy_sampler_run: model.compute_logits, then "
+           "v1/worker/gpu/sample/sampler.py Sampler.apply_sampling_params returns them "
+           "unchanged (no fp32 copy)"),
 )
 
 
@@ -344,6 +347,10 @@ class FittedConstants:
             token of the largest capture size.
         activation_residual_units: per version row (``VersionProfile.key``), logit units the
             computed activation peak misses on that row's cases (0 where none reported).
+        row_remainder_bytes: per version row whose budget holds vLLM's CUDA-graph estimate
+            (0.20+), what that row's budgets leave unexplained after every other term (bytes,
+            counted with the activation peak): the estimate is not the pool size that older
+            releases log and the graph constant is fitted on.
         fitted_on: case ids each constant was fitted on, by constant name.
     """
 
@@ -351,6 +358,7 @@ class FittedConstants:
     non_torch_tensor_parallel_bytes: int
     cudagraph_bytes_per_layer_hidden_token: float
     activation_residual_units: dict[str, float] = field(default_factory=dict)
+    row_remainder_bytes: dict[str, int] = field(default_factory=dict)
     fitted_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def source(self, name: str) -> str:
@@ -414,6 +422,9 @@ def _load() -> tuple[FittedConstants, Validation]:
                   _PRIOR.cudagraph_bytes_per_layer_hidden_token)),
         activation_residual_units={
             str(k): float(v) for k, v in c.get("activation_residual_units", {}).items()
+        },
+        row_remainder_bytes={
+            str(k): int(v) for k, v in c.get("row_remainder_bytes", {}).items()
         },
         fitted_on={str(k): tuple(v) for k, v in c.get("fitted_on", {}).items()},
     )
@@ -536,9 +547,10 @@ def activation_peak_bytes(
     sampler = sampler_peak_bytes(
         model, max_num_seqs, profile, tensor_parallel_size, constants=constants
     )
+    remainder = (constants or FITTED).row_remainder_bytes.get(profile.key, 0)
     if profile.sampler_adds_to_forward and uses_v2_runner(model, profile):
-        return forward + hidden + sampler
-    return max(forward, sampler + hidden)
+        return max(0, forward + hidden + sampler + remainder)
+    return max(0, max(forward, sampler + hidden) + remainder)
 
 
 def max_cudagraph_capture_size(

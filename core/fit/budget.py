@@ -264,6 +264,11 @@ def compute_capacity(
         act_source = FROM_FITTED
         act_note += (f"; plus {residual:+.2f} logit units "
                      + fitted.source(f"activation_residual_units[{profile.key}]"))
+    remainder = fitted.row_remainder_bytes.get(profile.key, 0)
+    if remainder:
+        act_source = FROM_FITTED
+        act_note += (f"; plus {remainder / GiB:+.2f} GiB row remainder "
+                     + fitted.source(f"row_remainder_bytes[{profile.key}]"))
 
     # ---- the uncertainty band and the verdict --------------------------------------------
     if inputs.kv_cache_memory_bytes is not None:
