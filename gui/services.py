@@ -35,6 +35,10 @@ def _quant_label(method: str | None, bits: int) -> str:
 
 def _capacity_reason(cap: Any, goal: Goal) -> str:
     if not cap.fits:
+        if getattr(cap, "verdict", "") == "borderline":
+            from kvpilot.core.fit.budget import borderline_note
+
+            return str(borderline_note(cap))
         return cap.failure.message if cap.failure else "does not fit"
     return (
         f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests "

@@ -66,7 +66,8 @@ def default_batching(
     * V1 0.8.x ``_set_default_args_v1``: >= 70 GiB -> 8192 tokens / 1024 sequences (A100 80GB
       included), else 2048 / 256.
     * V1 0.9 to 0.26 ``_set_default_args``: the same, A100 excluded from the large row.
-    * 0.28+ ``get_batch_defaults``: >= 160 GiB -> 16384 / 1024 first.
+    * 0.28+ ``get_batch_defaults``: >= 160 GiB -> 16384 / 1024 first; 0.33 also keeps GB10
+      (SM 12.1) off the large row.
 
     ``gpu_name`` ``cpu`` is vLLM's CPU backend (2048 tokens, 128 sequences per worker).
     """
@@ -82,7 +83,10 @@ def default_batching(
     if gpu_total_bytes >= _HUGE_GPU_BYTES and v >= activation.Version((0, 28)):
         return 16384, 1024
     a100_excluded = v >= activation.Version((0, 9))
-    if gpu_total_bytes >= _LARGE_GPU_BYTES and not (a100_excluded and "a100" in name):
+    # 0.33 keeps GB10 (DGX Spark, SM 12.1: the memory, not the compute) on the small tier
+    gb10 = compute_capability == (12, 1) and v >= activation.Version((0, 33))
+    if (gpu_total_bytes >= _LARGE_GPU_BYTES and not (a100_excluded and "a100" in name)
+            and not gb10):
         return 8192, 1024
     return 2048, 256
 

@@ -108,6 +108,9 @@ def test_defaults_per_release():
     # >= 160 GiB only from 0.28
     assert default_batching(180 * GiB, "NVIDIA B200", 16384, "0.26.0") == (8192, 1024)
     assert default_batching(180 * GiB, "NVIDIA B200", 16384, "0.28.0") == (16384, 1024)
+    # 0.33 keeps a 119 GiB GB10 (DGX Spark) on the small tier
+    assert default_batching(119 * GiB, "NVIDIA GB10", 16384, "0.33.0", (12, 1)) == (2048, 256)
+    assert default_batching(119 * GiB, "NVIDIA GB10", 16384, "0.32.0", (12, 1)) == (8192, 1024)
     # V0 with chunked prefill (context > 32k) profiles 2048 tokens; T4 on 0.8 falls back to V0
     assert default_batching(24 * GiB, "RTX 3090", 65536, "0.6.6") == (2048, 256)
     assert default_batching(15 * GiB, "Tesla T4", 8192, "0.8.2", (7, 5)) == (8192, 256)
