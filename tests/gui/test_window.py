@@ -29,7 +29,7 @@ def test_window_opens_on_a_recorded_rtx4090(make_window) -> None:
     terms = [w.planner.detail.item(r, 0).text() for r in range(w.planner.detail.rowCount())]
     assert "weights" in terms and "kv cache" in terms
     sources = {w.planner.detail.item(r, 2).text() for r in range(len(rows[0].capacity.terms))}
-    assert sources <= {"file", "catalog", "model", "default", "user", "measured"}
+    assert sources <= {"file", "catalog", "model", "default", "user", "measured", "fitted"}
     assert "RTX 4090" in w.planner.heading.text()
 
 
