@@ -260,7 +260,7 @@ def compute_capacity(
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
     act_note = (
         f"profile run: {batched:,} tokens, sampler {seqs} x {model.vocab_size:,} logits x "
-        f"{sum(b.units for b in sampler):g} fp32 copies (vLLM {profile.since}+: "
+        f"{sum(b.units for b in sampler):g} fp32-sized copies (vLLM {profile.since}+: "
         f"{profile.source.split(';')[0]})"
     )
     act_source = FROM_MODEL
