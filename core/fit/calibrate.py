@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from kvpilot.core import failures
 from kvpilot.core.fit import kv
-from kvpilot.core.fit.activation import profile_for
+from kvpilot.core.fit.activation import FittedConstants, profile_for
 from kvpilot.core.fit.budget import band_verdict, compute_capacity
 from kvpilot.core.fit.plan import (
     FROM_CALIBRATED,
@@ -75,13 +75,17 @@ def planned_capacity(inputs: PlanInputs, store: MeasurementStore | None = None) 
 
 
 def calibrated_capacity(
-    inputs: PlanInputs, records: Sequence[MeasurementRecord] = ()
+    inputs: PlanInputs,
+    records: Sequence[MeasurementRecord] = (),
+    *,
+    constants: FittedConstants | None = None,
 ) -> Capacity:
     """The plan's capacity, using matching measurements when there are any.
 
-    ``records`` are the stored measurements for this GPU, model and version (any settings).
+    ``records`` are the stored measurements for this GPU, model and version (any settings);
+    ``constants`` replaces the model's fitted constants (validation runs refit them).
     """
-    predicted = compute_capacity(inputs)
+    predicted = compute_capacity(inputs, constants)
     if not records:
         return predicted
     wanted = key_for(inputs)
@@ -98,16 +102,20 @@ def calibrated_capacity(
         return _with_kv(inputs, predicted, measured_kv, note, FROM_MEASURED, newest.measured,
                         exact=True)
     # neighbouring settings: carry the newest offset over (only budgets vLLM computed itself)
+    # the offset carries the error in weights, non-torch and activation terms per GPU; with
+    # another tensor-parallel size those terms are split (and NCCL buffers added) differently,
+    # so only measurements of the same parallel layout calibrate
     comparable = [
         r for r in usable
         if r.key.settings.kv_cache_memory_bytes is None and inputs.kv_cache_memory_bytes is None
+        and r.key.settings.tensor_parallel_size == inputs.tensor_parallel_size
     ]
     if not comparable:
         return predicted
     newest = max(comparable, key=lambda r: r.measured.measured_at)
     measured_kv = newest.measured.available_kv_bytes
     assert measured_kv is not None
-    then = compute_capacity(inputs.with_settings(newest.key.settings))
+    then = compute_capacity(inputs.with_settings(newest.key.settings), constants)
     offset = measured_kv - then.available_kv_bytes
     note = (
         f"model corrected by {offset / GiB:+.2f} GiB measured on {newest.measured.measured_at} "
