@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from kvpilot.core import settings as st
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.fit.startup import StartupRefusedError
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm import supervisor as sv
 from kvpilot.gui import theme
@@ -611,6 +612,12 @@ class MainWindow(QMainWindow):
         if not isinstance(exc, KvpilotError):
             log.error("server start failed", exc_info=exc)
         self.server_panel.show_state("failed", detail=message)
+        if isinstance(exc, StartupRefusedError) and self.current_request is not None:
+            # not launched: the free memory now is below what the plan requests; the
+            # fallbacks start from the fresh reading
+            self.current_request = replace(self.current_request, inputs=exc.refusal.inputs)
+            self._on_failure(exc.refusal.failure, after_ready=False)
+            return
         self._show_launch_error(message)
 
     def _show_launch_error(self, message: str) -> None:

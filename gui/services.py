@@ -422,6 +422,8 @@ class AppServices:
             old = self.supervisor
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
+        if inputs is not None:
+            self.check_startup_now(inputs)
         self.telemetry.clear()
         # a Hub checkpoint not in the cache is downloaded by kvpilot first (progress to the GUI)
         self.download_cancel.clear()
@@ -450,6 +452,31 @@ class AppServices:
             self.supervisor = sup
         sup.start()
         return sup
+
+    def check_startup_now(self, inputs: Any) -> None:
+        """Blocking (one NVML pass): vLLM's free-memory check with the memory free right now on
+        the sampled GPU; nothing to check without a sampled GPU.
+
+        Raises:
+            StartupRefusedError: vLLM would refuse to start (the programs holding memory are
+                named; ``refusal.inputs`` carries the fresh reading for the fallbacks).
+        """
+        from kvpilot.core.fit.startup import StartupRefusedError, startup_refusal
+        from kvpilot.core.hardware.budget_now import memory_holders
+
+        sampler = self.gpu_sampler
+        if sampler is None:
+            return
+        result = self.probe()
+        gpu = next((g for g in result.gpus if g.index == sampler.index), None)
+        if gpu is None or gpu.memory_free_bytes is None:
+            return
+        own = frozenset(self.supervisor.tree_pids()) if self.supervisor is not None else frozenset()
+        refusal = startup_refusal(
+            inputs, int(gpu.memory_free_bytes), memory_holders(gpu, exclude_pids=own)
+        )
+        if refusal is not None:
+            raise StartupRefusedError(refusal)
 
     def _gpu_pids(self) -> set[int]:
         sampler = self.gpu_sampler

@@ -34,8 +34,8 @@ from kvpilot.core.commands.serving_args import (
     settings_from_args,
 )
 from kvpilot.core.errors import CommandError, KvpilotError
-from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import Failure, PlanInputs, settings_dict
+from kvpilot.core.fit.plan import PlanInputs, settings_dict
+from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import model_identity
 from kvpilot.core.vllm import logparse
@@ -300,14 +300,6 @@ def plan_inputs(
     )
 
 
-@dataclass(frozen=True)
-class StartupRefusal:
-    """vLLM's start-up check would fail with the free memory NVML reports right now."""
-
-    failure: Failure
-    inputs: PlanInputs
-
-
 def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefusal | None:
     """vLLM's free-memory check, with NVML's free memory read again just before the launch.
 
@@ -320,13 +312,7 @@ def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefus
     fresh = detected_gpu()
     if fresh is None or fresh.free_bytes is None:
         return None
-    now = dataclasses.replace(
-        inputs, gpu_free_bytes=fresh.free_bytes, gpu_memory_holders=fresh.memory_holders
-    )
-    cap = compute_capacity(now)
-    if cap.failure is not None and cap.failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION:
-        return StartupRefusal(cap.failure, now)
-    return None
+    return startup_refusal(inputs, fresh.free_bytes, fresh.memory_holders)
 
 
 class _Signals:

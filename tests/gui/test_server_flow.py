@@ -296,3 +296,26 @@ def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot
     assert not w.apply_pressure_fix("cpu_bound")  # no one-click fix for that one
     w.stop_server()
     qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+
+
+def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qtbot) -> None:
+    """The plan was made when more memory was free; at launch NVML says 22.15 GiB free (Xorg,
+    gnome-shell and Firefox hold 1.5 GiB), so vLLM would refuse utilization 0.95: nothing is
+    started, the banner names the programs and offers a utilization that fits."""
+    from kvpilot.core.fit.plan import GiB
+    from kvpilot.gui.services import LaunchRequest
+
+    w = server_window()
+    row = w.planner.selected()
+    assert row is not None and row.inputs is not None
+    stale = replace(row.inputs, gpu_free_bytes=24 * GiB, gpu_memory_utilization=0.95)
+    assert w.services.compute_capacity(stale).failure is None  # fits by the stale reading
+    assert w.launch_request(LaunchRequest(inputs=stale, model=row.model_ref, profile=w.profile))
+    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=15_000)
+    assert w.services.supervisor is None  # nothing was started
+    assert w.last_failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
+    assert "firefox (0.8 GiB), Xorg (0.4 GiB), gnome-shell (0.3 GiB)" in w.last_failure.message
+    qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
+    first = w.fallback_options[0]
+    assert first.inputs.gpu_memory_utilization < 0.95
+    assert first.inputs.gpu_free_bytes == w.current_request.inputs.gpu_free_bytes < 24 * GiB
