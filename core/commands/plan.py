@@ -37,6 +37,7 @@ from kvpilot.core.fit.plan import (
     settings_dict,
 )
 from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.models.identity import launch_reference
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
@@ -155,7 +156,7 @@ def _measure(
     from kvpilot.core.vllm.measure import run_measurement
 
     print(f"measuring with vLLM {rt.version} ({rt.location}), dummy weights...", flush=True)
-    model_ref = inputs.model.source or inputs.model.model_id
+    model_ref = launch_reference(inputs.model)
     spec = LaunchSpec.from_plan(
         inputs, model_ref, load_format="dummy", port=find_free_port("127.0.0.1", 8000)
     )

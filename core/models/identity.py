@@ -50,3 +50,21 @@ def spec_identity(spec: ModelSpec) -> str:
             if repo:
                 return repo
     return model_identity(spec.model_id)
+
+
+def launch_reference(spec: ModelSpec) -> str:
+    """What to hand ``vllm serve`` for a loaded spec: the folder it was read from (a Hugging
+    Face cache snapshot included), else its repo id (vLLM or kvpilot's downloader fetches it).
+    """
+    if spec.source and not spec.source.startswith(_REPO_SOURCES) and Path(spec.source).is_dir():
+        return spec.source
+    if spec.source.startswith("hub-cache:"):
+        from kvpilot.core.models.hub import cached_snapshot
+
+        repo, _, revision = spec.source[len("hub-cache:"):].partition("@")
+        snapshot = cached_snapshot(repo, revision=revision or None)
+        if snapshot is None:
+            snapshot = cached_snapshot(repo)
+        if snapshot is not None:
+            return str(snapshot)
+    return spec_identity(spec)

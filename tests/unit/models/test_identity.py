@@ -33,3 +33,23 @@ def test_a_catalog_spec_and_a_cached_spec_share_the_identity(tmp_path: Path) -> 
     assert spec_identity(cached) == "Qwen/Qwen2.5-7B-Instruct-AWQ"
     hub = replace(spec, model_id="x", source="hub-cache:Qwen/Qwen2.5-7B-Instruct-AWQ@r1")
     assert spec_identity(hub) == "Qwen/Qwen2.5-7B-Instruct-AWQ"
+
+
+def test_launch_reference_is_the_cached_snapshot_folder(tmp_path: Path, monkeypatch) -> None:
+    from kvpilot.core.models.identity import launch_reference
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    spec = replace(get("Qwen/Qwen2.5-7B-Instruct-AWQ"), model_id="org/tiny",
+                   source="hub-cache:org/tiny@0123abcd")
+    assert launch_reference(spec) == str(snap)
+    own = tmp_path / "mine"
+    own.mkdir()
+    assert launch_reference(replace(spec, source=str(own))) == str(own)
+    catalog = get("Qwen/Qwen2.5-7B-Instruct-AWQ")
+    assert launch_reference(catalog) == "Qwen/Qwen2.5-7B-Instruct-AWQ"
