@@ -552,9 +552,11 @@ class AppServices:
 
     def adopt_orphan(self, orphan: Any) -> Any:
         """Supervise an orphaned server from now on (events go to the bridge)."""
-        from kvpilot.core.vllm.orphans import adopt
+        from kvpilot.core.vllm.supervisor import Supervisor
 
-        sup = adopt(orphan, data_dir=self.data_dir, on_event=self.bridge.emitter("server_event"))
+        sup = Supervisor.attach(
+            orphan, data_dir=self.data_dir, on_event=self.bridge.emitter("server_event")
+        )
         with self._lock:
             self.supervisor = sup
         return sup

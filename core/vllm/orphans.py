@@ -17,14 +17,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
 from kvpilot.core.vllm.proctree import StopReport, alive, group_members, stop_tree
-
-if TYPE_CHECKING:
-    from kvpilot.core.vllm.supervisor import Supervisor, SupervisorEvent
 
 
 @dataclass(frozen=True)
@@ -178,22 +175,3 @@ def stop_orphan(
     if report.clean:
         remove_pidfile(orphan.pidfile)
     return report
-
-
-def adopt(
-    orphan: OrphanServer,
-    *,
-    data_dir: Path,
-    on_event: Callable[[SupervisorEvent], None] | None = None,
-    health_interval_s: float = 0.25,
-) -> Supervisor:
-    """Take over an orphaned server: poll its health, tail its log, own its pidfile from now on.
-
-    Returns a started :class:`~kvpilot.core.vllm.supervisor.Supervisor` in state ``ready`` (or
-    ``starting`` while the orphan is still loading); ``stop()`` stops it like our own.
-    """
-    from kvpilot.core.vllm.supervisor import Supervisor
-
-    return Supervisor.attach(
-        orphan, data_dir=data_dir, on_event=on_event, health_interval_s=health_interval_s
-    )

@@ -430,7 +430,12 @@ class Supervisor:
         on_event: Callable[[SupervisorEvent], None] | None = None,
         health_interval_s: float = 0.25,
     ) -> Supervisor:
-        """Supervise a server started by an earlier kvpilot (see ``orphans.adopt``)."""
+        """Adopt a server started by an earlier kvpilot (found by ``orphans.find_orphans``):
+        poll its health, tail its log, own its pidfile from now on.
+
+        Returns a started supervisor in state ``ready`` (or ``starting`` while the orphan is
+        still loading); ``stop()`` stops it like our own.
+        """
         rec = orphan.record
         sup = cls(
             None, None, data_dir=data_dir, on_event=on_event, health_interval_s=health_interval_s

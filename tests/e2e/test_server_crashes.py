@@ -17,9 +17,9 @@ from kvpilot.core import failures
 from kvpilot.core.measurements import SOURCE_DRY_RUN, MeasurementStore
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.measure import cpu_device_identity, key_for, run_measurement
-from kvpilot.core.vllm.orphans import adopt, find_orphans, stop_orphan
+from kvpilot.core.vllm.orphans import find_orphans, stop_orphan
 from kvpilot.core.vllm.runtime import VllmRuntime
-from kvpilot.core.vllm.supervisor import FAILED, StateEvent
+from kvpilot.core.vllm.supervisor import FAILED, StateEvent, Supervisor
 from kvpilot.core.vllm.versions import Release
 
 from .test_serve_failures import kvpilot_argv, read_events, serve_env
@@ -80,7 +80,7 @@ def test_kvpilot_killed_orphan_found_adopted_then_engine_killed(
         orphan = orphans[0]
         assert orphan.leader_alive and set(orphan.pids) >= {server_pid}
 
-        sup = adopt(orphan, data_dir=tmp_path)
+        sup = Supervisor.attach(orphan, data_dir=tmp_path)
         assert sup.wait_ready(30)
         assert sup.base_url == base_url
         assert find_orphans(tmp_path) == []  # the pidfile now belongs to this process
