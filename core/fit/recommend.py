@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvpilot.core.errors import FitError
 from kvpilot.core.fit import budget
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.plan import (
@@ -212,7 +213,7 @@ def recommend(
     :func:`kvpilot.core.fit.calibrate.planned_capacity` with a store uses measurements).
     """
     if goal.use_case not in USE_CASES:
-        raise ValueError(f"use case must be one of {', '.join(USE_CASES)}")
+        raise FitError(f"use case must be one of {', '.join(USE_CASES)}")
     if models is None:
         from kvpilot.core.models.catalog import all_checkpoint_specs
 

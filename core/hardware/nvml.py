@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware.fake_nvml import FakeNvml, load_fake
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
 
@@ -75,7 +76,7 @@ _fake_cache: dict[str, FakeNvml] = {}
 _fake_lock = threading.Lock()
 
 
-class NvmlInitError(Exception):
+class NvmlInitError(HardwareError):
     """NVML cannot be used at all; ``problem`` says why and what to do."""
 
     def __init__(self, problem: HardwareProblem) -> None:
@@ -83,7 +84,7 @@ class NvmlInitError(Exception):
         self.problem = problem
 
 
-class GpuLostError(Exception):
+class GpuLostError(HardwareError):
     """The GPU stopped answering (NVML ``GPU is lost`` or ``reset required``)."""
 
     def __init__(self, detail: str) -> None:

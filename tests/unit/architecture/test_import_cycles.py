@@ -107,3 +107,29 @@ def test_core_imports_neither_qt_nor_the_gui() -> None:
                 assert not imported.startswith(("PySide6", "pyqtgraph", "kvpilot.gui")), (
                     f"{name} imports {imported}"
                 )
+
+
+def test_every_error_kvpilot_raises_joins_one_tree() -> None:
+    """Each exception class defined in core derives from KvpilotError (one-line message, exit
+    code 2 in the CLI, a message box in the GUI); only the stand-in for NVIDIA's own pynvml
+    errors (core/hardware/fake_nvml.py) mirrors that library instead."""
+    import importlib
+    import inspect
+
+    from kvpilot.core.errors import KvpilotError
+
+    outside = []
+    for name, path in _modules().items():
+        if not name.startswith("kvpilot.core") or name.endswith("fake_nvml"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        if not classes:
+            continue
+        module = importlib.import_module(name)
+        for cls_name in classes:
+            cls = getattr(module, cls_name)
+            is_error = inspect.isclass(cls) and issubclass(cls, BaseException)
+            if is_error and not issubclass(cls, KvpilotError):
+                outside.append(f"{name}.{cls_name}")
+    assert outside == []
