@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kvpilot.core import __version__
+from kvpilot.core import __version__, logsetup
 from kvpilot.core.errors import KvpilotError
 
 #: subcommand name -> (module under kvpilot.core.commands, one-line help)
@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvpilot: error: the '{command}' command cannot load: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(args_list)
+    logsetup.configure()
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2

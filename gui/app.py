@@ -21,8 +21,9 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
+from kvpilot.core import logsetup
 from kvpilot.core import settings as st
-from kvpilot.gui import theme
+from kvpilot.gui import crash, theme
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.main_window import MainWindow
 from kvpilot.gui.services import AppServices
@@ -91,6 +92,7 @@ def main(args: argparse.Namespace) -> int:
             window, Path(args.screenshot), args.panel, args.screenshot_timeout, _failure_log(args)
         )
     show_panel(window, args.panel, _failure_log(args))
+    crash.install(crash.CrashReporter(logsetup.log_path(), window))
     window.show()
     pump = _install_signal_handlers(app)
     try:
