@@ -195,6 +195,7 @@ class MainWindow(QMainWindow):
         self.planner.plan_selected.connect(self._on_plan_selected)
         self.planner.launch_requested.connect(self.launch_plan)
         self.planner.copy_command_requested.connect(self.copy_command)
+        self.planner.export_requested.connect(self.export_plan)
         self.planner.browse_model_requested.connect(self._browse_model)
         self.server_panel.launch_clicked.connect(self.launch_selected)
         self.server_panel.stop_clicked.connect(lambda: self.stop_server())
@@ -537,6 +538,22 @@ class MainWindow(QMainWindow):
             return None
         QGuiApplication.clipboard().setText(text)
         self.statusBar().showMessage("vllm serve command copied", 5000)
+        return text
+
+    def export_plan(self, fmt: str) -> str | None:
+        """Copy the selected plan as ``fmt`` (command, docker, compose, helm) to the clipboard."""
+        row = self.planner.selected()
+        if row is None or row.inputs is None:
+            return None
+        try:
+            text = self.services.export_text(row.inputs, row.model_ref, self.profile, fmt)
+        except KvpilotError as exc:
+            self.statusBar().showMessage(exc.message, 10_000)
+            return None
+        QGuiApplication.clipboard().setText(text)
+        labels = {"command": "vllm serve command", "docker": "docker run command",
+                  "compose": "Compose file", "helm": "Helm values"}
+        self.statusBar().showMessage(f"{labels.get(fmt, fmt)} copied", 5000)
         return text
 
     def _browse_model(self) -> None:

@@ -388,6 +388,32 @@ class AppServices:
         )
         return build_command(spec).redacted()
 
+    def export_text(
+        self, inputs: Any, model: str, profile: Profile, fmt: str, gpu_ids: tuple[str, ...] = ()
+    ) -> str:
+        """The plan as ``fmt`` (``kvpilot export``'s formats), with the predicted capacity and
+        the measured one when this GPU ran the plan; secrets only as references."""
+        from kvpilot.core.fit.budget import compute_capacity
+        from kvpilot.core.fit.calibrate import key_for
+        from kvpilot.core.measurements import MeasurementStore
+        from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
+        from kvpilot.core.vllm.export import build_export_plan, render
+
+        spec = LaunchSpec.from_plan(
+            inputs,
+            model,
+            host=profile.host,
+            port=profile.port,
+            api_key=profile.api_key or None,
+            hf_token=profile.hf_token or None,
+            extra_args=parse_extra_args(profile.extra_args),
+        )
+        measured = MeasurementStore(self.data_dir / "measurements.json").lookup(key_for(inputs))
+        plan = build_export_plan(
+            spec, inputs, capacity=compute_capacity(inputs), measured=measured, gpu_ids=gpu_ids
+        )
+        return render(plan, fmt)
+
     # ----------------------------------------------------------------- server
 
     def launch_spec(self, request: LaunchRequest) -> Any:
