@@ -36,12 +36,13 @@ from kvpilot.core.fit.startup import StartupRefusedError
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm import supervisor as sv
 from kvpilot.gui import theme
+from kvpilot.gui.attach_dialog import AttachDialog
 from kvpilot.gui.benchmark_dialog import BenchmarkDialog
 from kvpilot.gui.fallback import FallbackBanner, FallbackChoice
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
 from kvpilot.gui.panels.gpu_panel import GpuPanel
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS, PlannerPanel
-from kvpilot.gui.panels.server_panel import LogView, ServerPanel
+from kvpilot.gui.panels.server_panel import ATTACHED, LogView, ServerPanel
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 from kvpilot.gui.services import AppServices, LaunchRequest
 from kvpilot.gui.settings_dialog import SettingsDialog
@@ -94,6 +95,9 @@ class MainWindow(QMainWindow):
         self._stop_in_flight = False
         self._predicted: Any | None = None
         self._reported: Any | None = None
+        #: the server being watched but not owned (a WatchSample's identity), or None
+        self.attached: Any | None = None
+        self._attached_key: str | None = None
 
         # --- widgets
         self.profile_combo = QComboBox()
@@ -199,6 +203,8 @@ class MainWindow(QMainWindow):
         self.planner.browse_model_requested.connect(self._browse_model)
         self.server_panel.launch_clicked.connect(self.launch_selected)
         self.server_panel.stop_clicked.connect(lambda: self.stop_server())
+        self.server_panel.attach_clicked.connect(lambda: self.open_attach())
+        self.server_panel.detach_clicked.connect(lambda: self.detach())
         self.banner.option_chosen.connect(self.apply_fallback)
         self.banner.details_requested.connect(lambda: self.tabs.setCurrentWidget(self.log_view))
         self.dashboard.fix_requested.connect(self.apply_pressure_fix)
@@ -617,6 +623,73 @@ class MainWindow(QMainWindow):
         )
         return True
 
+    # ----------------------------------------------------------------- attach (not owned)
+
+    def open_attach(self, *, modal: bool = True) -> AttachDialog:
+        """Ask for a server's URL (and key), then :meth:`attach` to it."""
+        dialog = AttachDialog(self)
+        dialog.accepted.connect(lambda: self.attach(*dialog.values()))
+        if modal:
+            dialog.exec()
+        else:
+            dialog.show()
+        return dialog
+
+    def attach(self, url: str, api_key: str | None = None) -> bool:
+        """Watch the server at ``url`` (kvpilot does not own it: Detach, never Stop).
+
+        False (with the reason shown) while kvpilot runs a server of its own.
+        """
+        if self.services.server_running():
+            self.statusBar().showMessage("a server is running; stop it before attaching", 8000)
+            return False
+        measured = self.target is not None and self.target.measured
+        if self.target is not None and measured:
+            self.services.attach_gpu = (self.target.total_bytes, self.target.name)
+        self.server_panel.show_state("starting", detail=f"attaching to {url}")
+        run_in_pool(
+            lambda: self.services.attach(url, api_key),
+            lambda sample: self._on_attached(sample, api_key),
+            self._on_attach_error,
+        )
+        return True
+
+    def _on_attached(self, sample: Any, api_key: str | None) -> None:
+        ident = sample.identity
+        self.attached = ident
+        self._attached_key = api_key
+        self.started_by_us = False
+        self.services.telemetry.clear()
+        self.services.telemetry.set_vllm_pids(())
+        version = f"vLLM {ident.version}" if ident.version else "vLLM"
+        self.server_panel.show_state(
+            ATTACHED, model=ident.model_id or "", endpoint=f"{ident.base_url}/v1",
+            detail=f"{version}, not started by kvpilot",
+        )
+        cap = sample.capacity
+        if cap is not None:
+            self.server_panel.show_capacity(cap.predicted_kv_tokens, cap.reported_kv_tokens)
+        self.services.start_metrics(ident.base_url, self.profile.sampling_hz, api_key)
+        self.tabs.setCurrentWidget(self.dashboard)
+        self.statusBar().showMessage(f"watching {ident.base_url}", 5000)
+
+    def _on_attach_error(self, exc: BaseException) -> None:
+        message = exc.message if isinstance(exc, KvpilotError) else str(exc)
+        self.server_panel.show_state(None)
+        self.statusBar().showMessage(message, 15_000)
+
+    def detach(self) -> None:
+        """Stop watching the attached server (it keeps running)."""
+        if self.attached is None:
+            return
+        self.services.stop_metrics()
+        url = self.attached.base_url
+        self.attached = None
+        self._attached_key = None
+        self.server_panel.show_state(None)
+        self.server_panel.show_capacity(None, None)
+        self.statusBar().showMessage(f"stopped watching {url}; it keeps running", 5000)
+
     def _predicted_tokens(self) -> int | None:
         cap = self._predicted
         return int(cap.kv_cache_tokens) if cap is not None and cap.fits else None
@@ -784,17 +857,23 @@ class MainWindow(QMainWindow):
         return True
 
     def open_benchmark(self, *, modal: bool = True) -> BenchmarkDialog | None:
-        """The load-test dialog for the running server (None, with a message, when none runs)."""
-        sup = self.services.supervisor
-        if sup is None or sup.state != sv.READY:
-            self.statusBar().showMessage("start a server first: the benchmark needs it ready", 8000)
-            return None
+        """The load-test dialog for the running or attached server (None, with a message, when
+        there is none)."""
         from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
 
-        api_key = self.current_request.profile.api_key if self.current_request else ""
+        sup = self.services.supervisor
+        if self.attached is not None:
+            base_url, model = self.attached.base_url, self.attached.model_id or ""
+            api_key: str | None = self._attached_key
+        elif sup is not None and sup.state == sv.READY:
+            base_url, model = sup.base_url, sup.model_name
+            api_key = self.current_request.profile.api_key if self.current_request else ""
+        else:
+            self.statusBar().showMessage("start a server first: the benchmark needs it ready", 8000)
+            return None
         dialog = BenchmarkDialog(
-            sup.base_url,
-            sup.model_name,
+            base_url,
+            model,
             self.services.bridge,
             run_load_test,
             LoadTestConfig,

@@ -98,6 +98,8 @@ class AppServices:
         self.launch_overrides: dict[str, Any] = {}
         #: extra keyword arguments for the Supervisor (timeouts; tests with a stand-in vllm)
         self.supervisor_options: dict[str, Any] = {}
+        #: (total bytes, name) of the GPU in use, for predictions about an attached local server
+        self.attach_gpu: tuple[int | None, str] = (None, "")
 
     # ----------------------------------------------------------------- hardware
 
@@ -527,6 +529,26 @@ class AppServices:
         return self._downloading or (
             sup is not None and sup.state in ("starting", "ready", "stopping")
         )
+
+    def attach(self, url: str, api_key: str | None = None) -> Any:
+        """Blocking (one or two HTTP requests): who serves at ``url`` and its first sample.
+
+        Returns the :class:`~kvpilot.core.vllm.watch.WatchSample` (its ``identity`` names the
+        server). The GPU for the full prediction is the sampled one when the server is local.
+
+        Raises:
+            WatchError: the URL is not usable or the server does not answer.
+        """
+        from kvpilot.core.vllm.watch import ServerWatch, is_local_url, normalize_url
+
+        base_url = normalize_url(url)
+        total, name = self.attach_gpu if is_local_url(base_url) else (None, "")
+        watch = ServerWatch(base_url, api_key=api_key, gpu_total_bytes=total, gpu_name=name)
+        try:
+            watch.start()
+            return watch.poll()
+        finally:
+            watch.close()
 
     def start_metrics(self, base_url: str, rate_hz: float, api_key: str | None = None) -> None:
         """Scrape ``base_url``/metrics in the core sampler thread into telemetry."""
