@@ -5,8 +5,9 @@ Contract::
     kvpilot export --model M [plan flags] [--format command|docker|compose|helm]
                    [--host H] [--port P] [--served-model-name N] [--revision REV]
 
-The text goes to stdout. The GPU (``--gpu`` / ``--gpu-total-mib``, else the first local GPU) is
-only needed for the capacity noted in the header; without one the export has no capacity line.
+The text goes to stdout. The device (as for ``kvpilot plan``: ``--gpu`` / ``--gpu-total-mib``,
+else this machine's GPU) is only needed for the capacity noted in the header; without one the
+export has no capacity line.
 The API key is taken from ``KVPILOT_API_KEY`` as for ``kvpilot serve`` and is exported only as a
 reference to ``VLLM_API_KEY`` (or a Kubernetes secret), never as its value.
 """
@@ -21,9 +22,10 @@ from typing import Any
 
 from kvpilot.core import paths
 from kvpilot.core.commands.plan import add_plan_arguments, inputs_from_args, plan
+from kvpilot.core.commands.serving_args import settings_from_args
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.calibrate import key_for
-from kvpilot.core.fit.plan import Capacity, PlanInputs
+from kvpilot.core.fit.plan import Capacity, PlanInputs, settings_dict
 from kvpilot.core.measurements import Measured, MeasurementStore
 from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
 from kvpilot.core.vllm.export import FORMATS, build_export_plan, render
@@ -47,28 +49,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _local_gpu(args: argparse.Namespace) -> argparse.Namespace:
-    """``args`` with the first local GPU's size when no GPU flag was given (else unchanged)."""
-    if args.gpu or args.gpu_total_mib:
-        return args
-    from kvpilot.core.errors import HardwareError
-    from kvpilot.core.hardware.probe import probe
-
-    try:
-        result = probe()
-    except HardwareError:
-        return args
-    total = result.gpus[0].memory_total_bytes if result.ok and result.gpus else None
-    if total:
-        total_mib = int(total) >> 20
-        return argparse.Namespace(**{**vars(args), "gpu_total_mib": total_mib, "gpu": None})
-    return args
-
-
 def run(args: argparse.Namespace) -> int:
     from kvpilot.core.models.resolve import load_model_spec
 
-    args = _local_gpu(args)
     store = MeasurementStore(paths.measurements_path())
     capacity: Capacity | None = None
     measured: Measured | None = None
@@ -85,18 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if inputs is not None:
         spec = LaunchSpec.from_plan(inputs, args.model)
     else:
-        spec = LaunchSpec(
-            model=args.model,
-            max_model_len=args.max_model_len,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-            kv_cache_dtype=args.kv_cache_dtype,
-            quantization=args.quantization,
-            enforce_eager=args.enforce_eager,
-            tensor_parallel_size=args.tensor_parallel_size,
-        )
+        spec = LaunchSpec(model=args.model, **settings_dict(settings_from_args(args)))
     spec = replace(
         spec,
         host=args.host,
