@@ -163,9 +163,15 @@ class AppServices:
             return "", False
         return budget.message, budget.max_utilization < 0.9
 
-    def start_gpu_sampler(self, index: int, rate_hz: float) -> None:
-        """Sample GPU ``index`` in the core sampler thread; samples go to telemetry + signal."""
-        from kvpilot.core.hardware.sampler import MAX_RATE_HZ, MIN_RATE_HZ, GpuSampler
+    def start_gpu_sampler(self, index: int | tuple[int, ...], rate_hz: float) -> None:
+        """Sample GPU ``index`` (or exactly the GPUs of a tuple, combined) in the core sampler
+        thread; samples go to telemetry + signal."""
+        from kvpilot.core.hardware.sampler import (
+            MAX_RATE_HZ,
+            MIN_RATE_HZ,
+            GpuSampler,
+            GpuSetSampler,
+        )
 
         self.stop_gpu_sampler()
         emit = self.bridge.emitter("gpu_sample")
@@ -179,9 +185,15 @@ class AppServices:
             emit(sample)
 
         rate = min(MAX_RATE_HZ, max(MIN_RATE_HZ, rate_hz))
-        self.gpu_sampler = GpuSampler(
-            index, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
-        )
+        indices = index if isinstance(index, tuple) else (index,)
+        if len(indices) > 1:
+            self.gpu_sampler = GpuSetSampler(
+                indices, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
+            )
+        else:
+            self.gpu_sampler = GpuSampler(
+                indices[0], rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
+            )
         self.gpu_sampler.start()
 
     def stop_gpu_sampler(self) -> None:

@@ -31,6 +31,7 @@ from kvpilot.core.commands.serving_args import (
     Device,
     detected_gpu,
     device_from_args,
+    settings_for_device,
     settings_from_args,
 )
 from kvpilot.core.errors import CommandError, KvpilotError
@@ -309,7 +310,7 @@ def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefus
     """
     if inputs is None or not device.detected or device.is_cpu:
         return None
-    fresh = detected_gpu()
+    fresh = detected_gpu(device.indices or None)  # the GPUs in use, read again
     if fresh is None or fresh.free_bytes is None:
         return None
     return startup_refusal(inputs, fresh.free_bytes, fresh.memory_holders)
@@ -388,8 +389,15 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         port = args.port
     else:
         port = find_free_port(args.host, DEFAULT_PORT)
-    spec = ensure_local_model(build_spec(args, port), out)
     device = device_from_args(args, runtime.version)
+    spec = build_spec(args, port)
+    # the GPUs in use, by UUID (a reordering between boots must not move the server)
+    spec = dataclasses.replace(
+        spec,
+        cuda_visible_devices=device.cuda_visible_devices,
+        **settings_dict(settings_for_device(spec.settings, device)),
+    )
+    spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
     store = MeasurementStore(data_dir / "measurements.json")
     fallbacks_taken = 0
