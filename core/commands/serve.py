@@ -242,6 +242,17 @@ def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
     )
 
 
+def spec_for_device(spec: LaunchSpec, device: Device) -> LaunchSpec:
+    """``spec`` on ``device``: ``CUDA_VISIBLE_DEVICES`` names this machine's GPUs in use by
+    UUID (a reordering between boots must not move the server), and several GPUs mean tensor
+    parallelism over all of them unless the flags say otherwise."""
+    return dataclasses.replace(
+        spec,
+        cuda_visible_devices=device.cuda_visible_devices or spec.cuda_visible_devices,
+        **settings_dict(settings_for_device(spec.settings, device)),
+    )
+
+
 def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
     """Download a Hub checkpoint that is not in the cache yet (progress as ``download`` events,
     at most one text line a second); Ctrl-C cancels and keeps the partial file for a resume.
@@ -390,14 +401,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     else:
         port = find_free_port(args.host, DEFAULT_PORT)
     device = device_from_args(args, runtime.version)
-    spec = build_spec(args, port)
-    # the GPUs in use, by UUID (a reordering between boots must not move the server)
-    spec = dataclasses.replace(
-        spec,
-        cuda_visible_devices=device.cuda_visible_devices,
-        **settings_dict(settings_for_device(spec.settings, device)),
-    )
-    spec = ensure_local_model(spec, out)
+    spec = ensure_local_model(spec_for_device(build_spec(args, port), device), out)
     inputs = plan_inputs(args, spec, device, runtime.version)
     store = MeasurementStore(data_dir / "measurements.json")
     fallbacks_taken = 0

@@ -143,11 +143,12 @@ def tensor_parallel_ok(model: ModelSpec, tp: int) -> bool:
 
 
 def single_card_order(gpus: GpuSet) -> list[int]:
-    """Positions of the cards to try alone: those not driving the display first, then by free
-    (else total) memory, largest first."""
-    def key(i: int) -> tuple[bool, int]:
+    """Positions of the cards to try alone: those not driving the display first, then the most
+    free memory (when measured), then the fastest memory, then the largest."""
+    def key(i: int) -> tuple[bool, int, float, int]:
         c = gpus.cards[i]
-        return (c.drives_display, -(c.free_bytes if c.free_bytes is not None else c.total_bytes))
+        return (c.drives_display, -(c.free_bytes or 0), -(c.bandwidth_bytes_per_s or 0.0),
+                -c.total_bytes)
 
     return sorted(range(len(gpus.cards)), key=key)
 
