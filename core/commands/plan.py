@@ -109,6 +109,7 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
         compute_capability=device.compute_capability,
         gpu_memory_holders=device.memory_holders,
         vllm_version=version,
+        gpu_allreduce=device.allreduce,
         **settings_dict(settings),
     )
 

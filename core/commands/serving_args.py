@@ -117,6 +117,8 @@ class Device:
     #: the NVML indices and UUIDs of this machine's GPUs in use (empty: not this machine's)
     indices: tuple[int, ...] = ()
     uuids: tuple[str, ...] = ()
+    #: how several GPUs all-reduce (``nvlink``, ``p2p``, ``host``; None: one GPU or unknown)
+    allreduce: str | None = None
 
     @property
     def count(self) -> int:
@@ -176,10 +178,16 @@ def detected_gpu(indices: tuple[int, ...] | None = None) -> Device | None:
 
     holders = tuple(sorted((h for g in gpus for h in memory_holders(g)),
                            key=lambda h: -h[1]))
+    allreduce = None
+    if len(gpus) > 1:
+        from kvpilot.core.fit.parallel import gpu_set_from_probe
+
+        allreduce = gpu_set_from_probe(result, [g.index for g in gpus]).allreduce_path(len(gpus))
     return Device(name, int(smallest.memory_total_bytes or 0), free,
                   min(caps) if caps else None, True, holders, gpus[0].index,
                   indices=tuple(g.index for g in gpus),
-                  uuids=tuple(g.uuid or str(g.index) for g in gpus))
+                  uuids=tuple(g.uuid or str(g.index) for g in gpus),
+                  allreduce=allreduce)
 
 
 def selected_indices(args: argparse.Namespace) -> tuple[int, ...] | None:

@@ -131,3 +131,23 @@ def test_cli_recommend_two_gpus_json(capsys):
 def test_replace_keeps_layout_defaults(qwen3):
     inputs = replace(rtx4090(qwen3), tensor_parallel_size=2)
     assert inputs.pipeline_parallel_size == 1 and inputs.gpu_allreduce is None
+
+
+def test_cli_plan_on_two_local_gpus_says_no_custom_allreduce(monkeypatch, capsys, tmp_path):
+    import json
+    import shutil
+
+    from fitkit import MODELS
+
+    from kvpilot.core.cli import main
+
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-rtx3090")
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    model = tmp_path / "qwen3"
+    shutil.copytree(MODELS / "qwen3-8b", model)
+    main(["plan", "--model", str(model), "--gpus", "0,1", "--max-model-len", "16384",
+          "--gpu-memory-utilization", "0.85", "--vllm-version", "0.33.0", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["inputs"]["tensor_parallel_size"] == 2
+    assert out["non_torch_bytes"] == activation.non_torch_bytes(2) - parallel.CUSTOM_ALLREDUCE_BYTES
+    assert out["fits"] is True

@@ -136,6 +136,7 @@ def test_device_flags_pick_gpus_by_index_and_launch_by_uuid(monkeypatch):
     args.gpu_index, args.gpus = None, "0,1"
     two = serving_args.device_from_args(args, None)
     assert two.count == 2 and two.cuda_visible_devices == f"{UUID_4090},{UUID_3090}"
+    assert two.allreduce == "host"  # NVML: no P2P between the two GeForce cards
     assert two.name == "NVIDIA GeForce RTX 4090 + NVIDIA GeForce RTX 3090"
     # the smaller card bounds each rank (the 4090's CUDA total is the smaller here)
     assert two.total_bytes == min(25757220864, 25769803776)
