@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from kvpilot.core import settings as st
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.startup import StartupRefusedError
+from kvpilot.core.hardware.selection import describe_gpu, preferred_gpu
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm import supervisor as sv
 from kvpilot.gui import theme
@@ -83,6 +84,8 @@ class MainWindow(QMainWindow):
         self.settings = load.settings
         self.confirm_stop = confirm_stop or self._ask_stop
         self.target: GpuTarget | None = None
+        #: this machine's GPUs in use (NVML indices; empty in planner mode)
+        self.gpu_indices: tuple[int, ...] = ()
         self.probe_result: Any | None = None
         self.runtime: Any | None = None
         self.runtime_problem: str | None = "looking for vLLM…"
@@ -104,6 +107,13 @@ class MainWindow(QMainWindow):
         self.profile_combo.setObjectName("profileCombo")
         self.profile_combo.setMinimumWidth(160)
         self.profile_combo.activated.connect(self._on_profile_combo)
+        self.gpu_combo = QComboBox()
+        self.gpu_combo.setObjectName("gpuCombo")
+        self.gpu_combo.setToolTip("The GPU(s) to plan for, launch on and watch")
+        self.gpu_combo.setVisible(False)
+        self.gpu_combo.activated.connect(self._on_gpu_combo)
+        self.gpu_combo_label = QLabel("GPU:")
+        self.gpu_combo_label.setVisible(False)
         self.settings_button = QPushButton("⚙ Settings")
         self.settings_button.setObjectName("settingsButton")
         self.settings_button.setToolTip(f"Profiles, vLLM, host, port, keys ({SHORTCUT_SETTINGS})")
@@ -152,6 +162,8 @@ class MainWindow(QMainWindow):
         header = QHBoxLayout()
         header.addWidget(QLabel("<b>kvpilot</b> · profile:"))
         header.addWidget(self.profile_combo)
+        header.addWidget(self.gpu_combo_label)
+        header.addWidget(self.gpu_combo)
         header.addStretch(1)
         header.addWidget(self.settings_button)
         notice_row = QHBoxLayout()
@@ -317,16 +329,77 @@ class MainWindow(QMainWindow):
             if first:
                 self._enter_planner_mode(result)
             return
-        gpu = gpus[0]
+        if first:
+            self._fill_gpu_combo(gpus)
+            chosen = preferred_gpu(gpus) or gpus[0]
+            self.gpu_indices = (chosen.index,)
+        by_index = {g.index: g for g in gpus}
+        gpu = by_index.get(self.gpu_indices[0], gpus[0])
         self.gpu_panel.show_probe(result, gpu)
         text, warn = self.services.startup_limit(gpu)
         self.gpu_panel.set_startup_limit(text, warn)
         if first:
-            self.target = self.services.target_from_snapshot(gpu)
-            self.services.start_gpu_sampler(gpu.index, self.profile.sampling_hz)
+            self.select_gpus(self.gpu_indices)
             self._names_refresh.start()
             self.statusBar().showMessage(f"{gpu.name}: ready to plan", 5000)
-            self.replan()
+
+    def _fill_gpu_combo(self, gpus: list[Any]) -> None:
+        """Every GPU NVML reports, plus all of them together when there are several."""
+        self.gpu_combo.blockSignals(True)
+        self.gpu_combo.clear()
+        for g in gpus:
+            self.gpu_combo.addItem(describe_gpu(g), (g.index,))
+        if len(gpus) > 1:
+            indices = tuple(g.index for g in gpus)
+            names = "+".join(str(i) for i in indices)
+            self.gpu_combo.addItem(f"{names}: all {len(gpus)} (tensor parallel)", indices)
+        self.gpu_combo.blockSignals(False)
+        several = len(gpus) > 1
+        self.gpu_combo.setVisible(several)
+        self.gpu_combo_label.setVisible(several)
+
+    def _on_gpu_combo(self, index: int) -> None:
+        indices = self.gpu_combo.itemData(index)
+        if indices and tuple(indices) != self.gpu_indices:
+            self.select_gpus(tuple(indices))
+
+    def select_gpus(self, indices: tuple[int, ...]) -> bool:
+        """Plan for, launch on and sample exactly this machine's GPUs ``indices``.
+
+        False (with the reason shown) while a server runs or for a GPU NVML does not report.
+        """
+        result = self.probe_result
+        if result is None or not getattr(result, "ok", False):
+            return False
+        if self.services.server_running() and indices != self.gpu_indices:
+            self.statusBar().showMessage("stop the server before switching GPUs", 8000)
+            self._sync_gpu_combo()
+            return False
+        try:
+            target = self.services.target_from_selection(result, indices)
+        except KvpilotError as exc:
+            self.statusBar().showMessage(exc.message, 10_000)
+            self._sync_gpu_combo()
+            return False
+        self.gpu_indices = indices
+        self.target = target
+        self._sync_gpu_combo()
+        by_index = {g.index: g for g in result.gpus}
+        first = by_index[indices[0]]
+        self.gpu_panel.show_probe(result, first)
+        text, warn = self.services.startup_limit(first)
+        self.gpu_panel.set_startup_limit(text, warn)
+        self.services.start_gpu_sampler(
+            indices if len(indices) > 1 else indices[0], self.profile.sampling_hz
+        )
+        self.replan()
+        return True
+
+    def _sync_gpu_combo(self) -> None:
+        for i in range(self.gpu_combo.count()):
+            if tuple(self.gpu_combo.itemData(i) or ()) == self.gpu_indices:
+                self.gpu_combo.setCurrentIndex(i)
+                return
 
     def _on_probe_error(self, exc: BaseException) -> None:
         self._probe_in_flight = False
@@ -584,9 +657,48 @@ class MainWindow(QMainWindow):
         inputs = row.inputs
         if self.services.plan_overrides:
             inputs = replace(inputs, **self.services.plan_overrides)
-        return self.launch_request(
-            LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.profile)
-        )
+        request = LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.profile)
+        request.overrides.update(self._gpu_overrides(row))
+        started = self.launch_request(request)
+        used = self._plan_gpu_indices(row)
+        if started and used and used != self.gpu_indices:
+            # the telemetry samples exactly the GPUs the server runs on
+            self.services.start_gpu_sampler(
+                used if len(used) > 1 else used[0], self.profile.sampling_hz
+            )
+        return started
+
+    def _plan_gpu_indices(self, row: PlanRow) -> tuple[int, ...]:
+        """NVML indices of the GPUs a plan runs on (the selection unless the plan is one card
+        of a set)."""
+        target = self.target
+        if target is None or not target.gpu_indices:
+            return ()
+        positions = getattr(row.source, "gpu_positions", ()) or ()
+        if target.gpu_set is not None and positions:
+            return tuple(target.gpu_indices[i] for i in positions)
+        return target.gpu_indices
+
+    def _gpu_overrides(self, row: PlanRow) -> dict[str, Any]:
+        """The launch's GPUs by UUID (the plan's cards of a set, else the selection) and the
+        pipeline stages vLLM needs to be told about."""
+        target = self.target
+        if target is None or not target.uuids:
+            return {}
+        uuids = target.uuids
+        positions = getattr(row.source, "gpu_positions", ()) or ()
+        if target.gpu_set is not None and positions:
+            uuids = tuple(target.uuids[i] for i in positions)
+        out: dict[str, Any] = {"cuda_visible_devices": ",".join(uuids)}
+        pp = getattr(row.inputs, "pipeline_parallel_size", 1) if row.inputs else 1
+        if pp > 1:
+            from kvpilot.core.vllm.command import parse_extra_args
+
+            out["extra_args"] = (
+                *parse_extra_args(self.profile.extra_args),
+                "--pipeline-parallel-size", str(pp),
+            )
+        return out
 
     def launch_request(self, request: LaunchRequest) -> bool:
         """Start vLLM for ``request``; False (with the reason shown) when it cannot start."""

@@ -138,6 +138,38 @@ class AppServices:
             spec=spec,
         )
 
+    @classmethod
+    def target_from_selection(cls, result: Any, indices: tuple[int, ...]) -> GpuTarget:
+        """The target for this machine's GPUs ``indices``: one GPU as it is, several as one
+        per-GPU target (the smallest card bounds each rank) carrying their GpuSet.
+
+        Raises:
+            HardwareError: an index NVML does not report.
+        """
+        from dataclasses import replace
+
+        from kvpilot.core.fit.parallel import gpu_set_from_probe, per_gpu
+        from kvpilot.core.hardware.selection import select_gpus
+
+        gpus = select_gpus(result, indices)
+        first = cls.target_from_snapshot(gpus[0])
+        uuids = tuple(g.uuid or str(g.index) for g in gpus)
+        if len(gpus) == 1:
+            return replace(first, gpu_indices=indices, uuids=uuids)
+        gpu_set = gpu_set_from_probe(result, indices)
+        per = per_gpu(gpu_set.cards)
+        smallest = min(gpus, key=lambda g: int(g.cuda_total_bytes or 0))
+        return replace(
+            cls.target_from_snapshot(smallest),
+            name=gpu_set.label,
+            total_bytes=per.total_bytes,
+            free_bytes=per.free_bytes,
+            compute_capability=per.compute_capability,
+            gpu_indices=indices,
+            uuids=uuids,
+            gpu_set=gpu_set,
+        )
+
     @staticmethod
     def target_from_spec(name: str) -> GpuTarget:
         from kvpilot.core.hardware.specs import all_specs
@@ -299,7 +331,7 @@ class AppServices:
         fixed = self.fixed_settings(goal)
         result = rec.recommend(
             self.core_target(target), fit_goal, models, fixed=fixed,
-            capacity_of=self.planned_capacity,
+            capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
         )
         user_fixed = bool(self._fixed_knobs(goal))
         rows: list[PlanRow] = []
@@ -309,7 +341,7 @@ class AppServices:
             reason = cand.reason if not user_fixed else _capacity_reason(cap, goal)
             rows.append(
                 PlanRow(
-                    title=cand.model_id,
+                    title=cand.model_id + (f" · {cand.gpus_label}" if cand.gpus_label else ""),
                     quantization=_quant_label(cand.quantization, cand.weight_bits),
                     inputs=inputs,
                     capacity=cap,
