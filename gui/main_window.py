@@ -625,7 +625,11 @@ class MainWindow(QMainWindow):
         if row is None or row.inputs is None:
             return None
         try:
-            text = self.services.export_text(row.inputs, row.model_ref, self.profile, fmt)
+            pinned = self._gpu_overrides(row).get("cuda_visible_devices", "")
+            gpu_ids = tuple(pinned.split(",")) if pinned else ()
+            text = self.services.export_text(
+                row.inputs, row.model_ref, self.profile, fmt, gpu_ids=gpu_ids
+            )
         except KvpilotError as exc:
             self.statusBar().showMessage(exc.message, 10_000)
             return None

@@ -22,7 +22,11 @@ from typing import Any
 
 from kvpilot.core import paths
 from kvpilot.core.commands.plan import add_plan_arguments, inputs_from_args, plan
-from kvpilot.core.commands.serving_args import settings_from_args
+from kvpilot.core.commands.serving_args import (
+    detected_gpu,
+    selected_indices,
+    settings_from_args,
+)
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.calibrate import key_for
 from kvpilot.core.fit.plan import Capacity, PlanInputs, settings_dict
@@ -77,8 +81,17 @@ def run(args: argparse.Namespace) -> int:
         api_key=os.environ.get(API_KEY_ENV) or None,
         extra_args=parse_extra_args(args.extra_args),
     )
+    gpu_ids: tuple[str, ...] = ()
+    indices = selected_indices(args)
+    if indices is not None:  # this machine's GPUs, pinned by UUID
+        device = detected_gpu(indices)
+        if device is not None:
+            gpu_ids = device.uuids
+            spec = replace(spec, cuda_visible_devices=device.cuda_visible_devices)
     export = build_export_plan(
-        spec, inputs, capacity=capacity, measured=measured, revision=args.revision
+        spec, inputs, capacity=capacity, measured=measured, revision=args.revision,
+        gpu_ids=gpu_ids,
+        pipeline_parallel_size=inputs.pipeline_parallel_size if inputs is not None else 1,
     )
     if inputs is None:
         export = replace(export, weights_bytes=model.weights_bytes)

@@ -251,3 +251,36 @@ def test_cli_without_gpu_exports_without_capacity(hub_cache, capsys, monkeypatch
     out = capsys.readouterr().out
     assert rc == 0 and "predicted" not in out
     jsonschema.Draft7Validator(_compose_schema()).validate(yaml.safe_load(out))
+
+
+def test_cli_export_pins_this_machines_gpus(hub_cache, capsys, monkeypatch):
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-rtx3090")
+    rc = main(["export", "--model", "Qwen/Qwen3-8B", "--gpus", "0,1", "--max-model-len", "8192",
+               "--format", "compose"])
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert rc == 0
+    jsonschema.Draft7Validator(_compose_schema()).validate(doc)
+    (service,) = doc["services"].values()
+    device = service["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["device_ids"] == ["GPU-6f3a2c1e-8b4d-4e2a-9c71-0d5e3b7a9f12",
+                                    "GPU-1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b"]
+    i = service["command"].index("--tensor-parallel-size")
+    assert service["command"][i + 1] == "2"
+    rc = main(["export", "--model", "Qwen/Qwen3-8B", "--gpus", "0,1", "--format", "helm"])
+    values = yaml.safe_load(capsys.readouterr().out)
+    (entry,) = values["servingEngineSpec"]["modelSpec"]
+    assert entry["requestGPU"] == 2 and entry["vllmConfig"]["tensorParallelSize"] == 2
+    jsonschema.Draft202012Validator(_helm_schema(strict=True)).validate(values)
+
+
+def test_pipeline_parallel_reaches_every_format(plan):
+    pp = replace(plan, pipeline_parallel_size=2)
+    assert pp.gpus == 2
+    assert "--pipeline-parallel-size 2" in export.render(pp, "command")
+    compose = export.compose_document(pp)
+    (service,) = compose["services"].values()
+    assert service["command"][-2:] == ["--pipeline-parallel-size", "2"]
+    helm = export.helm_values(pp)["servingEngineSpec"]["modelSpec"][0]
+    assert helm["requestGPU"] == 2
+    assert helm["vllmConfig"]["extraArgs"][-3:] == [
+        "--pipeline-parallel-size", "2", "--enable-chunked-prefill"]
