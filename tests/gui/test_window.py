@@ -126,7 +126,10 @@ def test_export_menu_copies_each_format_without_secrets(make_window) -> None:
     assert str(row.capacity.max_model_len) in service["command"]
     assert "# predicted: KV cache" in text
     docker = w.export_plan("docker")
-    assert docker is not None and docker.startswith("# kvpilot plan") and "--gpus 1" in docker
+    assert docker is not None and docker.startswith("# kvpilot plan")
+    # the GPU in use, by UUID (docker parses --gpus as CSV: the inner quotes stay)
+    uuid = w.target.uuids[0]
+    assert f"""--gpus '"device={uuid}"'""" in docker
     assert "copied" in w.statusBar().currentMessage()
 
 
