@@ -3,7 +3,7 @@
 Contract::
 
     kvpilot watch --url URL [--api-key-env VAR] [--json] [--seconds N] [--interval S]
-                  [--gpu NAME | --gpu-total-mib N] [--dtype D]
+                  [--gpu NAME | --gpu-total-mib N] [--dtype D] [--log FILE]
 
 Prints who the server is (vLLM version, model, context), then one line per sample (with
 ``--json`` one JSON object per line): requests running / waiting, KV-cache use, tokens/s,
@@ -42,6 +42,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="the server's GPU from the spec table, for the prediction")
     p.add_argument("--gpu-total-mib", type=int, help="the server's GPU memory in MiB")
     p.add_argument("--dtype", help="the server's --dtype when not the checkpoint's (prediction)")
+    p.add_argument("--log", help="a saved log of the server (e.g. docker logs > FILE): its "
+                   "capacity lines count as reported when /metrics has none")
     return p
 
 
@@ -136,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     base_url = normalize_url(args.url)
     total, name = _gpu(args, base_url)
     watch = ServerWatch(
-        base_url, api_key=_api_key(args), gpu_total_bytes=total, gpu_name=name, dtype=args.dtype
+        base_url, api_key=_api_key(args), gpu_total_bytes=total, gpu_name=name, dtype=args.dtype,
+        log_path=args.log,
     )
     out = sys.stdout
     try:

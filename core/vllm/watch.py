@@ -223,6 +223,25 @@ def load_served_model(identity: ServerIdentity) -> ModelSpec | None:
     return None
 
 
+def capacity_from_log(path: str | Path) -> dict[str, Any]:
+    """The capacity figures a vLLM log states (``docker logs`` saved to a file, for a server
+    whose ``/metrics`` has no ``cache_config_info``): what :class:`LogScanner` reads.
+
+    Raises:
+        WatchError: the file cannot be read.
+    """
+    from kvpilot.core.vllm.logparse import LogScanner
+
+    scanner = LogScanner()
+    try:
+        with Path(path).expanduser().open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                scanner.feed(line.rstrip("\n"))
+    except OSError as exc:
+        raise WatchError(f"cannot read the log {path}: {exc.strerror or exc}") from exc
+    return scanner.capacity.figures()
+
+
 def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
@@ -235,21 +254,30 @@ def compare_capacity(
     gpu_total_bytes: int | None = None,
     gpu_name: str = "",
     model_dtype: str | None = None,
+    log_figures: Mapping[str, Any] | None = None,
 ) -> CapacityComparison | None:
     """Reported KV capacity and, with the ``model``, kvpilot's prediction (None without any
     ``cache_config_info``).
 
     ``model_dtype`` is the server's ``--dtype`` when it is not the checkpoint's (``/metrics``
-    does not say; with an ``auto`` KV cache it sets the KV width).
+    does not say; with an ``auto`` KV cache it sets the KV width). ``log_figures``
+    (:func:`capacity_from_log`) fill in what ``cache_config_info`` lacks.
     """
-    if not sample.cache_config:
+    log = dict(log_figures or {})
+    if not sample.cache_config and not log:
         return None
     number = sample.cache_config_number
+
+    def first(*values: Any) -> Any:
+        return next((v for v in values if v is not None), None)
+
     reported = CapacityComparison(
-        reported_kv_tokens=_int(number("kv_cache_size_tokens")),
+        reported_kv_tokens=first(_int(number("kv_cache_size_tokens")), log.get("kv_cache_tokens")),
         reported_num_blocks=_int(number("num_gpu_blocks")),
-        reported_kv_bytes=_int(number("kv_cache_memory_bytes")),
-        reported_max_concurrency=number("kv_cache_max_concurrency"),
+        reported_kv_bytes=first(_int(number("kv_cache_memory_bytes")),
+                                log.get("available_kv_bytes")),
+        reported_max_concurrency=first(number("kv_cache_max_concurrency"),
+                                       log.get("max_concurrency")),
     )
     if model is None:
         return reported
@@ -310,6 +338,7 @@ class ServerWatch:
         telemetry: where samples go (a new :class:`Telemetry` when None).
         gpu_total_bytes, gpu_name: the GPU the server runs on, for the full prediction.
         dtype: the server's ``--dtype`` when it is not the checkpoint's.
+        log_path: a saved log of the server (its capacity lines fill in what /metrics lacks).
         transport: an httpx transport for tests.
         timeout_s: per-request timeout in seconds.
     """
@@ -323,6 +352,7 @@ class ServerWatch:
         gpu_total_bytes: int | None = None,
         gpu_name: str = "",
         dtype: str | None = None,
+        log_path: str | Path | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
@@ -333,6 +363,7 @@ class ServerWatch:
         self.gpu_total_bytes = gpu_total_bytes
         self.gpu_name = gpu_name
         self.dtype = dtype
+        self.log_figures = capacity_from_log(log_path) if log_path else {}
         self._clock = clock
         self._t0 = clock()
         self._client = httpx.Client(
@@ -392,6 +423,7 @@ class ServerWatch:
         capacity = compare_capacity(
             sample, self.identity, self.model,
             gpu_total_bytes=self.gpu_total_bytes, gpu_name=self.gpu_name, model_dtype=self.dtype,
+            log_figures=self.log_figures,
         )
         return WatchSample(
             t, True, sample.message, self.identity, values, latest.pressure, capacity

@@ -143,3 +143,19 @@ def test_cli_text_names_the_server_and_keeps_going_through_a_gap(server, capsys,
     assert "never stopped" in out
     assert "capacity  reported: 1,048,576 KV tokens, 8,192 blocks" in out
     assert "gap:" in out
+
+
+def test_capacity_from_a_saved_log_when_metrics_have_none(tmp_path):
+    from kvpilot.core.vllm.metrics import MetricsSample
+    from kvpilot.core.vllm.watch import capacity_from_log, compare_capacity
+
+    log = DATA / "vllm_logs" / "cpu_0.32" / "startup.log"
+    figures = capacity_from_log(log)
+    assert figures["kv_cache_tokens"] == 1_048_576 and figures["available_kv_bytes"] == 1 << 30
+    bare = MetricsSample(t_monotonic_s=0.0, has_vllm_metrics=True)
+    assert compare_capacity(bare, None, None) is None
+    cap = compare_capacity(bare, None, None, log_figures=figures)
+    assert cap is not None and cap.reported_kv_tokens == 1_048_576
+    assert cap.reported_max_concurrency == 1024.0 and cap.reported_num_blocks is None
+    with pytest.raises(WatchError, match="cannot read the log"):
+        capacity_from_log(tmp_path / "missing.log")
