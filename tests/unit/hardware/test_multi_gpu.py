@@ -163,3 +163,19 @@ def test_serve_pins_the_gpus_by_uuid_and_spans_them(monkeypatch):
     explicit = spec_for_device(LaunchSpec(model="/m", tensor_parallel_size=1, max_num_seqs=2),
                                serving_args.Device("gpu", 1 << 34))
     assert explicit.cuda_visible_devices is None and explicit.tensor_parallel_size == 1
+
+
+def test_gpu_command_lists_both_cards_and_their_link(capsys):
+    import json
+
+    from kvpilot.core.cli import main
+
+    assert main(["gpu", "--fake-nvml", "rtx4090-rtx3090"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU 1  NVIDIA GeForce RTX 3090" in text
+    assert "GPU 0 <-> GPU 1: PHB, no peer-to-peer (not supported by the GPU)" in text
+    assert main(["gpu", "--fake-nvml", "rtx4090-rtx3090", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [g["uuid"] for g in doc["gpus"]] == [UUID_4090, UUID_3090]
+    (link,) = doc["links"]
+    assert (link["index_a"], link["index_b"], link["topology"], link["p2p"]) == (0, 1, "PHB", False)
