@@ -58,6 +58,15 @@ class LaunchRequest:
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
+#: planner-mode pairs offered after the single cards (spec-table names)
+PLANNER_PAIRS = (
+    "NVIDIA GeForce RTX 4090",
+    "NVIDIA GeForce RTX 3090",
+    "NVIDIA GeForce RTX 5090",
+)
+PLANNER_MIXED = (("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090"),)
+
+
 class AppServices:
     """Owns the core objects of one app session and adapts them for the GUI.
 
@@ -119,10 +128,13 @@ class AppServices:
 
     @staticmethod
     def spec_names() -> list[str]:
-        """GPU names from the spec table, for planner mode."""
+        """GPU names from the spec table for planner mode, then common pairs of cards."""
         from kvpilot.core.hardware.specs import all_specs
 
-        return [s.name for s in all_specs()]
+        names = [s.name for s in all_specs()]
+        pairs = [f"2x {n}" for n in PLANNER_PAIRS if n in names]
+        mixed = [f"{a} + {b}" for a, b in PLANNER_MIXED if a in names and b in names]
+        return names + pairs + mixed
 
     @staticmethod
     def target_from_snapshot(gpu: Any) -> GpuTarget:
@@ -172,7 +184,31 @@ class AppServices:
 
     @staticmethod
     def target_from_spec(name: str) -> GpuTarget:
+        """A planner-mode target: one spec-table card, or several (``2x A``, ``A + B``).
+
+        Raises:
+            KeyError: a name the spec table does not know.
+        """
         from kvpilot.core.hardware.specs import all_specs
+
+        if "+" in name or name.startswith(tuple(f"{n}x " for n in range(2, 17))):
+            from kvpilot.core.errors import FitError
+            from kvpilot.core.fit.parallel import gpu_set_from_names, per_gpu
+
+            try:
+                gpu_set = gpu_set_from_names(name)
+            except FitError as exc:
+                raise KeyError(name) from exc
+            per = per_gpu(gpu_set.cards)
+            first = next((s for s in all_specs() if s.name == gpu_set.cards[0].name), None)
+            return GpuTarget(
+                name=gpu_set.label,
+                total_bytes=per.total_bytes,
+                free_bytes=None,
+                compute_capability=per.compute_capability,
+                spec=first,
+                gpu_set=gpu_set,
+            )
 
         for spec in all_specs():
             if spec.name == name:

@@ -59,3 +59,24 @@ def test_one_gpu_shows_no_combo(make_window) -> None:
     assert w.gpu_indices == (0,)
     assert w.select_gpus((3,)) is False
     assert "there is no GPU 3" in w.statusBar().currentMessage()
+
+
+def test_planner_mode_offers_pairs_of_cards(make_window, qtbot) -> None:
+    w = make_window("no-driver")
+    combo = w.gpu_panel.spec_combo
+    names = [combo.itemText(i) for i in range(combo.count())]
+    assert "2x NVIDIA GeForce RTX 4090" in names
+    assert "NVIDIA GeForce RTX 4090 + NVIDIA GeForce RTX 3090" in names
+    gen = w.plan_generation
+    combo.setCurrentText("NVIDIA GeForce RTX 4090 + NVIDIA GeForce RTX 3090")
+    qtbot.waitUntil(
+        lambda: w.plan_generation > gen
+        and any(r.inputs is not None and r.inputs.tensor_parallel_size == 2
+                for r in w.planner.rows),
+        timeout=30_000,
+    )
+    assert w.target.name == "RTX 4090 + RTX 3090" and w.target.gpu_set is not None
+    assert w.target.compute_capability == (8, 6)
+    tp = next(r for r in w.planner.rows if r.inputs is not None
+              and r.inputs.tensor_parallel_size == 2)
+    assert tp.title.endswith("· RTX 4090 + RTX 3090")
