@@ -321,7 +321,8 @@ def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefus
     """
     if inputs is None or not device.detected or device.is_cpu:
         return None
-    fresh = detected_gpu(device.indices or None)  # the GPUs in use, read again
+    # the GPUs in use, read again
+    fresh = detected_gpu(device.indices) if device.indices else detected_gpu()
     if fresh is None or fresh.free_bytes is None:
         return None
     return startup_refusal(inputs, fresh.free_bytes, fresh.memory_holders)
