@@ -20,6 +20,7 @@ as comments at the top.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import textwrap
@@ -367,6 +368,14 @@ def _split_flags(tail: Sequence[str]) -> list[tuple[str, str | None]]:
     return out
 
 
+def _host_memory_gi(weights_bytes: int | None) -> str:
+    """Host RAM to request: the checkpoint passes through it while loading (plus 25 %), at
+    least 16 Gi."""
+    if not weights_bytes:
+        return "32Gi"
+    return f"{max(16, math.ceil(weights_bytes * 1.25 / GiB))}Gi"
+
+
 def _storage_gi(weights_bytes: int | None) -> str:
     """PVC size for the checkpoint: weights plus 30 %, at least 20 Gi."""
     if not weights_bytes:
@@ -425,8 +434,12 @@ def helm_values(plan: ExportPlan) -> dict[str, Any]:
     entry.update(
         {
             "replicaCount": 1,
-            "requestCPU": 8,
-            "requestMemory": "32Gi",
+            # the chart takes this block over its simplified fields; requestGPU it reads too
+            "resources": {
+                "requests": {"cpu": "8", "memory": _host_memory_gi(plan.weights_bytes),
+                             "nvidia.com/gpu": plan.gpus},
+                "limits": {"nvidia.com/gpu": plan.gpus},
+            },
             "requestGPU": plan.gpus,
             "pvcStorage": _storage_gi(plan.weights_bytes),
             "shmSize": "16Gi",

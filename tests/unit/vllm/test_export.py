@@ -188,6 +188,10 @@ def test_helm_values_validate_and_pass_the_same_flags(plan):
     (entry,) = values["servingEngineSpec"]["modelSpec"]
     assert entry["modelURL"] == "Qwen/Qwen3-8B" and entry["modelRevision"] == REV
     assert entry["requestGPU"] == 1 and entry["tag"] == "v0.33.0"
+    assert entry["resources"] == {
+        "requests": {"cpu": "8", "memory": "20Gi", "nvidia.com/gpu": 1},  # 15.3 GiB x 1.25
+        "limits": {"nvidia.com/gpu": 1},
+    }
     assert entry["vllmConfig"]["maxModelLen"] == 16384
     assert entry["vllmConfig"]["gpuMemoryUtilization"] == pytest.approx(0.92)
     assert entry["hf_token"] == {"secretName": "hf-token", "secretKey": "token"}
@@ -270,6 +274,7 @@ def test_cli_export_pins_this_machines_gpus(hub_cache, capsys, monkeypatch):
     values = yaml.safe_load(capsys.readouterr().out)
     (entry,) = values["servingEngineSpec"]["modelSpec"]
     assert entry["requestGPU"] == 2 and entry["vllmConfig"]["tensorParallelSize"] == 2
+    assert entry["resources"]["limits"] == {"nvidia.com/gpu": 2}
     jsonschema.Draft202012Validator(_helm_schema(strict=True)).validate(values)
 
 
