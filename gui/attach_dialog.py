@@ -1,4 +1,5 @@
-"""The "Attach" dialog: the URL of a vLLM server kvpilot did not start, and its API key.
+"""The "Attach" dialog: the URL of a vLLM server kvpilot did not start, its API key and,
+optionally, a saved log of it (its capacity lines stand in when ``/metrics`` has none).
 
 The key is used for this session only (never saved); the dialog validates nothing itself:
 :func:`kvpilot.core.vllm.watch.normalize_url` and the first contact do.
@@ -31,6 +32,9 @@ class AttachDialog(QDialog):
         self.api_key.setObjectName("attachApiKey")
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.api_key.setPlaceholderText("only if the server needs one (not saved)")
+        self.log_path = QLineEdit()
+        self.log_path.setObjectName("attachLog")
+        self.log_path.setPlaceholderText("optional: a saved log (docker logs > FILE) for capacity")
         note = QLabel(
             "Watch a server that runs elsewhere (a Docker container, another machine): the "
             "dashboard, pressure signals and load test work as usual; kvpilot never stops it."
@@ -39,6 +43,7 @@ class AttachDialog(QDialog):
         form = QFormLayout()
         form.addRow("URL", self.url)
         form.addRow("API key", self.api_key)
+        form.addRow("Log file", self.log_path)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -50,6 +55,7 @@ class AttachDialog(QDialog):
         lay.addLayout(form)
         lay.addWidget(buttons)
 
-    def values(self) -> tuple[str, str | None]:
-        """(URL, API key or None)."""
-        return self.url.text().strip(), self.api_key.text() or None
+    def values(self) -> tuple[str, str | None, str | None]:
+        """(URL, API key or None, log file or None)."""
+        return (self.url.text().strip(), self.api_key.text() or None,
+                self.log_path.text().strip() or None)

@@ -751,7 +751,9 @@ class MainWindow(QMainWindow):
             dialog.show()
         return dialog
 
-    def attach(self, url: str, api_key: str | None = None) -> bool:
+    def attach(
+        self, url: str, api_key: str | None = None, log_path: str | None = None
+    ) -> bool:
         """Watch the server at ``url`` (kvpilot does not own it: Detach, never Stop).
 
         False (with the reason shown) while kvpilot runs a server of its own.
@@ -764,7 +766,7 @@ class MainWindow(QMainWindow):
             self.services.attach_gpu = (self.target.total_bytes, self.target.name)
         self.server_panel.show_state("starting", detail=f"attaching to {url}")
         run_in_pool(
-            lambda: self.services.attach(url, api_key),
+            lambda: self.services.attach(url, api_key, log_path),
             lambda sample: self._on_attached(sample, api_key),
             self._on_attach_error,
         )

@@ -610,7 +610,7 @@ class AppServices:
             sup is not None and sup.state in ("starting", "ready", "stopping")
         )
 
-    def attach(self, url: str, api_key: str | None = None) -> Any:
+    def attach(self, url: str, api_key: str | None = None, log_path: str | None = None) -> Any:
         """Blocking (one or two HTTP requests): who serves at ``url`` and its first sample.
 
         Returns the :class:`~kvpilot.core.vllm.watch.WatchSample` (its ``identity`` names the
@@ -623,7 +623,8 @@ class AppServices:
 
         base_url = normalize_url(url)
         total, name = self.attach_gpu if is_local_url(base_url) else (None, "")
-        watch = ServerWatch(base_url, api_key=api_key, gpu_total_bytes=total, gpu_name=name)
+        watch = ServerWatch(base_url, api_key=api_key, gpu_total_bytes=total, gpu_name=name,
+                            log_path=log_path)
         try:
             watch.start()
             return watch.poll()

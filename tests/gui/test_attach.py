@@ -53,6 +53,23 @@ def test_attach_feeds_the_dashboard_and_offers_no_stop(make_window, qtbot, serve
     assert panel.state is None and panel.stop_button.isVisibleTo(w)
 
 
+def test_attach_with_a_saved_log(make_window, qtbot, server) -> None:
+    w = make_window()
+    dialog = w.open_attach(modal=False)
+    dialog.url.setText(server.url)
+    dialog.log_path.setText(str(DATA / "vllm_logs" / "cpu_0.32" / "startup.log"))
+    assert dialog.values()[2].endswith("startup.log")
+    dialog.accept()
+    qtbot.waitUntil(lambda: w.attached is not None, timeout=10_000)
+    assert "vLLM reported 1,048,576 tok" in w.server_panel.capacity.text()
+    w.detach()
+    bad = w.attach(server.url, None, "/no/such.log")
+    assert bad
+    qtbot.waitUntil(lambda: "cannot read the log" in w.statusBar().currentMessage(),
+                    timeout=10_000)
+    assert w.attached is None
+
+
 def test_attach_to_nothing_is_one_message(make_window, qtbot) -> None:
     w = make_window()
     assert w.attach("http://127.0.0.1:9")
