@@ -27,6 +27,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gpu": ("kvpilot.core.commands.gpu", "show GPUs, processes and the launch budget now"),
     "serve": ("kvpilot.core.commands.serve", "launch and supervise vllm serve"),
     "bench": ("kvpilot.core.commands.bench", "load-test a running OpenAI-compatible server"),
+    "watch": ("kvpilot.core.commands.watch", "watch any running vLLM server"),
+    "export": (
+        "kvpilot.core.commands.export",
+        "print the plan as a command, docker run, compose file or Helm values",
+    ),
 }
 
 

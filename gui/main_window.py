@@ -33,15 +33,17 @@ from PySide6.QtWidgets import (
 from kvpilot.core import settings as st
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.startup import StartupRefusedError
+from kvpilot.core.hardware.selection import describe_gpu, preferred_gpu
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm import supervisor as sv
 from kvpilot.gui import theme
+from kvpilot.gui.attach_dialog import AttachDialog
 from kvpilot.gui.benchmark_dialog import BenchmarkDialog
 from kvpilot.gui.fallback import FallbackBanner, FallbackChoice
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
 from kvpilot.gui.panels.gpu_panel import GpuPanel
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS, PlannerPanel
-from kvpilot.gui.panels.server_panel import LogView, ServerPanel
+from kvpilot.gui.panels.server_panel import ATTACHED, LogView, ServerPanel
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 from kvpilot.gui.services import AppServices, LaunchRequest
 from kvpilot.gui.settings_dialog import SettingsDialog
@@ -82,6 +84,8 @@ class MainWindow(QMainWindow):
         self.settings = load.settings
         self.confirm_stop = confirm_stop or self._ask_stop
         self.target: GpuTarget | None = None
+        #: this machine's GPUs in use (NVML indices; empty in planner mode)
+        self.gpu_indices: tuple[int, ...] = ()
         self.probe_result: Any | None = None
         self.runtime: Any | None = None
         self.runtime_problem: str | None = "looking for vLLM…"
@@ -94,12 +98,22 @@ class MainWindow(QMainWindow):
         self._stop_in_flight = False
         self._predicted: Any | None = None
         self._reported: Any | None = None
+        #: the server being watched but not owned (a WatchSample's identity), or None
+        self.attached: Any | None = None
+        self._attached_key: str | None = None
 
         # --- widgets
         self.profile_combo = QComboBox()
         self.profile_combo.setObjectName("profileCombo")
         self.profile_combo.setMinimumWidth(160)
         self.profile_combo.activated.connect(self._on_profile_combo)
+        self.gpu_combo = QComboBox()
+        self.gpu_combo.setObjectName("gpuCombo")
+        self.gpu_combo.setToolTip("The GPU(s) to plan for, launch on and watch")
+        self.gpu_combo.setVisible(False)
+        self.gpu_combo.activated.connect(self._on_gpu_combo)
+        self.gpu_combo_label = QLabel("GPU:")
+        self.gpu_combo_label.setVisible(False)
         self.settings_button = QPushButton("⚙ Settings")
         self.settings_button.setObjectName("settingsButton")
         self.settings_button.setToolTip(f"Profiles, vLLM, host, port, keys ({SHORTCUT_SETTINGS})")
@@ -148,6 +162,8 @@ class MainWindow(QMainWindow):
         header = QHBoxLayout()
         header.addWidget(QLabel("<b>kvpilot</b> · profile:"))
         header.addWidget(self.profile_combo)
+        header.addWidget(self.gpu_combo_label)
+        header.addWidget(self.gpu_combo)
         header.addStretch(1)
         header.addWidget(self.settings_button)
         notice_row = QHBoxLayout()
@@ -195,9 +211,12 @@ class MainWindow(QMainWindow):
         self.planner.plan_selected.connect(self._on_plan_selected)
         self.planner.launch_requested.connect(self.launch_plan)
         self.planner.copy_command_requested.connect(self.copy_command)
+        self.planner.export_requested.connect(self.export_plan)
         self.planner.browse_model_requested.connect(self._browse_model)
         self.server_panel.launch_clicked.connect(self.launch_selected)
         self.server_panel.stop_clicked.connect(lambda: self.stop_server())
+        self.server_panel.attach_clicked.connect(lambda: self.open_attach())
+        self.server_panel.detach_clicked.connect(lambda: self.detach())
         self.banner.option_chosen.connect(self.apply_fallback)
         self.banner.details_requested.connect(lambda: self.tabs.setCurrentWidget(self.log_view))
         self.dashboard.fix_requested.connect(self.apply_pressure_fix)
@@ -310,16 +329,77 @@ class MainWindow(QMainWindow):
             if first:
                 self._enter_planner_mode(result)
             return
-        gpu = gpus[0]
+        if first:
+            self._fill_gpu_combo(gpus)
+            chosen = preferred_gpu(gpus) or gpus[0]
+            self.gpu_indices = (chosen.index,)
+        by_index = {g.index: g for g in gpus}
+        gpu = by_index.get(self.gpu_indices[0], gpus[0])
         self.gpu_panel.show_probe(result, gpu)
         text, warn = self.services.startup_limit(gpu)
         self.gpu_panel.set_startup_limit(text, warn)
         if first:
-            self.target = self.services.target_from_snapshot(gpu)
-            self.services.start_gpu_sampler(gpu.index, self.profile.sampling_hz)
+            self.select_gpus(self.gpu_indices)
             self._names_refresh.start()
             self.statusBar().showMessage(f"{gpu.name}: ready to plan", 5000)
-            self.replan()
+
+    def _fill_gpu_combo(self, gpus: list[Any]) -> None:
+        """Every GPU NVML reports, plus all of them together when there are several."""
+        self.gpu_combo.blockSignals(True)
+        self.gpu_combo.clear()
+        for g in gpus:
+            self.gpu_combo.addItem(describe_gpu(g), (g.index,))
+        if len(gpus) > 1:
+            indices = tuple(g.index for g in gpus)
+            names = "+".join(str(i) for i in indices)
+            self.gpu_combo.addItem(f"{names}: all {len(gpus)} (tensor parallel)", indices)
+        self.gpu_combo.blockSignals(False)
+        several = len(gpus) > 1
+        self.gpu_combo.setVisible(several)
+        self.gpu_combo_label.setVisible(several)
+
+    def _on_gpu_combo(self, index: int) -> None:
+        indices = self.gpu_combo.itemData(index)
+        if indices and tuple(indices) != self.gpu_indices:
+            self.select_gpus(tuple(indices))
+
+    def select_gpus(self, indices: tuple[int, ...]) -> bool:
+        """Plan for, launch on and sample exactly this machine's GPUs ``indices``.
+
+        False (with the reason shown) while a server runs or for a GPU NVML does not report.
+        """
+        result = self.probe_result
+        if result is None or not getattr(result, "ok", False):
+            return False
+        if self.services.server_running() and indices != self.gpu_indices:
+            self.statusBar().showMessage("stop the server before switching GPUs", 8000)
+            self._sync_gpu_combo()
+            return False
+        try:
+            target = self.services.target_from_selection(result, indices)
+        except KvpilotError as exc:
+            self.statusBar().showMessage(exc.message, 10_000)
+            self._sync_gpu_combo()
+            return False
+        self.gpu_indices = indices
+        self.target = target
+        self._sync_gpu_combo()
+        by_index = {g.index: g for g in result.gpus}
+        first = by_index[indices[0]]
+        self.gpu_panel.show_probe(result, first)
+        text, warn = self.services.startup_limit(first)
+        self.gpu_panel.set_startup_limit(text, warn)
+        self.services.start_gpu_sampler(
+            indices if len(indices) > 1 else indices[0], self.profile.sampling_hz
+        )
+        self.replan()
+        return True
+
+    def _sync_gpu_combo(self) -> None:
+        for i in range(self.gpu_combo.count()):
+            if tuple(self.gpu_combo.itemData(i) or ()) == self.gpu_indices:
+                self.gpu_combo.setCurrentIndex(i)
+                return
 
     def _on_probe_error(self, exc: BaseException) -> None:
         self._probe_in_flight = False
@@ -539,6 +619,26 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("vllm serve command copied", 5000)
         return text
 
+    def export_plan(self, fmt: str) -> str | None:
+        """Copy the selected plan as ``fmt`` (command, docker, compose, helm) to the clipboard."""
+        row = self.planner.selected()
+        if row is None or row.inputs is None:
+            return None
+        try:
+            pinned = self._gpu_overrides(row).get("cuda_visible_devices", "")
+            gpu_ids = tuple(pinned.split(",")) if pinned else ()
+            text = self.services.export_text(
+                row.inputs, row.model_ref, self.profile, fmt, gpu_ids=gpu_ids
+            )
+        except KvpilotError as exc:
+            self.statusBar().showMessage(exc.message, 10_000)
+            return None
+        QGuiApplication.clipboard().setText(text)
+        labels = {"command": "vllm serve command", "docker": "docker run command",
+                  "compose": "Compose file", "helm": "Helm values"}
+        self.statusBar().showMessage(f"{labels.get(fmt, fmt)} copied", 5000)
+        return text
+
     def _browse_model(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "A model directory (with config.json)")
         if path:
@@ -561,9 +661,48 @@ class MainWindow(QMainWindow):
         inputs = row.inputs
         if self.services.plan_overrides:
             inputs = replace(inputs, **self.services.plan_overrides)
-        return self.launch_request(
-            LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.profile)
-        )
+        request = LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.profile)
+        request.overrides.update(self._gpu_overrides(row))
+        started = self.launch_request(request)
+        used = self._plan_gpu_indices(row)
+        if started and used and used != self.gpu_indices:
+            # the telemetry samples exactly the GPUs the server runs on
+            self.services.start_gpu_sampler(
+                used if len(used) > 1 else used[0], self.profile.sampling_hz
+            )
+        return started
+
+    def _plan_gpu_indices(self, row: PlanRow) -> tuple[int, ...]:
+        """NVML indices of the GPUs a plan runs on (the selection unless the plan is one card
+        of a set)."""
+        target = self.target
+        if target is None or not target.gpu_indices:
+            return ()
+        positions = getattr(row.source, "gpu_positions", ()) or ()
+        if target.gpu_set is not None and positions:
+            return tuple(target.gpu_indices[i] for i in positions)
+        return target.gpu_indices
+
+    def _gpu_overrides(self, row: PlanRow) -> dict[str, Any]:
+        """The launch's GPUs by UUID (the plan's cards of a set, else the selection) and the
+        pipeline stages vLLM needs to be told about."""
+        target = self.target
+        if target is None or not target.uuids:
+            return {}
+        uuids = target.uuids
+        positions = getattr(row.source, "gpu_positions", ()) or ()
+        if target.gpu_set is not None and positions:
+            uuids = tuple(target.uuids[i] for i in positions)
+        out: dict[str, Any] = {"cuda_visible_devices": ",".join(uuids)}
+        pp = getattr(row.inputs, "pipeline_parallel_size", 1) if row.inputs else 1
+        if pp > 1:
+            from kvpilot.core.vllm.command import parse_extra_args
+
+            out["extra_args"] = (
+                *parse_extra_args(self.profile.extra_args),
+                "--pipeline-parallel-size", str(pp),
+            )
+        return out
 
     def launch_request(self, request: LaunchRequest) -> bool:
         """Start vLLM for ``request``; False (with the reason shown) when it cannot start."""
@@ -599,6 +738,75 @@ class MainWindow(QMainWindow):
             self._on_server_start_error,
         )
         return True
+
+    # ----------------------------------------------------------------- attach (not owned)
+
+    def open_attach(self, *, modal: bool = True) -> AttachDialog:
+        """Ask for a server's URL (and key), then :meth:`attach` to it."""
+        dialog = AttachDialog(self)
+        dialog.accepted.connect(lambda: self.attach(*dialog.values()))
+        if modal:
+            dialog.exec()
+        else:
+            dialog.show()
+        return dialog
+
+    def attach(
+        self, url: str, api_key: str | None = None, log_path: str | None = None
+    ) -> bool:
+        """Watch the server at ``url`` (kvpilot does not own it: Detach, never Stop).
+
+        False (with the reason shown) while kvpilot runs a server of its own.
+        """
+        if self.services.server_running():
+            self.statusBar().showMessage("a server is running; stop it before attaching", 8000)
+            return False
+        measured = self.target is not None and self.target.measured
+        if self.target is not None and measured:
+            self.services.attach_gpu = (self.target.total_bytes, self.target.name)
+        self.server_panel.show_state("starting", detail=f"attaching to {url}")
+        run_in_pool(
+            lambda: self.services.attach(url, api_key, log_path),
+            lambda sample: self._on_attached(sample, api_key),
+            self._on_attach_error,
+        )
+        return True
+
+    def _on_attached(self, sample: Any, api_key: str | None) -> None:
+        ident = sample.identity
+        self.attached = ident
+        self._attached_key = api_key
+        self.started_by_us = False
+        self.services.telemetry.clear()
+        self.services.telemetry.set_vllm_pids(())
+        version = f"vLLM {ident.version}" if ident.version else "vLLM"
+        self.server_panel.show_state(
+            ATTACHED, model=ident.model_id or "", endpoint=f"{ident.base_url}/v1",
+            detail=f"{version}, not started by kvpilot",
+        )
+        cap = sample.capacity
+        if cap is not None:
+            self.server_panel.show_capacity(cap.predicted_kv_tokens, cap.reported_kv_tokens)
+        self.services.start_metrics(ident.base_url, self.profile.sampling_hz, api_key)
+        self.tabs.setCurrentWidget(self.dashboard)
+        self.statusBar().showMessage(f"watching {ident.base_url}", 5000)
+
+    def _on_attach_error(self, exc: BaseException) -> None:
+        message = exc.message if isinstance(exc, KvpilotError) else str(exc)
+        self.server_panel.show_state(None)
+        self.statusBar().showMessage(message, 15_000)
+
+    def detach(self) -> None:
+        """Stop watching the attached server (it keeps running)."""
+        if self.attached is None:
+            return
+        self.services.stop_metrics()
+        url = self.attached.base_url
+        self.attached = None
+        self._attached_key = None
+        self.server_panel.show_state(None)
+        self.server_panel.show_capacity(None, None)
+        self.statusBar().showMessage(f"stopped watching {url}; it keeps running", 5000)
 
     def _predicted_tokens(self) -> int | None:
         cap = self._predicted
@@ -767,17 +975,23 @@ class MainWindow(QMainWindow):
         return True
 
     def open_benchmark(self, *, modal: bool = True) -> BenchmarkDialog | None:
-        """The load-test dialog for the running server (None, with a message, when none runs)."""
-        sup = self.services.supervisor
-        if sup is None or sup.state != sv.READY:
-            self.statusBar().showMessage("start a server first: the benchmark needs it ready", 8000)
-            return None
+        """The load-test dialog for the running or attached server (None, with a message, when
+        there is none)."""
         from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
 
-        api_key = self.current_request.profile.api_key if self.current_request else ""
+        sup = self.services.supervisor
+        if self.attached is not None:
+            base_url, model = self.attached.base_url, self.attached.model_id or ""
+            api_key: str | None = self._attached_key
+        elif sup is not None and sup.state == sv.READY:
+            base_url, model = sup.base_url, sup.model_name
+            api_key = self.current_request.profile.api_key if self.current_request else ""
+        else:
+            self.statusBar().showMessage("start a server first: the benchmark needs it ready", 8000)
+            return None
         dialog = BenchmarkDialog(
-            sup.base_url,
-            sup.model_name,
+            base_url,
+            model,
             self.services.bridge,
             run_load_test,
             LoadTestConfig,

@@ -22,6 +22,11 @@ class GpuTarget:
     compute_capability: tuple[int, int] | None
     snapshot: Any | None = None
     spec: Any | None = None
+    #: this machine's GPUs the plans use (NVML indices, UUIDs) and, for two or more, the
+    #: fit engine's GpuSet (the recommender then ranks single-card and parallel plans)
+    gpu_indices: tuple[int, ...] = ()
+    uuids: tuple[str, ...] = ()
+    gpu_set: Any | None = None
 
     @property
     def measured(self) -> bool:

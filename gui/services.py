@@ -58,6 +58,15 @@ class LaunchRequest:
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
+#: planner-mode pairs offered after the single cards (spec-table names)
+PLANNER_PAIRS = (
+    "NVIDIA GeForce RTX 4090",
+    "NVIDIA GeForce RTX 3090",
+    "NVIDIA GeForce RTX 5090",
+)
+PLANNER_MIXED = (("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090"),)
+
+
 class AppServices:
     """Owns the core objects of one app session and adapts them for the GUI.
 
@@ -98,6 +107,8 @@ class AppServices:
         self.launch_overrides: dict[str, Any] = {}
         #: extra keyword arguments for the Supervisor (timeouts; tests with a stand-in vllm)
         self.supervisor_options: dict[str, Any] = {}
+        #: (total bytes, name) of the GPU in use, for predictions about an attached local server
+        self.attach_gpu: tuple[int | None, str] = (None, "")
 
     # ----------------------------------------------------------------- hardware
 
@@ -117,10 +128,13 @@ class AppServices:
 
     @staticmethod
     def spec_names() -> list[str]:
-        """GPU names from the spec table, for planner mode."""
+        """GPU names from the spec table for planner mode, then common pairs of cards."""
         from kvpilot.core.hardware.specs import all_specs
 
-        return [s.name for s in all_specs()]
+        names = [s.name for s in all_specs()]
+        pairs = [f"2x {n}" for n in PLANNER_PAIRS if n in names]
+        mixed = [f"{a} + {b}" for a, b in PLANNER_MIXED if a in names and b in names]
+        return names + pairs + mixed
 
     @staticmethod
     def target_from_snapshot(gpu: Any) -> GpuTarget:
@@ -136,9 +150,65 @@ class AppServices:
             spec=spec,
         )
 
+    @classmethod
+    def target_from_selection(cls, result: Any, indices: tuple[int, ...]) -> GpuTarget:
+        """The target for this machine's GPUs ``indices``: one GPU as it is, several as one
+        per-GPU target (the smallest card bounds each rank) carrying their GpuSet.
+
+        Raises:
+            HardwareError: an index NVML does not report.
+        """
+        from dataclasses import replace
+
+        from kvpilot.core.fit.parallel import gpu_set_from_probe, per_gpu
+        from kvpilot.core.hardware.selection import select_gpus
+
+        gpus = select_gpus(result, indices)
+        first = cls.target_from_snapshot(gpus[0])
+        uuids = tuple(g.uuid or str(g.index) for g in gpus)
+        if len(gpus) == 1:
+            return replace(first, gpu_indices=indices, uuids=uuids)
+        gpu_set = gpu_set_from_probe(result, indices)
+        per = per_gpu(gpu_set.cards)
+        smallest = min(gpus, key=lambda g: int(g.cuda_total_bytes or 0))
+        return replace(
+            cls.target_from_snapshot(smallest),
+            name=gpu_set.label,
+            total_bytes=per.total_bytes,
+            free_bytes=per.free_bytes,
+            compute_capability=per.compute_capability,
+            gpu_indices=indices,
+            uuids=uuids,
+            gpu_set=gpu_set,
+        )
+
     @staticmethod
     def target_from_spec(name: str) -> GpuTarget:
+        """A planner-mode target: one spec-table card, or several (``2x A``, ``A + B``).
+
+        Raises:
+            KeyError: a name the spec table does not know.
+        """
         from kvpilot.core.hardware.specs import all_specs
+
+        if "+" in name or name.startswith(tuple(f"{n}x " for n in range(2, 17))):
+            from kvpilot.core.errors import FitError
+            from kvpilot.core.fit.parallel import gpu_set_from_names, per_gpu
+
+            try:
+                gpu_set = gpu_set_from_names(name)
+            except FitError as exc:
+                raise KeyError(name) from exc
+            per = per_gpu(gpu_set.cards)
+            first = next((s for s in all_specs() if s.name == gpu_set.cards[0].name), None)
+            return GpuTarget(
+                name=gpu_set.label,
+                total_bytes=per.total_bytes,
+                free_bytes=None,
+                compute_capability=per.compute_capability,
+                spec=first,
+                gpu_set=gpu_set,
+            )
 
         for spec in all_specs():
             if spec.name == name:
@@ -161,9 +231,15 @@ class AppServices:
             return "", False
         return budget.message, budget.max_utilization < 0.9
 
-    def start_gpu_sampler(self, index: int, rate_hz: float) -> None:
-        """Sample GPU ``index`` in the core sampler thread; samples go to telemetry + signal."""
-        from kvpilot.core.hardware.sampler import MAX_RATE_HZ, MIN_RATE_HZ, GpuSampler
+    def start_gpu_sampler(self, index: int | tuple[int, ...], rate_hz: float) -> None:
+        """Sample GPU ``index`` (or exactly the GPUs of a tuple, combined) in the core sampler
+        thread; samples go to telemetry + signal."""
+        from kvpilot.core.hardware.sampler import (
+            MAX_RATE_HZ,
+            MIN_RATE_HZ,
+            GpuSampler,
+            GpuSetSampler,
+        )
 
         self.stop_gpu_sampler()
         emit = self.bridge.emitter("gpu_sample")
@@ -177,9 +253,15 @@ class AppServices:
             emit(sample)
 
         rate = min(MAX_RATE_HZ, max(MIN_RATE_HZ, rate_hz))
-        self.gpu_sampler = GpuSampler(
-            index, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
-        )
+        indices = index if isinstance(index, tuple) else (index,)
+        if len(indices) > 1:
+            self.gpu_sampler = GpuSetSampler(
+                indices, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
+            )
+        else:
+            self.gpu_sampler = GpuSampler(
+                indices[0], rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
+            )
         self.gpu_sampler.start()
 
     def stop_gpu_sampler(self) -> None:
@@ -285,7 +367,7 @@ class AppServices:
         fixed = self.fixed_settings(goal)
         result = rec.recommend(
             self.core_target(target), fit_goal, models, fixed=fixed,
-            capacity_of=self.planned_capacity,
+            capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
         )
         user_fixed = bool(self._fixed_knobs(goal))
         rows: list[PlanRow] = []
@@ -295,7 +377,7 @@ class AppServices:
             reason = cand.reason if not user_fixed else _capacity_reason(cap, goal)
             rows.append(
                 PlanRow(
-                    title=cand.model_id,
+                    title=cand.model_id + (f" · {cand.gpus_label}" if cand.gpus_label else ""),
                     quantization=_quant_label(cand.quantization, cand.weight_bits),
                     inputs=inputs,
                     capacity=cap,
@@ -387,6 +469,32 @@ class AppServices:
             extra_args=parse_extra_args(profile.extra_args),
         )
         return build_command(spec).redacted()
+
+    def export_text(
+        self, inputs: Any, model: str, profile: Profile, fmt: str, gpu_ids: tuple[str, ...] = ()
+    ) -> str:
+        """The plan as ``fmt`` (``kvpilot export``'s formats), with the predicted capacity and
+        the measured one when this GPU ran the plan; secrets only as references."""
+        from kvpilot.core.fit.budget import compute_capacity
+        from kvpilot.core.fit.calibrate import key_for
+        from kvpilot.core.measurements import MeasurementStore
+        from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
+        from kvpilot.core.vllm.export import build_export_plan, render
+
+        spec = LaunchSpec.from_plan(
+            inputs,
+            model,
+            host=profile.host,
+            port=profile.port,
+            api_key=profile.api_key or None,
+            hf_token=profile.hf_token or None,
+            extra_args=parse_extra_args(profile.extra_args),
+        )
+        measured = MeasurementStore(self.data_dir / "measurements.json").lookup(key_for(inputs))
+        plan = build_export_plan(
+            spec, inputs, capacity=compute_capacity(inputs), measured=measured, gpu_ids=gpu_ids
+        )
+        return render(plan, fmt)
 
     # ----------------------------------------------------------------- server
 
@@ -501,6 +609,27 @@ class AppServices:
         return self._downloading or (
             sup is not None and sup.state in ("starting", "ready", "stopping")
         )
+
+    def attach(self, url: str, api_key: str | None = None, log_path: str | None = None) -> Any:
+        """Blocking (one or two HTTP requests): who serves at ``url`` and its first sample.
+
+        Returns the :class:`~kvpilot.core.vllm.watch.WatchSample` (its ``identity`` names the
+        server). The GPU for the full prediction is the sampled one when the server is local.
+
+        Raises:
+            WatchError: the URL is not usable or the server does not answer.
+        """
+        from kvpilot.core.vllm.watch import ServerWatch, is_local_url, normalize_url
+
+        base_url = normalize_url(url)
+        total, name = self.attach_gpu if is_local_url(base_url) else (None, "")
+        watch = ServerWatch(base_url, api_key=api_key, gpu_total_bytes=total, gpu_name=name,
+                            log_path=log_path)
+        try:
+            watch.start()
+            return watch.poll()
+        finally:
+            watch.close()
 
     def start_metrics(self, base_url: str, rate_hz: float, api_key: str | None = None) -> None:
         """Scrape ``base_url``/metrics in the core sampler thread into telemetry."""

@@ -126,6 +126,7 @@ def to_json(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> dic
         "cuda_driver_version": result.cuda_driver_version,
         "nvml_version": result.nvml_version,
         "gpus": gpus,
+        "links": [{**_plain(link), "p2p": link.p2p} for link in result.links],
         "warnings": list(result.warnings),
         "system": _plain(result.system),
     }
@@ -226,6 +227,18 @@ def render_text(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) ->
     lines = [head, ""]
     for gpu in result.gpus:
         lines.extend(_gpu_lines(gpu, budgets.get(gpu.index)))
+        lines.append("")
+    for link in result.links:
+        p2p = {True: "peer-to-peer", False: "no peer-to-peer", None: "peer-to-peer unknown"}[
+            link.p2p
+        ]
+        why = f" ({link.p2p_reason})" if link.p2p is False and link.p2p_reason else ""
+        nvlink = ", NVLink" if link.nvlink else ""
+        lines.append(
+            f"GPU {link.index_a} <-> GPU {link.index_b}: {link.topology or 'topology unknown'}, "
+            f"{p2p}{why}{nvlink}"
+        )
+    if result.links:
         lines.append("")
     lines.extend(f"warning: {w}" for w in result.warnings)
     lines.extend(_system_lines(result.system))

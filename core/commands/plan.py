@@ -24,6 +24,7 @@ from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     add_serving_arguments,
     device_from_args,
+    settings_for_device,
     settings_from_args,
 )
 from kvpilot.core.fit.budget import borderline_note
@@ -98,7 +99,7 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
         or DEFAULT_VLLM_VERSION
     )
     device = device_from_args(args, version)
-    settings = settings_from_args(args)
+    settings = settings_for_device(settings_from_args(args), device)
     model = load_model_spec(args.model)
     return PlanInputs(
         model=model,
@@ -108,6 +109,7 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
         compute_capability=device.compute_capability,
         gpu_memory_holders=device.memory_holders,
         vllm_version=version,
+        gpu_allreduce=device.allreduce,
         **settings_dict(settings),
     )
 

@@ -4,11 +4,16 @@ Contract::
 
     kvpilot recommend [--gpu NAME|--gpu-total-mib N] [--gpu-free-mib N] [--context L]
                       [--users N] [--use-case chat|long-docs|batch] [serving flags] [--json]
+                      [--gpu '2x RTX 4090' | --gpu 'RTX 4090 + RTX 3090']
+                      [--gpu-index N | --gpus 0,1]
 
 The serving flags are those of ``plan`` and ``serve`` (``--max-model-len`` and
 ``--max-num-seqs`` stand for ``--context`` and ``--users``); a flag given fixes that setting
 in every candidate. Without a GPU flag it ranks for this machine's GPU (NVML, with its free
 memory now). Candidates with a measurement on this device use it (source measured/calibrated).
+
+Several GPUs (named, or this machine's with ``--gpus``) rank each card alone (the one that does
+not drive the display first) and tensor-parallel plans over all of them.
 """
 
 from __future__ import annotations
@@ -26,8 +31,21 @@ from kvpilot.core.commands.serving_args import (
 )
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.calibrate import planned_capacity
+from kvpilot.core.fit.parallel import (
+    GpuSet,
+    gpu_set_from_names,
+    gpu_set_from_probe,
+    parse_gpu_names,
+)
 from kvpilot.core.fit.plan import GiB
-from kvpilot.core.fit.recommend import USE_CASES, Goal, GpuTarget, Recommendation, recommend
+from kvpilot.core.fit.recommend import (
+    USE_CASES,
+    Goal,
+    GpuTarget,
+    Recommendation,
+    recommend,
+    target_of,
+)
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
@@ -76,13 +94,33 @@ def target_from_args(args: argparse.Namespace, vllm_version: str | None = None) 
     )
 
 
+def gpu_set_from_args(args: argparse.Namespace) -> GpuSet | None:
+    """Several GPUs: ``--gpu '2x RTX 4090'`` / ``'A + B'`` (planner mode) or this machine's
+    ``--gpus`` / ``--gpu-index`` (None: one GPU from ``--gpu`` / ``--gpu-total-mib``).
+
+    Raises:
+        KvpilotError: an unknown name or a GPU index NVML does not report.
+    """
+    from kvpilot.core.commands.serving_args import selected_indices
+
+    indices = selected_indices(args)
+    if indices is not None:
+        from kvpilot.core.hardware.probe import probe
+
+        return gpu_set_from_probe(probe(), indices)
+    if args.gpu and len(parse_gpu_names(args.gpu)) > 1:
+        return gpu_set_from_names(args.gpu)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.context <= 0 or args.users <= 0:
         raise FitError("--context and --users must be positive")
     from kvpilot.core.commands.plan import detected_vllm_version
 
     version = args.vllm_version or detected_vllm_version() or NEWEST_KNOWN
-    gpu = target_from_args(args, version)
+    gpu_set = gpu_set_from_args(args)
+    gpu = target_of(gpu_set.cards) if gpu_set is not None else target_from_args(args, version)
     goal = Goal(
         use_case=args.use_case,
         context_tokens=args.context,
@@ -94,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     store = MeasurementStore(paths.measurements_path())
     result = recommend(
         gpu, goal, limit=args.limit, fixed=settings_from_args(args),
-        capacity_of=lambda inputs: planned_capacity(inputs, store),
+        capacity_of=lambda inputs: planned_capacity(inputs, store), gpu_set=gpu_set,
     )
     if args.json:
         print(json.dumps(to_json(result), indent=2))
@@ -128,6 +166,11 @@ def to_json(result: Recommendation) -> dict[str, Any]:
                 "ttft_s": round(c.ttft_s, 3) if c.ttft_s else None,
                 "score": c.score,
                 "reason": c.reason,
+                "gpus": c.gpus_label or result.gpu.name,
+                "gpu_positions": list(c.gpu_positions),
+                "tensor_parallel_size": c.inputs.tensor_parallel_size,
+                "pipeline_parallel_size": c.inputs.pipeline_parallel_size,
+                "parallel_note": c.parallel_note,
                 "budget": c.capacity.to_json(),
             }
             for i, c in enumerate(result.candidates)
@@ -152,8 +195,9 @@ def render(result: Recommendation) -> str:
         cap = c.capacity
         tps = f"{c.decode_tokens_per_s:.0f}" if c.decode_tokens_per_s else "-"
         ttft = f"{c.ttft_s:.2f}s" if c.ttft_s else "-"
+        title = c.model_id + (f" [{c.gpus_label}]" if c.gpus_label else "")
         lines.append(
-            f"{i:>2} {c.model_id:48} {cap.kv_cache_dtype:5} {cap.gpu_memory_utilization:>5.2f} "
+            f"{i:>2} {title:48} {cap.kv_cache_dtype:5} {cap.gpu_memory_utilization:>5.2f} "
             f"{cap.kv_cache_tokens:>10,} {cap.max_concurrency:>5.1f}x {tps:>6} {ttft:>6}  "
             f"{c.reason}"
         )

@@ -31,6 +31,7 @@ from kvpilot.core.commands.serving_args import (
     Device,
     detected_gpu,
     device_from_args,
+    settings_for_device,
     settings_from_args,
 )
 from kvpilot.core.errors import CommandError, KvpilotError
@@ -241,6 +242,17 @@ def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
     )
 
 
+def spec_for_device(spec: LaunchSpec, device: Device) -> LaunchSpec:
+    """``spec`` on ``device``: ``CUDA_VISIBLE_DEVICES`` names this machine's GPUs in use by
+    UUID (a reordering between boots must not move the server), and several GPUs mean tensor
+    parallelism over all of them unless the flags say otherwise."""
+    return dataclasses.replace(
+        spec,
+        cuda_visible_devices=device.cuda_visible_devices or spec.cuda_visible_devices,
+        **settings_dict(settings_for_device(spec.settings, device)),
+    )
+
+
 def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
     """Download a Hub checkpoint that is not in the cache yet (progress as ``download`` events,
     at most one text line a second); Ctrl-C cancels and keeps the partial file for a resume.
@@ -309,7 +321,8 @@ def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefus
     """
     if inputs is None or not device.detected or device.is_cpu:
         return None
-    fresh = detected_gpu()
+    # the GPUs in use, read again
+    fresh = detected_gpu(device.indices) if device.indices else detected_gpu()
     if fresh is None or fresh.free_bytes is None:
         return None
     return startup_refusal(inputs, fresh.free_bytes, fresh.memory_holders)
@@ -388,8 +401,8 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         port = args.port
     else:
         port = find_free_port(args.host, DEFAULT_PORT)
-    spec = ensure_local_model(build_spec(args, port), out)
     device = device_from_args(args, runtime.version)
+    spec = ensure_local_model(spec_for_device(build_spec(args, port), device), out)
     inputs = plan_inputs(args, spec, device, runtime.version)
     store = MeasurementStore(data_dir / "measurements.json")
     fallbacks_taken = 0

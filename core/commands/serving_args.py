@@ -43,6 +43,11 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: the GPU of this machine)")
     parser.add_argument("--gpu-total-mib", type=int, help="GPU memory in MiB (as nvidia-smi)")
     parser.add_argument("--gpu-free-mib", type=int, help="free GPU memory now, in MiB")
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--gpu-index", type=int, metavar="N",
+                      help="this machine's GPU N (NVML order, as `kvpilot gpu` lists them)")
+    pick.add_argument("--gpus", metavar="LIST",
+                      help="this machine's GPUs, e.g. 0,1 (tensor parallel over all of them)")
 
 
 def add_serving_arguments(
@@ -109,6 +114,21 @@ class Device:
     #: (process name, bytes) holding memory when ``free_bytes`` was read, largest first
     memory_holders: tuple[tuple[str, int], ...] = ()
     index: int | None = None
+    #: the NVML indices and UUIDs of this machine's GPUs in use (empty: not this machine's)
+    indices: tuple[int, ...] = ()
+    uuids: tuple[str, ...] = ()
+    #: how several GPUs all-reduce (``nvlink``, ``p2p``, ``host``; None: one GPU or unknown)
+    allreduce: str | None = None
+
+    @property
+    def count(self) -> int:
+        """How many GPUs the plan spans (1 unless several were selected)."""
+        return max(1, len(self.indices))
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        """``CUDA_VISIBLE_DEVICES`` naming the GPUs in use by UUID (None: not this machine's)."""
+        return ",".join(self.uuids) if self.uuids else None
 
     @property
     def is_cpu(self) -> bool:
@@ -122,24 +142,70 @@ def cpu_device() -> Device:
     return Device(CPU_DEVICE_NAME, int(psutil.virtual_memory().total), None, None, True)
 
 
-def detected_gpu() -> Device | None:
-    """The first NVIDIA GPU NVML reports with its free memory now, or None."""
+def detected_gpu(indices: tuple[int, ...] | None = None) -> Device | None:
+    """This machine's GPU(s) with their free memory now, or None when NVML reports none.
+
+    ``indices`` selects GPUs by NVML index (default: GPU 0). Several GPUs make one device
+    whose memory is that of the smallest (it bounds what each tensor-parallel rank holds).
+
+    Raises:
+        HardwareError: ``indices`` names a GPU NVML does not report.
+    """
     from kvpilot.core.errors import HardwareError
     from kvpilot.core.hardware.probe import probe
+    from kvpilot.core.hardware.selection import select_gpus
 
     try:
         result = probe()
     except HardwareError:
+        if indices:
+            raise
         return None
     if not result.ok or not result.gpus:
+        if indices:
+            select_gpus(result, indices)  # raises with the reason
         return None
-    g = result.gpus[0]
-    if not g.memory_total_bytes:
+    gpus = select_gpus(result, indices or (result.gpus[0].index,))
+    if any(not g.memory_total_bytes for g in gpus):
         return None
+    smallest = min(gpus, key=lambda g: int(g.memory_total_bytes or 0))
+    names = [g.name or "gpu" for g in gpus]
+    name = names[0] if len(set(names)) == 1 else " + ".join(names)
+    frees = [g.memory_free_bytes for g in gpus]
+    free = None if any(f is None for f in frees) else min(int(f or 0) for f in frees)
+    caps = [g.compute_capability for g in gpus if g.compute_capability]
     from kvpilot.core.hardware.budget_now import memory_holders
 
-    return Device(g.name or "gpu", int(g.memory_total_bytes), g.memory_free_bytes,
-                  g.compute_capability, True, memory_holders(g), g.index)
+    holders = tuple(sorted((h for g in gpus for h in memory_holders(g)),
+                           key=lambda h: -h[1]))
+    allreduce = None
+    if len(gpus) > 1:
+        from kvpilot.core.fit.parallel import gpu_set_from_probe
+
+        allreduce = gpu_set_from_probe(result, [g.index for g in gpus]).allreduce_path(len(gpus))
+    return Device(name, int(smallest.memory_total_bytes or 0), free,
+                  min(caps) if caps else None, True, holders, gpus[0].index,
+                  indices=tuple(g.index for g in gpus),
+                  uuids=tuple(g.uuid or str(g.index) for g in gpus),
+                  allreduce=allreduce)
+
+
+def selected_indices(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """The GPUs ``--gpu-index`` / ``--gpus`` select (None: neither given).
+
+    Raises:
+        HardwareError: a malformed ``--gpus`` list or a negative index.
+    """
+    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.hardware.selection import parse_gpu_indices
+
+    index = getattr(args, "gpu_index", None)
+    if index is not None:
+        if index < 0:
+            raise HardwareError(f"--gpu-index must be 0 or more, got {index}")
+        return (index,)
+    listed = getattr(args, "gpus", None)
+    return parse_gpu_indices(listed) if listed else None
 
 
 def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Device:
@@ -171,9 +237,10 @@ def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Devi
     if free_mib is not None and free_mib < 0:
         raise FitError("--gpu-free-mib must not be negative")
     free = free_mib * MiB if free_mib is not None else None
-    if total is not None:
+    indices = selected_indices(args)
+    if total is not None and indices is None:
         return Device(name or "gpu", total, free, cc, False)
-    gpu = detected_gpu()
+    gpu = detected_gpu(indices)
     if gpu is not None:
         return gpu
     if vllm_version is not None and Release.parse(vllm_version).is_cpu_build:
@@ -182,3 +249,14 @@ def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Devi
         "no NVIDIA GPU found on this machine and the installed vLLM is not its CPU build; "
         "give --gpu NAME (e.g. --gpu 'RTX 4090') or --gpu-total-mib N to plan for a GPU"
     )
+
+
+def settings_for_device(settings: ServingSettings, device: Device) -> ServingSettings:
+    """``settings`` on ``device``: several selected GPUs mean tensor parallelism over all of
+    them unless ``--tensor-parallel-size`` says otherwise."""
+    from dataclasses import replace
+
+    if device.count > 1 and settings.tensor_parallel_size == 1:
+        return replace(settings, tensor_parallel_size=device.count)
+    return settings
+

@@ -18,7 +18,7 @@ import math
 
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit import activation, kv
+from kvpilot.core.fit import activation, kv, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -133,7 +133,7 @@ def compute_capacity(
     Raises:
         FitError: for inputs that make no sense (utilization outside (0, 1], negative sizes).
     """
-    model = inputs.model
+    model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
     profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
@@ -170,7 +170,9 @@ def compute_capacity(
     else:
         weights_total, weights_src = estimate_weights_bytes(model), FROM_MODEL
     weights = math.ceil(weights_total / tp)
-    non_torch = activation.non_torch_bytes(tp, constants=fitted)
+    non_torch = parallel.non_torch_bytes(
+        tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
+    )
     act = activation.activation_peak_bytes(
         model,
         max_num_batched_tokens=batched,
@@ -293,7 +295,9 @@ def compute_capacity(
         BudgetTerm("weights", weights, weights_src,
                    "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")),
         BudgetTerm("non_torch", non_torch, FROM_FITTED,
-                   "cuBLAS/attention workspaces" + (", NCCL buffers" if tp > 1 else "") + "; "
+                   "cuBLAS/attention workspaces"
+                   + parallel.non_torch_note(tp, inputs.pipeline_parallel_size,
+                                             inputs.gpu_allreduce, constants=fitted) + "; "
                    + fitted.source("non_torch_tensor_parallel_bytes" if tp > 1
                                    else "non_torch_single_gpu_bytes")),
         BudgetTerm("activation_peak", act, act_source, act_note),
@@ -317,6 +321,7 @@ def compute_capacity(
         "kv_cache_dtype": inputs.kv_cache_dtype,
         "kv_cache_memory_bytes": inputs.kv_cache_memory_bytes,
         "tensor_parallel_size": tp,
+        "pipeline_parallel_size": inputs.pipeline_parallel_size,
         "enforce_eager": inputs.enforce_eager,
         "block_size": layout.block_size,
         "vllm_version": inputs.vllm_version,
@@ -365,7 +370,7 @@ def band_verdict(
         failures.MAX_MODEL_LEN_ABOVE_MODEL, failures.FREE_MEMORY_BELOW_UTILIZATION
     ):
         return VERDICT_DOES_NOT_FIT
-    model = inputs.model
+    model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
     profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
     max_len = inputs.max_model_len or model.derived_max_model_len
     batched, seqs = default_batching(

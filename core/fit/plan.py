@@ -138,6 +138,10 @@ class PlanInputs(ServingSettings):
     #: largest first; named in the start-up failure so that the user knows what to close
     gpu_memory_holders: tuple[tuple[str, int], ...] = ()
     vllm_version: str = NEWEST_KNOWN
+    #: several GPUs (see :mod:`kvpilot.core.fit.parallel`): pipeline stages, and how the
+    #: tensor-parallel ranks all-reduce (``nvlink``, ``p2p``, ``host``; None: not known)
+    pipeline_parallel_size: int = 1
+    gpu_allreduce: str | None = None
 
     @property
     def on_cpu(self) -> bool:

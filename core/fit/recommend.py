@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit import budget
+from kvpilot.core.fit import budget, parallel
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.plan import (
     VERDICT_BORDERLINE,
@@ -93,6 +93,10 @@ class Candidate:
     reason: str
     tight: bool
     kv_headroom_bytes: int
+    #: several GPUs: the cards used (positions in the GpuSet), their label and the layout note
+    gpu_positions: tuple[int, ...] = ()
+    gpus_label: str = ""
+    parallel_note: str = ""
 
     @property
     def concurrency_at_context(self) -> float:
@@ -169,7 +173,7 @@ CapacityOf = Callable[[PlanInputs], Capacity]
 
 def _plan_one(
     model: ModelSpec, gpu: GpuTarget, goal: Goal, kv_dtype: str, util: float,
-    fixed: ServingSettings | None, capacity_of: CapacityOf,
+    fixed: ServingSettings | None, capacity_of: CapacityOf, layout: parallel.Layout | None = None,
 ) -> tuple[PlanInputs, Capacity]:
     context = min(goal.context_tokens, model.derived_max_model_len)
     seqs = max(1, goal.users if goal.use_case != "batch" else max(goal.users, 16))
@@ -188,6 +192,13 @@ def _plan_one(
     )
     if fixed is not None:
         inputs = replace(inputs, **_fixed_changes(fixed))
+    if layout is not None and layout.world_size > 1:
+        inputs = replace(
+            inputs,
+            tensor_parallel_size=layout.tensor_parallel_size,
+            pipeline_parallel_size=layout.pipeline_parallel_size,
+            gpu_allreduce=layout.allreduce,
+        )
     return inputs, capacity_of(inputs)
 
 
@@ -204,6 +215,7 @@ def recommend(
     limit: int | None = None,
     fixed: ServingSettings | None = None,
     capacity_of: CapacityOf = budget.compute_capacity,
+    gpu_set: parallel.GpuSet | None = None,
 ) -> Recommendation:
     """Rank deployments of ``models`` (default: every catalog checkpoint) for ``gpu``/``goal``.
 
@@ -211,6 +223,11 @@ def recommend(
     :class:`ServingSettings` replaces the recommender's choice: a KV dtype, a utilization,
     eager mode...). ``capacity_of`` computes each candidate's capacity (default: the model;
     :func:`kvpilot.core.fit.calibrate.planned_capacity` with a store uses measurements).
+
+    With a ``gpu_set`` of two or more cards each model is also planned over all of them
+    (tensor parallel, or pipeline parallel where its heads do not divide) and on each card
+    alone, the card that does not drive the display first; when one card is enough the
+    parallel plan ranks below it. ``gpu`` is then only used without a set.
     """
     if goal.use_case not in USE_CASES:
         raise FitError(f"use case must be one of {', '.join(USE_CASES)}")
@@ -218,9 +235,9 @@ def recommend(
         from kvpilot.core.models.catalog import all_checkpoint_specs
 
         models = all_checkpoint_specs()
-    util = utilization_for(gpu)
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
+    multi = gpu_set is not None and len(gpu_set.cards) > 1
     for model in models:
         if goal.model_filter and goal.model_filter.lower() not in model.model_id.lower():
             continue
@@ -230,80 +247,133 @@ def recommend(
                 Rejection(model.model_id, f"{bits}-bit weights are below the quality floor")
             )
             continue
-        kv_options = ["auto"]
-        if fp8_kv_supported(gpu.compute_capability, model.head_dim, goal.vllm_version):
-            kv_options.append("fp8")
-        if fixed is not None and fixed.kv_cache_dtype != "auto":
-            kv_options = [fixed.kv_cache_dtype]
-        best: tuple[PlanInputs, Capacity] | None = None
-        last_reason = ""
-        shortfall: int | None = None
-        for kv_dtype in kv_options:
-            inputs, cap = _plan_one(model, gpu, goal, kv_dtype, util, fixed, capacity_of)
-            unsupported = check_support(inputs)
-            if unsupported is not None:
-                last_reason = unsupported.message
-                continue
-            if not cap.fits:
-                last_reason = cap.failure.message if cap.failure else "does not fit"
-                if cap.verdict == VERDICT_BORDERLINE:
-                    last_reason = borderline_note(cap)
-                shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
-                continue
-            if cap.max_concurrency_low < goal.users:  # the band's lower edge must serve them
-                shortfall = _kv_needed(cap, goal.users) - cap.available_kv_low_bytes
-                last_reason = (
-                    f"{cap.max_concurrency_low:.1f} requests of {cap.max_model_len:,} tokens "
-                    f"fit at the band's lower edge, {goal.users} wanted ({kv_dtype} KV)"
-                )
-                continue
-            best = (inputs, cap)
-            break  # 16-bit KV first: fp8 only when 16-bit does not serve the goal
-        if best is None:
-            reason = last_reason or "does not fit"
-            if shortfall:
-                reason += f"; needs {shortfall / GiB:.1f} GiB more KV"
-            rejected.append(Rejection(model.model_id, reason, shortfall))
+        if not multi or gpu_set is None:
+            found = _evaluate(model, gpu, goal, fixed, capacity_of)
+            if isinstance(found, Candidate):
+                candidates.append(found)
+            else:
+                rejected.append(found)
             continue
-        inputs, cap = best
-        total, active = _params(model)
-        frac = active / total if total else 1.0
-        tps = decode_tokens_per_s(model, cap, gpu, goal.context_tokens, frac)
-        prompt = min(TYPICAL_PROMPT_TOKENS[goal.use_case], cap.max_model_len)
-        ttft = ttft_seconds(active, prompt, gpu)
-        # ranked by the band's lower edge: headroom that holds even if vLLM takes more
-        kv_headroom = cap.available_kv_low_bytes - _kv_needed(cap, goal.users)
-        tight = kv_headroom < TIGHT_HEADROOM_BYTES
-        short_context = cap.max_model_len < goal.context_tokens
-        score = _score(goal, total, active, _weight_bits(model), cap, tps, ttft)
-        if short_context:
-            score -= 5
-        kv_note = "fp8 KV" if inputs.kv_cache_dtype == "fp8" else "16-bit KV"
-        reason = (
-            f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests with {kv_note}"
-            + (f", ~{tps:.0f} tok/s" if tps else "")
-            + (f"; the model stops at {cap.max_model_len:,} tokens" if short_context else "")
-            + (f", KV headroom {kv_headroom / GiB:.1f} GiB" if tight else "")
-        )
-        candidates.append(Candidate(
-            model_id=model.model_id,
-            quantization=model.quantization.method if model.quantization else None,
-            weight_bits=_weight_bits(model),
-            params_total=total,
-            params_active=active,
-            inputs=inputs,
-            capacity=cap,
-            decode_tokens_per_s=tps,
-            ttft_s=ttft,
-            score=score,
-            reason=reason,
-            tight=tight,
-            kv_headroom_bytes=kv_headroom,
-        ))
+        one_card_enough = False
+        last: Rejection | None = None
+        for layout in parallel.layouts(model, gpu_set):
+            cards = [gpu_set.cards[i] for i in layout.cards]
+            found = _evaluate(model, target_of(cards), goal, fixed, capacity_of, layout)
+            if isinstance(found, Rejection):
+                last = replace(found, reason=f"{parallel.label_of(cards)}: {found.reason}")
+                continue
+            if layout.world_size == 1:
+                if one_card_enough:
+                    continue  # the best single card is enough; the others would repeat it
+                one_card_enough = True
+            elif one_card_enough:
+                found = replace(found, score=round(found.score - 1.0, 4))  # one card serves it
+            note = layout.note
+            candidates.append(replace(
+                found,
+                gpu_positions=layout.cards,
+                gpus_label=parallel.label_of(cards),
+                parallel_note=note,
+                reason=found.reason + (f"; {note}" if note else ""),
+            ))
+        if last is not None and not any(c.model_id == model.model_id for c in candidates):
+            rejected.append(last)
     candidates.sort(key=lambda c: (-c.score, c.model_id))
     if limit is not None:
         candidates = candidates[:limit]
     return Recommendation(gpu, goal, tuple(candidates), tuple(rejected))
+
+
+def target_of(cards: Sequence[parallel.Card]) -> GpuTarget:
+    """The per-GPU target of some cards of a set (the smallest card bounds each rank)."""
+    c = parallel.per_gpu(cards)
+    return GpuTarget(c.name, c.total_bytes, c.free_bytes, c.compute_capability,
+                     c.bandwidth_bytes_per_s, c.bf16_dense_tflops)
+
+
+def _evaluate(
+    model: ModelSpec, gpu: GpuTarget, goal: Goal, fixed: ServingSettings | None,
+    capacity_of: CapacityOf, layout: parallel.Layout | None = None,
+) -> Candidate | Rejection:
+    """The best deployment of ``model`` on ``gpu`` (per rank, with ``layout``), or why none."""
+    util = utilization_for(gpu)
+    kv_options = ["auto"]
+    if fp8_kv_supported(gpu.compute_capability, model.head_dim, goal.vllm_version):
+        kv_options.append("fp8")
+    if fixed is not None and fixed.kv_cache_dtype != "auto":
+        kv_options = [fixed.kv_cache_dtype]
+    best: tuple[PlanInputs, Capacity] | None = None
+    last_reason = ""
+    shortfall: int | None = None
+    for kv_dtype in kv_options:
+        inputs, cap = _plan_one(model, gpu, goal, kv_dtype, util, fixed, capacity_of, layout)
+        unsupported = check_support(inputs)
+        if unsupported is not None:
+            last_reason = unsupported.message
+            continue
+        if not cap.fits:
+            last_reason = cap.failure.message if cap.failure else "does not fit"
+            if cap.verdict == VERDICT_BORDERLINE:
+                last_reason = borderline_note(cap)
+            shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
+            continue
+        if cap.max_concurrency_low < goal.users:  # the band's lower edge must serve them
+            shortfall = _kv_needed(cap, goal.users) - cap.available_kv_low_bytes
+            last_reason = (
+                f"{cap.max_concurrency_low:.1f} requests of {cap.max_model_len:,} tokens "
+                f"fit at the band's lower edge, {goal.users} wanted ({kv_dtype} KV)"
+            )
+            continue
+        best = (inputs, cap)
+        break  # 16-bit KV first: fp8 only when 16-bit does not serve the goal
+    if best is None:
+        reason = last_reason or "does not fit"
+        if shortfall:
+            reason += f"; needs {shortfall / GiB:.1f} GiB more KV"
+        return Rejection(model.model_id, reason, shortfall)
+    inputs, cap = best
+    total, active = _params(model)
+    frac = active / total if total else 1.0
+    tps = decode_tokens_per_s(model, cap, gpu, goal.context_tokens, frac)
+    prompt = min(TYPICAL_PROMPT_TOKENS[goal.use_case], cap.max_model_len)
+    ttft = ttft_seconds(active, prompt, gpu)
+    if layout is not None and layout.world_size > 1:
+        # per-rank figures: TP ranks share each token's work over the all-reduce path;
+        # pipeline stages run one after another for one stream
+        gain = parallel.speedup(layout) / layout.tensor_parallel_size
+        if tps is not None:
+            tps *= gain / layout.pipeline_parallel_size
+        if ttft is not None:
+            ttft /= parallel.speedup(layout)
+    # ranked by the band's lower edge: headroom that holds even if vLLM takes more
+    kv_headroom = cap.available_kv_low_bytes - _kv_needed(cap, goal.users)
+    tight = kv_headroom < TIGHT_HEADROOM_BYTES
+    short_context = cap.max_model_len < goal.context_tokens
+    score = _score(goal, total, active, _weight_bits(model), cap, tps, ttft)
+    if short_context:
+        score -= 5
+    kv_note = "fp8 KV" if inputs.kv_cache_dtype == "fp8" else "16-bit KV"
+    reason = (
+        f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests with {kv_note}"
+        + (f", ~{tps:.0f} tok/s" if tps else "")
+        + (f"; the model stops at {cap.max_model_len:,} tokens" if short_context else "")
+        + (f", KV headroom {kv_headroom / GiB:.1f} GiB" if tight else "")
+    )
+    return Candidate(
+        model_id=model.model_id,
+        quantization=model.quantization.method if model.quantization else None,
+        weight_bits=_weight_bits(model),
+        params_total=total,
+        params_active=active,
+        inputs=inputs,
+        capacity=cap,
+        decode_tokens_per_s=tps,
+        ttft_s=ttft,
+        score=score,
+        reason=reason,
+        tight=tight,
+        kv_headroom_bytes=kv_headroom,
+    )
 
 
 def _score(

@@ -24,8 +24,13 @@ Snapshot format (all sizes in bytes, powers in milliwatts as NVML reports them):
         "errors": {"nvmlDeviceGetPowerUsage": "NOT_SUPPORTED"},
         "lost_after_calls": null | N
       }],
-      "host_processes": {"2211": {"name": "Xorg", "cmdline": ["/usr/lib/xorg/Xorg", "vt2"]}}
+      "host_processes": {"2211": {"name": "Xorg", "cmdline": ["/usr/lib/xorg/Xorg", "vt2"]}},
+      "links": [{"devices": [0, 1], "topology": 30,
+                 "p2p": {"read": 2, "write": 2, "nvlink": 2}}]
     }
+
+``links`` (optional) answers ``nvmlDeviceGetTopologyCommonAncestor`` (an ``NVML_TOPOLOGY_*``
+level) and ``nvmlDeviceGetP2PStatus`` (``NVML_P2P_STATUS_*`` per capability) for a pair.
 
 A dynamic scalar (utilization, temperature, power, clocks) may be a list: successive reads cycle
 through it. ``lost_after_calls: N`` makes every call on that device after its N-th raise
@@ -78,6 +83,26 @@ NVML_ERROR_GPU_NOT_FOUND = 28
 NVML_ERROR_INVALID_STATE = 29
 NVML_ERROR_RESET_TYPE_NOT_SUPPORTED = 30
 NVML_ERROR_UNKNOWN = 999
+
+# topology and peer-to-peer (nvml.h)
+NVML_TOPOLOGY_INTERNAL = 0
+NVML_TOPOLOGY_SINGLE = 10
+NVML_TOPOLOGY_MULTIPLE = 20
+NVML_TOPOLOGY_HOSTBRIDGE = 30
+NVML_TOPOLOGY_NODE = 40
+NVML_TOPOLOGY_SYSTEM = 50
+NVML_P2P_CAPS_INDEX_READ = 0
+NVML_P2P_CAPS_INDEX_WRITE = 1
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_CAPS_INDEX_ATOMICS = 3
+NVML_P2P_CAPS_INDEX_PCI = 4
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1
+NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2
+NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3
+NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
+NVML_P2P_STATUS_UNKNOWN = 6
 
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_GRAPHICS = 0
@@ -415,6 +440,34 @@ class FakeNvml:
 
     def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
         return int(self._field(handle, "nvmlDeviceGetPersistenceMode", "persistence_mode"))
+
+    # ---------------------------------------------------------------- topology
+    def _link(self, handle_a: Any, handle_b: Any, function: str) -> Mapping[str, Any]:
+        """The snapshot's ``links`` entry for two devices (either order); NOT_SUPPORTED when
+        the snapshot records none."""
+        with self._lock:
+            a = self._device(handle_a, function)
+            b = self._device(handle_b, function)
+            for link in self.snapshot.get("links", []):
+                pair = {int(i) for i in link.get("devices", ())}
+                if pair == {a.index, b.index}:
+                    return link
+        self._raise("NOT_SUPPORTED")
+        raise AssertionError  # unreachable
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle_a: Any, handle_b: Any) -> int:
+        link = self._link(handle_a, handle_b, "nvmlDeviceGetTopologyCommonAncestor")
+        if link.get("topology") is None:
+            self._raise("NOT_SUPPORTED")
+        return int(link["topology"])
+
+    def nvmlDeviceGetP2PStatus(self, handle_a: Any, handle_b: Any, caps_index: int) -> int:
+        link = self._link(handle_a, handle_b, "nvmlDeviceGetP2PStatus")
+        names = {0: "read", 1: "write", 2: "nvlink", 3: "atomics", 4: "pci"}
+        status = link.get("p2p", {}).get(names.get(int(caps_index), "?"))
+        if status is None:
+            return NVML_P2P_STATUS_UNKNOWN
+        return int(status)
 
     # ---------------------------------------------------------------- processes
     def _processes(self, handle: Any, function: str, key: str) -> list[SimpleNamespace]:

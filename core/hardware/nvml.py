@@ -302,3 +302,46 @@ class Nvml:
     def error_name(self, exc: BaseException) -> str:
         """See :func:`error_name`."""
         return error_name(self.module, exc)
+
+
+# -------------------------------------------------------------------------------- topology
+#: NVML_TOPOLOGY_* levels (nvml.h) -> the short names ``nvidia-smi topo -m`` prints
+TOPOLOGY_NAMES = {0: "internal", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+P2P_STATUS_OK = 0
+#: NVML_P2P_STATUS_* (nvml.h) -> words
+P2P_STATUS_WORDS = {
+    0: "supported",
+    1: "not supported by the chipset",
+    2: "not supported by the GPU",
+    3: "not supported by the PCIe topology",
+    4: "disabled by a registry key",
+    5: "not supported",
+    6: "unknown",
+}
+P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2}
+
+
+def topology_level(nv: Nvml, handle_a: Any, handle_b: Any) -> int | None:
+    """NVML's common-ancestor level of two GPUs (``NVML_TOPOLOGY_*``), None when unknown.
+
+    Raises:
+        GpuLostError: a GPU does not answer.
+    """
+    value = nv.call("nvmlDeviceGetTopologyCommonAncestor", handle_a, handle_b, field="topology")
+    return None if value is None else int(value)
+
+
+def p2p_status(nv: Nvml, handle_a: Any, handle_b: Any, capability: str) -> int | None:
+    """NVML's P2P status (``NVML_P2P_STATUS_*``; 0 = OK) for ``capability`` (``read``,
+    ``write`` or ``nvlink``) between two GPUs; None when NVML cannot say.
+
+    Raises:
+        KeyError: an unknown capability name.
+        GpuLostError: a GPU does not answer.
+    """
+    index = nv.constant(f"NVML_P2P_CAPS_INDEX_{capability.upper()}", P2P_CAPS[capability])
+    value = nv.call(
+        "nvmlDeviceGetP2PStatus", handle_a, handle_b, index, field=f"p2p_{capability}"
+    )
+    return None if value is None else int(value)
+

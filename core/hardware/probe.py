@@ -129,6 +129,32 @@ class GpuSnapshot:
 
 
 @dataclass(frozen=True)
+class GpuLink:
+    """How two GPUs (NVML indices ``index_a`` < ``index_b``) reach each other.
+
+    ``topology`` is NVML's common ancestor as ``nvidia-smi topo -m`` names it (``PIX``, ``PXB``,
+    ``PHB``, ``NODE``, ``SYS``; None when unknown). ``p2p_read`` / ``p2p_write`` / ``nvlink``
+    are True when NVML reports peer-to-peer access of that kind, False when it reports it
+    unsupported (``p2p_reason`` then says why), None when it cannot say.
+    """
+
+    index_a: int
+    index_b: int
+    topology: str | None = None
+    p2p_read: bool | None = None
+    p2p_write: bool | None = None
+    nvlink: bool | None = None
+    p2p_reason: str | None = None
+
+    @property
+    def p2p(self) -> bool | None:
+        """True when both directions work (what vLLM's custom all-reduce needs)."""
+        if self.p2p_read is None or self.p2p_write is None:
+            return None
+        return self.p2p_read and self.p2p_write
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """Outcome of :func:`probe`.
 
@@ -145,6 +171,12 @@ class ProbeResult:
     error: HardwareProblem | None = None
     source: str = "nvml"
     warnings: tuple[str, ...] = field(default=())
+    links: tuple[GpuLink, ...] = field(default=())
+
+    def link(self, index_a: int, index_b: int) -> GpuLink | None:
+        """The link between two GPUs (either order), None when not read."""
+        lo, hi = sorted((index_a, index_b))
+        return next((x for x in self.links if (x.index_a, x.index_b) == (lo, hi)), None)
 
     @property
     def ok(self) -> bool:
@@ -316,6 +348,37 @@ def read_gpu(nv: Nvml, index: int, reader: ProcessReader | None = None) -> GpuSn
     return GpuSnapshot(**got)
 
 
+def read_links(nv: Nvml, count: int) -> tuple[GpuLink, ...]:
+    """The topology and P2P status of every pair of GPUs (nothing for one GPU).
+
+    Raises:
+        GpuLostError: a GPU does not answer.
+    """
+    links: list[GpuLink] = []
+    for a in range(count):
+        for b in range(a + 1, count):
+            ha, hb = nv.handle(a), nv.handle(b)
+            level = nvml_mod.topology_level(nv, ha, hb)
+            status = {cap: nvml_mod.p2p_status(nv, ha, hb, cap) for cap in nvml_mod.P2P_CAPS}
+
+            def ok(value: int | None) -> bool | None:
+                if value is None or value == 6:  # NVML_P2P_STATUS_UNKNOWN
+                    return None
+                return value == nvml_mod.P2P_STATUS_OK
+
+            reason = next(
+                (nvml_mod.P2P_STATUS_WORDS.get(v, "unknown") for v in
+                 (status["read"], status["write"]) if v not in (None, 0, 6)), None
+            )
+            links.append(GpuLink(
+                index_a=a, index_b=b,
+                topology=None if level is None else nvml_mod.TOPOLOGY_NAMES.get(level),
+                p2p_read=ok(status["read"]), p2p_write=ok(status["write"]),
+                nvlink=ok(status["nvlink"]), p2p_reason=reason,
+            ))
+    return tuple(links)
+
+
 def read_memory(nv: Nvml, handle: Any, missing: list[str] | None = None) -> dict[str, Any]:
     """Memory via the v2 query (reserved separated) with a fallback to v1.
 
@@ -433,6 +496,10 @@ def probe(
             return ProbeResult(gpus=(), system=sysinfo, error=problem, source=source, **versions)
         reader = process_reader or process_reader_for(module)
         gpus = tuple(read_gpu(nv, i, reader) for i in range(count))
+        try:
+            links = read_links(nv, count) if not any(g.lost for g in gpus) else ()
+        except (GpuLostError, NvmlInitError):
+            links = ()
     except GpuLostError as exc:  # a system-level call hit a lost GPU
         return ProbeResult(gpus=(), system=sysinfo, error=exc.problem, source=source)
     finally:
@@ -444,5 +511,6 @@ def probe(
         f"GPU {g.index} stopped answering (fallen off the bus?)" for g in gpus if g.lost
     )
     return ProbeResult(
-        gpus=gpus, system=sysinfo, error=error, source=source, warnings=warnings, **versions
+        gpus=gpus, system=sysinfo, error=error, source=source, warnings=warnings,
+        links=links, **versions,
     )

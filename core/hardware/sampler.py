@@ -60,6 +60,8 @@ class GpuSample:
     error: str | None = None
     problem: HardwareProblem | None = None
     read_s: float = 0.0
+    #: every GPU this sample covers (empty: just ``gpu_index``); see :func:`combine_samples`
+    gpu_indices: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -297,3 +299,102 @@ def _process_memory(nv: Nvml, handle: Any) -> dict[int, int | None]:
             else:
                 out[int(entry.pid)] = int(used) if prev is None else max(prev, int(used))
     return out
+
+
+def _sum(values: list[Any]) -> Any:
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+def combine_samples(samples: list[GpuSample]) -> GpuSample:
+    """One sample for several GPUs serving one model: memory and power summed, utilization and
+    clocks averaged, the hottest temperature, per-process memory merged (summed per pid).
+    Lost or failed when any part is. ``gpu_index`` is the first GPU's.
+
+    Raises:
+        ValueError: ``samples`` is empty.
+    """
+    if not samples:
+        raise ValueError("combine_samples needs at least one sample")
+    if len(samples) == 1:
+        return samples[0]
+    first = samples[0]
+    bad = next((s for s in samples if not s.ok), None)
+    indices = tuple(s.gpu_index for s in samples)
+    if bad is not None:
+        return GpuSample(
+            t_monotonic_s=first.t_monotonic_s, gpu_index=first.gpu_index, lost=bad.lost,
+            error=f"GPU {bad.gpu_index}: {bad.error}", problem=bad.problem,
+            read_s=sum(s.read_s for s in samples), gpu_indices=indices,
+        )
+
+    def mean(name: str) -> Any:
+        values = [getattr(s, name) for s in samples]
+        if any(v is None for v in values):
+            return None
+        return round(sum(values) / len(values))
+
+    procs: dict[int, int | None] = {}
+    for s in samples:
+        for pid, used in s.process_used_bytes.items():
+            prev = procs.get(pid)
+            procs[pid] = used if prev is None else (prev if used is None else prev + used)
+    temps = [s.temperature_c for s in samples]
+    return GpuSample(
+        t_monotonic_s=first.t_monotonic_s,
+        gpu_index=first.gpu_index,
+        memory_used_bytes=_sum([s.memory_used_bytes for s in samples]),
+        memory_total_bytes=_sum([s.memory_total_bytes for s in samples]),
+        memory_free_bytes=_sum([s.memory_free_bytes for s in samples]),
+        memory_reserved_bytes=_sum([s.memory_reserved_bytes for s in samples]),
+        gpu_util_percent=mean("gpu_util_percent"),
+        mem_util_percent=mean("mem_util_percent"),
+        power_w=_sum([s.power_w for s in samples]),
+        temperature_c=None if any(t is None for t in temps) else max(t or 0 for t in temps),
+        sm_clock_mhz=mean("sm_clock_mhz"),
+        mem_clock_mhz=mean("mem_clock_mhz"),
+        process_used_bytes=types.MappingProxyType(procs),
+        read_s=sum(s.read_s for s in samples),
+        gpu_indices=indices,
+    )
+
+
+class GpuSetSampler(GpuSampler):
+    """Samples exactly the GPUs ``indices`` (one NVML pass each per tick) and publishes their
+    :func:`combine_samples`: the telemetry of a tensor-parallel server.
+
+    Raises:
+        ValueError: no index, a repeated index, or a rate out of range.
+    """
+
+    def __init__(
+        self,
+        indices: tuple[int, ...],
+        rate_hz: float = 2.0,
+        nvml_module: Any | None = None,
+        on_sample: Callable[[GpuSample], None] | None = None,
+        history_len: int = 1200,
+    ) -> None:
+        if not indices or len(set(indices)) != len(indices):
+            raise ValueError(f"GPU indices must be distinct and non-empty, got {indices!r}")
+        super().__init__(indices[0], rate_hz, nvml_module, on_sample, history_len)
+        self.indices = tuple(indices)
+        self._parts = [GpuSampler(i, rate_hz, nvml_module, None, 1) for i in self.indices]
+
+    def sample_once(self) -> GpuSample:
+        """One pass over every GPU of the set, combined. Never raises."""
+        started = time.monotonic()
+        try:
+            sample = combine_samples([p.sample_once() for p in self._parts])
+        except Exception as exc:  # the sampler must survive anything
+            log.exception("GPU set sampler tick failed")
+            sample = GpuSample(t_monotonic_s=started, gpu_index=self.index, error=repr(exc),
+                               gpu_indices=self.indices)
+        self._publish(sample)
+        return sample
+
+    def close(self) -> None:
+        """Close every GPU's NVML session."""
+        for part in self._parts:
+            part.close()
+        super().close()
+

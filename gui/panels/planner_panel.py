@@ -8,6 +8,7 @@ Signals:
     plan_selected(object): the selected :class:`PlanRow` (None when the table is empty).
     launch_requested(object): double-click / Enter on a plan that fits.
     copy_command_requested(): copy the selected plan's ``vllm serve`` command.
+    export_requested(str): copy the selected plan as command, docker, compose or helm.
     browse_model_requested(): pick a local model directory.
 """
 
@@ -31,12 +32,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMenu,
     QPushButton,
     QRadioButton,
     QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -45,6 +48,14 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.records import Goal, PlanRow
 from kvpilot.gui.widgets import Segment, StackedBar
+
+#: the export menu: format -> label (the formats of ``kvpilot export --format``)
+EXPORT_FORMATS = (
+    ("command", "vllm serve command"),
+    ("docker", "docker run"),
+    ("compose", "Compose file (compose.yaml)"),
+    ("helm", "Helm values (production-stack)"),
+)
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 USE_CASES = (("chat", "chat"), ("long-docs", "long documents"), ("batch", "batch"))
@@ -87,6 +98,7 @@ class PlannerPanel(QWidget):
     plan_selected = Signal(object)
     launch_requested = Signal(object)
     copy_command_requested = Signal()
+    export_requested = Signal(str)  # "command" | "docker" | "compose" | "helm"
     browse_model_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -168,7 +180,25 @@ class PlannerPanel(QWidget):
         self.copy_button.setObjectName("copyCommand")
         self.copy_button.clicked.connect(self.copy_command_requested.emit)
         self.copy_button.setEnabled(False)
-        form.addRow(self.copy_button)
+        self.export_button = QToolButton()
+        self.export_button.setObjectName("exportPlan")
+        self.export_button.setText("Export ▾")
+        self.export_button.setToolTip("Copy the selected plan as a command, docker run, "
+                                      "compose file or Helm values")
+        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.export_menu = QMenu(self.export_button)
+        for fmt_name, label in EXPORT_FORMATS:
+            action = self.export_menu.addAction(label)
+            action.setData(fmt_name)
+            action.triggered.connect(
+                lambda _=False, f=fmt_name: self.export_requested.emit(f)
+            )
+        self.export_button.setMenu(self.export_menu)
+        self.export_button.setEnabled(False)
+        copy_row = QHBoxLayout()
+        copy_row.addWidget(self.copy_button, 1)
+        copy_row.addWidget(self.export_button)
+        form.addRow(copy_row)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         form.addRow(self.status)
@@ -409,6 +439,7 @@ class PlannerPanel(QWidget):
             self._show_detail(None)
             self.plan_selected.emit(None)
         self.copy_button.setEnabled(first >= 0)
+        self.export_button.setEnabled(first >= 0)
 
     def selected(self) -> PlanRow | None:
         idx = self.table.currentRow()
@@ -420,6 +451,7 @@ class PlannerPanel(QWidget):
         row = self.selected()
         self._show_detail(row)
         self.copy_button.setEnabled(row is not None)
+        self.export_button.setEnabled(row is not None)
         self.plan_selected.emit(row)
 
     def _on_double_click(self, r: int, _c: int) -> None:

@@ -7,6 +7,8 @@ GUI thread by :class:`~kvpilot.gui.bridge.CoreBridge`); nothing here talks to th
 Signals (ServerPanel):
     launch_clicked(): the user asked to launch the selected plan.
     stop_clicked(): the user asked to stop the server.
+    attach_clicked(): the user wants to watch a server kvpilot did not start.
+    detach_clicked(): stop watching that server (it keeps running).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ STATE_COLORS = {
     "stopping": theme.TIGHT,
     "stopped": theme.MUTED,
     "failed": theme.FAIL,
+    "attached": theme.OK,
 }
 
 
@@ -66,11 +69,17 @@ def phase_words(phase: str | None) -> str:
     return (phase or "").replace("_", " ")
 
 
+#: the panel's state for a server kvpilot watches but did not start (``kvpilot watch``)
+ATTACHED = "attached"
+
+
 class ServerPanel(QWidget):
     """One row of server state with launch/stop, a phase bar and the capacity comparison."""
 
     launch_clicked = Signal()
     stop_clicked = Signal()
+    attach_clicked = Signal()
+    detach_clicked = Signal()
 
     def __init__(
         self, parent: QWidget | None = None, *, clock: Callable[[], float] = time.monotonic
@@ -103,6 +112,15 @@ class ServerPanel(QWidget):
         self.stop_button.setObjectName("stopButton")
         self.stop_button.setEnabled(False)
         self.stop_button.clicked.connect(self.stop_clicked.emit)
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setObjectName("attachButton")
+        self.attach_button.setToolTip("Watch a vLLM server kvpilot did not start")
+        self.attach_button.clicked.connect(self.attach_clicked.emit)
+        self.detach_button = QPushButton("Detach")
+        self.detach_button.setObjectName("detachButton")
+        self.detach_button.setToolTip("Stop watching (the server keeps running)")
+        self.detach_button.clicked.connect(self.detach_clicked.emit)
+        self.detach_button.setVisible(False)
 
         row = QHBoxLayout()
         row.addWidget(self.status, 1)
@@ -111,6 +129,8 @@ class ServerPanel(QWidget):
         row.addWidget(self.elapsed)
         row.addWidget(self.launch_button)
         row.addWidget(self.stop_button)
+        row.addWidget(self.attach_button)
+        row.addWidget(self.detach_button)
 
         self.progress = QProgressBar()
         self.progress.setRange(0, len(PHASES))
@@ -151,11 +171,16 @@ class ServerPanel(QWidget):
         self._update_buttons()
 
     def _update_buttons(self) -> None:
-        busy = self.state in ("starting", "ready", "stopping")
+        attached = self.state == ATTACHED
+        busy = self.state in ("starting", "ready", "stopping") or attached
         blocked = getattr(self, "_blocked", None)
         self.launch_button.setEnabled(not busy and not blocked)
         self.launch_button.setToolTip(blocked or "Launch the selected plan (F5)")
+        # a server kvpilot does not own is never stopped from here: Detach instead of Stop
+        self.stop_button.setVisible(not attached)
         self.stop_button.setEnabled(self.state in ("starting", "ready"))
+        self.detach_button.setVisible(attached)
+        self.attach_button.setEnabled(not busy)
 
     # ----------------------------------------------------------------- events
 
@@ -176,7 +201,7 @@ class ServerPanel(QWidget):
                 self.phases_seen = []
                 self.phase = None
                 self.progress.setValue(0)
-            elif state == "ready":
+            elif state in ("ready", ATTACHED):
                 self._ready_s = now
         self.state = state
         color = STATE_COLORS.get(state or "", theme.MUTED)
@@ -187,6 +212,7 @@ class ServerPanel(QWidget):
             "stopping": "stopping",
             "stopped": "stopped",
             "failed": "failed",
+            ATTACHED: "attached",
         }.get(state, state or "")
         text = f'<span style="color:{color}">●</span> <b>{words}</b>'
         if model:
@@ -196,7 +222,7 @@ class ServerPanel(QWidget):
         self.status.setText(text)
         if endpoint:
             self._endpoint = endpoint
-        show_ep = state == "ready" and bool(self._endpoint)
+        show_ep = state in ("ready", ATTACHED) and bool(self._endpoint)
         self.endpoint.setText(self._endpoint)
         self.endpoint.setVisible(show_ep)
         self.copy_endpoint.setVisible(show_ep)
@@ -253,7 +279,7 @@ class ServerPanel(QWidget):
         now = self._clock()
         if self.state == "starting" and self._since_s is not None:
             self.elapsed.setText(f"elapsed {fmt.duration(now - self._since_s)}")
-        elif self.state == "ready" and self._ready_s is not None:
+        elif self.state in ("ready", ATTACHED) and self._ready_s is not None:
             self.elapsed.setText(f"up {fmt.duration(now - self._ready_s)}")
         else:
             self.elapsed.setText("")

@@ -105,6 +105,34 @@ def test_copy_command_has_the_plan_and_no_secret(make_window, store) -> None:
     assert "sk-topsecret" not in text
 
 
+def test_export_menu_copies_each_format_without_secrets(make_window) -> None:
+    from dataclasses import replace
+
+    import yaml
+
+    from kvpilot.core import settings as st
+
+    w = make_window()
+    w.settings = st.update_profile(w.settings, replace(w.profile, api_key="sk-topsecret"))
+    assert w.planner.export_button.isEnabled()
+    actions = {a.data(): a for a in w.planner.export_menu.actions()}
+    assert set(actions) == {"command", "docker", "compose", "helm"}
+    row = w.planner.selected()
+    actions["compose"].trigger()
+    text = QGuiApplication.clipboard().text()
+    assert "sk-topsecret" not in text and "${VLLM_API_KEY:?" in text
+    (service,) = yaml.safe_load(text)["services"].values()
+    assert service["image"].startswith("vllm/vllm-openai:v")
+    assert str(row.capacity.max_model_len) in service["command"]
+    assert "# predicted: KV cache" in text
+    docker = w.export_plan("docker")
+    assert docker is not None and docker.startswith("# kvpilot plan")
+    # the GPU in use, by UUID (docker parses --gpus as CSV: the inner quotes stay)
+    uuid = w.target.uuids[0]
+    assert f"""--gpus '"device={uuid}"'""" in docker
+    assert "copied" in w.statusBar().currentMessage()
+
+
 def test_geometry_is_remembered(make_window, store) -> None:
     w = make_window()
     w.resize(783, 611)  # within the 800x800 offscreen screen, above the minimum size

@@ -1,0 +1,176 @@
+"""``kvpilot watch``: attach to any vLLM OpenAI server and follow it.
+
+Contract::
+
+    kvpilot watch --url URL [--api-key-env VAR] [--json] [--seconds N] [--interval S]
+                  [--gpu NAME | --gpu-total-mib N] [--dtype D] [--log FILE]
+
+Prints who the server is (vLLM version, model, context), then one line per sample (with
+``--json`` one JSON object per line): requests running / waiting, KV-cache use, tokens/s,
+TTFT / TPOT percentiles, the pressure signals, and the KV capacity the server reports next to
+kvpilot's prediction when the model's config.json is readable here. A lost connection is a gap
+(``connected: false``) and the watch goes on; it ends after ``--seconds`` or on Ctrl-C (status
+0). The server is never stopped: kvpilot does not own it. Unreachable at the start: status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from kvpilot.core.errors import FitError
+from kvpilot.core.fit.plan import GiB, MiB
+from kvpilot.core.vllm.watch import ServerWatch, WatchSample, is_local_url, normalize_url
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``kvpilot watch``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "watch", help="watch any running vLLM server",
+        description="Follow a vLLM OpenAI server kvpilot did not start (never stops it).",
+    )
+    p.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="environment variable holding the server's API key")
+    p.add_argument("--json", action="store_true", help="one JSON object per sample")
+    p.add_argument("--seconds", type=float, help="stop after N seconds (default: Ctrl-C)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    p.add_argument("--gpu", help="the server's GPU from the spec table, for the prediction")
+    p.add_argument("--gpu-total-mib", type=int, help="the server's GPU memory in MiB")
+    p.add_argument("--dtype", help="the server's --dtype when not the checkpoint's (prediction)")
+    p.add_argument("--log", help="a saved log of the server (e.g. docker logs > FILE): its "
+                   "capacity lines count as reported when /metrics has none")
+    return p
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if not args.api_key_env:
+        return None
+    value = os.environ.get(args.api_key_env)
+    if not value:
+        raise FitError(f"the environment variable {args.api_key_env} is not set; export the "
+                       "server's API key in it")
+    return value
+
+
+def _gpu(args: argparse.Namespace, base_url: str) -> tuple[int | None, str]:
+    """The server's GPU: the flags, else the local GPU for a server on this machine."""
+    from kvpilot.core.hardware import specs
+
+    if args.gpu_total_mib:
+        return args.gpu_total_mib * MiB, args.gpu or ""
+    if args.gpu:
+        spec = specs.lookup(None, args.gpu)
+        if spec is None:
+            raise FitError(f"unknown GPU '{args.gpu}'; see `kvpilot gpu` or give --gpu-total-mib")
+        return spec.memory_total_bytes, spec.name
+    if not is_local_url(base_url):
+        return None, ""
+    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.hardware.probe import probe
+
+    try:
+        result = probe()
+    except HardwareError:
+        return None, ""
+    if result.ok and result.gpus and result.gpus[0].memory_total_bytes:
+        g = result.gpus[0]
+        return int(g.memory_total_bytes or 0) or None, g.name or ""
+    return None, ""
+
+
+def _fmt(value: float | None, pattern: str, scale: float = 1.0) -> str:
+    return "-" if value is None or value != value else pattern.format(value * scale)
+
+
+def render_sample(s: WatchSample) -> str:
+    """One human line for a sample."""
+    if not s.connected:
+        return f"{s.t_s:7.1f}s  gap: {s.error}"
+    v = s.values
+    line = (
+        f"{s.t_s:7.1f}s  running {_fmt(v.get('running'), '{:.0f}')}  waiting "
+        f"{_fmt(v.get('waiting'), '{:.0f}')}  KV {_fmt(v.get('kv_usage_frac'), '{:.0f}%', 100)}  "
+        f"gen {_fmt(v.get('generation_tokens_per_s'), '{:.1f}')} tok/s  TTFT p99 "
+        f"{_fmt(v.get('ttft_p99_s'), '{:.3f}')} s  TPOT p99 {_fmt(v.get('tpot_p99_s'), '{:.4f}')} s"
+    )
+    for p in s.pressure:
+        line += f"\n          pressure {p.kind}: {p.message} (fix: {p.fix})"
+    if s.error:
+        line += f"\n          {s.error}"
+    return line
+
+
+def render_capacity(s: WatchSample) -> str | None:
+    """The reported vs predicted KV capacity, once."""
+    c = s.capacity
+    if c is None:
+        return None
+    text = "capacity  reported: " + ", ".join(
+        part for part in (
+            f"{c.reported_kv_tokens:,} KV tokens" if c.reported_kv_tokens is not None else "",
+            f"{c.reported_num_blocks:,} blocks" if c.reported_num_blocks is not None else "",
+            f"{c.reported_kv_bytes / GiB:.2f} GiB" if c.reported_kv_bytes else "",
+            f"max concurrency {c.reported_max_concurrency:.2f}x"
+            if c.reported_max_concurrency is not None else "",
+        ) if part
+    )
+    if c.predicted_kv_tokens is not None:
+        err = c.token_error_frac
+        text += (f"\n          predicted: {c.predicted_kv_tokens:,} KV tokens"
+                 + (f" ({err:+.1%})" if err is not None else "") + f", from {c.basis}")
+    elif c.basis:
+        text += f"\n          {c.basis}"
+    else:
+        text += "\n          predicted: - (the model's config.json is not in the local cache)"
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise FitError("--interval must be positive (seconds)")
+    if args.seconds is not None and args.seconds <= 0:
+        raise FitError("--seconds must be positive")
+    base_url = normalize_url(args.url)
+    total, name = _gpu(args, base_url)
+    watch = ServerWatch(
+        base_url, api_key=_api_key(args), gpu_total_bytes=total, gpu_name=name, dtype=args.dtype,
+        log_path=args.log,
+    )
+    out = sys.stdout
+    try:
+        ident = watch.start()
+        if not args.json:
+            out.write(
+                f"watching {base_url}: vLLM {ident.version or '?'}, model {ident.model_id} "
+                f"({ident.model_root}), max_model_len {ident.max_model_len or '?'}; "
+                "not started by kvpilot, so never stopped by it\n"
+            )
+            out.flush()
+        deadline = None if args.seconds is None else time.monotonic() + args.seconds
+        shown_capacity = False
+        while True:
+            started = time.monotonic()
+            sample = watch.poll()
+            if args.json:
+                out.write(json.dumps(sample.to_json(), sort_keys=True) + "\n")
+            else:
+                out.write(render_sample(sample) + "\n")
+                cap = render_capacity(sample)
+                if cap and not shown_capacity:
+                    shown_capacity = True
+                    out.write(cap + "\n")
+            out.flush()
+            now = time.monotonic()
+            if deadline is not None and now + args.interval > deadline + 1e-6:
+                break
+            time.sleep(max(0.0, args.interval - (now - started)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watch.close()
+    return 0
