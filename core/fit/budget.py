@@ -15,10 +15,11 @@ terms when one matches.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit import activation, kv, parallel
+from kvpilot.core.fit import activation, kv, multimodal, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -193,13 +194,29 @@ def compute_capacity(
             inputs.vllm_version, inputs.compute_capability),
     )
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
+    encoder = multimodal.encoder_profile(
+        model,
+        vllm_version=inputs.vllm_version,
+        max_model_len=max_len,
+        max_num_batched_tokens=batched,
+        max_num_seqs=seqs,
+        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        language_peak_bytes=act,
+        tensor_parallel_size=tp,
+        elem_bytes=activation.activation_bytes_per_element(model, inputs.dtype),
+    )
+    encoder_bytes = encoder.bytes if encoder is not None else 0
+    if encoder is not None and encoder.tower_weights_bytes:
+        weights = max(0, weights - encoder.tower_weights_bytes)
 
     if inputs.kv_cache_memory_bytes is not None:
         available = inputs.kv_cache_memory_bytes
         kv_src, kv_note = FROM_USER, "--kv-cache-memory-bytes replaces the utilization budget"
     else:
-        available = requested - weights - non_torch - act - graphs_in_budget
+        available = requested - weights - non_torch - act - encoder_bytes - graphs_in_budget
         kv_src, kv_note = FROM_MODEL, "requested - weights - non-torch - activation - graphs"
+        if encoder is not None:
+            kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
     layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size)
     in_flight = batched * profile.in_flight_batches
@@ -289,11 +306,16 @@ def compute_capacity(
     if inputs.gpu_free_bytes is not None:
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
-    terms = (
+    weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
+    if encoder is not None and encoder.tower_weights_bytes:
+        weights_note += (
+            f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
+            "with images disabled"
+        )
+    terms: tuple[BudgetTerm, ...] = (
         BudgetTerm("requested", requested, util_source,
                    f"ceil(total x {util:g}) of {inputs.gpu_total_bytes / GiB:.2f} GiB"),
-        BudgetTerm("weights", weights, weights_src,
-                   "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")),
+        BudgetTerm("weights", weights, weights_src, weights_note),
         BudgetTerm("non_torch", non_torch, FROM_FITTED,
                    "cuBLAS/attention workspaces"
                    + parallel.non_torch_note(tp, inputs.pipeline_parallel_size,
@@ -301,6 +323,8 @@ def compute_capacity(
                    + fitted.source("non_torch_tensor_parallel_bytes" if tp > 1
                                    else "non_torch_single_gpu_bytes")),
         BudgetTerm("activation_peak", act, act_source, act_note),
+        *((BudgetTerm(ENCODER_PROFILE_TERM, encoder_bytes, FROM_MODEL, encoder.note),)
+          if encoder is not None else ()),
         BudgetTerm("cudagraph", graphs_in_budget,
                    FROM_FITTED if graphs_in_budget else FROM_MODEL,
                    ("eager mode: no graphs" if inputs.enforce_eager else
@@ -310,7 +334,7 @@ def compute_capacity(
                        if graphs_in_budget else ""))),
         BudgetTerm("kv_cache", available, kv_src, kv_note),
     )
-    used_inputs = {
+    used_inputs: dict[str, Any] = {
         "gpu_total_bytes": inputs.gpu_total_bytes,
         "gpu_free_bytes": inputs.gpu_free_bytes,
         "gpu_name": inputs.gpu_name,
@@ -329,7 +353,15 @@ def compute_capacity(
         "vllm_rules_source": profile.source,
         "model": model.model_id,
         "weights_source": weights_src,
+        "architecture_known": model.architecture_known,
+        "limit_mm_per_prompt": inputs.limit_mm_per_prompt,
     }
+    if encoder is not None:
+        used_inputs["encoder_profile_bytes"] = encoder_bytes
+        used_inputs["encoder_profile_items"] = encoder.items
+        used_inputs["encoder_profile_modality"] = encoder.modality
+    if not model.architecture_known:
+        terms = mark_estimated(terms, weights_estimated=weights_src == FROM_MODEL)
     return Capacity(
         requested_bytes=requested,
         weights_bytes=weights,
@@ -440,6 +472,31 @@ def one_request_fits(
     )
     usable = cap.num_blocks - (1 if profile.null_block_reserved else 0)
     return cap.num_blocks > 0 and cap.blocks_per_request <= usable
+
+
+#: the budget term of a vision-language model's encoder profile (see :mod:`.multimodal`)
+ENCODER_PROFILE_TERM = "encoder_profile"
+
+#: terms whose figure rests on kvpilot's rules for the architecture
+_ARCHITECTURE_TERMS = frozenset(
+    {"activation_peak", ENCODER_PROFILE_TERM, "cudagraph", "kv_cache"}
+)
+
+
+def mark_estimated(
+    terms: tuple[BudgetTerm, ...], *, weights_estimated: bool
+) -> tuple[BudgetTerm, ...]:
+    """``terms`` with "estimated (unknown architecture)" added to the note of each term that
+    depends on the architecture's rules (the weights too when they were not read from files)."""
+    affected = set(_ARCHITECTURE_TERMS)
+    if weights_estimated:
+        affected.add("weights")
+    mark = model_spec.UNKNOWN_ARCHITECTURE_NOTE
+    return tuple(
+        BudgetTerm(t.name, t.bytes, t.source, f"{t.note}; {mark}" if t.note else mark)
+        if t.name in affected else t
+        for t in terms
+    )
 
 
 def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.records import Goal, PlanRow
@@ -464,7 +465,10 @@ class PlannerPanel(QWidget):
             self.detail_title.setText("Budget of the selected plan")
             return
         cap = row.capacity
-        self.detail_title.setText(f"Budget: {row.title}")
+        title = f"Budget: {row.title}"
+        if cap.inputs.get("architecture_known") is False:
+            title += f" — {UNKNOWN_ARCHITECTURE_NOTE}"
+        self.detail_title.setText(title)
         terms = list(cap.terms)
         self.detail.setRowCount(len(terms) + (1 if row.reason else 0))
         for r, term in enumerate(terms):
