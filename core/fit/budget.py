@@ -174,10 +174,18 @@ def compute_capacity(
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
+    sampler_seqs = multimodal.profile_num_seqs(
+        model,
+        vllm_version=inputs.vllm_version,
+        max_model_len=max_len,
+        max_num_batched_tokens=batched,
+        max_num_seqs=seqs,
+        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+    )
     act = activation.activation_peak_bytes(
         model,
         max_num_batched_tokens=batched,
-        max_num_seqs=seqs,
+        max_num_seqs=sampler_seqs,
         profile=profile,
         tensor_parallel_size=tp,
         serve_dtype=inputs.dtype,
@@ -275,10 +283,11 @@ def compute_capacity(
                 estimated_max_model_len=estimate,
             )
 
-    sampler = activation.sampler_buffers(model, seqs, profile)
+    sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
     act_note = (
-        f"profile run: {batched:,} tokens, sampler {seqs} x {model.vocab_size:,} logits x "
+        f"profile run: {batched:,} tokens, sampler {sampler_seqs} x {model.vocab_size:,} "
+        "logits x "
         f"{sum(b.units for b in sampler):g} fp32-sized copies (vLLM {profile.since}+: "
         f"{profile.source.split(';')[0]})"
     )

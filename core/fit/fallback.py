@@ -217,7 +217,7 @@ def _add_text_only(
     cap = plan(new)
     gained = cap.available_kv_bytes - original.available_kv_bytes
     change = "text only (images disabled)"
-    label = f"{change} — +{gained / GiB:.2f} GiB KV, {_fits_label(cap, users)}"
+    label = f"{change} — {gained / GiB:+.2f} GiB KV, {_fits_label(cap, users)}"
     options.append(FallbackOption(TEXT_ONLY, label, change, new, cap, cap.fits, cost=2.0))
 
 

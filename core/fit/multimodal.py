@@ -90,6 +90,39 @@ def max_tokens_per_item(vision: VisionSpec, max_model_len: int) -> dict[str, int
     return tokens
 
 
+def _v0_mm_tokens(vision: VisionSpec, max_model_len: int, limit: int) -> int:
+    per_item = max_tokens_per_item(vision, max_model_len)
+    return per_item["image"] * limit + sum(t for m, t in per_item.items() if m != "image")
+
+
+def _engine(model: ModelSpec, vllm_version: str | None) -> str:
+    if model.vision is not None and model.vision.family == "mllama":
+        return "V0"  # vLLM serves Mllama on the V0 engine only (SupportsV0Only)
+    return activation.profile_for(vllm_version).engine
+
+
+def profile_num_seqs(
+    model: ModelSpec,
+    *,
+    vllm_version: str | None,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    limit_mm_per_prompt: int | None,
+) -> int:
+    """Dummy sequences of the profile run (the sampler's rows).
+
+    The V0 engine gives a vision-language model only
+    ``max(1, min(max_num_seqs, max_num_batched_tokens // max_mm_tokens))`` sequences, so that
+    each holds its images; V1 always samples ``max_num_seqs`` rows.
+    """
+    if model.vision is None or limit_mm_per_prompt == 0 or _engine(model, vllm_version) != "V0":
+        return max_num_seqs
+    limit = DEFAULT_LIMIT_V0 if limit_mm_per_prompt is None else limit_mm_per_prompt
+    mm_tokens = _v0_mm_tokens(model.vision, max_model_len, limit)
+    return max(1, min(max_num_seqs, max_num_batched_tokens // max(1, mm_tokens)))
+
+
 def _positions_per_token(vision: VisionSpec) -> float:
     return vision.max_image_patches / max(1, vision.max_image_tokens)
 
@@ -111,9 +144,7 @@ def encoder_profile(
     if vision is None:
         return None
     version = Version.parse(vllm_version)
-    engine = activation.profile_for(vllm_version).engine
-    if vision.family == "mllama":
-        engine = "V0"  # vLLM serves Mllama on the V0 engine only (SupportsV0Only)
+    engine = _engine(model, vllm_version)
     if limit_mm_per_prompt == 0:
         skippable = vision.tower_skippable_since
         tower = (
@@ -132,7 +163,7 @@ def encoder_profile(
         limit = DEFAULT_LIMIT_V0 if limit_mm_per_prompt is None else limit_mm_per_prompt
         modality = "image"
         tokens = per_item["image"]
-        mm_tokens = tokens * limit + sum(t for m, t in per_item.items() if m != "image")
+        mm_tokens = _v0_mm_tokens(vision, max_model_len, limit)
         seqs = max(1, min(max_num_seqs, max_num_batched_tokens // max(1, mm_tokens)))
         items = seqs * limit
         budget = seqs * mm_tokens
