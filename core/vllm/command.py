@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from packaging.version import Version
-
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
 from kvpilot.core.vllm.runtime import (
@@ -34,9 +32,9 @@ from kvpilot.core.vllm.runtime import (
     check_flags,
     learn_flags,
     normalize_flag,
-    parse_version,
     supports_max_model_len_auto,
 )
+from kvpilot.core.vllm.versions import supports
 
 REDACTED = "***"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -314,11 +312,7 @@ def limit_mm_argv(images: int, vllm_version: str | None) -> list[str]:
     None (unknown release) gives JSON.
     """
     counts = {"image": images, "video": 0} if images == 0 else {"image": images}
-    try:
-        old = vllm_version is not None and parse_version(vllm_version) < Version("0.8.0")
-    except ValueError:
-        old = False
-    if old:
+    if vllm_version is not None and not supports("limit_mm_per_prompt_json", vllm_version):
         value = ",".join(f"{k}={v}" for k, v in counts.items())
     else:
         value = json.dumps(counts, separators=(",", ":"))
