@@ -258,3 +258,22 @@ def test_every_catalog_checkpoint_plans_with_finite_positive_terms():
             vision += 1
             assert ENCODER_PROFILE_TERM in _terms(cap)
     assert vision >= 3  # Gemma 3 4B / 12B / 27B and their quantized checkpoints
+
+
+def test_a_measured_launch_folds_the_encoder_into_the_reported_peak(qwen2vl):
+    from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
+    from kvpilot.core.measurements import Measured, MeasurementRecord
+
+    inputs = rtx4090(qwen2vl, max_model_len=8192, vllm_version="0.32.0")
+    predicted = compute_capacity(inputs)
+    measured = Measured(measured_at="2026-11-29T09:00:00+00:00", source="launch",
+                        weights_bytes=QWEN2VL_BYTES, available_kv_bytes=3 * GiB,
+                        kv_cache_tokens=56_000, cudagraph_bytes=GiB // 2)
+    cap = calibrated_capacity(inputs, [MeasurementRecord(key_for(inputs), measured)])
+    t = _terms(cap)
+    assert t[ENCODER_PROFILE_TERM].bytes == 0
+    assert t[ENCODER_PROFILE_TERM].source == "measured"
+    assert t["activation_peak"].source == "measured"
+    # one measured peak for the profile run: the terms add up to the request again
+    assert t["requested"].bytes == sum(x.bytes for n, x in t.items() if n != "requested")
+    assert t["activation_peak"].bytes > _terms(predicted)["activation_peak"].bytes
