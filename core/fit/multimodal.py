@@ -22,6 +22,9 @@ V0 engine (``worker/model_runner.py`` ``profile_run`` at 0.6.6)
     of every modality at its limit, 1 per modality by default); each dummy sequence holds
     ``limit`` images, encoded inside the forward pass.
 
+The V1 encoder cache is not carved out of the KV pool: at run time it holds at most
+``encoder_cache_size`` tokens of embeddings in memory that the profile's held outputs kept free.
+
 The encoder's activations per position are modelled like the language model's
 (:func:`kvpilot.core.fit.activation.forward_peak_bytes`: about 3 x intermediate + 3 x hidden
 elements); the profile's peak is then

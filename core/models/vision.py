@@ -13,7 +13,8 @@ size is a processor setting, from ``preprocessor_config.json``:
 * Gemma 3: SigLIP at ``image_size`` (896 -> 64 x 64 = 4,096 patches), pooled to
   ``mm_tokens_per_image`` (256) tokens.
 * Mistral 3 (Pixtral encoder): ``image_size`` 1540 / patch 14 = 110 x 110 patches, merged 2 x 2
-  into 55 x 55 tokens plus one break token per row.
+  into 55 x 55 tokens plus one break token per row (3,080 placeholder positions, the contiguous
+  length 0.10 budgets; 0.20 and later count the 3,025 embeddings).
 * LLaVA (CLIP): (``image_size`` / patch)^2 tokens (576 at 336 px), one CLS position more.
 * Mllama (Llama 3.2 Vision): ``max_num_tiles`` tiles of (560 / 14)^2 + 1 = 1,601 positions
   (padded to 1,608 in the encoder); the decoder's ``cross_attention_layers`` read them.

@@ -277,3 +277,11 @@ def test_a_measured_launch_folds_the_encoder_into_the_reported_peak(qwen2vl):
     # one measured peak for the profile run: the terms add up to the request again
     assert t["requested"].bytes == sum(x.bytes for n, x in t.items() if n != "requested")
     assert t["activation_peak"].bytes > _terms(predicted)["activation_peak"].bytes
+
+
+def test_images_per_prompt_bound_the_v1_dummy_batch():
+    gemma = fixture_spec("gemma-3-12b-it", 24_000_000_000)
+    # 0.32: per prompt min(2, 8192 // 256) = 2 images; 4 sequences -> 8 of the 32 the budget allows
+    prof = _profile(gemma, "0.32.0", 8192, max_num_batched_tokens=8192, max_num_seqs=4,
+                    limit_mm_per_prompt=2)
+    assert prof.items == 8
