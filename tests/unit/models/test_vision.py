@@ -126,3 +126,34 @@ def test_vision_architecture_without_vision_config_is_refused():
     with pytest.raises(ModelSpecError) as err:
         spec_from_config(cfg, model_id="m")
     assert err.value.field == "vision_config"
+
+
+#: fixture folder (a published config.json) -> the catalog entry of the same model
+CATALOG_TWINS = {
+    "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct",
+    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "gemma-2-9b-it": "google/gemma-2-9b-it",
+    "gemma-3-12b-it": "google/gemma-3-12b-it",
+    "glm-4-9b-chat": "THUDM/glm-4-9b-chat",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
+    "deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite-Chat",
+}
+
+_MEMORY_FIELDS = (
+    "architecture", "num_hidden_layers", "hidden_size", "intermediate_size",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+    "max_position_embeddings", "rope_scaling_factor", "tie_word_embeddings", "layer_types",
+    "sliding_window", "mla", "moe", "vision",
+)
+
+
+@pytest.mark.parametrize(("folder", "entry"), sorted(CATALOG_TWINS.items()))
+def test_catalog_entries_read_like_their_published_config(folder, entry):
+    from kvpilot.core.models import catalog
+
+    real = spec_from_config(_config(folder), model_id=folder)
+    bundled = catalog.get(entry)
+    for name in _MEMORY_FIELDS:
+        assert getattr(bundled, name) == getattr(real, name), (entry, name)
