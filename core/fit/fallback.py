@@ -216,6 +216,8 @@ def _add_text_only(
         return
     cap = plan(new)
     gained = cap.available_kv_bytes - original.available_kv_bytes
+    if gained <= 0:
+        return  # V0 samples more dummy sequences without images: nothing to gain
     change = "text only (images disabled)"
     label = f"{change} — {gained / GiB:+.2f} GiB KV, {_fits_label(cap, users)}"
     options.append(FallbackOption(TEXT_ONLY, label, change, new, cap, cap.fits, cost=2.0))

@@ -16,7 +16,7 @@ from kvpilot.core.cli import main
 from kvpilot.core.fit import fallback, multimodal
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, compute_capacity
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import GiB, PlanInputs
+from kvpilot.core.fit.plan import Failure, GiB, PlanInputs
 from kvpilot.core.models import catalog
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
 
@@ -285,3 +285,16 @@ def test_images_per_prompt_bound_the_v1_dummy_batch():
     prof = _profile(gemma, "0.32.0", 8192, max_num_batched_tokens=8192, max_num_seqs=4,
                     limit_mm_per_prompt=2)
     assert prof.items == 8
+
+
+def test_text_only_is_not_offered_where_it_gains_nothing(qwen2vl):
+    # V0 (0.6.6) profiles a vision model with one dummy sequence; without images it samples
+    # all 256, so the text-only plan has less KV memory, and is not proposed
+    small = replace(qwen2vl, vision=replace(qwen2vl.vision, max_image_tokens=2700,
+                                            max_image_patches=10800))
+    inputs = rtx4090(small, max_model_len=8192, vllm_version="0.6.6")
+    images = compute_capacity(inputs)
+    text = compute_capacity(replace(inputs, limit_mm_per_prompt=0))
+    assert text.available_kv_bytes < images.available_kv_bytes
+    failure = Failure(failures.NO_KV_MEMORY, "no memory left for the KV cache")
+    assert all(o.kind != fallback.TEXT_ONLY for o in fallback.propose(failure, inputs))
