@@ -54,7 +54,10 @@ MAX_FRAMES_PER_VIDEO = 16
 #: the first release with the 0.10 item rule (``encoder_budget // tokens_per_item``)
 ITEM_RULE_SINCE = Version((0, 10))
 
-#: families whose dummy video vLLM sizes from ``max_model_len`` (qwen2_vl.py's rule)
+#: families whose dummy video vLLM sizes from ``max_model_len`` (qwen2_vl.py's rule). Qwen3-VL
+#: sizes its dummy video as two frames at the video processor's ``longest_edge`` / 2
+#: (qwen3_vl.py ``get_max_video_tokens`` at 0.20.2): 12,288 tokens with the published
+#: 25,165,824, fewer than its 16,384-token image, so the image is what it profiles
 _QWEN_VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 
 
