@@ -93,3 +93,14 @@ def test_flag_default_leaves_vllm_default() -> None:
     parser = argparse.ArgumentParser()
     add_serving_arguments(parser)
     assert settings_from_args(parser.parse_args([])).limit_mm_per_prompt is None
+
+
+def test_a_text_only_plan_launches_with_images_disabled() -> None:
+    from fitkit import fixture_spec, rtx4090
+
+    inputs = rtx4090(fixture_spec("qwen2-vl-7b-instruct", 16_582_751_232),
+                     max_model_len=32768, limit_mm_per_prompt=0)
+    spec = LaunchSpec.from_plan(inputs, "Qwen/Qwen2-VL-7B-Instruct")
+    assert spec.limit_mm_per_prompt == 0
+    tail = build_argv_tail(spec, "0.10.2")
+    assert tail[tail.index("--limit-mm-per-prompt") + 1] == '{"image":0,"video":0}'
