@@ -68,7 +68,10 @@ def planned_capacity(inputs: PlanInputs, store: MeasurementStore | None = None) 
     records = store.for_model(key_for(inputs)) if store is not None else []
     capacity = calibrated_capacity(inputs, records)
     unsupported = check_support(inputs)
-    if unsupported is not None and capacity.failure is None:
+    if unsupported is not None and (
+        capacity.failure is None or unsupported.kind == failures.UNSUPPORTED_MODEL
+    ):
+        # a release that cannot load the architecture stops before any memory is sized
         capacity = replace(capacity, fits=False, failure=unsupported,
                            verdict=VERDICT_DOES_NOT_FIT)
     return capacity

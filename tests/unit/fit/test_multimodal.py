@@ -178,6 +178,9 @@ def test_mllama_plans_on_0_10_2_and_is_refused_later():
     later = planned_capacity(rtx4090(mllama, max_model_len=8192, vllm_version="0.11.0"))
     assert later.failure is not None and later.failure.kind == failures.UNSUPPORTED_MODEL
     assert "0.10.2" in later.failure.message
+    # refused before any memory is sized, even where the KV cache would also be short
+    short = planned_capacity(rtx4090(mllama, max_model_len=131072, vllm_version="0.32.0"))
+    assert short.failure is not None and short.failure.kind == failures.UNSUPPORTED_MODEL
 
 
 def _unknown_arch_dir(tmp_path: Path) -> Path:
