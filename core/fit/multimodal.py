@@ -20,7 +20,10 @@ runner's ``encoder_runner.profile_encoder_cache`` at 0.32.0)
 V0 engine (``worker/model_runner.py`` ``profile_run`` at 0.6.6)
     ``max_num_seqs`` drops to ``max(1, max_num_batched_tokens // max_mm_tokens)`` (the tokens
     of every modality at its limit, 1 per modality by default); each dummy sequence holds
-    ``limit`` images, encoded inside the forward pass.
+    ``limit`` images, encoded inside the forward pass. The encoder-decoder runner that serves
+    Mllama (``worker/enc_dec_model_runner.py`` at 0.10.2) keeps all ``max_num_seqs`` sequences,
+    each with its image: 256 of them by default, which is why Llama 3.2 Vision needs a small
+    ``--max-num-seqs`` to start.
 
 The V1 encoder cache is not carved out of the KV pool: at run time it holds at most
 ``encoder_cache_size`` tokens of embeddings in memory that the profile's held outputs kept free.
@@ -124,6 +127,8 @@ def profile_num_seqs(
     """
     if model.vision is None or limit_mm_per_prompt == 0 or _engine(model, vllm_version) != "V0":
         return max_num_seqs
+    if model.vision.cross_attention_layers:
+        return max_num_seqs  # the encoder-decoder runner keeps every sequence
     limit = DEFAULT_LIMIT_V0 if limit_mm_per_prompt is None else limit_mm_per_prompt
     mm_tokens = _v0_mm_tokens(model.vision, max_model_len, limit)
     return max(1, min(max_num_seqs, max_num_batched_tokens // max(1, mm_tokens)))
@@ -170,10 +175,16 @@ def encoder_profile(
         modality = "image"
         tokens = per_item["image"]
         mm_tokens = _v0_mm_tokens(vision, max_model_len, limit)
-        seqs = max(1, min(max_num_seqs, max_num_batched_tokens // max(1, mm_tokens)))
+        seqs = profile_num_seqs(
+            model, vllm_version=vllm_version, max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            limit_mm_per_prompt=limit_mm_per_prompt,
+        )
         items = seqs * limit
         budget = seqs * mm_tokens
         rule = f"V0: {seqs} dummy sequence{'s' if seqs != 1 else ''} x {limit} image"
+        if vision.cross_attention_layers:
+            rule += " (encoder-decoder runner: every sequence carries its image)"
     else:
         limits = {m: DEFAULT_LIMIT_V1 for m in per_item}
         if limit_mm_per_prompt is not None:

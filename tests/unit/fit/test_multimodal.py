@@ -301,3 +301,23 @@ def test_text_only_is_not_offered_where_it_gains_nothing(qwen2vl):
     assert text.available_kv_bytes < images.available_kv_bytes
     failure = Failure(failures.NO_KV_MEMORY, "no memory left for the KV cache")
     assert all(o.kind != fallback.TEXT_ONLY for o in fallback.propose(failure, inputs))
+
+
+def test_mllama_encoder_decoder_profile_gives_every_sequence_an_image():
+    mllama = fixture_spec("llama-3.2-11b-vision-instruct", 21_340_441_670)
+    # V0 encoder-decoder runner: max_num_seqs is not cut down; 16 sequences x 1 image of 4
+    # tiles x 1,601 positions (1,608 padded in the encoder)
+    prof = _profile(mllama, "0.10.2", 4096, max_num_batched_tokens=4096, max_num_seqs=16)
+    assert (prof.items, prof.tokens_per_item) == (16, 6404)
+    assert prof.encoder_peak_bytes == 16 * 6432 * (3 * 5120 + 3 * 1280) * 2
+    assert multimodal.profile_num_seqs(
+        mllama, vllm_version="0.10.2", max_model_len=4096, max_num_batched_tokens=4096,
+        max_num_seqs=16, limit_mm_per_prompt=None,
+    ) == 16
+    # the default 256 sequences cost far more than a 24 GB card: why Llama 3.2 Vision is
+    # started with a small --max-num-seqs
+    default = compute_capacity(rtx4090(mllama, max_model_len=4096, vllm_version="0.10.2"))
+    fewer = compute_capacity(rtx4090(mllama, max_model_len=4096, max_num_seqs=4,
+                                     vllm_version="0.10.2"))
+    assert _terms(default)[ENCODER_PROFILE_TERM].bytes > 16 * _terms(fewer)[
+        ENCODER_PROFILE_TERM].bytes
