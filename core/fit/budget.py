@@ -56,6 +56,8 @@ def default_batching(
     max_model_len: int,
     version: str | None,
     compute_capability: tuple[int, int] | None = None,
+    *,
+    v0_only: bool = False,
 ) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve``.
 
@@ -71,8 +73,11 @@ def default_batching(
       (SM 12.1) off the large row.
 
     ``gpu_name`` ``cpu`` is vLLM's CPU backend (2048 tokens, 128 sequences per worker).
+    ``v0_only``: the model runs on the V0 engine whatever the release's default (Mllama).
     """
     profile = activation.profile_for(version, compute_capability)
+    if v0_only:
+        profile = activation.V0_PROFILE
     v = activation.Version.parse(version)
     name = gpu_name.lower()
     if name == CPU_DEVICE_NAME:
@@ -136,6 +141,9 @@ def compute_capacity(
     """
     model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
     profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
+    v0_only = multimodal.runs_on_v0_only(model, inputs.vllm_version)
+    if v0_only:
+        profile = activation.V0_PROFILE  # vLLM falls back to V0 for this architecture
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
@@ -156,7 +164,7 @@ def compute_capacity(
 
     default_batched, default_seqs = default_batching(
         inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version,
-        inputs.compute_capability,
+        inputs.compute_capability, v0_only=v0_only,
     )
     seqs = inputs.max_num_seqs or default_seqs
     batched = inputs.max_num_batched_tokens or default_batched
@@ -413,10 +421,13 @@ def band_verdict(
         return VERDICT_DOES_NOT_FIT
     model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
     profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
+    v0_only = multimodal.runs_on_v0_only(model, inputs.vllm_version)
+    if v0_only:
+        profile = activation.V0_PROFILE
     max_len = inputs.max_model_len or model.derived_max_model_len
     batched, seqs = default_batching(
         inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version,
-        inputs.compute_capability,
+        inputs.compute_capability, v0_only=v0_only,
     )
     seqs = inputs.max_num_seqs or seqs
     if not inputs.max_num_batched_tokens:

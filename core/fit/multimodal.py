@@ -104,9 +104,19 @@ def _v0_mm_tokens(vision: VisionSpec, max_model_len: int, limit: int) -> int:
     return per_item["image"] * limit + sum(t for m, t in per_item.items() if m != "image")
 
 
+def runs_on_v0_only(model: ModelSpec, vllm_version: str | None) -> bool:
+    """True for an architecture vLLM serves on the V0 engine only (Mllama: ``SupportsV0Only``
+    in ``mllama.py``, so 0.8 to 0.10.2 fall back to V0 for it)."""
+    return (
+        model.vision is not None
+        and model.vision.family == "mllama"
+        and Version.parse(vllm_version) < Version((0, 11))
+    )
+
+
 def _engine(model: ModelSpec, vllm_version: str | None) -> str:
-    if model.vision is not None and model.vision.family == "mllama":
-        return "V0"  # vLLM serves Mllama on the V0 engine only (SupportsV0Only)
+    if runs_on_v0_only(model, vllm_version):
+        return "V0"
     return activation.profile_for(vllm_version).engine
 
 

@@ -321,3 +321,12 @@ def test_mllama_encoder_decoder_profile_gives_every_sequence_an_image():
                                      vllm_version="0.10.2"))
     assert _terms(default)[ENCODER_PROFILE_TERM].bytes > 16 * _terms(fewer)[
         ENCODER_PROFILE_TERM].bytes
+
+
+def test_mllama_is_planned_with_the_v0_engine_rules():
+    mllama = fixture_spec("llama-3.2-11b-vision-instruct", 21_340_441_670)
+    cap = compute_capacity(rtx4090(mllama, max_model_len=8192, max_num_seqs=4,
+                                   vllm_version="0.10.2"))
+    # V0 without chunked prefill profiles a whole 8,192-token prompt (V1 0.10.2: 2,048)
+    assert cap.max_num_batched_tokens == 8192
+    assert cap.inputs["vllm_rules_since"] == "0"
