@@ -157,3 +157,23 @@ def test_catalog_entries_read_like_their_published_config(folder, entry):
     bundled = catalog.get(entry)
     for name in _MEMORY_FIELDS:
         assert getattr(bundled, name) == getattr(real, name), (entry, name)
+
+
+def test_hub_metadata_record_carries_the_processor_limit(tmp_path, monkeypatch):
+    """A Hub lookup cached on disk keeps the checkpoint's preprocessor_config.json, so the
+    largest image is the checkpoint's own (no network in this test: the record is cached)."""
+    from kvpilot.core.models import hub
+
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path))
+    record = {
+        "config": _config("qwen2-vl-7b-instruct"),
+        "weights_bytes": 16_582_751_232,
+        "sha": "abc",
+        "preprocessor": {"max_pixels": 1280 * 28 * 28},
+    }
+    path = tmp_path / "hub-metadata" / "org--vl.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    spec = hub.fetch_hub_model("org/vl")
+    assert spec.vision is not None and spec.vision.max_image_tokens == 1280
+    assert spec.weights_bytes == 16_582_751_232
