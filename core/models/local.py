@@ -1,5 +1,10 @@
 """A :class:`ModelSpec` from a model directory: ``config.json`` plus safetensors headers.
 
+An architecture without a rule here is read with the generic decoder model and marked
+"estimated (unknown architecture)"; only a field that a term cannot do without is an error.
+Vision-language checkpoints also get their encoder (:mod:`.vision`), sized from
+``vision_config`` and ``preprocessor_config.json``.
+
 :func:`spec_from_config` turns a parsed ``config.json`` into a spec the way vLLM reads it (text
 config of multimodal wrappers, explicit ``head_dim``, KV heads, layer kinds, MLA, MoE,
 quantization, the rope factor of the derived max_model_len). :func:`load_local_model` adds the
@@ -316,7 +321,7 @@ def spec_from_config(
     if not known:
         notes.append(
             f"{UNKNOWN_ARCHITECTURE_NOTE}: kvpilot has no rule for {arch}; the generic decoder "
-            "model was used (every layer full attention unless config.json lists layer types)"
+            "model was used (attention, layer kinds, MoE and MLA as config.json states them)"
         )
     text = text_config_of(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
