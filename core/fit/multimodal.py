@@ -15,8 +15,8 @@ runner's ``encoder_runner.profile_encoder_cache`` at 0.32.0)
     ``encoder_cache_size`` to ``max_num_batched_tokens``). From 0.10:
     ``items = max(1, min(budget // tokens_per_item,
     max_num_seqs x max(1, min(limit, max_model_len // tokens_per_item))))``; before 0.10
-    (0.8.5): ``items = min(ceil(budget / tokens_per_item), max_num_seqs x limit)``. The default
-    limit is 999 items per prompt.
+    (0.8.5, 0.9.2): ``items = min(ceil(budget / tokens_per_item), max_num_seqs x limit)``. The
+    default limit is 999 items per prompt.
 V0 engine (``worker/model_runner.py`` ``profile_run`` at 0.6.6)
     ``max_num_seqs`` drops to ``max(1, max_num_batched_tokens // max_mm_tokens)`` (the tokens
     of every modality at its limit, 1 per modality by default); each dummy sequence holds
@@ -207,7 +207,6 @@ def encoder_profile(
             per_prompt = max(1, min(limit, max_model_len // tokens))
             items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
         else:
-            budget = max_num_batched_tokens
             items = min(math.ceil(budget / tokens), max_num_seqs * limit)
         rule = f"V1 encoder budget {budget:,} tokens"
     positions = int(items * tokens * _positions_per_token(vision))

@@ -330,3 +330,12 @@ def test_mllama_is_planned_with_the_v0_engine_rules():
     # V0 without chunked prefill profiles a whole 8,192-token prompt (V1 0.10.2: 2,048)
     assert cap.max_num_batched_tokens == 8192
     assert cap.inputs["vllm_rules_since"] == "0"
+
+
+def test_before_0_10_the_item_count_rounds_up():
+    gemma = fixture_spec("gemma-3-12b-it", 24_000_000_000)
+    # 3,000-token budget, 256-token images: 0.8.5 cdiv -> 12 items, 0.10.2 floor -> 11
+    old = _profile(gemma, "0.8.5", 8192, max_num_batched_tokens=3000)
+    new = _profile(gemma, "0.10.2", 8192, max_num_batched_tokens=3000)
+    assert (old.items, new.items) == (12, 11)
+    assert old.encoder_budget_tokens == new.encoder_budget_tokens == 3000
