@@ -189,6 +189,7 @@ def compute_capacity(
         max_num_batched_tokens=batched,
         max_num_seqs=seqs,
         limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        engine=profile.engine,
     )
     act = activation.activation_peak_bytes(
         model,
@@ -220,6 +221,7 @@ def compute_capacity(
         language_peak_bytes=act,
         tensor_parallel_size=tp,
         elem_bytes=activation.activation_bytes_per_element(model, inputs.dtype),
+        engine=profile.engine,
     )
     encoder_bytes = encoder.bytes if encoder is not None else 0
     if encoder is not None and encoder.tower_weights_bytes:

@@ -114,10 +114,10 @@ def runs_on_v0_only(model: ModelSpec, vllm_version: str | None) -> bool:
     )
 
 
-def _engine(model: ModelSpec, vllm_version: str | None) -> str:
+def _engine(model: ModelSpec, vllm_version: str | None, engine: str | None) -> str:
     if runs_on_v0_only(model, vllm_version):
         return "V0"
-    return activation.profile_for(vllm_version).engine
+    return engine or activation.profile_for(vllm_version).engine
 
 
 def profile_num_seqs(
@@ -128,14 +128,18 @@ def profile_num_seqs(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     limit_mm_per_prompt: int | None,
+    engine: str | None = None,
 ) -> int:
     """Dummy sequences of the profile run (the sampler's rows).
 
     The V0 engine gives a vision-language model only
     ``max(1, min(max_num_seqs, max_num_batched_tokens // max_mm_tokens))`` sequences, so that
-    each holds its images; V1 always samples ``max_num_seqs`` rows.
+    each holds its images; V1 always samples ``max_num_seqs`` rows. ``engine`` (``V0``/``V1``)
+    is the engine the plan runs on (default: the release's).
     """
-    if model.vision is None or limit_mm_per_prompt == 0 or _engine(model, vllm_version) != "V0":
+    if model.vision is None or limit_mm_per_prompt == 0 or _engine(
+        model, vllm_version, engine
+    ) != "V0":
         return max_num_seqs
     if model.vision.cross_attention_layers:
         return max_num_seqs  # the encoder-decoder runner keeps every sequence
@@ -159,13 +163,18 @@ def encoder_profile(
     language_peak_bytes: int,
     tensor_parallel_size: int = 1,
     elem_bytes: int = 2,
+    engine: str | None = None,
 ) -> EncoderProfile | None:
-    """The encoder's budget term for a vision-language ``model``; None for other models."""
+    """The encoder's budget term for a vision-language ``model``; None for other models.
+
+    ``engine`` (``V0``/``V1``) is the engine the plan runs on (default: the release's; the
+    V0 fallback below compute capability 8.0 is the caller's to pass).
+    """
     vision = model.vision
     if vision is None:
         return None
     version = Version.parse(vllm_version)
-    engine = _engine(model, vllm_version)
+    engine = _engine(model, vllm_version, engine)
     if limit_mm_per_prompt == 0:
         skippable = vision.tower_skippable_since
         tower = (
@@ -188,7 +197,7 @@ def encoder_profile(
         seqs = profile_num_seqs(
             model, vllm_version=vllm_version, max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            limit_mm_per_prompt=limit_mm_per_prompt,
+            limit_mm_per_prompt=limit_mm_per_prompt, engine=engine,
         )
         items = seqs * limit
         budget = seqs * mm_tokens

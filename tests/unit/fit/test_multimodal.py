@@ -339,3 +339,16 @@ def test_before_0_10_the_item_count_rounds_up():
     new = _profile(gemma, "0.10.2", 8192, max_num_batched_tokens=3000)
     assert (old.items, new.items) == (12, 11)
     assert old.encoder_budget_tokens == new.encoder_budget_tokens == 3000
+
+
+def test_the_v0_fallback_below_sm80_profiles_like_v0(qwen2vl):
+    small = replace(qwen2vl, vision=replace(qwen2vl.vision, max_image_tokens=2700,
+                                            max_image_patches=10800))
+    # 0.8.5 on a T4 (SM 7.5) runs V0: one dummy sequence for the image; on an L4 it runs V1
+    t4 = compute_capacity(rtx4090(small, max_model_len=8192, vllm_version="0.8.5",
+                                  compute_capability=(7, 5)))
+    l4 = compute_capacity(rtx4090(small, max_model_len=8192, vllm_version="0.8.5",
+                                  compute_capability=(8, 9)))
+    assert "sampler 1 x" in _terms(t4)["activation_peak"].note
+    assert "V0: 1 dummy sequence" in _terms(t4)[ENCODER_PROFILE_TERM].note
+    assert "V1 encoder budget" in _terms(l4)[ENCODER_PROFILE_TERM].note
