@@ -505,6 +505,16 @@ _ARCHITECTURE_TERMS = frozenset(
 )
 
 
+#: the terms vLLM's profile run and its overheads take besides weights and KV cache
+OVERHEAD_TERMS = ("non_torch", "activation_peak", ENCODER_PROFILE_TERM, "cudagraph")
+
+
+def overhead_bytes(capacity: Capacity) -> int:
+    """Non-torch + activation peak + encoder profile + CUDA graphs of a plan (bytes per GPU):
+    what a memory bar shows between the weights and the KV cache."""
+    return sum(t.bytes for t in capacity.terms if t.name in OVERHEAD_TERMS)
+
+
 def mark_estimated(
     terms: tuple[BudgetTerm, ...], *, weights_estimated: bool
 ) -> tuple[BudgetTerm, ...]:

@@ -37,3 +37,18 @@ def test_detail_marks_unknown_architecture(qtbot) -> None:
     assert sum(UNKNOWN_ARCHITECTURE_NOTE in n for n in notes) == 3  # activation, graphs, KV
     panel._show_detail(_row("LlamaForCausalLM"))
     assert UNKNOWN_ARCHITECTURE_NOTE not in panel.detail_title.text()
+
+
+def test_memory_bar_includes_the_vision_encoder_profile() -> None:
+    from fitkit import fixture_spec
+
+    from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM
+    from kvpilot.gui.panels.planner_panel import plan_segments
+
+    cap = compute_capacity(rtx4090(fixture_spec("qwen2-vl-7b-instruct", 16_582_751_232),
+                                   max_model_len=8192, vllm_version="0.32.0"))
+    terms = {t.name: t.bytes for t in cap.terms}
+    bar = {s.label: s.value for s in plan_segments(cap)}
+    assert terms[ENCODER_PROFILE_TERM] > 0
+    # weights + overheads + KV fill the request exactly, the encoder's share included
+    assert sum(bar.values()) == terms["requested"]
