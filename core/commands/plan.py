@@ -40,6 +40,7 @@ from kvpilot.core.fit.plan import (
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import launch_reference
 from kvpilot.core.models.resolve import load_model_spec
+from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 #: the release planned for when none is given and none is installed
@@ -181,8 +182,11 @@ def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) ->
 
     ``startup_s`` is a measured start-up time, quoted when a borderline plan offers the dry run.
     """
+    arch = inputs.model.architecture
+    if not inputs.model.architecture_known:
+        arch += f"; {UNKNOWN_ARCHITECTURE_NOTE}"
     lines = [
-        f"model     {inputs.model.model_id}  ({inputs.model.architecture})",
+        f"model     {inputs.model.model_id}  ({arch})",
         f"GPU       {inputs.gpu_name or 'unnamed'}  {inputs.gpu_total_bytes / GiB:.2f} GiB"
         + (f", {inputs.gpu_free_bytes / GiB:.2f} GiB free" if inputs.gpu_free_bytes else ""),
         f"vLLM      {cap.inputs.get('vllm_version')} "

@@ -37,6 +37,36 @@ def parse_size(text: str) -> int:
         ) from None
 
 
+def parse_mm_limit(text: str) -> int:
+    """Images per prompt from ``2``, vLLM's JSON ``{"image": 2}`` or the old ``image=2``.
+
+    Raises:
+        argparse.ArgumentTypeError: not a whole number of images.
+    """
+    import json
+
+    raw = text.strip()
+    value: object = raw
+    if raw.startswith("{"):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            data = None
+        value = data.get("image") if isinstance(data, dict) else None
+    elif "=" in raw:
+        pairs = dict(p.split("=", 1) for p in raw.split(",") if "=" in p)
+        value = pairs.get("image")
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of images per prompt; give e.g. 1, or 0 for text only"
+        )
+    return count
+
+
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     """``--gpu``, ``--gpu-total-mib``, ``--gpu-free-mib`` (default: this machine's device)."""
     parser.add_argument("--gpu", help="GPU name from the spec table, e.g. 'RTX 4090' "
@@ -69,6 +99,9 @@ def add_serving_arguments(
                         default=None, help="(default: vLLM's, on for generative models)")
     parser.add_argument("--dtype", help="activation dtype (default: the checkpoint's)")
     parser.add_argument("--block-size", type=int)
+    parser.add_argument("--limit-mm-per-prompt", type=parse_mm_limit, metavar="IMAGES",
+                        help="images per prompt for a vision model (0 = text only: no "
+                        "encoder profile; default: vLLM's)")
 
 
 def settings_from_args(args: argparse.Namespace) -> ServingSettings:
@@ -95,6 +128,7 @@ def settings_from_args(args: argparse.Namespace) -> ServingSettings:
         tensor_parallel_size=args.tensor_parallel_size,
         dtype=args.dtype,
         block_size=args.block_size,
+        limit_mm_per_prompt=getattr(args, "limit_mm_per_prompt", None),
     )
 
 

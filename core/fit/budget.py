@@ -15,10 +15,11 @@ terms when one matches.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit import activation, kv, parallel
+from kvpilot.core.fit import activation, kv, multimodal, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -55,6 +56,8 @@ def default_batching(
     max_model_len: int,
     version: str | None,
     compute_capability: tuple[int, int] | None = None,
+    *,
+    v0_only: bool = False,
 ) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve``.
 
@@ -70,8 +73,11 @@ def default_batching(
       (SM 12.1) off the large row.
 
     ``gpu_name`` ``cpu`` is vLLM's CPU backend (2048 tokens, 128 sequences per worker).
+    ``v0_only``: the model runs on the V0 engine whatever the release's default (Mllama).
     """
     profile = activation.profile_for(version, compute_capability)
+    if v0_only:
+        profile = activation.V0_PROFILE
     v = activation.Version.parse(version)
     name = gpu_name.lower()
     if name == CPU_DEVICE_NAME:
@@ -135,6 +141,9 @@ def compute_capacity(
     """
     model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
     profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
+    v0_only = multimodal.runs_on_v0_only(model, inputs.vllm_version)
+    if v0_only:
+        profile = activation.V0_PROFILE  # vLLM falls back to V0 for this architecture
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
@@ -155,7 +164,7 @@ def compute_capacity(
 
     default_batched, default_seqs = default_batching(
         inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version,
-        inputs.compute_capability,
+        inputs.compute_capability, v0_only=v0_only,
     )
     seqs = inputs.max_num_seqs or default_seqs
     batched = inputs.max_num_batched_tokens or default_batched
@@ -173,10 +182,19 @@ def compute_capacity(
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
+    sampler_seqs = multimodal.profile_num_seqs(
+        model,
+        vllm_version=inputs.vllm_version,
+        max_model_len=max_len,
+        max_num_batched_tokens=batched,
+        max_num_seqs=seqs,
+        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        engine=profile.engine,
+    )
     act = activation.activation_peak_bytes(
         model,
         max_num_batched_tokens=batched,
-        max_num_seqs=seqs,
+        max_num_seqs=sampler_seqs,
         profile=profile,
         tensor_parallel_size=tp,
         serve_dtype=inputs.dtype,
@@ -193,13 +211,30 @@ def compute_capacity(
             inputs.vllm_version, inputs.compute_capability),
     )
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
+    encoder = multimodal.encoder_profile(
+        model,
+        vllm_version=inputs.vllm_version,
+        max_model_len=max_len,
+        max_num_batched_tokens=batched,
+        max_num_seqs=seqs,
+        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        language_peak_bytes=act,
+        tensor_parallel_size=tp,
+        elem_bytes=activation.activation_bytes_per_element(model, inputs.dtype),
+        engine=profile.engine,
+    )
+    encoder_bytes = encoder.bytes if encoder is not None else 0
+    if encoder is not None and encoder.tower_weights_bytes:
+        weights = max(0, weights - encoder.tower_weights_bytes)
 
     if inputs.kv_cache_memory_bytes is not None:
         available = inputs.kv_cache_memory_bytes
         kv_src, kv_note = FROM_USER, "--kv-cache-memory-bytes replaces the utilization budget"
     else:
-        available = requested - weights - non_torch - act - graphs_in_budget
+        available = requested - weights - non_torch - act - encoder_bytes - graphs_in_budget
         kv_src, kv_note = FROM_MODEL, "requested - weights - non-torch - activation - graphs"
+        if encoder is not None:
+            kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
     layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size)
     in_flight = batched * profile.in_flight_batches
@@ -258,10 +293,11 @@ def compute_capacity(
                 estimated_max_model_len=estimate,
             )
 
-    sampler = activation.sampler_buffers(model, seqs, profile)
+    sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
     act_note = (
-        f"profile run: {batched:,} tokens, sampler {seqs} x {model.vocab_size:,} logits x "
+        f"profile run: {batched:,} tokens, sampler {sampler_seqs} x {model.vocab_size:,} "
+        "logits x "
         f"{sum(b.units for b in sampler):g} fp32-sized copies (vLLM {profile.since}+: "
         f"{profile.source.split(';')[0]})"
     )
@@ -289,11 +325,16 @@ def compute_capacity(
     if inputs.gpu_free_bytes is not None:
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
-    terms = (
+    weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
+    if encoder is not None and encoder.tower_weights_bytes:
+        weights_note += (
+            f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
+            "with images disabled"
+        )
+    terms: tuple[BudgetTerm, ...] = (
         BudgetTerm("requested", requested, util_source,
                    f"ceil(total x {util:g}) of {inputs.gpu_total_bytes / GiB:.2f} GiB"),
-        BudgetTerm("weights", weights, weights_src,
-                   "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")),
+        BudgetTerm("weights", weights, weights_src, weights_note),
         BudgetTerm("non_torch", non_torch, FROM_FITTED,
                    "cuBLAS/attention workspaces"
                    + parallel.non_torch_note(tp, inputs.pipeline_parallel_size,
@@ -301,6 +342,8 @@ def compute_capacity(
                    + fitted.source("non_torch_tensor_parallel_bytes" if tp > 1
                                    else "non_torch_single_gpu_bytes")),
         BudgetTerm("activation_peak", act, act_source, act_note),
+        *((BudgetTerm(ENCODER_PROFILE_TERM, encoder_bytes, FROM_MODEL, encoder.note),)
+          if encoder is not None else ()),
         BudgetTerm("cudagraph", graphs_in_budget,
                    FROM_FITTED if graphs_in_budget else FROM_MODEL,
                    ("eager mode: no graphs" if inputs.enforce_eager else
@@ -310,7 +353,7 @@ def compute_capacity(
                        if graphs_in_budget else ""))),
         BudgetTerm("kv_cache", available, kv_src, kv_note),
     )
-    used_inputs = {
+    used_inputs: dict[str, Any] = {
         "gpu_total_bytes": inputs.gpu_total_bytes,
         "gpu_free_bytes": inputs.gpu_free_bytes,
         "gpu_name": inputs.gpu_name,
@@ -329,7 +372,15 @@ def compute_capacity(
         "vllm_rules_source": profile.source,
         "model": model.model_id,
         "weights_source": weights_src,
+        "architecture_known": model.architecture_known,
+        "limit_mm_per_prompt": inputs.limit_mm_per_prompt,
     }
+    if encoder is not None:
+        used_inputs["encoder_profile_bytes"] = encoder_bytes
+        used_inputs["encoder_profile_items"] = encoder.items
+        used_inputs["encoder_profile_modality"] = encoder.modality
+    if not model.architecture_known:
+        terms = mark_estimated(terms, weights_estimated=weights_src == FROM_MODEL)
     return Capacity(
         requested_bytes=requested,
         weights_bytes=weights,
@@ -372,10 +423,13 @@ def band_verdict(
         return VERDICT_DOES_NOT_FIT
     model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
     profile = activation.profile_for(inputs.vllm_version, inputs.compute_capability)
+    v0_only = multimodal.runs_on_v0_only(model, inputs.vllm_version)
+    if v0_only:
+        profile = activation.V0_PROFILE
     max_len = inputs.max_model_len or model.derived_max_model_len
     batched, seqs = default_batching(
         inputs.gpu_total_bytes, inputs.gpu_name, max_len, inputs.vllm_version,
-        inputs.compute_capability,
+        inputs.compute_capability, v0_only=v0_only,
     )
     seqs = inputs.max_num_seqs or seqs
     if not inputs.max_num_batched_tokens:
@@ -440,6 +494,41 @@ def one_request_fits(
     )
     usable = cap.num_blocks - (1 if profile.null_block_reserved else 0)
     return cap.num_blocks > 0 and cap.blocks_per_request <= usable
+
+
+#: the budget term of a vision-language model's encoder profile (see :mod:`.multimodal`)
+ENCODER_PROFILE_TERM = "encoder_profile"
+
+#: terms whose figure rests on kvpilot's rules for the architecture
+_ARCHITECTURE_TERMS = frozenset(
+    {"activation_peak", ENCODER_PROFILE_TERM, "cudagraph", "kv_cache"}
+)
+
+
+#: the terms vLLM's profile run and its overheads take besides weights and KV cache
+OVERHEAD_TERMS = ("non_torch", "activation_peak", ENCODER_PROFILE_TERM, "cudagraph")
+
+
+def overhead_bytes(capacity: Capacity) -> int:
+    """Non-torch + activation peak + encoder profile + CUDA graphs of a plan (bytes per GPU):
+    what a memory bar shows between the weights and the KV cache."""
+    return sum(t.bytes for t in capacity.terms if t.name in OVERHEAD_TERMS)
+
+
+def mark_estimated(
+    terms: tuple[BudgetTerm, ...], *, weights_estimated: bool
+) -> tuple[BudgetTerm, ...]:
+    """``terms`` with "estimated (unknown architecture)" added to the note of each term that
+    depends on the architecture's rules (the weights too when they were not read from files)."""
+    affected = set(_ARCHITECTURE_TERMS)
+    if weights_estimated:
+        affected.add("weights")
+    mark = model_spec.UNKNOWN_ARCHITECTURE_NOTE
+    return tuple(
+        BudgetTerm(t.name, t.bytes, t.source, f"{t.note}; {mark}" if t.note else mark)
+        if t.name in affected else t
+        for t in terms
+    )
 
 
 def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from kvpilot.core import failures
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.activation import FittedConstants, profile_for
-from kvpilot.core.fit.budget import band_verdict, compute_capacity
+from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, band_verdict, compute_capacity
 from kvpilot.core.fit.plan import (
     FROM_CALIBRATED,
     FROM_MEASURED,
@@ -68,7 +68,10 @@ def planned_capacity(inputs: PlanInputs, store: MeasurementStore | None = None) 
     records = store.for_model(key_for(inputs)) if store is not None else []
     capacity = calibrated_capacity(inputs, records)
     unsupported = check_support(inputs)
-    if unsupported is not None and capacity.failure is None:
+    if unsupported is not None and (
+        capacity.failure is None or unsupported.kind == failures.UNSUPPORTED_MODEL
+    ):
+        # a release that cannot load the architecture stops before any memory is sized
         capacity = replace(capacity, fits=False, failure=unsupported,
                            verdict=VERDICT_DOES_NOT_FIT)
     return capacity
@@ -215,9 +218,11 @@ def _reported_terms(
                 by_name[name] = replace(by_name[name], bytes=value, source=FROM_MEASURED,
                                         note=note)
         if budget_from_utilization:
+            # vLLM reports one peak for the whole profile run, encoder profile included
+            profile_terms = ("activation_peak", ENCODER_PROFILE_TERM)
             others = sum(
                 t.bytes for n, t in by_name.items()
-                if n not in ("requested", "kv_cache", "activation_peak")
+                if n not in ("requested", "kv_cache", *profile_terms)
             )
             rest = by_name["requested"].bytes - available_kv_bytes - others
             if rest >= 0:
@@ -225,4 +230,9 @@ def _reported_terms(
                     by_name["activation_peak"], bytes=rest, source=FROM_MEASURED,
                     note="what vLLM's reported budget leaves for the profile run's peak",
                 )
+                if ENCODER_PROFILE_TERM in by_name:
+                    by_name[ENCODER_PROFILE_TERM] = replace(
+                        by_name[ENCODER_PROFILE_TERM], bytes=0, source=FROM_MEASURED,
+                        note="inside the measured profile-run peak (activation_peak)",
+                    )
     return tuple(by_name[t.name] for t in predicted.terms)

@@ -31,6 +31,13 @@ UTILIZATION = "utilization"
 SMALLER_CHECKPOINT = "smaller_checkpoint"
 AUTO_KV = "auto_kv"
 MODEL_MAX_LEN = "model_max_len"
+TEXT_ONLY = "text_only"
+
+#: failures a vision-language model can fix by disabling images (no encoder profile)
+_MEMORY_FAILURES = frozenset({
+    failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY, failures.CUDA_OOM_LOADING,
+    failures.CUDA_OOM_GRAPHS, failures.CUDA_OOM_SERVING,
+})
 
 
 class FailureLike(Protocol):
@@ -136,6 +143,11 @@ def propose(
             add(FEWER_BATCHED_TOKENS, replace(inputs, max_num_batched_tokens=batched // 2),
                 f"{batched // 2:,} batched tokens", cost=1.6)
 
+    if kind in _MEMORY_FAILURES and inputs.model.vision is not None and (
+        inputs.limit_mm_per_prompt != 0
+    ):
+        _add_text_only(inputs, original, users, plan, options)
+
     if kind in (failures.FREE_MEMORY_BELOW_UTILIZATION, failures.CUDA_OOM_LOADING,
                 failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY) and free is not None:
         util = budget.max_passing_utilization(inputs.gpu_total_bytes, free)
@@ -188,6 +200,27 @@ def _longest_fitting_len(
         else:
             hi = mid
     return lo * block if lo else start
+
+
+def _add_text_only(
+    inputs: PlanInputs,
+    original: Capacity,
+    users: int | None,
+    plan: Callable[[PlanInputs], Capacity],
+    options: list[FallbackOption],
+) -> None:
+    """"Text only (images disabled)": no encoder profile, and on recent releases no vision
+    tower; the label says how much KV memory that gives back."""
+    new = replace(inputs, limit_mm_per_prompt=0)
+    if check_support(new) is not None:
+        return
+    cap = plan(new)
+    gained = cap.available_kv_bytes - original.available_kv_bytes
+    if gained <= 0:
+        return  # V0 samples more dummy sequences without images: nothing to gain
+    change = "text only (images disabled)"
+    label = f"{change} — {gained / GiB:+.2f} GiB KV, {_fits_label(cap, users)}"
+    options.append(FallbackOption(TEXT_ONLY, label, change, new, cap, cap.fits, cost=2.0))
 
 
 def _family(model_id: str) -> str:

@@ -45,6 +45,9 @@ class ServingSettings:
     ``None`` means "let vLLM choose" (the fit engine fills in that release's default and
     records it in ``Capacity.inputs``). ``max_model_len`` is tokens; ``kv_cache_memory_bytes``
     bytes per GPU; ``enable_prefix_caching`` None is vLLM's default (on for generative models).
+    ``limit_mm_per_prompt`` is images per prompt for a vision-language model (``--limit-mm-per-
+    prompt``; 0 = text only: images and videos disabled, no encoder profile; None = vLLM's
+    default).
     """
 
     max_model_len: int | None = None
@@ -59,6 +62,7 @@ class ServingSettings:
     tensor_parallel_size: int = 1
     dtype: str | None = None
     block_size: int | None = None
+    limit_mm_per_prompt: int | None = None
 
     @property
     def settings(self) -> ServingSettings:
@@ -99,7 +103,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     """
     values = {k: v for k, v in data.items() if k in _SERVING_FIELDS}
     for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens",
-                 "kv_cache_memory_bytes", "block_size"):
+                 "kv_cache_memory_bytes", "block_size", "limit_mm_per_prompt"):
         v = values.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise TypeError(f"{name} must be a whole number or null, got {v!r}")

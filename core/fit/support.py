@@ -60,6 +60,17 @@ def fp8_kv_supported(
 
 def check_support(inputs: PlanInputs) -> Failure | None:
     """A failure when the plan asks for something this GPU or vLLM version cannot do."""
+    vision = inputs.model.vision
+    if vision is not None and vision.last_vllm_release is not None and (
+        Version.parse(inputs.vllm_version).parts[: len(vision.last_vllm_release)]
+        > vision.last_vllm_release
+    ):
+        last = ".".join(str(p) for p in vision.last_vllm_release)
+        return Failure(
+            failures.UNSUPPORTED_MODEL,
+            f"vLLM {inputs.vllm_version} no longer serves {inputs.model.architecture} (the "
+            f"last release that does is {last}); run vLLM {last} or pick another vision model.",
+        )
     cc = inputs.compute_capability
     kv = (inputs.kv_cache_dtype or "auto").lower()
     if kv in FP8_KV_DTYPES and not fp8_kv_supported(

@@ -32,9 +32,13 @@ from typing import Any
 from kvpilot.core.models.spec import ModelSpec, Quantization
 
 #: model types whose q/k/v projections carry a bias
-_QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"})
+_QKV_BIAS_TYPES = frozenset(
+    {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_text", "qwen2_5_vl_text", "chatglm"}
+)
 #: model types with RMS norms on q and k (one vector of head_dim each per layer)
-_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+_QK_NORM_TYPES = frozenset(
+    {"qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text"}
+)
 #: model types with four norms per decoder layer instead of two
 _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
 

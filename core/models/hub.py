@@ -4,7 +4,8 @@ Offline: the snapshot of ``repo_id`` in the cache (``HF_HUB_CACHE``, else ``HF_H
 ``~/.cache/huggingface/hub``, read when called) is found through ``huggingface_hub`` and read
 like any model directory (:func:`kvpilot.core.models.local.load_local_model`).
 
-Online (never needed by tests): ``config.json`` through ``hf_hub_download`` and the weight bytes
+Online (never needed by tests): ``config.json`` (and, for a vision-language checkpoint, its
+``preprocessor_config.json``: the largest image) through ``hf_hub_download`` and the weight bytes
 from the Hub's safetensors metadata (``HfApi.get_safetensors_metadata``, which reads only the
 headers), cached as JSON in the user cache directory so that the next lookup works offline.
 """
@@ -19,8 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models.local import CONFIG_FILE, load_local_model, spec_from_config
+from kvpilot.core.models.local import (
+    CONFIG_FILE,
+    PREPROCESSOR_CONFIG_FILE,
+    load_local_model,
+    spec_from_config,
+)
 from kvpilot.core.models.spec import SOURCE_HUB, ModelSpec
+from kvpilot.core.models.vision import VISION_ARCHITECTURES
 from kvpilot.core.models.weights import DTYPE_BITS
 
 #: ``org/name`` as the Hub accepts it
@@ -112,8 +119,10 @@ def fetch_hub_model(
         tmp = cache_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(record), encoding="utf-8")
         tmp.replace(cache_file)
+    pre = record.get("preprocessor")
     spec = spec_from_config(
-        record["config"], model_id=repo_id, source=f"hub:{repo_id}@{record.get('sha', '')}"
+        record["config"], model_id=repo_id, source=f"hub:{repo_id}@{record.get('sha', '')}",
+        preprocessor=pre if isinstance(pre, dict) else None,
     )
     return replace(spec, weights_bytes=record["weights_bytes"], weights_source=SOURCE_HUB)
 
@@ -134,9 +143,19 @@ def _download_record(
             path=repo_id,
         ) from err
     config = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+    preprocessor = None
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    if isinstance(archs, list) and archs and archs[0] in VISION_ARCHITECTURES:
+        try:
+            pre_path = hf_hub_download(repo_id, PREPROCESSOR_CONFIG_FILE, revision=revision,
+                                       token=token)
+            preprocessor = json.loads(Path(str(pre_path)).read_text(encoding="utf-8"))
+        except (HfHubHTTPError, OSError, ValueError):
+            preprocessor = None  # the processor's defaults apply, as they would in vLLM
     total_bits = 0
     for dtype, count in meta.parameter_count.items():
         if dtype not in DTYPE_BITS:
             raise ModelSpecError(f"unknown safetensors dtype {dtype!r} on the Hub", path=repo_id)
         total_bits += count * DTYPE_BITS[dtype]
-    return {"config": config, "weights_bytes": total_bits // 8, "sha": revision or ""}
+    return {"config": config, "weights_bytes": total_bits // 8, "sha": revision or "",
+            "preprocessor": preprocessor}

@@ -1,5 +1,10 @@
 """A :class:`ModelSpec` from a model directory: ``config.json`` plus safetensors headers.
 
+An architecture without a rule here is read with the generic decoder model and marked
+"estimated (unknown architecture)"; only a field that a term cannot do without is an error.
+Vision-language checkpoints also get their encoder (:mod:`.vision`), sized from
+``vision_config`` and ``preprocessor_config.json``.
+
 :func:`spec_from_config` turns a parsed ``config.json`` into a spec the way vLLM reads it (text
 config of multimodal wrappers, explicit ``head_dim``, KV heads, layer kinds, MLA, MoE,
 quantization, the rope factor of the derived max_model_len). :func:`load_local_model` adds the
@@ -23,9 +28,15 @@ from kvpilot.core.models.spec import (
     SLIDING_ATTENTION,
     SOURCE_ESTIMATE,
     SOURCE_FILE,
+    UNKNOWN_ARCHITECTURE_NOTE,
     ModelSpec,
     MoE,
     Quantization,
+)
+from kvpilot.core.models.vision import (
+    VISION_ARCHITECTURES,
+    vision_spec_from_config,
+    vision_weight_bytes,
 )
 from kvpilot.core.models.weights import checkpoint_weight_size
 
@@ -61,18 +72,26 @@ SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(
         "LlavaForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        "MllamaForConditionalGeneration",
     }
 )
 
-_MULTIMODAL_ARCHITECTURES = frozenset(
-    {
-        "Gemma3ForConditionalGeneration",
-        "Mistral3ForConditionalGeneration",
-        "LlavaForConditionalGeneration",
-        "Qwen2VLForConditionalGeneration",
-        "Qwen2_5_VLForConditionalGeneration",
-    }
-)
+_MULTIMODAL_ARCHITECTURES = frozenset(VISION_ARCHITECTURES)
+
+#: processor settings that decide the largest image (Qwen-VL ``max_pixels``)
+PREPROCESSOR_CONFIG_FILE = "preprocessor_config.json"
+
+#: LlamaConfig defaults: LLaVA checkpoints write a sparse ``text_config`` that leaves them out
+_LLAVA_LLAMA_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 2048,
+    "vocab_size": 32000,
+}
 
 #: Gemma 3: five sliding layers, then one full-attention layer
 _GEMMA3_PATTERN = 6
@@ -92,6 +111,8 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_oss": {"sliding_window": 128},
     "qwen3": {"head_dim": 128},
     "qwen3_moe": {"head_dim": 128},
+    "qwen3_vl_text": {"head_dim": 128},
+    "qwen3_vl_moe_text": {"head_dim": 128},
 }
 
 #: ChatGLM (GLM-4 remote code) spells the usual fields differently
@@ -178,8 +199,12 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             if qpath.is_file():
                 config = {**config, "quantization_config": read_json_object(qpath, name)}
                 break
+    preprocessor = None
+    if (root / PREPROCESSOR_CONFIG_FILE).is_file():
+        preprocessor = read_json_object(root / PREPROCESSOR_CONFIG_FILE, PREPROCESSOR_CONFIG_FILE)
     spec = spec_from_config(
-        config, model_id=model_id or str(root), source=str(root), config_path=str(config_path)
+        config, model_id=model_id or str(root), source=str(root), config_path=str(config_path),
+        preprocessor=preprocessor,
     )
     size = checkpoint_weight_size(root)
     if size is not None:
@@ -190,6 +215,8 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             notes=spec.notes + size.notes,
         )
     estimate = estimate_weight_bytes(spec, spec.quantization, text_config_of(config))
+    if spec.vision is not None:
+        estimate += vision_weight_bytes(spec.vision)
     return replace(
         spec,
         weights_bytes=estimate,
@@ -267,11 +294,17 @@ def spec_from_config(
     model_id: str,
     source: str = "",
     config_path: str | None = None,
+    preprocessor: Mapping[str, Any] | None = None,
 ) -> ModelSpec:
     """Build a spec (without weight bytes) from a parsed config.json.
 
+    An architecture kvpilot has no rule for is read with the generic decoder model
+    (``architecture_known`` False, a note saying so); ``preprocessor`` is the parsed
+    ``preprocessor_config.json`` of a vision-language checkpoint (largest image size).
+
     Raises:
-        ModelSpecError: unsupported architecture, missing or malformed required field.
+        ModelSpecError: no architecture named, or a missing or malformed field that a term
+            needs (the error names it).
     """
     where = config_path or source or model_id
     archs = config.get("architectures")
@@ -283,17 +316,24 @@ def spec_from_config(
             field="architectures",
         )
     arch = archs[0]
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ModelSpecError(
-            f"architecture {arch} is not supported by kvpilot's memory model; supported: "
-            f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}",
-            path=where,
-            field="architectures",
+    known = arch in SUPPORTED_ARCHITECTURES
+    notes: list[str] = []
+    if not known:
+        notes.append(
+            f"{UNKNOWN_ARCHITECTURE_NOTE}: kvpilot has no rule for {arch}; the generic decoder "
+            "model was used (attention, layer kinds, MoE and MLA as config.json states them)"
         )
     text = text_config_of(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
+    if arch == "LlavaForConditionalGeneration" and model_type == "llama":
+        missing = [k for k in _LLAVA_LLAMA_DEFAULTS if text.get(k) is None]
+        text = {**text, **{k: _LLAVA_LLAMA_DEFAULTS[k] for k in missing}}
+        if missing:
+            notes.append(
+                f"config.json's text_config omits {', '.join(missing)}; LlamaConfig defaults "
+                "of transformers were used"
+            )
     f = _Fields(text, model_type, where)
-    notes: list[str] = []
 
     n_layers = f.req("num_hidden_layers")
     hidden = f.req("hidden_size")
@@ -340,6 +380,21 @@ def spec_from_config(
     multimodal = arch in _MULTIMODAL_ARCHITECTURES or any(
         isinstance(config.get(k), dict) for k in ("vision_config", "audio_config")
     )
+    vision = vision_spec_from_config(
+        config, arch, text_hidden_size=hidden, text_config=text, preprocessor=preprocessor,
+        where=where,
+    )
+    if multimodal and vision is None:
+        notes.append(
+            "multimodal checkpoint whose encoder kvpilot has no rule for: its profile run is "
+            "not in the plan"
+        )
+    if vision is not None and vision.cross_attention_layers:
+        notes.append(
+            f"{len(vision.cross_attention_layers)} of the {n_layers} decoder layers are "
+            "cross-attention layers; vLLM's V0 engine keeps their KV (the image's "
+            f"{vision.max_image_tokens:,} encoder tokens per request) in the same block pool"
+        )
     return ModelSpec(
         model_id=model_id,
         architecture=arch,
@@ -363,6 +418,8 @@ def spec_from_config(
         weights_bytes=None,
         weights_source=SOURCE_FILE if config_path else SOURCE_ESTIMATE,
         is_multimodal=multimodal,
+        vision=vision,
+        architecture_known=known,
         source=source,
         notes=tuple(notes),
     )

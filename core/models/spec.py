@@ -21,6 +21,10 @@ SOURCE_HUB = "hub"  # Hugging Face Hub metadata (online)
 SOURCE_CATALOG = "catalog"  # bundled resources/catalog.json (facts with sources)
 SOURCE_ESTIMATE = "estimate"  # computed from the architecture (no file seen)
 
+#: the mark of every figure planned with the generic decoder model (an architecture kvpilot
+#: has no rule for)
+UNKNOWN_ARCHITECTURE_NOTE = "estimated (unknown architecture)"
+
 
 @dataclass(frozen=True)
 class Quantization:
@@ -57,6 +61,47 @@ class MLA:
 
 
 @dataclass(frozen=True)
+class VisionSpec:
+    """The vision encoder of a vision-language checkpoint, as vLLM profiles it.
+
+    Built by :func:`kvpilot.core.models.vision.vision_spec_from_config` from ``vision_config``
+    (and ``preprocessor_config.json`` where the image size is set there).
+
+    Attributes:
+        family: kvpilot's rule set (``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``gemma3``,
+            ``mistral3``, ``llava``, ``mllama``).
+        hidden_size, intermediate_size, num_layers, num_heads: widths of the encoder.
+        patch_size: pixels per patch edge.
+        max_image_tokens: language-model tokens one image takes at the largest size vLLM's dummy
+            input uses (what the encoder budget counts).
+        max_image_patches: encoder positions of one such image (before any merge or pooling).
+        params: parameters of the vision tower and projector (kept 16-bit in every checkpoint
+            kvpilot knows).
+        text_hidden_size: width of the encoder's output embeddings (the text model's hidden).
+        supports_video: the processor also takes videos (vLLM profiles the larger modality).
+        tower_skippable_since: first vLLM release that does not build the tower when every
+            modality's ``--limit-mm-per-prompt`` is 0 (None: the tower is always loaded).
+        cross_attention_layers: decoder layers that attend to the image (Mllama).
+        last_vllm_release: the newest vLLM release that serves the architecture (None: all).
+    """
+
+    family: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    patch_size: int
+    max_image_tokens: int
+    max_image_patches: int
+    params: int
+    text_hidden_size: int
+    supports_video: bool = False
+    tower_skippable_since: tuple[int, ...] | None = None
+    cross_attention_layers: tuple[int, ...] = ()
+    last_vllm_release: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A language model as the fit engine sees it.
 
@@ -85,6 +130,10 @@ class ModelSpec:
         weights_bytes: exact bytes of all weight tensors in the checkpoint (None if unknown).
         weights_source: one of the SOURCE_* constants, saying where ``weights_bytes`` came from.
         is_multimodal: the checkpoint carries a vision/audio encoder (vLLM profiles it too).
+        vision: the vision encoder's shape (None for text models and for multimodal
+            checkpoints whose encoder kvpilot has no rule for).
+        architecture_known: False when kvpilot has no rule for ``architecture`` and the spec
+            follows the generic decoder model (every figure is then an estimate).
         source: where the spec was read (path, ``hub:repo@rev``, ``catalog:id``).
         notes: free-form caveats (unverified values, assumptions) to show the user.
     """
@@ -111,6 +160,8 @@ class ModelSpec:
     weights_bytes: int | None = None
     weights_source: str = SOURCE_ESTIMATE
     is_multimodal: bool = False
+    vision: VisionSpec | None = None
+    architecture_known: bool = True
     source: str = ""
     notes: tuple[str, ...] = field(default=())
 

@@ -16,6 +16,7 @@ not repeat a flag that kvpilot itself sets (the message names the setting to cha
 from __future__ import annotations
 
 import ipaddress
+import json
 import shlex
 import socket
 from collections.abc import Iterable, Mapping
@@ -33,6 +34,7 @@ from kvpilot.core.vllm.runtime import (
     normalize_flag,
     supports_max_model_len_auto,
 )
+from kvpilot.core.vllm.versions import supports
 
 REDACTED = "***"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -66,6 +68,7 @@ MANAGED_FLAGS: Mapping[str, str] = MappingProxyType(
         "--dtype": "the dtype setting",
         "--load-format": "the load format setting",
         "--block-size": "the block size setting",
+        "--limit-mm-per-prompt": "the images per prompt (limit_mm_per_prompt) setting",
     }
 )
 
@@ -227,6 +230,9 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
     _positive("kv_cache_memory_bytes", spec.kv_cache_memory_bytes)
     _positive("tensor_parallel_size", spec.tensor_parallel_size)
     _positive("block_size", spec.block_size)
+    limit = spec.limit_mm_per_prompt
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise CommandError(f"limit_mm_per_prompt must be 0 or more images, got {limit!r}")
     util = spec.gpu_memory_utilization
     if util is not None and not 0.0 < util <= 1.0:
         raise CommandError(f"gpu_memory_utilization must be in (0, 1], got {util}")
@@ -297,8 +303,28 @@ def parse_extra_args(
     return validate_extra_args(args, flags=flags)
 
 
-def build_argv_tail(spec: LaunchSpec) -> list[str]:
-    """The arguments after ``vllm serve`` (model first), without validation."""
+def limit_mm_argv(images: int, vllm_version: str | None) -> list[str]:
+    """``--limit-mm-per-prompt`` for ``images`` per prompt, in the syntax of that release.
+
+    vLLM up to 0.7 parses ``image=N`` pairs only; 0.8 and 0.9 take JSON or pairs; from 0.10 only
+    JSON (``engine/arg_utils.py``: ``nullable_kvs`` until 0.9.2). Text only (0) also sets
+    videos to 0, so that vLLM profiles no encoder (and, from 0.10.1, skips loading the tower).
+    None (unknown release) gives JSON.
+    """
+    counts = {"image": images, "video": 0} if images == 0 else {"image": images}
+    if vllm_version is not None and not supports("limit_mm_per_prompt_json", vllm_version):
+        value = ",".join(f"{k}={v}" for k, v in counts.items())
+    else:
+        value = json.dumps(counts, separators=(",", ":"))
+    return ["--limit-mm-per-prompt", value]
+
+
+def build_argv_tail(spec: LaunchSpec, vllm_version: str | None = None) -> list[str]:
+    """The arguments after ``vllm serve`` (model first), without validation.
+
+    ``vllm_version`` picks the syntax of flags whose value format changed between releases
+    (``--limit-mm-per-prompt``); None means a recent release.
+    """
     tail: list[str] = [spec.model, "--host", spec.host, "--port", str(spec.port)]
     if spec.served_model_name:
         tail += ["--served-model-name", spec.served_model_name]
@@ -332,6 +358,8 @@ def build_argv_tail(spec: LaunchSpec) -> list[str]:
         tail.append("--enable-prefix-caching")
     elif spec.enable_prefix_caching is False:
         tail.append("--no-enable-prefix-caching")
+    if spec.limit_mm_per_prompt is not None:
+        tail += limit_mm_argv(spec.limit_mm_per_prompt, vllm_version)
     tail += list(spec.extra_args)
     return tail
 
@@ -380,7 +408,7 @@ def build_command(
     if flags is None and runtime is not None:
         flags = learn_flags(runtime)
     validate_extra_args(spec.extra_args, flags=flags)
-    tail = build_argv_tail(spec)
+    tail = build_argv_tail(spec, runtime.version if runtime is not None else None)
     if flags is not None:
         check_flags(flags, tail)
     prefix = runtime.argv_prefix if runtime is not None else ("vllm",)

@@ -108,6 +108,9 @@ FEATURES: dict[str, Feature] = {
                 "kv_cache_max_concurrency labels"),
         Feature("cache_config_info_metric", "0.25.0",
                 "v1/metrics/loggers.py: cache_config_info read after ready for capacity"),
+        Feature("limit_mm_per_prompt_json", "0.8.0",
+                "engine/arg_utils.py: --limit-mm-per-prompt parses JSON (only 'image=N' "
+                "pairs through 0.7; pairs deprecated in 0.8-0.9, removed in 0.10)"),
     )
 }
 

@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from kvpilot.core.fit.budget import overhead_bytes
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.widgets import Segment, StackedBar
@@ -110,10 +111,7 @@ def split_vram(
     if not running and capacity is not None and hasattr(capacity, "activation_peak_bytes"):
         planned = True
         weights = min(free, capacity.weights_bytes)
-        activation = min(
-            free - weights,
-            capacity.activation_peak_bytes + capacity.non_torch_bytes + capacity.cudagraph_bytes,
-        )
+        activation = min(free - weights, overhead_bytes(capacity))
         kv = min(free - weights - activation, max(0, capacity.available_kv_bytes))
         free = free - weights - activation - kv
     ordered = tuple(sorted(others.items(), key=lambda kv_: -kv_[1]))

@@ -44,6 +44,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.fit.budget import overhead_bytes
+from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.records import Goal, PlanRow
@@ -82,11 +84,12 @@ def plan_segments(capacity: Any) -> list[Segment]:
     """The stacked bar of one plan: weights, activation + graphs + non-torch, KV, unused."""
     if capacity is None:
         return []
-    act = capacity.activation_peak_bytes + capacity.cudagraph_bytes + capacity.non_torch_bytes
+    act = overhead_bytes(capacity)
     kv = max(0, capacity.available_kv_bytes)
     return [
         Segment("weights", capacity.weights_bytes, theme.MEM_WEIGHTS, "model weights"),
-        Segment("act", act, theme.MEM_ACTIVATION, "activation peak + CUDA graphs + non-torch"),
+        Segment("act", act, theme.MEM_ACTIVATION,
+                "activation peak (+ vision encoder) + CUDA graphs + non-torch"),
         Segment("KV", kv, theme.MEM_KV, "KV cache"),
     ]
 
@@ -464,7 +467,10 @@ class PlannerPanel(QWidget):
             self.detail_title.setText("Budget of the selected plan")
             return
         cap = row.capacity
-        self.detail_title.setText(f"Budget: {row.title}")
+        title = f"Budget: {row.title}"
+        if cap.inputs.get("architecture_known") is False:
+            title += f" — {UNKNOWN_ARCHITECTURE_NOTE}"
+        self.detail_title.setText(title)
         terms = list(cap.terms)
         self.detail.setRowCount(len(terms) + (1 if row.reason else 0))
         for r, term in enumerate(terms):

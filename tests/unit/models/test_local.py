@@ -312,14 +312,24 @@ def test_config_not_an_object(tmp_path):
         load_local_model(tmp_path)
 
 
-def test_unknown_architecture_lists_supported(model_copy):
+def test_unknown_architecture_is_estimated_with_the_generic_decoder(model_copy):
     d = model_copy("llama-3.1-8b-instruct")
     _rewrite(d, architectures=["FancyNewForCausalLM"])
+    spec = load_local_model(d)
+    assert spec.architecture == "FancyNewForCausalLM"
+    assert spec.architecture_known is False
+    assert any("estimated (unknown architecture)" in n and "FancyNewForCausalLM" in n
+               for n in spec.notes)
+    # the generic decoder model reads the same widths as for Llama
+    assert (spec.num_hidden_layers, spec.num_key_value_heads, spec.head_dim) == (32, 8, 128)
+
+
+def test_unknown_architecture_without_a_needed_field_is_refused(model_copy):
+    d = model_copy("llama-3.1-8b-instruct")
+    _rewrite(d, architectures=["FancyNewForCausalLM"], num_attention_heads=None)
     with pytest.raises(ModelSpecError) as err:
         load_local_model(d)
-    msg = str(err.value)
-    assert "FancyNewForCausalLM" in msg and "LlamaForCausalLM" in msg and "supported" in msg
-    assert err.value.field == "architectures"
+    assert err.value.field == "num_attention_heads"
 
 
 def test_missing_architectures(model_copy):

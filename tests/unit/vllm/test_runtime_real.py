@@ -55,3 +55,30 @@ def test_real_runtime_version_flags_and_command(
     assert runtime.version in (cache / "versions.json").read_text()
     assert (cache / f"flags-{runtime.version}.json").is_file()
     assert discover(str(real_vllm)) == runtime
+
+
+def test_real_vllm_parses_the_limit_mm_argv(real_vllm: Path) -> None:
+    """The ``--limit-mm-per-prompt`` value kvpilot writes for this release is what its own
+    argument parser reads as "no images, no videos" (and the old pair syntax is refused)."""
+    import json
+    import subprocess
+
+    from kvpilot.core.vllm.command import build_argv_tail
+
+    tail = build_argv_tail(LaunchSpec(model="m", limit_mm_per_prompt=0), "0.32.0+cpu")
+    value = tail[tail.index("--limit-mm-per-prompt") + 1]
+    script = (
+        "import json, sys\n"
+        "from vllm.engine.arg_utils import EngineArgs\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "p = EngineArgs.add_cli_args(FlexibleArgumentParser())\n"
+        "print(json.dumps(p.parse_args(['--limit-mm-per-prompt', sys.argv[1]])"
+        ".limit_mm_per_prompt))\n"
+    )
+    python = real_vllm.parent / "python"
+    out = subprocess.run([str(python), "-c", script, value], capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"image": 0, "video": 0}
+    old = subprocess.run([str(python), "-c", script, "image=0,video=0"], capture_output=True,
+                         text=True, timeout=300)
+    assert old.returncode != 0

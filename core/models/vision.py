@@ -1,0 +1,397 @@
+"""The vision encoder of a vision-language checkpoint, read from ``config.json``.
+
+vLLM profiles a multimodal model's encoder before it sizes the KV cache: it runs the encoder on
+dummy images of the largest size the processor produces and keeps the outputs while the
+language model's dummy batch runs (see :mod:`kvpilot.core.fit.multimodal`). What that costs
+depends on a few numbers per family, all read here from ``vision_config`` and, where the image
+size is a processor setting, from ``preprocessor_config.json``:
+
+* Qwen2-VL / Qwen2.5-VL / Qwen3-VL: images are resized to at most ``max_pixels`` (the
+  processor's ``max_pixels`` or ``size.longest_edge``); one language-model token per
+  ``(patch x merge)^2`` pixels, ``merge^2`` encoder patches per token. These models take videos
+  too.
+* Gemma 3: SigLIP at ``image_size`` (896 -> 64 x 64 = 4,096 patches), pooled to
+  ``mm_tokens_per_image`` (256) tokens.
+* Mistral 3 (Pixtral encoder): ``image_size`` 1540 / patch 14 = 110 x 110 patches, merged 2 x 2
+  into 55 x 55 tokens plus one break token per row (3,080 placeholder positions, the contiguous
+  length 0.10 budgets; 0.20 and later count the 3,025 embeddings).
+* LLaVA (CLIP): (``image_size`` / patch)^2 tokens (576 at 336 px), one CLS position more.
+* Mllama (Llama 3.2 Vision): ``max_num_tiles`` tiles of (560 / 14)^2 + 1 = 1,601 positions
+  (padded to 1,608 in the encoder); the decoder's ``cross_attention_layers`` read them.
+
+The parameter counts of each tower and projector are exact sums of the published layer shapes
+(checked on Gemma 3 4B: 419,816,304, the figure the catalog carries).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.models.spec import VisionSpec
+
+#: ``architectures[0]`` -> the rule set of this module
+VISION_ARCHITECTURES: Mapping[str, str] = {
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
+    "Qwen3VLForConditionalGeneration": "qwen3_vl",
+    "Qwen3VLMoeForConditionalGeneration": "qwen3_vl",
+    "Gemma3ForConditionalGeneration": "gemma3",
+    "Mistral3ForConditionalGeneration": "mistral3",
+    "LlavaForConditionalGeneration": "llava",
+    "MllamaForConditionalGeneration": "mllama",
+}
+
+#: ``max_pixels`` of the published ``preprocessor_config.json`` (Qwen2-VL-7B-Instruct and
+#: Qwen2.5-VL-7B-Instruct: 12,845,056 = 16,384 x 28 x 28; Qwen3-VL: ``size.longest_edge``
+#: 16,777,216 = 16,384 x 32 x 32), used when the directory holds no processor config
+DEFAULT_MAX_PIXELS: Mapping[str, int] = {
+    "qwen2_vl": 12845056,
+    "qwen2_5_vl": 12845056,
+    "qwen3_vl": 16777216,
+}
+
+#: first vLLM release whose model class skips the tower when every modality's
+#: ``--limit-mm-per-prompt`` is 0 (``qwen2_vl.py`` & co. in 0.10.1.1, not in 0.10.0;
+#: ``gemma3_mm.py`` in 0.16.0, not in 0.13.0; Qwen3-VL from its first release)
+TOWER_SKIPPABLE_SINCE: Mapping[str, tuple[int, ...]] = {
+    "qwen2_vl": (0, 10, 1),
+    "qwen2_5_vl": (0, 10, 1),
+    "mistral3": (0, 10, 1),
+    "llava": (0, 10, 1),
+    "qwen3_vl": (0, 11),
+    "gemma3": (0, 16),
+}
+
+#: vLLM's model registry lists Mllama as removed after 0.10.2 (V0 engine only)
+LAST_RELEASE: Mapping[str, tuple[int, ...]] = {"mllama": (0, 10, 2)}
+
+
+
+class _VisionFields:
+    """``vision_config`` lookups that name the missing field in their error."""
+
+    def __init__(self, cfg: Mapping[str, Any], where: str) -> None:
+        self.cfg = cfg
+        self.where = where
+
+    def int(self, *names: str, default: int | None = None) -> int:
+        for name in names:
+            value = self.cfg.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ModelSpecError(
+                    f"expected a positive integer, got {value!r}",
+                    path=self.where,
+                    field=f"vision_config.{name}",
+                )
+            return int(value)
+        if default is not None:
+            return default
+        raise ModelSpecError(
+            "required field is missing from vision_config; kvpilot cannot size the vision "
+            "encoder without it",
+            path=self.where,
+            field=f"vision_config.{names[0]}",
+        )
+
+
+def max_pixels_from_preprocessor(preprocessor: Mapping[str, Any] | None) -> int | None:
+    """The largest image area (pixels) a Qwen-VL processor config allows, or None."""
+    if not preprocessor:
+        return None
+    for holder in (preprocessor, preprocessor.get("size")):
+        if not isinstance(holder, Mapping):
+            continue
+        for key in ("max_pixels", "longest_edge"):
+            value = holder.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def vision_spec_from_config(
+    config: Mapping[str, Any],
+    architecture: str,
+    *,
+    text_hidden_size: int,
+    text_config: Mapping[str, Any] | None = None,
+    preprocessor: Mapping[str, Any] | None = None,
+    where: str = "",
+) -> VisionSpec | None:
+    """The :class:`VisionSpec` of a vision-language config, or None for other architectures.
+
+    ``text_hidden_size`` is the language model's width (the projector's output);
+    ``preprocessor`` the parsed ``preprocessor_config.json`` when the checkpoint has one.
+
+    Raises:
+        ModelSpecError: ``vision_config`` is missing or lacks a field the family needs.
+    """
+    family = VISION_ARCHITECTURES.get(architecture)
+    if family is None:
+        return None
+    raw = config.get("vision_config")
+    if not isinstance(raw, Mapping):
+        raise ModelSpecError(
+            f"{architecture} needs a vision_config object in config.json",
+            path=where,
+            field="vision_config",
+        )
+    f = _VisionFields(raw, where)
+    text = text_config or {}
+    return _BUILDERS[family](f, config, text, text_hidden_size, preprocessor)
+
+
+# ---- per family -----------------------------------------------------------------------------
+
+
+def _qwen_tokens(max_pixels: int, patch: int, merge: int) -> tuple[int, int]:
+    """(LM tokens, encoder patches) of the largest image a Qwen-VL processor makes."""
+    factor = patch * merge
+    tokens = max(1, max_pixels // (factor * factor))
+    return tokens, tokens * merge * merge
+
+
+def _qwen2_vl(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    embed = f.int("embed_dim")
+    depth = f.int("depth")
+    heads = f.int("num_heads")
+    mlp = int(embed * float(f.cfg.get("mlp_ratio", 4)))
+    patch = f.int("patch_size", "spatial_patch_size", default=14)
+    merge = f.int("spatial_merge_size", default=2)
+    temporal = f.int("temporal_patch_size", default=2)
+    channels = f.int("in_chans", "in_channels", default=3)
+    out = f.int("hidden_size", default=text_hidden)
+    block = 4 * embed + (embed * 3 * embed + 3 * embed) + (embed * embed + embed)
+    block += (embed * mlp + mlp) + (mlp * embed + embed)
+    ctx = embed * merge * merge
+    merger = 2 * embed + (ctx * ctx + ctx) + (ctx * out + out)
+    params = channels * temporal * patch * patch * embed + depth * block + merger
+    tokens, patches = _qwen_tokens(
+        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS["qwen2_vl"], patch, merge
+    )
+    return VisionSpec(
+        family="qwen2_vl", hidden_size=embed, intermediate_size=mlp, num_layers=depth,
+        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=patches,
+        params=params, text_hidden_size=out, supports_video=True,
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE["qwen2_vl"],
+    )
+
+
+def _qwen2_5_vl(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    hidden = f.int("hidden_size")
+    inter = f.int("intermediate_size")
+    depth = f.int("depth")
+    heads = f.int("num_heads")
+    patch = f.int("patch_size", default=14)
+    merge = f.int("spatial_merge_size", default=2)
+    temporal = f.int("temporal_patch_size", default=2)
+    channels = f.int("in_chans", "in_channels", default=3)
+    out = f.int("out_hidden_size", default=text_hidden)
+    # RMS norms (no bias); gated SiLU MLP with biases
+    block = 2 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden)
+    block += 2 * (hidden * inter + inter) + (inter * hidden + hidden)
+    ctx = hidden * merge * merge
+    merger = hidden + (ctx * ctx + ctx) + (ctx * out + out)
+    params = channels * temporal * patch * patch * hidden + depth * block + merger
+    tokens, patches = _qwen_tokens(
+        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS["qwen2_5_vl"], patch, merge
+    )
+    return VisionSpec(
+        family="qwen2_5_vl", hidden_size=hidden, intermediate_size=inter, num_layers=depth,
+        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=patches,
+        params=params, text_hidden_size=out, supports_video=True,
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE["qwen2_5_vl"],
+    )
+
+
+def _qwen3_vl(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    hidden = f.int("hidden_size")
+    inter = f.int("intermediate_size")
+    depth = f.int("depth")
+    heads = f.int("num_heads")
+    patch = f.int("patch_size", default=16)
+    merge = f.int("spatial_merge_size", default=2)
+    temporal = f.int("temporal_patch_size", default=2)
+    channels = f.int("in_channels", "in_chans", default=3)
+    out = f.int("out_hidden_size", default=text_hidden)
+    positions = f.int("num_position_embeddings", default=2304)
+    deepstack = f.cfg.get("deepstack_visual_indexes") or []
+    n_deep = len(deepstack) if isinstance(deepstack, list) else 0
+    # LayerNorms with bias, GELU MLP with biases
+    block = 4 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden)
+    block += (hidden * inter + inter) + (inter * hidden + hidden)
+    ctx = hidden * merge * merge
+    merger = 2 * hidden + (ctx * ctx + ctx) + (ctx * out + out)
+    deep_merger = 2 * ctx + (ctx * ctx + ctx) + (ctx * out + out)
+    params = channels * temporal * patch * patch * hidden + hidden + positions * hidden
+    params += depth * block + merger + n_deep * deep_merger
+    tokens, patches = _qwen_tokens(
+        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS["qwen3_vl"], patch, merge
+    )
+    return VisionSpec(
+        family="qwen3_vl", hidden_size=hidden, intermediate_size=inter, num_layers=depth,
+        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=patches,
+        params=params,
+        # the encoder's output carries the deepstack features beside the main embedding
+        text_hidden_size=out * (1 + n_deep), supports_video=True,
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE["qwen3_vl"],
+    )
+
+
+def _vit_layer(hidden: int, inter: int) -> int:
+    """One pre-norm ViT layer with biases (SigLIP / CLIP): 2 LayerNorms, q/k/v/o, fc1/fc2."""
+    return 4 * hidden + 4 * (hidden * hidden + hidden) + (hidden * inter + inter) + (
+        inter * hidden + hidden
+    )
+
+
+def _gemma3(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    hidden = f.int("hidden_size")
+    inter = f.int("intermediate_size")
+    layers = f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    patch = f.int("patch_size", default=14)
+    image = f.int("image_size", default=896)
+    channels = f.int("num_channels", default=3)
+    grid = image // patch
+    positions = grid * grid
+    tokens_raw = config.get("mm_tokens_per_image", 256)
+    tokens = int(tokens_raw) if isinstance(tokens_raw, int) and tokens_raw > 0 else 256
+    params = channels * patch * patch * hidden + hidden + positions * hidden
+    params += layers * _vit_layer(hidden, inter) + 2 * hidden  # post layernorm
+    params += hidden * text_hidden + hidden  # mm_input_projection + mm_soft_emb_norm
+    return VisionSpec(
+        family="gemma3", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
+        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=positions,
+        params=params, text_hidden_size=text_hidden,
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE["gemma3"],
+    )
+
+
+def _mistral3(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    hidden = f.int("hidden_size")
+    inter = f.int("intermediate_size")
+    layers = f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    patch = f.int("patch_size", default=14)
+    image = f.int("image_size", default=1540)
+    channels = f.int("num_channels", default=3)
+    merge_raw = config.get("spatial_merge_size", 2)
+    merge = int(merge_raw) if isinstance(merge_raw, int) and merge_raw > 0 else 2
+    grid = image // patch
+    cols = rows = grid // merge
+    tokens = (cols + 1) * rows  # one [IMG_BREAK] per row, [IMG_END] after the last
+    # Pixtral: conv without bias, RMS ln_pre, per layer 2 RMS norms, q/k/v/o and a gated MLP
+    # without biases
+    layer = 2 * hidden + 4 * hidden * hidden + 3 * hidden * inter
+    bias = 1 if config.get("multimodal_projector_bias") else 0
+    projector = hidden + (hidden * merge * merge) * hidden  # norm + patch merger
+    projector += hidden * text_hidden + bias * text_hidden
+    projector += text_hidden * text_hidden + bias * text_hidden
+    params = channels * patch * patch * hidden + hidden + layers * layer + projector
+    return VisionSpec(
+        family="mistral3", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
+        num_heads=heads, patch_size=patch, max_image_tokens=tokens,
+        max_image_patches=grid * grid, params=params, text_hidden_size=text_hidden,
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE["mistral3"],
+    )
+
+
+def _llava(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    hidden = f.int("hidden_size", default=1024)
+    inter = f.int("intermediate_size", default=4096)
+    layers = f.int("num_hidden_layers", default=24)
+    heads = f.int("num_attention_heads", default=16)
+    patch = f.int("patch_size", default=14)
+    image = f.int("image_size", default=336)
+    channels = f.int("num_channels", default=3)
+    grid = image // patch
+    positions = grid * grid + 1  # CLS
+    strategy = str(config.get("vision_feature_select_strategy", "default"))
+    tokens = grid * grid if strategy == "default" else positions
+    params = channels * patch * patch * hidden + hidden + positions * hidden
+    params += 2 * hidden + layers * _vit_layer(hidden, inter) + 2 * hidden  # pre/post norms
+    params += (hidden * text_hidden + text_hidden) + (text_hidden * text_hidden + text_hidden)
+    return VisionSpec(
+        family="llava", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
+        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=positions,
+        params=params, text_hidden_size=text_hidden,
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE["llava"],
+    )
+
+
+def _mllama(
+    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+    pre: Mapping[str, Any] | None,
+) -> VisionSpec:
+    hidden = f.int("hidden_size")
+    inter = f.int("intermediate_size")
+    layers = f.int("num_hidden_layers")
+    global_layers = f.int("num_global_layers", default=8)
+    heads = f.int("attention_heads", "num_attention_heads")
+    patch = f.int("patch_size", default=14)
+    image = f.int("image_size", default=560)
+    tiles = f.int("max_num_tiles", default=4)
+    channels = f.int("num_channels", default=3)
+    out_dim = f.int("vision_output_dim", default=hidden * 6)
+    ratios = f.cfg.get("supported_aspect_ratios")
+    n_ratios = (len(ratios) if isinstance(ratios, list) else 8) + 1
+    per_tile = (image // patch) ** 2 + 1
+    padded = math.ceil(per_tile / 8) * 8
+    layer = 4 * hidden + 4 * hidden * hidden + (hidden * inter + inter) + (inter * hidden + hidden)
+    params = channels * patch * patch * hidden + hidden + per_tile * hidden + 1
+    params += n_ratios * tiles * per_tile * hidden  # gated tile-position embedding
+    params += 2 * (n_ratios * tiles * hidden + 1)  # pre/post tile embeddings with gates
+    params += 4 * hidden  # layernorm_pre / layernorm_post
+    params += layers * layer + global_layers * (layer + 2)
+    params += out_dim * text_hidden + text_hidden  # multi_modal_projector
+    cross = text.get("cross_attention_layers") or []
+    cross_layers = tuple(int(i) for i in cross if isinstance(i, int)) if isinstance(
+        cross, list) else ()
+    return VisionSpec(
+        family="mllama", hidden_size=hidden, intermediate_size=inter,
+        num_layers=layers + global_layers, num_heads=heads, patch_size=patch,
+        max_image_tokens=tiles * per_tile, max_image_patches=tiles * padded, params=params,
+        text_hidden_size=text_hidden, cross_attention_layers=cross_layers,
+        last_vllm_release=LAST_RELEASE["mllama"],
+    )
+
+
+_BUILDERS = {
+    "qwen2_vl": _qwen2_vl,
+    "qwen2_5_vl": _qwen2_5_vl,
+    "qwen3_vl": _qwen3_vl,
+    "gemma3": _gemma3,
+    "mistral3": _mistral3,
+    "llava": _llava,
+    "mllama": _mllama,
+}
+
+assert set(_BUILDERS) == set(VISION_ARCHITECTURES.values())
+
+
+def vision_weight_bytes(vision: VisionSpec, elem_bytes: int = 2) -> int:
+    """Bytes of the vision tower and projector (16-bit unless ``elem_bytes`` says otherwise)."""
+    return vision.params * elem_bytes

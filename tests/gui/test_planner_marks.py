@@ -1,0 +1,54 @@
+"""The planner's budget detail marks a plan made for an architecture kvpilot has no rule for."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from fitkit import rtx4090
+
+from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.models.local import spec_from_config
+from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.gui.panels.planner_panel import PlannerPanel
+from kvpilot.gui.records import PlanRow
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+
+
+def _row(architecture: str) -> PlanRow:
+    cfg = json.loads((MODELS / "llama-3.1-8b-instruct" / "config.json").read_text())
+    cfg["architectures"] = [architecture]
+    spec = replace(spec_from_config(cfg, model_id="x/fancy"), weights_bytes=16_060_522_496,
+                   weights_source="file")
+    inputs = rtx4090(spec, max_model_len=8192)
+    cap = compute_capacity(inputs)
+    return PlanRow("x/fancy · 8k", "bf16", inputs, cap, cap.fits, "", "x/fancy")
+
+
+def test_detail_marks_unknown_architecture(qtbot) -> None:
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel._show_detail(_row("FancyNewForCausalLM"))
+    assert panel.detail_title.text().endswith(UNKNOWN_ARCHITECTURE_NOTE)
+    notes = [panel.detail.item(r, 3).text() for r in range(panel.detail.rowCount())
+             if panel.detail.item(r, 3) is not None]
+    assert sum(UNKNOWN_ARCHITECTURE_NOTE in n for n in notes) == 3  # activation, graphs, KV
+    panel._show_detail(_row("LlamaForCausalLM"))
+    assert UNKNOWN_ARCHITECTURE_NOTE not in panel.detail_title.text()
+
+
+def test_memory_bar_includes_the_vision_encoder_profile() -> None:
+    from fitkit import fixture_spec
+
+    from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM
+    from kvpilot.gui.panels.planner_panel import plan_segments
+
+    cap = compute_capacity(rtx4090(fixture_spec("qwen2-vl-7b-instruct", 16_582_751_232),
+                                   max_model_len=8192, vllm_version="0.32.0"))
+    terms = {t.name: t.bytes for t in cap.terms}
+    bar = {s.label: s.value for s in plan_segments(cap)}
+    assert terms[ENCODER_PROFILE_TERM] > 0
+    # weights + overheads + KV fill the request exactly, the encoder's share included
+    assert sum(bar.values()) == terms["requested"]
