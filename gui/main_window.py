@@ -585,7 +585,7 @@ class MainWindow(QMainWindow):
         self.planner.set_plans([], "No plans")
 
     def _on_plan_selected(self, row: PlanRow | None) -> None:
-        cap = row.capacity if row is not None and row.fits else None
+        cap = row.capacity if row is not None and row.launchable else None
         self.gpu_panel.set_plan(cap)
         if row is None or row.inputs is None:
             self.planner.clear_feasibility("select a plan to see what else fits")
@@ -655,7 +655,7 @@ class MainWindow(QMainWindow):
 
     def launch_plan(self, row: PlanRow) -> bool:
         """Launch a plan from the table; False (with the reason shown) when it cannot start."""
-        if row.inputs is None or not row.fits:
+        if not row.launchable:
             self.statusBar().showMessage(f"{row.title} does not fit: {row.reason}", 10_000)
             return False
         inputs = row.inputs
@@ -810,7 +810,8 @@ class MainWindow(QMainWindow):
 
     def _predicted_tokens(self) -> int | None:
         cap = self._predicted
-        return int(cap.kv_cache_tokens) if cap is not None and cap.fits else None
+        usable = cap is not None and getattr(cap, "verdict", "") != "does_not_fit"
+        return int(cap.kv_cache_tokens) if usable else None
 
     def _on_server_started(self, sup: Any) -> None:
         self.log_view.set_log_path(sup.log_path)

@@ -68,11 +68,23 @@ class PlanRow:
     source: Any | None = None
 
     @property
+    def borderline(self) -> bool:
+        """The fit engine's verdict is "borderline": vLLM may or may not start this plan."""
+        return not self.fits and getattr(self.capacity, "verdict", "") == "borderline"
+
+    @property
+    def launchable(self) -> bool:
+        """A plan that fits, or a borderline one (the user may try it; a failure is caught)."""
+        return self.inputs is not None and (self.fits or self.borderline)
+
+    @property
     def headroom_bytes(self) -> int | None:
         return getattr(self.capacity, "headroom_bytes", None) if self.capacity else None
 
     @property
     def status_color(self) -> str:
+        if self.borderline:
+            return theme.TIGHT
         if not self.fits:
             return theme.FAIL
         h = self.headroom_bytes

@@ -389,19 +389,21 @@ class AppServices:
                 )
             )
         for rej in result.rejected:
+            inputs, cap = rej.borderline if rej.borderline is not None else (None, None)
             rows.append(
                 PlanRow(
                     title=rej.model_id,
                     quantization="",
-                    inputs=None,
-                    capacity=None,
+                    inputs=inputs,
+                    capacity=cap,
                     fits=False,
                     reason=rej.reason,
                     model_ref=local_ref or rej.model_id,
                     source=rej,
                 )
             )
-        rows.sort(key=lambda r: not r.fits)  # stable: keeps the engine's ranking within groups
+        # stable: keeps the engine's ranking within fits / borderline / does not fit
+        rows.sort(key=lambda r: 0 if r.fits else 1 if r.borderline else 2)
         where = "measured free memory" if target.measured else "planner mode, nothing measured"
         label = {"chat": "chat", "long-docs": "long documents", "batch": "batch"}
         heading = (

@@ -105,9 +105,16 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Rejection:
+    """A checkpoint that does not serve the goal, and why.
+
+    ``borderline`` is the plan when its verdict was "borderline" (vLLM may or may not start
+    it; the measured dry run settles it), so that a user interface can still offer it.
+    """
+
     model_id: str
     reason: str
     shortfall_bytes: int | None = None
+    borderline: tuple[PlanInputs, Capacity] | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +310,7 @@ def _evaluate(
     if fixed is not None and fixed.kv_cache_dtype != "auto":
         kv_options = [fixed.kv_cache_dtype]
     best: tuple[PlanInputs, Capacity] | None = None
+    borderline: tuple[PlanInputs, Capacity] | None = None
     last_reason = ""
     shortfall: int | None = None
     for kv_dtype in kv_options:
@@ -315,6 +323,7 @@ def _evaluate(
             last_reason = cap.failure.message if cap.failure else "does not fit"
             if cap.verdict == VERDICT_BORDERLINE:
                 last_reason = borderline_note(cap)
+                borderline = borderline or (inputs, cap)
             shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
             continue
         if cap.max_concurrency_low < goal.users:  # the band's lower edge must serve them
@@ -330,7 +339,7 @@ def _evaluate(
         reason = last_reason or "does not fit"
         if shortfall:
             reason += f"; needs {shortfall / GiB:.1f} GiB more KV"
-        return Rejection(model.model_id, reason, shortfall)
+        return Rejection(model.model_id, reason, shortfall, borderline)
     inputs, cap = best
     total, active = _params(model)
     frac = active / total if total else 1.0

@@ -391,9 +391,10 @@ class PlannerPanel(QWidget):
         for r, row in enumerate(self.rows):
             cap = row.capacity
             inputs = row.inputs
-            mark = QTableWidgetItem("✓" if row.fits else "✗")
+            mark = QTableWidgetItem("✓" if row.fits else "≈" if row.borderline else "✗")
             mark.setForeground(pg.mkColor(row.status_color))
             mark.setToolTip(row.reason or ("fits" if row.fits else "does not fit"))
+            shown = row.fits or row.borderline
             self.table.setItem(r, 0, mark)
             title = QTableWidgetItem(row.title)
             title.setToolTip(row.reason or row.model_ref)
@@ -407,8 +408,8 @@ class PlannerPanel(QWidget):
                     str(cap.max_num_seqs if cap else inputs.max_num_seqs or "–"),
                     _kv_label(cap.kv_cache_dtype if cap else inputs.kv_cache_dtype, inputs),
                     f"{cap.gpu_memory_utilization:.2f}" if cap else "–",
-                    fmt.tokens(cap.kv_cache_tokens) if cap and row.fits else "–",
-                    _times(cap.max_concurrency) if cap and row.fits else "–",
+                    fmt.tokens(cap.kv_cache_tokens) if cap and shown else "–",
+                    _times(cap.max_concurrency) if cap and shown else "–",
                     f"~{row.tokens_per_s:,.0f}" if row.tokens_per_s else "–",
                     fmt.gib(row.headroom_bytes) if row.headroom_bytes is not None else "–",
                 ]
@@ -426,7 +427,7 @@ class PlannerPanel(QWidget):
                 why.setToolTip(row.reason)
                 why.setForeground(pg.mkColor(theme.FAIL))
                 self.table.setItem(r, len(COLUMNS) - 1, why)
-            if not row.fits:
+            if not shown:
                 for c in range(1, len(COLUMNS) - 1):
                     it = self.table.item(r, c)
                     if it is not None:
@@ -458,7 +459,7 @@ class PlannerPanel(QWidget):
         self.plan_selected.emit(row)
 
     def _on_double_click(self, r: int, _c: int) -> None:
-        if 0 <= r < len(self.rows) and self.rows[r].fits:
+        if 0 <= r < len(self.rows) and self.rows[r].launchable:
             self.launch_requested.emit(self.rows[r])
 
     def _show_detail(self, row: PlanRow | None) -> None:
