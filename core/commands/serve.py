@@ -156,7 +156,11 @@ class FallbackChoice:
 
 
 def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
-    return spec.with_settings(LaunchSpec.from_plan(inputs, spec.model))
+    planned = LaunchSpec.from_plan(inputs, spec.model)
+    # the release's capture-size flag is how, not what: carried, never a "change"
+    return dataclasses.replace(
+        spec.with_settings(planned), cudagraph_size_flag=planned.cudagraph_size_flag
+    )
 
 
 def _changes(old: LaunchSpec, new: LaunchSpec) -> dict[str, Any]:
