@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.vllm import versions
 
 GiB = 1 << 30
 
@@ -577,7 +578,6 @@ def largest_default_capture(version: str | None, compute_capability: tuple[int, 
 #: default also captures FULL decode graphs (0.11+): an assumption (one FULL and one piecewise
 #: graph per capture size, of similar size), not fitted on logs
 PIECEWISE_GRAPH_SHARE = 0.5
-_FULL_GRAPHS_DEFAULT_SINCE = Version((0, 11))
 
 
 def cudagraph_bytes(
@@ -608,7 +608,7 @@ def cudagraph_bytes(
     default = max_cudagraph_capture_size(max_num_seqs, max_num_batched_tokens, largest_default)
     capture = min(max(1, capture_size), max_num_batched_tokens) if capture_size else default
     share = 1.0
-    if mode == "PIECEWISE" and Version.parse(vllm_version) >= _FULL_GRAPHS_DEFAULT_SINCE:
+    if mode == "PIECEWISE" and versions.supports("full_cudagraphs_by_default", vllm_version):
         share = PIECEWISE_GRAPH_SHARE
     return int(
         c.cudagraph_bytes_per_layer_hidden_token

@@ -300,15 +300,15 @@ def _graph_oom_options(
         seqs, batched, largest
     )
     flag = versions.cudagraph_size_flag(version)
-    if flag is not None and current > 8:
-        size = max(8, current // 2 // 8 * 8)
+    if flag is not None and current > 1:
+        size = current // 2 if current < 16 else current // 2 // 8 * 8
         new = replace(inputs, max_cudagraph_capture_size=size)
         out.append(_option(
             SMALLER_CAPTURE, new, f"capture sizes up to {size} ({flag})", 1.0, plan(new),
             f"CUDA graphs {now / GiB:.2f} -> {graphs(new) / GiB:.2f} GiB", users,
         ))
     mode = (inputs.cudagraph_mode or "").upper()
-    if versions.has_cudagraph_mode(version) and versions.at_least(version, "0.11.0") and (
+    if versions.supports("full_cudagraphs_by_default", version) and (
         mode not in ("PIECEWISE", "NONE")
     ):
         new = replace(inputs, cudagraph_mode="PIECEWISE")

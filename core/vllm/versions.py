@@ -117,6 +117,16 @@ FEATURES: dict[str, Feature] = {
         Feature("limit_mm_per_prompt_json", "0.8.0",
                 "engine/arg_utils.py: --limit-mm-per-prompt parses JSON (only 'image=N' "
                 "pairs through 0.7; pairs deprecated in 0.8-0.9, removed in 0.10)"),
+        Feature("cuda_graph_sizes_flag", "0.9.0",
+                "engine/arg_utils.py: --cuda-graph-sizes N (capture sizes up to N); deprecated "
+                "in 0.12.0, gone in 0.13.0"),
+        Feature("max_cudagraph_capture_size_flag", "0.12.0",
+                "engine/arg_utils.py: --max-cudagraph-capture-size N"),
+        Feature("cudagraph_mode_config", "0.10.1",
+                "config/compilation.py: --compilation-config cudagraph_mode "
+                "(NONE / PIECEWISE / FULL / FULL_AND_PIECEWISE ...)"),
+        Feature("full_cudagraphs_by_default", "0.11.0",
+                "config: cudagraph_mode defaults to FULL_AND_PIECEWISE (PIECEWISE in 0.10.x)"),
     )
 }
 
@@ -208,6 +218,16 @@ def supported_range_text() -> str:
     return f"vLLM {short(SUPPORTED_MIN)} to {short(SUPPORTED_MAX)}"
 
 
+def support_summary() -> str:
+    """What kvpilot supports and what it does with a newer release (settings, README)."""
+    newest = short(SUPPORTED_MAX)
+    return (
+        f"kvpilot knows {supported_range_text()}. With a newer release it plans with the "
+        f"{newest} memory rules, reads the log with the newest known formats, and shows vLLM's "
+        "own last error line for a failure it does not recognise."
+    )
+
+
 def support_note(version: str | None) -> str | None:
     """One sentence when ``version`` is outside the supported range (None inside it)."""
     if is_newer_than_supported(version):
@@ -225,24 +245,17 @@ def support_note(version: str | None) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ flags by release
-#: ``--cuda-graph-sizes N`` (capture sizes up to N) exists from 0.9.0 until 0.13.0 removed it
-CUDA_GRAPH_SIZES_SINCE = "0.9.0"
-#: ``--max-cudagraph-capture-size N`` exists from 0.12.0 (preferred where both exist)
-MAX_CAPTURE_SIZE_SINCE = "0.12.0"
-#: ``--compilation-config '{"cudagraph_mode": ...}'`` (FULL / PIECEWISE ...) exists from 0.10.1
-CUDAGRAPH_MODE_SINCE = "0.10.1"
-
-
+# ------------------------------------------------------------------ CUDA-graph flags by release
 def cudagraph_size_flag(version: str | None) -> str | None:
-    """The flag that caps the CUDA-graph capture sizes in ``version`` (None before 0.9)."""
-    if at_least(version, MAX_CAPTURE_SIZE_SINCE):
+    """The flag that caps the CUDA-graph capture sizes in ``version`` (None before 0.9);
+    ``--max-cudagraph-capture-size`` where both exist (0.12)."""
+    if supports("max_cudagraph_capture_size_flag", version):
         return "--max-cudagraph-capture-size"
-    if at_least(version, CUDA_GRAPH_SIZES_SINCE):
+    if supports("cuda_graph_sizes_flag", version):
         return "--cuda-graph-sizes"
     return None
 
 
 def has_cudagraph_mode(version: str | None) -> bool:
     """True when ``version``'s compilation config takes ``cudagraph_mode``."""
-    return at_least(version, CUDAGRAPH_MODE_SINCE)
+    return supports("cudagraph_mode_config", version)
