@@ -201,7 +201,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _PREFIX = re.compile(
     r"^(?:\((?P<proc>[\w.:-]+) pid=(?P<pid>\d+)\)\s+)?"
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) "
-    r"\[(?P<file>[^\]:]+):(?P<lineno>\d+)\] ?)?"
+    r"\[?(?P<file>[^\]:\s\[]+):(?P<lineno>\d+)\] ?)?"  # 0.6.x: no "[" before the file
 )
 #: only this many characters of a message are matched against the rules (config dumps can be
 #: tens of kB; every message kvpilot reads carries its figures well before this point)
@@ -342,20 +342,42 @@ class LineFormat:
 
     @property
     def releases(self) -> str:
-        """``'0.6 - 0.10'`` or ``'0.28 -'`` (``before`` is exclusive)."""
-        start = versions.short(self.since)
+        """``'0.6 - 0.10'``, ``'0.10.2 -'`` or ``'0.6 - before 0.6.6'`` (``before`` exclusive)."""
+        start = _release_label(self.since)
         if self.before is None:
             return f"{start} -"
-        rel = versions.release(self.before) or (0,)
-        if len(rel) >= 2 and rel[1] > 0 and all(p == 0 for p in rel[2:]):
-            last = f"{rel[0]}.{rel[1] - 1}"
-        else:
-            last = f"< {versions.short(self.before)}"
-        return f"{start} - {last}"
+        rel = versions.release(self.before) or (0, 0, 0)
+        if rel[1] > 0 and not any(rel[2:]):
+            return f"{start} - {rel[0]}.{rel[1] - 1}"
+        return f"{start} - before {_release_label(self.before)}"
 
     def applies_to(self, version: str | None) -> bool:
         """True when ``version`` prints this wording (an unknown version: every row applies)."""
         return versions.applies(version, self.since, self.before)
+
+
+def _release_label(version: str) -> str:
+    """``'0.28.0'`` -> ``'0.28'``, ``'0.10.2'`` -> ``'0.10.2'``."""
+    rel = versions.release(version) or (0, 0, 0)
+    return ".".join(str(p) for p in (rel if any(rel[2:]) else rel[:2]))
+
+
+def formats_table() -> str:
+    """The line-format table as Markdown: what, releases, wording, a recorded line, where."""
+    rows = ["| reads | releases | wording (regex) | recorded line | recorded in |",
+            "|---|---|---|---|---|"]
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    for row in (*CAPACITY_FORMATS, *FAILURE_FORMATS):
+        line, where = row.examples[0]
+        what = row.what + (f" ({row.note})" if row.note else "")
+        rows.append(
+            f"| {cell(what)} | {row.releases} | `{cell(row.pattern.pattern)}` | "
+            f"`{cell(parse_line(line).message[:160])}` | {cell(where)} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def _gib(key: str, group: int = 1) -> _Reader:
@@ -414,9 +436,9 @@ CAPACITY_FORMATS: tuple[LineFormat, ...] = (
          "0.01 seconds", _CPU32),
     ),
     _cap(
-        "v0_profiling_results", "0.6.0", "0.6.6",
+        "v0_profiling_results", "0.6.4", "0.6.6",
         r"Memory profiling results: total_gpu_memory=([\d.]+)GiB initial_memory_usage="
-        r"[\d.]+GiB peak_torch_memory=([\d.]+)GiB memory_usage_post_profile=[\d.]+GiB "
+        r"[\d.]+GiB peak_torch_memory=([\d.]+)GiB memory_usage_post_profile=[\d.]+Gi[bB] "
         r"non_torch_memory=" + _NUM + r"GiB kv_cache_size=" + _NUM + r"GiB "
         r"gpu_memory_utilization=([\d.]+)",
         lambda m: {"total_bytes": gib_to_bytes(m[1]), "peak_torch_bytes": gib_to_bytes(m[2]),
@@ -426,7 +448,11 @@ CAPACITY_FORMATS: tuple[LineFormat, ...] = (
          "peak_torch_memory=17.06GiB memory_usage_post_profile=15.35GiB "
          "non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90",
          _case("vllm10517-rtx3090-llama31-8b-20k", "0.6, V0")),
-        note="V0 worker before 0.6.6 (the report names no release; 0.6.6 has the next format)",
+        ("INFO 11-20 10:00:00 worker.py:232] Memory profiling results: total_gpu_memory=23.58GiB "
+         "initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB "
+         "memory_usage_post_profile=15.35Gib non_torch_memory=0.35GiB kv_cache_size=2.89GiB "
+         "gpu_memory_utilization=0.90", "composed from the vLLM 0.6.4 format string"),
+        note="V0 worker; absent in 0.6.0, 0.6.1-0.6.3 not checked; 0.6.4 prints 'Gib' once",
     ),
     _cap(
         "v0_requested_budget", "0.6.6", "0.11.0",
@@ -514,23 +540,24 @@ CAPACITY_FORMATS: tuple[LineFormat, ...] = (
         note="own line up to 0.27, one line with the concurrency from 0.28 ('CPU' on CPU)",
     ),
     _cap(
-        "max_concurrency", "0.6.6", None,
+        "max_concurrency", "0.6.4", None,
         r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x",
         lambda m: {"max_concurrency_at_len": _int(m[1]), "max_concurrency": float(m[2])},
         ("Maximum concurrency for 2048 tokens per request: 28.41x",
          _case("t4-llama32-3b-fp16-2k", "0.8.2")),
         ("Maximum concurrency for 16,384 tokens per request: 5.73x",
          _case("dl-a100-80-qwen2-7b-u0.25", "0.10.1.1")),
-        note="V0 executor without thousands separators, V1 with",
+        note="V0 executor without thousands separators, V1 with; absent in 0.6.0",
     ),
     _cap(
-        "cudagraph_captured", "0.6.0", None,
+        "cudagraph_captured", "0.6.4", None,
         r"Graph capturing finished in [\d.]+ secs?, took " + _NUM + " GiB",
         _gib("cudagraph_bytes"),
         ("Graph capturing finished in 41 secs, took 0.17 GiB",
          _case("t4-llama32-3b-fp16-2k", "0.8.2")),
         ("Graph capturing finished in 3 secs, took 0.51 GiB",
          _case("l40s-qwen35-9b-awq-int8-16k-u0.48-cotenant", "0.16.1")),
+        note="0.6.0 prints the time only",
     ),
     _cap(
         "cudagraph_estimate", "0.19.0", None,

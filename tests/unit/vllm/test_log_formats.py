@@ -105,8 +105,9 @@ def test_old_and_new_wordings_do_not_overlap() -> None:
     assert [r.applies_to("0.7.3") for r in weights] == [True, False]
     assert [r.applies_to("0.8.5") for r in weights] == [False, True]
     assert [r.applies_to("0.99.0") for r in weights] == [False, True]  # newer: newest formats
-    assert by_name["summary_weights"][0].releases == "0.10 - 0.27"
+    assert by_name["summary_weights"][0].releases == "0.10.2 - 0.27"
     assert by_name["summary_consumed"][0].releases == "0.28 -"
+    assert by_name["v0_profiling_results"][0].releases == "0.6.4 - before 0.6.6"
 
 
 def test_graph_capture_oom_of_recent_releases() -> None:
@@ -213,3 +214,27 @@ def test_an_unrecognised_error_without_a_traceback_is_not_blank() -> None:
     failure = classify_exit(1, scanner, was_ready=False)
     assert failure is not None and failure.kind == fk.UNKNOWN
     assert "rank 0 could not pin its memory pool (cudaErrorNotPermitted)" in failure.message
+
+
+def test_the_0_6_line_prefix_is_split_like_the_later_ones() -> None:
+    old = parse_line("ERROR 11-20 10:00:00 engine.py:366] RuntimeError: pinned memory ran out")
+    assert (old.level, old.file, old.message) == (
+        "ERROR", "engine.py", "RuntimeError: pinned memory ran out")
+    new = parse_line("INFO 11-29 08:10:34 [gpu_worker.py:773] Available KV cache memory: 4.72 GiB")
+    assert (new.level, new.file, new.message) == (
+        "INFO", "gpu_worker.py", "Available KV cache memory: 4.72 GiB")
+    scanner = LogScanner(version="0.6.4")
+    scanner.feed("ERROR 11-20 10:00:00 engine.py:366] RuntimeError: pinned memory ran out")
+    failure = classify_exit(1, scanner, was_ready=False)
+    assert failure is not None and "RuntimeError: pinned memory ran out" in failure.message
+
+
+def test_the_published_table_matches_the_code() -> None:
+    from pathlib import Path
+
+    from kvpilot.core.vllm.logparse import formats_table
+
+    page = Path(__file__).resolve().parents[3] / "docs" / "vllm-log-formats.md"
+    text = page.read_text(encoding="utf-8")
+    assert formats_table() in text, "regenerate docs/vllm-log-formats.md from formats_table()"
+    assert versions.support_summary() in text
