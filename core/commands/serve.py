@@ -39,7 +39,7 @@ from kvpilot.core.fit.plan import PlanInputs, settings_dict
 from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import model_identity
-from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm import logparse, versions
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
 from kvpilot.core.vllm.measure import key_for
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
@@ -394,6 +394,9 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     data_dir: Path = args.data_dir or paths.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     runtime: VllmRuntime = discover(args.vllm, data_dir=data_dir)
+    support = versions.support_note(runtime.version)
+    if support:
+        out.info("vllm_support", support, version=runtime.version)
     _report_orphans(find_orphans(data_dir), out, args.stop_orphans)
 
     if args.port is not None:

@@ -124,3 +124,25 @@ def test_negative_budget_lists_fallbacks_with_their_effect(fake_vllm: Path, tmp_
     assert first["changes"]["gpu_memory_utilization"] > 0.75
     assert "KV" in first["description"] and "GiB" in first["description"]
     assert f"vLLM failed ({failures.NEGATIVE_KV_BUDGET})" in err
+    assert not [e for e in events if e["event"] == "vllm_support"]  # 0.16 is in the range
+
+
+def test_a_newer_vllm_is_named_and_its_unknown_failure_quoted(
+    fake_vllm: Path, tmp_path: Path
+) -> None:
+    env = {
+        "FAKE_VLLM_VERSION": "0.41.0",
+        "FAKE_VLLM_MODE": "fail",
+        "FAKE_VLLM_LOG": str(LOGS / "unknown_failure_newer_release.log"),
+    }
+    proc = _serve(fake_vllm, tmp_path, env, "--max-model-len", "8192")
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1, err
+    events = [json.loads(x) for x in out.splitlines() if x.strip()]
+    support = next(e for e in events if e["event"] == "vllm_support")
+    assert support["version"] == "0.41.0"
+    failure = next(e for e in events if e["event"] == "failure")
+    assert failure["kind"] == failures.UNKNOWN
+    quoted = "PlannerError: the fused MoE planner needs 3 GiB of scratch space"
+    assert quoted in failure["message"]
+    assert quoted in err
