@@ -6,7 +6,8 @@
 On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
 classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
 fallback, at most three times. ``--json-events`` prints one JSON object per line for every state
-change, phase, capacity reading, failure (with ``kind``) and fallback taken. The API key comes
+change, phase, capacity reading, failure (with ``kind``) and fallback taken, and a ``vllm_support``
+note when the vLLM release is outside the range kvpilot knows. The API key comes
 from ``KVPILOT_API_KEY`` (never from the command line, never printed).
 """
 
