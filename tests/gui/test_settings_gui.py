@@ -169,12 +169,11 @@ def test_unknown_keys_survive_the_gui(make_window, store) -> None:
     assert data["profiles"][0]["plan"]["max_num_seqs"] == 6
 
 
-def test_settings_say_which_vllm_releases_are_supported(make_window, qtbot) -> None:
+def test_settings_say_which_vllm_releases_are_supported(qtbot) -> None:
     from kvpilot.core.vllm import versions
     from kvpilot.core.vllm.runtime import VllmRuntime
 
-    w = make_window()
-    dialog = w.make_settings_dialog()
+    dialog = SettingsDialog(st.Settings())
     qtbot.addWidget(dialog)
     text = dialog.vllm_support.text()
     assert f"vLLM {versions.short(versions.SUPPORTED_MIN)} to " in text
