@@ -404,6 +404,9 @@ def _case(case_id: str, version: str) -> str:
     return f"public report {case_id} (vLLM {version}), benchmarks/data"
 
 
+#: a word every capacity row's wording contains (a cheap test before the rows' patterns)
+_CAPACITY_HINT = re.compile(r"Gi[Bb]|GB|blocks|tokens|took|max model len|max_model_len|--kv-cache")
+
 #: every capacity wording, oldest release first; all rows are tried on every line
 CAPACITY_FORMATS: tuple[LineFormat, ...] = (
     _cap(
@@ -1606,6 +1609,8 @@ class LogScanner:
 
     def _capacity_for(self, msg: str, text: str) -> CapacityEvent | None:
         values: dict[str, Any] = {}
+        if not _CAPACITY_HINT.search(msg):
+            return None  # most lines: no capacity row can match
         for row in CAPACITY_FORMATS:
             m = row.pattern.search(msg)
             if m and row.read is not None:
