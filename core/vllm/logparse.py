@@ -1486,7 +1486,7 @@ class LogScanner:
             util = _NON_DEFAULT_UTIL.search(msg)
             if util:
                 self.utilization = float(util[1])
-        graph = _GRAPH_PROGRESS.search(msg)
+        graph = _GRAPH_PROGRESS.search(msg) if "Capturing CUDA graphs" in msg else None
         if graph:
             self.graph_capture = (graph["mode"], int(graph["done"]), int(graph["total"]))
 
