@@ -656,7 +656,7 @@ CAPACITY_FORMATS: tuple[LineFormat, ...] = (
         note="bytes in 0.10.2, GiB later",
     ),
     _cap(
-        "max_model_len", "0.10.0", None, r"Using max model len (\d+)",
+        "max_model_len", "0.9.0", None, r"Using max model len (\d+)",
         lambda m: {"max_model_len": int(m[1])},
         ("(APIServer pid=29939) INFO 11-29 08:10:11 [model.py:2152] Using max model len 1024",
          _CPU32),
@@ -1228,19 +1228,20 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
         note="CPU backend, explicit KV size",
     ),
     _fail(
-        fk.CUDA_OOM_LOADING, "0.10.0", None, r"Failed to load model - not enough GPU memory", _oom,
+        fk.CUDA_OOM_LOADING, "0.13.0", None, r"Failed to load model - not enough GPU memory", _oom,
         ("(EngineCore pid=4188) ERROR 11-29 10:00:40 [gpu_model_runner.py:5079] Failed to load "
          "model - not enough GPU memory. Try lowering --gpu-memory-utilization to free memory "
          "for weights, increasing --tensor-parallel-size, or using --quantization.", _GPU33),
-        note="V1 model runner's wrapper around the OOM while loading",
+        note="V1 model runner's wrapper around the OOM while loading (absent in 0.12)",
     ),
     _fail(
-        fk.CUDA_OOM_GRAPHS, "0.10.0", None,
+        fk.CUDA_OOM_GRAPHS, "0.20.0", None,
         r"memory allocation failed with OOM on device \d+ while trying to allocate", _oom,
         ("[rank0] memory allocation failed with OOM on device 0 while trying to allocate "
          "2097152 bytes (free: 2031616, total: 23661248512)", _ISSUE_OOM),
         context=(_GRAPH_BAR,),
-        note="printed below the capture bar, then 'Engine core initialization failed'",
+        note="below the V2 runner's '(FULL)' capture bar, then 'Engine core initialization "
+        "failed'; the report names no release and the line is not in vLLM's Python code",
     ),
     _fail(
         fk.CUDA_OOM_GRAPHS, "0.6.0", None,
