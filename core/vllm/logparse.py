@@ -37,7 +37,14 @@ Classification choices:
 * CUDA out of memory is split by what happened so far: after "Application startup complete"
   (or :meth:`LogScanner.mark_ready`) it is ``cuda_oom_serving``; during profiling, compilation or
   graph capture it is ``cuda_oom_graphs``; otherwise (loading, or vLLM's "Failed to load model -
-  not enough GPU memory" wrapper) ``cuda_oom_loading``.
+  not enough GPU memory" wrapper) ``cuda_oom_loading``. The capture bar seen last ("Capturing
+  CUDA graphs (FULL): 57% ... 20/35") is kept in the failure's details (mode, graphs done).
+* A negative "Available KV cache memory" (or V0 "reserved for KV Cache is -X") is
+  ``negative_kv_budget``, classified at that line with the figure; the "No available memory for
+  the cache blocks" vLLM raises next does not replace it (``no_kv_memory`` is that message on
+  its own). Its remedy is a utilization that covers what vLLM measured, not a shorter context.
+* The V0 "max seq len (N) is larger than the maximum number of tokens that can be stored in KV
+  cache (M)" is ``kv_cache_too_small`` with M as the estimated maximum length.
 """
 
 from __future__ import annotations
