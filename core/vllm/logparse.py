@@ -1499,6 +1499,9 @@ class LogScanner:
             self.graph_capture = (graph["mode"], int(graph["done"]), int(graph["total"]))
 
         self._track_errors(msg, parsed.level)
+        refreshed = self._refresh_unknown()
+        if refreshed is not None:
+            events.append(refreshed)
         if not self.shutting_down:
             failure = self._classify(msg, text) or self._classify_wrapped(msg, text)
             if failure is None:
@@ -1566,6 +1569,23 @@ class LogScanner:
             self._failure = event
             return event
         return None
+
+    def _refresh_unknown(self) -> FailureEvent | None:
+        """"Engine core initialization failed" seen before its cause (stdout and stderr are
+        read apart): once the cause arrives, the failure quotes it."""
+        current = self._failure
+        if current is None or current.kind != fk.UNKNOWN or current.details.get("root_cause"):
+            return None
+        cause = self.root_error or self.last_error_line
+        if not cause:
+            return None
+        updated = replace(
+            current,
+            message=f"The vLLM engine failed to start: {cause.rstrip('.')}.",
+            details={**current.details, "root_cause": cause},
+        )
+        self._failure = updated
+        return updated
 
     def _classify_wrapped(self, msg: str, text: str) -> FailureEvent | None:
         """A failure sentence cut over lines: join up to ``_WRAP_LINES`` lines and retry."""

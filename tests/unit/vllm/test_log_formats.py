@@ -238,3 +238,23 @@ def test_the_published_table_matches_the_code() -> None:
     text = page.read_text(encoding="utf-8")
     assert formats_table() in text, "regenerate docs/vllm-log-formats.md from formats_table()"
     assert versions.support_summary() in text
+
+
+def test_the_cause_printed_after_engine_init_failed_is_still_quoted() -> None:
+    """stderr's "Engine core initialization failed" can be read before stdout's traceback."""
+    scanner = LogScanner(version="0.41.0")
+    events = scanner.feed(
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+        "proc(s): {'EngineCore': 1}"
+    )
+    first = [e for e in events if isinstance(e, FailureEvent)]
+    assert first and first[0].kind == fk.UNKNOWN
+    later = scanner.feed(
+        "(EngineCore pid=7) ERROR 02-01 09:00:05 [core.py:1600] vllm.v1.errors.PlannerError: "
+        "the fused MoE planner needs 3 GiB of scratch space"
+    )
+    updated = [e for e in later if isinstance(e, FailureEvent)]
+    assert updated and "PlannerError: the fused MoE planner needs 3 GiB" in updated[0].message
+    assert scanner.failure is updated[0]
+    failure = classify_exit(1, scanner, was_ready=False)
+    assert failure is not None and "PlannerError" in failure.message
