@@ -10,6 +10,10 @@ from __future__ import annotations
 # "To serve at least one request with the model's max seq len ..."
 KV_CACHE_TOO_SMALL = "kv_cache_too_small"
 NO_KV_MEMORY = "no_kv_memory"  # "No available memory for the cache blocks"
+# "Available KV cache memory: -8.59 GiB": weights + activations (+ what another process on the GPU
+# took while vLLM profiled) exceed the requested budget; the fix is a utilization that covers
+# them or freeing the GPU, not a shorter context
+NEGATIVE_KV_BUDGET = "negative_kv_budget"
 # "Free memory on device ... is less than desired GPU memory utilization"
 FREE_MEMORY_BELOW_UTILIZATION = "free_memory_below_utilization"
 CUDA_OOM_LOADING = "cuda_oom_loading"  # CUDA out of memory while loading weights
@@ -31,6 +35,7 @@ UNKNOWN = "unknown"
 ALL_KINDS: tuple[str, ...] = (
     KV_CACHE_TOO_SMALL,
     NO_KV_MEMORY,
+    NEGATIVE_KV_BUDGET,
     FREE_MEMORY_BELOW_UTILIZATION,
     CUDA_OOM_LOADING,
     CUDA_OOM_GRAPHS,

@@ -104,6 +104,13 @@ class SettingsDialog(QDialog):
         self.runtime_status = QLabel("")
         self.runtime_status.setWordWrap(True)
         form.addRow("", self.runtime_status)
+        from kvpilot.core.vllm import versions
+
+        self.vllm_support = QLabel(versions.support_summary())
+        self.vllm_support.setObjectName("vllmSupport")
+        self.vllm_support.setWordWrap(True)
+        self.vllm_support.setStyleSheet("color: palette(mid)")
+        form.addRow("", self.vllm_support)
         self.host = QLineEdit()
         self.host.setToolTip("127.0.0.1 keeps the server on this machine")
         form.addRow("Host", self.host)
@@ -367,14 +374,18 @@ class SettingsDialog(QDialog):
         run_in_pool(lambda: lister(configured), self._on_runtimes, self._on_runtimes_error)
 
     def _on_runtimes(self, runtimes: list[Any]) -> None:
+        from kvpilot.core.vllm import versions
+
         for rt in runtimes:
             label = f"{rt.location}  (vLLM {rt.version}, {rt.source})"
             if self.runtime.findData(rt.location) < 0:
                 self.runtime.addItem(label, rt.location)
         if runtimes:
+            notes = {n for n in (versions.support_note(r.version) for r in runtimes) if n}
             self.runtime_status.setText(
                 "found: "
                 + "; ".join(f"vLLM {r.version} at {r.location} ({r.source})" for r in runtimes)
+                + "".join(f". {n}" for n in sorted(notes))
             )
         else:
             self.runtime_status.setText(

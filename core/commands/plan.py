@@ -41,6 +41,7 @@ from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import launch_reference
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 #: the release planned for when none is given and none is installed
@@ -191,6 +192,11 @@ def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) ->
         + (f", {inputs.gpu_free_bytes / GiB:.2f} GiB free" if inputs.gpu_free_bytes else ""),
         f"vLLM      {cap.inputs.get('vllm_version')} "
         f"(memory rules of {cap.inputs.get('vllm_rules_since')}+)",
+        *(
+            [f"note      {note}"]
+            if (note := versions.support_note(str(cap.inputs.get("vllm_version"))))
+            else []
+        ),
         f"settings  max_model_len {cap.max_model_len:,} · max_num_seqs {cap.max_num_seqs} · "
         f"batched tokens {cap.max_num_batched_tokens:,} · KV {cap.kv_cache_dtype} · "
         f"utilization {cap.gpu_memory_utilization:g}",

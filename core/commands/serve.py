@@ -6,7 +6,8 @@
 On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
 classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
 fallback, at most three times. ``--json-events`` prints one JSON object per line for every state
-change, phase, capacity reading, failure (with ``kind``) and fallback taken. The API key comes
+change, phase, capacity reading, failure (with ``kind``) and fallback taken, and a ``vllm_support``
+note when the vLLM release is outside the range kvpilot knows. The API key comes
 from ``KVPILOT_API_KEY`` (never from the command line, never printed).
 """
 
@@ -39,7 +40,7 @@ from kvpilot.core.fit.plan import PlanInputs, settings_dict
 from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import model_identity
-from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm import logparse, versions
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
 from kvpilot.core.vllm.measure import key_for
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
@@ -156,7 +157,11 @@ class FallbackChoice:
 
 
 def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
-    return spec.with_settings(LaunchSpec.from_plan(inputs, spec.model))
+    planned = LaunchSpec.from_plan(inputs, spec.model)
+    # the release's capture-size flag is how, not what: carried, never a "change"
+    return dataclasses.replace(
+        spec.with_settings(planned), cudagraph_size_flag=planned.cudagraph_size_flag
+    )
 
 
 def _changes(old: LaunchSpec, new: LaunchSpec) -> dict[str, Any]:
@@ -390,6 +395,9 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     data_dir: Path = args.data_dir or paths.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     runtime: VllmRuntime = discover(args.vllm, data_dir=data_dir)
+    support = versions.support_note(runtime.version)
+    if support:
+        out.info("vllm_support", support, version=runtime.version)
     _report_orphans(find_orphans(data_dir), out, args.stop_orphans)
 
     if args.port is not None:

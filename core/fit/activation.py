@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.vllm import versions
 
 GiB = 1 << 30
 
@@ -573,6 +574,12 @@ def largest_default_capture(version: str | None, compute_capability: tuple[int, 
     return 512
 
 
+#: share of the default graph pool kept when ``cudagraph_mode`` is PIECEWISE on a release whose
+#: default also captures FULL decode graphs (0.11+): an assumption (one FULL and one piecewise
+#: graph per capture size, of similar size), not fitted on logs
+PIECEWISE_GRAPH_SHARE = 0.5
+
+
 def cudagraph_bytes(
     model: ModelSpec,
     *,
@@ -582,21 +589,33 @@ def cudagraph_bytes(
     enforce_eager: bool = False,
     constants: FittedConstants | None = None,
     largest_default: int = 512,
+    capture_size: int | None = None,
+    cudagraph_mode: str | None = None,
+    vllm_version: str | None = None,
 ) -> int:
-    """Estimated CUDA-graph pool (bytes per rank); 0 with ``--enforce-eager``.
+    """Estimated CUDA-graph pool (bytes per rank); 0 with ``--enforce-eager`` or mode NONE.
 
     The size is ``fitted`` per layer, hidden unit and captured token (graph memory is what
     ``profile_cudagraph_memory`` measures on the device; no shape in the code fixes it).
+    ``capture_size`` is ``--max-cudagraph-capture-size`` (None: vLLM's default); the pool grows
+    with it linearly. ``cudagraph_mode`` PIECEWISE on 0.11+ keeps
+    :data:`PIECEWISE_GRAPH_SHARE` of the default (FULL_AND_PIECEWISE) pool.
     """
-    if enforce_eager:
+    mode = (cudagraph_mode or "").upper()
+    if enforce_eager or mode == "NONE":
         return 0
     c = constants or FITTED
-    capture = max_cudagraph_capture_size(max_num_seqs, max_num_batched_tokens, largest_default)
+    default = max_cudagraph_capture_size(max_num_seqs, max_num_batched_tokens, largest_default)
+    capture = min(max(1, capture_size), max_num_batched_tokens) if capture_size else default
+    share = 1.0
+    if mode == "PIECEWISE" and versions.supports("full_cudagraphs_by_default", vllm_version):
+        share = PIECEWISE_GRAPH_SHARE
     return int(
         c.cudagraph_bytes_per_layer_hidden_token
         * capture
         * model.num_hidden_layers
         * model.hidden_size
+        * share
     )
 
 

@@ -209,6 +209,9 @@ def compute_capacity(
         constants=fitted,
         largest_default=activation.largest_default_capture(
             inputs.vllm_version, inputs.compute_capability),
+        capture_size=inputs.max_cudagraph_capture_size,
+        cudagraph_mode=inputs.cudagraph_mode,
+        vllm_version=inputs.vllm_version,
     )
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
     encoder = multimodal.encoder_profile(

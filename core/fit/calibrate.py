@@ -236,3 +236,11 @@ def _reported_terms(
                         note="inside the measured profile-run peak (activation_peak)",
                     )
     return tuple(by_name[t.name] for t in predicted.terms)
+
+
+def corrected_capacity(
+    inputs: PlanInputs, predicted: Capacity, available_kv_bytes: int, note: str
+) -> Capacity:
+    """``predicted`` with its KV budget replaced by ``available_kv_bytes`` (blocks, tokens and
+    the fit recomputed), for a budget corrected by what vLLM reported."""
+    return _with_kv(inputs, predicted, available_kv_bytes, note, FROM_CALIBRATED, None)

@@ -10,16 +10,17 @@ among them the smallest change to what the user asked for wins.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvpilot.core import failures
-from kvpilot.core.fit import budget
+from kvpilot.core.fit import activation, budget
 from kvpilot.core.fit.kv import DEFAULT_BLOCK_SIZE
 from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.vllm import versions
 
 #: option kinds (stable strings, shown in --json-events)
 SHORTER_CONTEXT = "shorter_context"
@@ -38,6 +39,25 @@ _MEMORY_FAILURES = frozenset({
     failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY, failures.CUDA_OOM_LOADING,
     failures.CUDA_OOM_GRAPHS, failures.CUDA_OOM_SERVING,
 })
+
+SMALLER_CAPTURE = "smaller_capture_sizes"
+PIECEWISE_GRAPHS = "piecewise_graphs"
+FREE_THE_GPU = "free_the_gpu"
+
+#: failure kinds :func:`propose` has options for
+ANSWERED_KINDS: tuple[str, ...] = (
+    failures.KV_CACHE_TOO_SMALL,
+    failures.NO_KV_MEMORY,
+    failures.NEGATIVE_KV_BUDGET,
+    failures.FREE_MEMORY_BELOW_UTILIZATION,
+    failures.CUDA_OOM_LOADING,
+    failures.CUDA_OOM_GRAPHS,
+    failures.CUDA_OOM_SERVING,
+    failures.ENGINE_DIED,
+    failures.UNSUPPORTED_KV_DTYPE,
+    failures.UNSUPPORTED_QUANTIZATION,
+    failures.MAX_MODEL_LEN_ABOVE_MODEL,
+)
 
 
 class FailureLike(Protocol):
@@ -166,10 +186,19 @@ def propose(
         add(MODEL_MAX_LEN, replace(inputs, max_model_len=limit), f"context {limit:,}", cost=0.5)
 
     if kind in (failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY, failures.CUDA_OOM_LOADING,
-                failures.UNSUPPORTED_QUANTIZATION, failures.CUDA_OOM_GRAPHS):
+                failures.UNSUPPORTED_QUANTIZATION, failures.CUDA_OOM_GRAPHS,
+                failures.NEGATIVE_KV_BUDGET):
         for model in _smaller_checkpoints(inputs.model, smaller_models)[:2]:
             new = replace(inputs, model=model, quantization=None)
             add(SMALLER_CHECKPOINT, new, f"{model.model_id}", cost=2.5)
+
+    # the CUDA-graph capture ran out of memory / vLLM's KV budget came out negative
+    for extra in (
+        *_graph_oom_options(failure, inputs, original, free, plan, users),
+        *_negative_budget_options(failure, inputs, original, free, plan, users),
+    ):
+        if check_support(extra.inputs) is None:
+            options.append(extra)
 
     # predicted-to-fit first, then by cost; drop duplicates of the same change
     seen: set[str] = set()
@@ -221,6 +250,143 @@ def _add_text_only(
     change = "text only (images disabled)"
     label = f"{change} — {gained / GiB:+.2f} GiB KV, {_fits_label(cap, users)}"
     options.append(FallbackOption(TEXT_ONLY, label, change, new, cap, cap.fits, cost=2.0))
+
+
+def _details(failure: FailureLike) -> dict[str, Any]:
+    raw = getattr(failure, "details", None)
+    return dict(raw) if isinstance(raw, Mapping) else {}
+
+
+def _option(
+    kind: str, new: PlanInputs, change: str, cost: float, cap: Capacity, effect: str,
+    users: int | None,
+) -> FallbackOption:
+    label = f"{change} — {effect}, {_fits_label(cap, users)}"
+    return FallbackOption(kind, label, change, new, cap, cap.fits, cost)
+
+
+def _graph_oom_options(
+    failure: FailureLike,
+    inputs: PlanInputs,
+    original: Capacity,
+    free: int | None,
+    plan: Callable[[PlanInputs], Capacity],
+    users: int | None,
+) -> list[FallbackOption]:
+    """Out of memory while capturing CUDA graphs: smaller capture sizes (with the release's
+    flag), PIECEWISE instead of FULL graphs (0.11+), a lower utilization that leaves the graphs
+    room outside vLLM's budget. Eager mode is proposed by :func:`propose` for every OOM.
+
+    Each effect is the fit engine's CUDA-graph estimate
+    (:func:`kvpilot.core.fit.activation.cudagraph_bytes`) for the new setting.
+    """
+    if failure.kind != failures.CUDA_OOM_GRAPHS or inputs.enforce_eager:
+        return []
+    version = inputs.vllm_version
+    seqs, batched = original.max_num_seqs, original.max_num_batched_tokens
+    largest = activation.largest_default_capture(version, inputs.compute_capability)
+
+    def graphs(new: PlanInputs) -> int:
+        return activation.cudagraph_bytes(
+            new.model, max_num_seqs=seqs, max_num_batched_tokens=batched,
+            tensor_parallel_size=new.tensor_parallel_size, enforce_eager=new.enforce_eager,
+            largest_default=largest, capture_size=new.max_cudagraph_capture_size,
+            cudagraph_mode=new.cudagraph_mode, vllm_version=version,
+        )
+
+    now = graphs(inputs)
+    out: list[FallbackOption] = []
+    current = inputs.max_cudagraph_capture_size or activation.max_cudagraph_capture_size(
+        seqs, batched, largest
+    )
+    flag = versions.cudagraph_size_flag(version)
+    if flag is not None and current > 1:
+        size = current // 2 if current < 16 else current // 2 // 8 * 8
+        new = replace(inputs, max_cudagraph_capture_size=size)
+        out.append(_option(
+            SMALLER_CAPTURE, new, f"capture sizes up to {size} ({flag})", 1.0, plan(new),
+            f"CUDA graphs {now / GiB:.2f} -> {graphs(new) / GiB:.2f} GiB", users,
+        ))
+    mode = (inputs.cudagraph_mode or "").upper()
+    if versions.supports("full_cudagraphs_by_default", version) and (
+        mode not in ("PIECEWISE", "NONE")
+    ):
+        new = replace(inputs, cudagraph_mode="PIECEWISE")
+        out.append(_option(
+            PIECEWISE_GRAPHS, new, "PIECEWISE CUDA graphs (no FULL graphs)", 1.1, plan(new),
+            f"CUDA graphs {now / GiB:.2f} -> {graphs(new) / GiB:.2f} GiB", users,
+        ))
+    # lower utilization: the graphs still to capture need room outside the KV pool
+    details = _details(failure)
+    done, total = details.get("graphs_captured"), details.get("graphs_total")
+    left = 1.0 - done / total if isinstance(done, int) and isinstance(total, int) and total else 1.0
+    short = max(0, int(details.get("tried_to_allocate_bytes") or 0)
+                - int(details.get("device_free_bytes") or 0))
+    need = int(now * left) + short
+    util = original.gpu_memory_utilization
+    lower = math.floor((util * inputs.gpu_total_bytes - need) / inputs.gpu_total_bytes * 100) / 100
+    lower = min(lower, round(util - 0.02, 2))
+    if lower > 0.1:
+        new = replace(inputs, gpu_memory_utilization=lower)
+        out.append(_option(
+            UTILIZATION, new, f"utilization {lower:.2f}", 1.3, plan(new),
+            f"{(util - lower) * inputs.gpu_total_bytes / GiB:.2f} GiB more left for graphs", users,
+        ))
+    return out
+
+
+def _negative_budget_options(
+    failure: FailureLike,
+    inputs: PlanInputs,
+    original: Capacity,
+    free: int | None,
+    plan: Callable[[PlanInputs], Capacity],
+    users: int | None,
+) -> list[FallbackOption]:
+    """vLLM computed a negative KV budget: a utilization that covers what it measured, or the
+    same plan once the other program on the GPU is closed.
+
+    The effect is the fit engine's capacity corrected by the gap between vLLM's figure and the
+    prediction for the failed plan (the memory the model cannot see: another process, extra
+    non-torch memory), so the proposed utilization is sized on what vLLM measured.
+    """
+    if failure.kind != failures.NEGATIVE_KV_BUDGET:
+        return []
+    from kvpilot.core.fit.calibrate import corrected_capacity
+
+    reported = _details(failure).get("available_kv_bytes")
+    if not isinstance(reported, int):
+        return []
+    gap = original.available_kv_bytes - reported  # memory vLLM saw taken that the plan did not
+    total = inputs.gpu_total_bytes
+    util = original.gpu_memory_utilization
+    blocks = -(-original.max_model_len // max(1, original.block_size)) + 1
+    one_request = blocks * original.page_bytes_per_block
+    target = math.ceil((util * total - reported + one_request) / total * 100) / 100 + 0.01
+    ceiling = budget.max_passing_utilization(total, free) if free is not None else 0.98
+    out: list[FallbackOption] = []
+    if util < target <= min(ceiling, 1.0):
+        new = replace(inputs, gpu_memory_utilization=round(target, 2))
+        predicted = plan(new)
+        cap = corrected_capacity(
+            new, predicted, predicted.available_kv_bytes - gap,
+            f"corrected by the {gap / GiB:.2f} GiB vLLM measured beyond the plan",
+        )
+        out.append(_option(
+            UTILIZATION, new, f"utilization {target:.2f}", 0.8, cap,
+            f"KV {cap.available_kv_bytes / GiB:.2f} GiB", users,
+        ))
+    if gap > 0:
+        cap = plan(inputs)
+        out.append(FallbackOption(
+            FREE_THE_GPU,
+            f"close other programs on the GPU, then retry (vLLM saw {gap / GiB:.2f} GiB more "
+            f"in use than planned) — KV {cap.available_kv_bytes / GiB:.2f} GiB, "
+            f"{_fits_label(cap, users)}",
+            f"free the {gap / GiB:.2f} GiB in use outside this plan",
+            inputs, cap, cap.fits, 1.0,
+        ))
+    return out
 
 
 def _family(model_id: str) -> str:

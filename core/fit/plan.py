@@ -63,6 +63,10 @@ class ServingSettings:
     dtype: str | None = None
     block_size: int | None = None
     limit_mm_per_prompt: int | None = None
+    #: largest CUDA-graph capture size (None: vLLM's default, min(2 x max_num_seqs, 512))
+    max_cudagraph_capture_size: int | None = None
+    #: ``--compilation-config`` cudagraph_mode (None: the release's default; "PIECEWISE" ...)
+    cudagraph_mode: str | None = None
 
     @property
     def settings(self) -> ServingSettings:
@@ -103,7 +107,8 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     """
     values = {k: v for k, v in data.items() if k in _SERVING_FIELDS}
     for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens",
-                 "kv_cache_memory_bytes", "block_size", "limit_mm_per_prompt"):
+                 "kv_cache_memory_bytes", "block_size", "limit_mm_per_prompt",
+                 "max_cudagraph_capture_size"):
         v = values.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise TypeError(f"{name} must be a whole number or null, got {v!r}")
@@ -116,7 +121,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     for name in ("enforce_eager",):
         if name in values and not isinstance(values[name], bool):
             raise TypeError(f"{name} must be true or false, got {values[name]!r}")
-    for name in ("kv_cache_dtype", "quantization", "dtype"):
+    for name in ("kv_cache_dtype", "quantization", "dtype", "cudagraph_mode"):
         v = values.get(name)
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be text or null, got {v!r}")

@@ -20,12 +20,13 @@ import json
 import shlex
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
+from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.runtime import (
     FlagSet,
     VllmRuntime,
@@ -39,6 +40,9 @@ from kvpilot.core.vllm.versions import supports
 REDACTED = "***"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: the flags that cap the CUDA-graph capture sizes, newest first (see kvpilot.core.vllm.versions)
+CAPTURE_SIZE_FLAGS = ("--max-cudagraph-capture-size", "--cuda-graph-sizes")
 
 #: flags kvpilot sets itself -> the setting to change instead of passing them as extra args
 MANAGED_FLAGS: Mapping[str, str] = MappingProxyType(
@@ -106,6 +110,8 @@ class LaunchSpec(ServingSettings):
     api_key: str | None = field(default=None, repr=False)
     auto_max_model_len: bool = False
     load_format: str | None = None
+    #: the release's capture-size flag (None: ``--max-cudagraph-capture-size``)
+    cudagraph_size_flag: str | None = None
     extra_args: tuple[str, ...] = ()
     cuda_visible_devices: str | None = None
     hf_home: str | None = None
@@ -130,6 +136,7 @@ class LaunchSpec(ServingSettings):
             and checkpoint_quant.cli_flag_needed
         ):
             values["quantization"] = checkpoint_quant.method
+        values["cudagraph_size_flag"] = versions.cudagraph_size_flag(inputs.vllm_version)
         values.update(overrides)
         return cls(**values)
 
@@ -233,6 +240,12 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
     limit = spec.limit_mm_per_prompt
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise CommandError(f"limit_mm_per_prompt must be 0 or more images, got {limit!r}")
+    _positive("max_cudagraph_capture_size", spec.max_cudagraph_capture_size)
+    if spec.cudagraph_mode is not None and spec.cudagraph_mode.upper() not in CUDAGRAPH_MODES:
+        raise CommandError(
+            f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got "
+            f"{spec.cudagraph_mode!r}"
+        )
     util = spec.gpu_memory_utilization
     if util is not None and not 0.0 < util <= 1.0:
         raise CommandError(f"gpu_memory_utilization must be in (0, 1], got {util}")
@@ -352,6 +365,12 @@ def build_argv_tail(spec: LaunchSpec, vllm_version: str | None = None) -> list[s
         tail += ["--kv-cache-dtype", spec.kv_cache_dtype]
     if spec.block_size is not None:
         tail += ["--block-size", str(spec.block_size)]
+    if spec.max_cudagraph_capture_size is not None:
+        flag = spec.cudagraph_size_flag or CAPTURE_SIZE_FLAGS[0]
+        tail += [flag, str(spec.max_cudagraph_capture_size)]
+    if spec.cudagraph_mode:
+        mode = {"cudagraph_mode": spec.cudagraph_mode.upper()}
+        tail += ["--compilation-config", json.dumps(mode, separators=(",", ":"))]
     if spec.enforce_eager:
         tail.append("--enforce-eager")
     if spec.enable_prefix_caching is True:
@@ -408,6 +427,10 @@ def build_command(
     if flags is None and runtime is not None:
         flags = learn_flags(runtime)
     validate_extra_args(spec.extra_args, flags=flags)
+    if flags is not None and spec.max_cudagraph_capture_size is not None:
+        known = [f for f in CAPTURE_SIZE_FLAGS if f in flags.flags]
+        if known and (spec.cudagraph_size_flag or CAPTURE_SIZE_FLAGS[0]) not in known:
+            spec = replace(spec, cudagraph_size_flag=known[0])
     tail = build_argv_tail(spec, runtime.version if runtime is not None else None)
     if flags is not None:
         check_flags(flags, tail)

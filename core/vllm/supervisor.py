@@ -900,6 +900,7 @@ def _capacity_values(ev: Any) -> dict[str, Any]:
         "max_concurrency": "max_concurrency",
         "max_concurrency_at_len": "concurrency_for_len",
         "cudagraph_bytes": "cudagraph_bytes",
+        "num_gpu_blocks": "num_blocks",
     }
     return {
         ours: getattr(ev, theirs)

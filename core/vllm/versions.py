@@ -6,6 +6,12 @@ build variant (``+cpu``, ``+cu128``, ``+rocm``) or a git hash (``+gd2d649e67.d20
 :class:`Release` keeps the comparable release number and the build variant apart, so that
 ``0.32.0+cpu`` and ``0.32.0`` are the same release of different builds: memory accounting,
 flags and log formats follow the release, the device follows the variant.
+
+One supported range for the whole program, :data:`SUPPORTED_MIN` to :data:`SUPPORTED_MAX`: the
+planner's memory rules and the log scanner's line formats both cover it. A newer release is
+planned with the newest rules, its log is read with every known wording (the newest apply to
+it), and a failure none of them recognises is reported with vLLM's own last error line.
+Which release has which CUDA-graph flag is here too.
 """
 
 from __future__ import annotations
@@ -111,6 +117,16 @@ FEATURES: dict[str, Feature] = {
         Feature("limit_mm_per_prompt_json", "0.8.0",
                 "engine/arg_utils.py: --limit-mm-per-prompt parses JSON (only 'image=N' "
                 "pairs through 0.7; pairs deprecated in 0.8-0.9, removed in 0.10)"),
+        Feature("cuda_graph_sizes_flag", "0.9.0",
+                "engine/arg_utils.py: --cuda-graph-sizes N (capture sizes up to N); deprecated "
+                "in 0.12.0, gone in 0.13.0"),
+        Feature("max_cudagraph_capture_size_flag", "0.12.0",
+                "engine/arg_utils.py: --max-cudagraph-capture-size N"),
+        Feature("cudagraph_mode_config", "0.10.1",
+                "config/compilation.py: --compilation-config cudagraph_mode "
+                "(NONE / PIECEWISE / FULL / FULL_AND_PIECEWISE ...)"),
+        Feature("full_cudagraphs_by_default", "0.11.0",
+                "config: cudagraph_mode defaults to FULL_AND_PIECEWISE (PIECEWISE in 0.10.x)"),
     )
 }
 
@@ -129,3 +145,117 @@ def supports(feature: str, version: str | Release | None) -> bool:
 def release_number(text: str | None) -> str:
     """The normalised release number of a version string (``0.32.0+cpu`` -> ``0.32.0``)."""
     return Release.parse(text).number
+
+
+# ------------------------------------------------------------------ the supported range
+#: oldest and newest release whose memory accounting and log lines kvpilot was checked against:
+#: the planner's rules (kvpilot.core.fit.activation) and the log scanner's line formats
+#: (kvpilot.core.vllm.logparse) both cover this range
+SUPPORTED_MIN = "0.6.0"
+SUPPORTED_MAX = NEWEST_KNOWN
+
+
+def release(version: str | None) -> tuple[int, ...] | None:
+    """``'0.32.0+cpu'`` -> ``(0, 32, 0)`` (at least three parts, for comparisons); None for
+    None or text without a leading release number (unlike :meth:`Release.parse`, which
+    assumes :data:`NEWEST_KNOWN`)."""
+    if not version or _LEADING.match(version.strip().lstrip("v")) is None:
+        return None
+    parts = Release.parse(version).parts
+    return parts + (0,) * max(0, 3 - len(parts))
+
+
+def short(version: str) -> str:
+    """``'0.33.0'`` -> ``'0.33'`` (major.minor, for sentences)."""
+    rel = release(version) or ()
+    return ".".join(str(p) for p in ((*rel, 0, 0))[:2])
+
+
+def at_least(version: str | None, since: str) -> bool:
+    """True when ``version`` is ``since`` or newer (an unreadable version counts as newest)."""
+    have, need = release(version), release(since)
+    if have is None or need is None:
+        return True
+    return have >= need
+
+
+def applies(version: str | None, since: str, before: str | None = None) -> bool:
+    """True when ``since <= version < before`` (``before`` None: still current).
+
+    An unknown version matches every range; a version newer than :data:`SUPPORTED_MAX` is
+    treated as :data:`SUPPORTED_MAX` (the newest known formats apply to it).
+    """
+    have = release(version)
+    if have is None:
+        return True
+    newest = release(SUPPORTED_MAX)
+    assert newest is not None
+    if have > newest:
+        have = newest
+    low = release(since) or ()
+    if have < low:
+        return False
+    if before is None:
+        return True
+    high = release(before)
+    return high is None or have < high
+
+
+def is_newer_than_supported(version: str | None) -> bool:
+    """True for a release after :data:`SUPPORTED_MAX`."""
+    have, newest = release(version), release(SUPPORTED_MAX)
+    return have is not None and newest is not None and have > newest
+
+
+def is_older_than_supported(version: str | None) -> bool:
+    """True for a release before :data:`SUPPORTED_MIN`."""
+    have, oldest = release(version), release(SUPPORTED_MIN)
+    return have is not None and oldest is not None and have < oldest
+
+
+def supported_range_text() -> str:
+    """``'vLLM 0.6 to 0.33'``."""
+    return f"vLLM {short(SUPPORTED_MIN)} to {short(SUPPORTED_MAX)}"
+
+
+def support_summary() -> str:
+    """What kvpilot supports and what it does with a newer release (settings, README)."""
+    newest = short(SUPPORTED_MAX)
+    return (
+        f"kvpilot knows {supported_range_text()}. With a newer release it plans with the "
+        f"{newest} memory rules, reads the log with the newest known formats, and shows vLLM's "
+        "own last error line for a failure it does not recognise."
+    )
+
+
+def support_note(version: str | None) -> str | None:
+    """One sentence when ``version`` is outside the supported range (None inside it)."""
+    if is_newer_than_supported(version):
+        return (
+            f"vLLM {version} is newer than the newest release kvpilot knows "
+            f"({short(SUPPORTED_MAX)}): plans use the {short(SUPPORTED_MAX)} memory rules, the "
+            "newest known log formats are tried, and a failure kvpilot does not recognise is "
+            "shown with vLLM's own last error line."
+        )
+    if is_older_than_supported(version):
+        return (
+            f"vLLM {version} is older than {short(SUPPORTED_MIN)}, the oldest release kvpilot "
+            "knows: plans and log reading may be wrong; upgrade vLLM."
+        )
+    return None
+
+
+# ------------------------------------------------------------------ CUDA-graph flags by release
+def cudagraph_size_flag(version: str | None) -> str | None:
+    """The flag that caps the CUDA-graph capture sizes in ``version`` (None before 0.9);
+    ``--max-cudagraph-capture-size`` where both exist (0.12)."""
+    if supports("max_cudagraph_capture_size_flag", version):
+        return "--max-cudagraph-capture-size"
+    if supports("cuda_graph_sizes_flag", version):
+        return "--cuda-graph-sizes"
+    return None
+
+
+def has_cudagraph_mode(version: str | None) -> bool:
+    """True when ``version``'s compilation config takes ``cudagraph_mode``."""
+    return supports("cudagraph_mode_config", version)

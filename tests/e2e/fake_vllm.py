@@ -17,6 +17,9 @@ environment variables:
 ``FAKE_VLLM_ECHO_ENV``   name of an environment variable to print (redaction tests)
 ``FAKE_VLLM_MARKS``       JSON file receiving wall-clock times: ``listening_at``,
                           ``first_health_200_at``, ``fail_line_at``, ``dead_at``
+``FAKE_VLLM_FAIL_UNLESS`` ``fail``: a regex on the serve arguments; when it matches, start as in
+                          ``ready`` mode instead (a fallback that fixes the failure)
+``FAKE_VLLM_HELP``        text printed for ``serve --help=all`` (default: the real 0.32.0 help)
 
 In ``ready`` mode the lines up to ``Starting vLLM server on`` are printed, then the HTTP server
 starts (``/health``, ``/v1/models``, ``/metrics`` from ``metrics_ready.txt``), then the rest.
@@ -36,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "supervisor"
+HELP = Path(__file__).resolve().parents[1] / "data" / "vllm_logs" / "serve_help_0.32.0_cpu.txt"
 PREFIX_RE = re.compile(r"^\((?:APIServer|EngineCore|Worker|VllmWorker)[\w-]* pid=\d+\)")
 _marks: dict[str, float] = {}
 _marks_lock = threading.Lock()
@@ -112,6 +116,9 @@ def main() -> int:
     if argv[:1] == ["--version"]:
         print(os.environ.get("FAKE_VLLM_VERSION", "0.32.0"))
         return 0
+    if argv[:2] == ["serve", "--help=all"]:
+        print(Path(os.environ.get("FAKE_VLLM_HELP", str(HELP))).read_text())
+        return 0
     if argv[:1] != ["serve"] or len(argv) < 2:
         print("usage: fake_vllm.py serve MODEL ...", file=sys.stderr)
         return 2
@@ -125,6 +132,9 @@ def main() -> int:
     State.metrics = (DATA / "metrics_ready.txt").read_text()
     mode = os.environ.get("FAKE_VLLM_MODE", "ready")
     log = Path(os.environ.get("FAKE_VLLM_LOG", str(DATA / "startup_ready.log")))
+    fixed = os.environ.get("FAKE_VLLM_FAIL_UNLESS")
+    if mode == "fail" and fixed and re.search(fixed, " ".join(argv[1:])):
+        mode, log = "ready", DATA / "startup_ready.log"
     delay = float(os.environ.get("FAKE_VLLM_LINE_DELAY_S", "0.001"))
     fail_re = re.compile(os.environ.get("FAKE_VLLM_FAIL_RE", r"^$^"))
     child = None

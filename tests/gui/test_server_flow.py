@@ -153,6 +153,76 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
 
 
+GRAPH_OOM_LOG = TESTS / "data" / "supervisor" / "cuda_oom_graph_capture.log"
+NEGATIVE_LOG = TESTS / "data" / "supervisor" / "negative_kv_budget.log"
+
+
+def test_graph_capture_oom_banner_shows_each_fix_with_its_effect(
+    server_window, qtbot, monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_MODE", "fail")
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(GRAPH_OOM_LOG))
+    monkeypatch.setenv("FAKE_VLLM_FAIL_UNLESS", "--max-cudagraph-capture-size")
+    w = server_window()
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+    assert w.last_failure.kind == failures.CUDA_OOM_GRAPHS
+    assert "FULL, 20 of 35" in w.banner.cause.text()
+    qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
+    labels = [b.text() for b in w.banner.option_buttons]
+    kinds = [o.kind for o in w.fallback_options]
+    assert {"eager", "smaller_capture_sizes", "piecewise_graphs"} <= set(kinds)
+    capture = labels[kinds.index("smaller_capture_sizes")]
+    assert "--max-cudagraph-capture-size" in capture and "CUDA graphs" in capture
+    assert "GiB" in labels[kinds.index("piecewise_graphs")]
+    # one click on "smaller capture sizes" relaunches with it, and the stand-in then serves
+    w.banner.option_buttons[kinds.index("smaller_capture_sizes")].click()
+    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    assert w.current_request.inputs.max_cudagraph_capture_size is not None
+    w.stop_server()
+    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+
+
+def test_negative_budget_banner_offers_a_utilization_that_covers_it(
+    server_window, qtbot, monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_MODE", "fail")
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(NEGATIVE_LOG))
+    w = server_window()
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+    assert w.last_failure.kind == failures.NEGATIVE_KV_BUDGET
+    assert "-1.25 GiB" in w.banner.cause.text()
+    qtbot.waitUntil(
+        lambda: bool(w.banner.option_buttons) or "working out" not in w.banner.note.text(),
+        timeout=15_000,
+    )
+    kinds = [o.kind for o in w.fallback_options]
+    assert "shorter_context" not in kinds
+    assert kinds, w.banner.note.text()
+    labels = [b.text() for b in w.banner.option_buttons]
+    assert all("—" in label for label in labels)
+    assert any("utilization" in label and "KV" in label for label in labels) or any(
+        "close other programs" in label for label in labels)
+
+
+def test_an_unrecognised_failure_shows_vllms_last_error_line(
+    server_window, qtbot, monkeypatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_MODE", "fail")
+    monkeypatch.setenv(
+        "FAKE_VLLM_LOG", str(TESTS / "data" / "supervisor" / "unknown_failure_newer_release.log")
+    )
+    w = server_window()
+    w.launch_selected()
+    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+    assert w.last_failure.kind == failures.UNKNOWN
+    qtbot.waitUntil(lambda: "working out" not in w.banner.note.text(), timeout=15_000)
+    assert "PlannerError: the fused MoE planner needs 3 GiB of scratch space" in (
+        w.banner.cause.text()
+    )
+
+
 def test_closing_asks_then_stops_the_server(server_window, qtbot, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     asked: list[bool] = []

@@ -167,3 +167,22 @@ def test_unknown_keys_survive_the_gui(make_window, store) -> None:
     assert data["future_flag"] == {"x": 1}
     assert data["profiles"][0]["later"] is True
     assert data["profiles"][0]["plan"]["max_num_seqs"] == 6
+
+
+def test_settings_say_which_vllm_releases_are_supported(qtbot) -> None:
+    from kvpilot.core.vllm import versions
+    from kvpilot.core.vllm.runtime import VllmRuntime
+
+    dialog = SettingsDialog(st.Settings())
+    qtbot.addWidget(dialog)
+    text = dialog.vllm_support.text()
+    assert f"vLLM {versions.short(versions.SUPPORTED_MIN)} to " in text
+    assert versions.short(versions.SUPPORTED_MAX) in text
+    assert "newest known formats" in text and "last error line" in text
+    # a detected release newer than the newest known one is named as such
+    newer = VllmRuntime(("/opt/vllm/bin/vllm",), "0.41.0", "path", "/opt/vllm/bin/vllm")
+    known = VllmRuntime(("/usr/bin/vllm",), "0.32.0+cpu", "path", "/usr/bin/vllm")
+    dialog._on_runtimes([newer, known])
+    status = dialog.runtime_status.text()
+    assert "vLLM 0.41.0 is newer than the newest release kvpilot knows" in status
+    assert "0.32.0+cpu is" not in status

@@ -71,6 +71,28 @@ def test_plan_text_table_names_each_term(tmp_path, capsys):
         assert word in text
 
 
+def test_plan_of_a_newer_vllm_says_which_rules_it_uses(tmp_path, capsys):
+    from kvpilot.core.fit.activation import PROFILES, profile_for
+    from kvpilot.core.vllm import versions
+
+    model = str(_model_dir(tmp_path))
+    main(["plan", "--model", model, "--gpu", "RTX 4090", "--vllm-version", "0.41.0"])
+    text = capsys.readouterr().out
+    newest = versions.short(versions.SUPPORTED_MAX)
+    assert f"vLLM 0.41.0 is newer than the newest release kvpilot knows ({newest})" in text
+    assert profile_for("0.41.0") is profile_for(versions.SUPPORTED_MAX) is PROFILES[0]
+    main(["plan", "--model", model, "--gpu", "RTX 4090", "--vllm-version", versions.SUPPORTED_MAX])
+    assert "newer than the newest release" not in capsys.readouterr().out
+    # the planner's default release is the scanner's newest
+    from kvpilot.core.commands.plan import DEFAULT_VLLM_VERSION
+    from kvpilot.core.fit.plan import PlanInputs
+
+    assert DEFAULT_VLLM_VERSION == versions.SUPPORTED_MAX
+    assert PlanInputs.__dataclass_fields__["vllm_version"].default == versions.SUPPORTED_MAX
+    oldest = profile_for(versions.SUPPORTED_MIN)
+    assert oldest.engine == "V0" and oldest is PROFILES[-1]
+
+
 def test_catalog_id_plans_without_files(capsys):
     rc = main(["plan", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--gpu", "RTX 4090",
                "--max-model-len", "16384", "--json"])

@@ -1,9 +1,13 @@
-"""Release: vLLM version strings as the release number plus the build variant."""
+"""Release: vLLM version strings as the release number plus the build variant; the supported
+range and which release has which CUDA-graph flag."""
 
 from __future__ import annotations
 
 import pytest
 
+from kvpilot.core.vllm import versions
+from kvpilot.core.vllm.command import LaunchSpec, build_command
+from kvpilot.core.vllm.runtime import FlagSet
 from kvpilot.core.vllm.versions import NEWEST_KNOWN, Release, release_number
 
 
@@ -52,3 +56,63 @@ def test_every_feature_names_its_first_release_and_source() -> None:
     assert supports("cudagraph_in_budget", None)  # unknown -> the newest rules
     with pytest.raises(KeyError):
         supports("no_such_feature", "0.32.0")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.33.0", (0, 33, 0)),
+        ("0.33", (0, 33, 0)),
+        ("0.10.1.1", (0, 10, 1, 1)),
+        ("v0.11.0+cpu", (0, 11, 0)),
+        ("0.16.1rc1.dev265+gd106bf39f", (0, 16, 1)),
+        ("0.29.1rc1.dev17+gd2d649e67.d20260913", (0, 29, 1)),
+        (None, None),
+        ("main", None),
+    ],
+)
+def test_release(text: str | None, expected: tuple[int, ...] | None) -> None:
+    assert versions.release(text) == expected
+
+
+def test_range_and_notes() -> None:
+    assert versions.supported_range_text() == "vLLM 0.6 to 0.33"
+    assert versions.support_note("0.33.0") is None
+    assert versions.support_note("0.6.6") is None
+    assert versions.support_note(None) is None
+    newer = versions.support_note("0.34.0")
+    assert newer is not None and "newer than the newest release kvpilot knows (0.33)" in newer
+    older = versions.support_note("0.5.4")
+    assert older is not None and "older than 0.6" in older
+    # a newer release gets the newest formats; an unknown one every format
+    assert versions.applies("0.40.0", "0.28.0")
+    assert not versions.applies("0.40.0", "0.10.2", "0.28.0")
+    assert versions.applies(None, "0.6.0", "0.8.0")
+    assert versions.applies("0.27.1", "0.10.2", "0.28.0")
+
+
+@pytest.mark.parametrize(
+    ("version", "flag", "mode"),
+    [
+        ("0.8.5", None, False),
+        ("0.9.2", "--cuda-graph-sizes", False),
+        ("0.10.2", "--cuda-graph-sizes", True),
+        ("0.11.0", "--cuda-graph-sizes", True),
+        ("0.12.0", "--max-cudagraph-capture-size", True),
+        ("0.33.0", "--max-cudagraph-capture-size", True),
+    ],
+)
+def test_cudagraph_flags_by_release(version: str, flag: str | None, mode: bool) -> None:
+    assert versions.cudagraph_size_flag(version) == flag
+    assert versions.has_cudagraph_mode(version) is mode
+
+
+def test_the_runtimes_own_flag_wins() -> None:
+    spec = LaunchSpec(model="/m", max_cudagraph_capture_size=128, cudagraph_mode="piecewise")
+    old = FlagSet("0.11.0", frozenset({"--cuda-graph-sizes", "--compilation-config",
+                                       "--host", "--port", "--max-model-len"}))
+    argv = build_command(spec, flags=old).argv
+    assert argv[argv.index("--cuda-graph-sizes") + 1] == "128"
+    assert argv[argv.index("--compilation-config") + 1] == '{"cudagraph_mode":"PIECEWISE"}'
+    plain = build_command(spec).argv
+    assert "--max-cudagraph-capture-size" in plain
