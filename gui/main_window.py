@@ -810,8 +810,9 @@ class MainWindow(QMainWindow):
 
     def _predicted_tokens(self) -> int | None:
         cap = self._predicted
-        usable = cap is not None and getattr(cap, "verdict", "") != "does_not_fit"
-        return int(cap.kv_cache_tokens) if usable else None
+        if cap is None or getattr(cap, "verdict", "") == "does_not_fit":
+            return None
+        return int(cap.kv_cache_tokens)
 
     def _on_server_started(self, sup: Any) -> None:
         self.log_view.set_log_path(sup.log_path)

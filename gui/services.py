@@ -389,13 +389,13 @@ class AppServices:
                 )
             )
         for rej in result.rejected:
-            inputs, cap = rej.borderline if rej.borderline is not None else (None, None)
+            plan = rej.borderline
             rows.append(
                 PlanRow(
                     title=rej.model_id,
                     quantization="",
-                    inputs=inputs,
-                    capacity=cap,
+                    inputs=plan[0] if plan is not None else None,
+                    capacity=plan[1] if plan is not None else None,
                     fits=False,
                     reason=rej.reason,
                     model_ref=local_ref or rej.model_id,

@@ -161,3 +161,31 @@ def test_vram_split_without_per_process_memory(qtbot) -> None:
     split = split_vram(gpu, {2}, _Cap())
     assert split.weights == 9 << 30 and split.kv == 8 << 30
     assert math.isclose(sum(n for _, n in split.other), 1 << 30)
+
+
+def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fitkit import fixture_spec, rtx4090
+
+    from kvpilot.core.fit.budget import compute_capacity
+    from kvpilot.gui.panels.planner_panel import PlannerPanel
+    from kvpilot.gui.records import PlanRow
+
+    model = fixture_spec("qwen2.5-7b-instruct", 15_231_233_024)
+    inputs = rtx4090(model, max_model_len=32768, max_num_seqs=1, gpu_memory_utilization=0.7)
+    cap = compute_capacity(inputs)
+    assert cap.verdict == "borderline"
+    row = PlanRow(title="Qwen/Qwen2.5-7B-Instruct", quantization="", inputs=inputs,
+                  capacity=cap, fits=False, reason="borderline: ...", model_ref="q")
+    refused = PlanRow(title="x", quantization="", inputs=None, capacity=None, fits=False,
+                      reason="does not fit", model_ref="x")
+    assert row.borderline and row.launchable and not refused.launchable
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.set_plans([row, refused], "plans")
+    assert panel.table.item(0, 0).text() == "≈" and panel.table.item(1, 0).text() == "✗"
+    with qtbot.waitSignal(panel.launch_requested, timeout=2_000) as got:
+        panel._on_double_click(0, 0)
+    assert got.args == [row]

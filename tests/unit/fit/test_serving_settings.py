@@ -105,3 +105,21 @@ def test_launch_time_check_uses_the_free_memory_now(qwen7b, monkeypatch) -> None
     monkeypatch.setattr(serve, "detected_gpu", lambda: device)
     assert serve.startup_check_now(device, planned) is None
     assert serve.startup_check_now(replace(device, detected=False), planned) is None
+
+
+def test_a_borderline_plan_travels_with_its_rejection(qwen7b) -> None:
+    """vLLM may or may not start it: the recommender does not rank it, but keeps the plan so
+    that the GUI can offer it (and the dry run that settles it)."""
+    from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
+
+    gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 << 20, None, (8, 9))
+    fixed = ServingSettings(gpu_memory_utilization=0.7, kv_cache_dtype="bfloat16")
+    result = recommend(gpu, Goal(context_tokens=32768, users=1), [qwen7b], fixed=fixed)
+    assert result.candidates == ()
+    (rejection,) = result.rejected
+    assert rejection.borderline is not None
+    inputs, cap = rejection.borderline
+    assert cap.verdict == "borderline" and inputs.gpu_memory_utilization == 0.7
+    low, high = cap.available_kv_band_bytes
+    assert low < cap.available_kv_bytes < high
+    assert "kvpilot plan --measure" in rejection.reason
