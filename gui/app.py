@@ -27,7 +27,7 @@ from kvpilot.gui import crash, theme
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.main_window import MainWindow
 from kvpilot.gui.services import AppServices
-from kvpilot.gui.workers import wait_for_pool
+from kvpilot.gui.workers import drain, wait_for_pool
 
 log = logging.getLogger("kvpilot.gui")
 
@@ -113,8 +113,7 @@ def dispose(window: MainWindow) -> None:
     from shiboken6 import Shiboken
 
     window.dashboard.timer.stop()
-    wait_for_pool(30_000)
-    QCoreApplication.processEvents()  # deliver results of finished pool tasks first
+    drain(30_000)  # deliver every pending result (and those of the tasks they start) first
     if Shiboken.isValid(window):
         Shiboken.delete(window)
     QCoreApplication.processEvents()

@@ -64,6 +64,25 @@ def run_in_pool(
     QThreadPool.globalInstance().start(_Task(fn, carrier))
 
 
+def drain(timeout_ms: int = 30_000) -> bool:
+    """Run the pool dry: wait for the tasks, deliver their results, and repeat while delivered
+    results started new tasks. True when nothing is pending any more (then no result can reach
+    a widget that is deleted next)."""
+    from time import monotonic
+
+    from PySide6.QtCore import QCoreApplication
+
+    deadline = monotonic() + timeout_ms / 1000
+    while True:
+        left_ms = max(0, int((deadline - monotonic()) * 1000))
+        idle = QThreadPool.globalInstance().waitForDone(left_ms)
+        QCoreApplication.processEvents()
+        if idle and not _live and QThreadPool.globalInstance().activeThreadCount() == 0:
+            return True
+        if monotonic() >= deadline:
+            return False
+
+
 def wait_for_pool(timeout_ms: int = 10_000) -> bool:
     """Wait until every pooled task finished (tests, shutdown); True when the pool is idle."""
     return QThreadPool.globalInstance().waitForDone(timeout_ms)

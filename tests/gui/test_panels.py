@@ -189,3 +189,17 @@ def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
     with qtbot.waitSignal(panel.launch_requested, timeout=2_000) as got:
         panel._on_double_click(0, 0)
     assert got.args == [row]
+
+
+def test_drain_delivers_results_of_tasks_started_by_results(qtbot) -> None:
+    from kvpilot.gui.workers import drain
+
+    seen: list[str] = []
+
+    def first_done(value: str) -> None:
+        seen.append(value)
+        run_in_pool(lambda: "second", seen.append)
+
+    run_in_pool(lambda: "first", first_done)
+    assert drain(10_000)
+    assert seen == ["first", "second"]
