@@ -31,8 +31,8 @@ from fit_accuracy import CASE_FILES, DATA, Case, fit_constants, load_cases
 
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-from kvpilot.core.fit.plan import GiB
 from kvpilot.core.measurements import SOURCE_LAUNCH, Measured, MeasurementRecord
+from kvpilot.core.units import GiB
 
 SAME_GOAL_PCT = 0.5
 NEIGHBOUR_GOAL_PCT = 2.0

@@ -36,8 +36,9 @@ from kvpilot.core import failures
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
+from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.models.local import load_local_model
+from kvpilot.core.units import GiB
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, compute_capacity
-from kvpilot.core.fit.plan import GiB, PlanInputs
+from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models.local import load_local_model
+from kvpilot.core.units import GiB
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

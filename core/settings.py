@@ -42,7 +42,12 @@ from typing import Any
 import platformdirs
 
 from kvpilot.core.errors import SettingsError
-from kvpilot.core.fit.plan import ServingSettings, serving_field_names, settings_from_dict
+from kvpilot.core.fit.plan import (
+    USE_CASES,
+    ServingSettings,
+    serving_field_names,
+    settings_from_dict,
+)
 
 log = logging.getLogger("kvpilot.settings")
 
@@ -59,7 +64,6 @@ SECRETS_STORAGE = (
 )
 
 KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
-USE_CASES: tuple[str, ...] = ("chat", "long-docs", "batch")
 THEMES: tuple[str, ...] = ("system", "light", "dark")
 MAX_SAMPLING_HZ = 20.0
 DEFAULT_PROFILE_NAME = "Default"

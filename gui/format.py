@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 
-GIB = float(1 << 30)
+from kvpilot.core.units import GiB
+
+GIB = float(GiB)
 
 
 def gib(n_bytes: float | None, decimals: int = 2) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core import paths
+from kvpilot.core.fit.plan import USE_CASE_LABELS
 from kvpilot.core.settings import Profile
 from kvpilot.core.telemetry import Telemetry
 from kvpilot.core.vllm.versions import release_number
@@ -405,7 +406,7 @@ class AppServices:
         # stable: keeps the engine's ranking within fits / borderline / does not fit
         rows.sort(key=lambda r: 0 if r.fits else 1 if r.borderline else 2)
         where = "measured free memory" if target.measured else "planner mode, nothing measured"
-        label = {"chat": "chat", "long-docs": "long documents", "batch": "batch"}
+        label = USE_CASE_LABELS
         heading = (
             f"Ranked plans for {label.get(fit_goal.use_case, fit_goal.use_case)} · "
             f"{goal.context_tokens:,} context · {goal.users} users on {target.name} ({where})"

@@ -25,9 +25,7 @@ from kvpilot.core.hardware.fake_nvml import load_fake
 from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, probe
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
-
-MiB = 1024**2
-GiB = 1024**3
+from kvpilot.core.units import GiB, MiB
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -33,7 +33,6 @@ from kvpilot.core.fit.plan import (
     VERDICT_BORDERLINE,
     VERDICT_FITS,
     Capacity,
-    GiB,
     PlanInputs,
     settings_dict,
 )
@@ -41,6 +40,7 @@ from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import launch_reference
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 

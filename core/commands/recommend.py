@@ -37,7 +37,6 @@ from kvpilot.core.fit.parallel import (
     gpu_set_from_probe,
     parse_gpu_names,
 )
-from kvpilot.core.fit.plan import GiB
 from kvpilot.core.fit.recommend import (
     USE_CASES,
     Goal,
@@ -47,6 +46,7 @@ from kvpilot.core.fit.recommend import (
     target_of,
 )
 from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 

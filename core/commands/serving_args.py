@@ -13,7 +13,8 @@ import argparse
 from dataclasses import dataclass
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME, MiB, ServingSettings
+from kvpilot.core.fit.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.units import MiB
 from kvpilot.core.vllm.versions import Release
 
 

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import GiB, MiB
+from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm.watch import ServerWatch, WatchSample, is_local_url, normalize_url
 
 

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm import versions
-
-GiB = 1 << 30
 
 
 @dataclass(frozen=True)

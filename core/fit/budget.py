@@ -34,11 +34,11 @@ from kvpilot.core.fit.plan import (
     BudgetTerm,
     Capacity,
     Failure,
-    GiB,
     PlanInputs,
 )
 from kvpilot.core.hardware import budget_now
 from kvpilot.core.models import spec as model_spec
+from kvpilot.core.units import GiB
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
 _LARGE_GPU_BYTES = 70 * GiB

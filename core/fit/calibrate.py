@@ -30,7 +30,6 @@ from kvpilot.core.fit.plan import (
     BudgetTerm,
     Capacity,
     Failure,
-    GiB,
     PlanInputs,
 )
 from kvpilot.core.fit.support import check_support
@@ -42,6 +41,7 @@ from kvpilot.core.measurements import (
     measurement_key,
 )
 from kvpilot.core.models.identity import spec_identity
+from kvpilot.core.units import GiB
 
 
 def key_for(inputs: PlanInputs) -> MeasurementKey:

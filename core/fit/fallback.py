@@ -17,9 +17,10 @@ from typing import Any, Protocol
 from kvpilot.core import failures
 from kvpilot.core.fit import activation, budget
 from kvpilot.core.fit.kv import DEFAULT_BLOCK_SIZE
-from kvpilot.core.fit.plan import Capacity, GiB, PlanInputs
+from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm import versions
 
 #: option kinds (stable strings, shown in --json-events)

@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit import activation
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.units import MiB
 
-MiB = 1 << 20
 #: custom all-reduce buffers per rank (meta + max_size scratch, IPC buffer, rank_data), bytes
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * MiB
 CUSTOM_ALLREDUCE_BYTES = 3 * CUSTOM_ALLREDUCE_MAX_BYTES

@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
-GiB = 1 << 30
-MiB = 1 << 20
+#: what a deployment is for (the recommender's goal), with the words the GUI shows for it
+USE_CASE_LABELS: dict[str, str] = {"chat": "chat", "long-docs": "long documents",
+                                   "batch": "batch"}
+USE_CASES: tuple[str, ...] = tuple(USE_CASE_LABELS)
 
 #: term sources (``BudgetTerm.source``)
 FROM_FILE = "file"  # read from the checkpoint on disk

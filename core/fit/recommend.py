@@ -23,17 +23,16 @@ from kvpilot.core.errors import FitError
 from kvpilot.core.fit import budget, parallel
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.plan import (
+    USE_CASES,
     VERDICT_BORDERLINE,
     Capacity,
-    GiB,
     PlanInputs,
     ServingSettings,
 )
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
-
-USE_CASES = ("chat", "long-docs", "batch")
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75

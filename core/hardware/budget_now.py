@@ -22,9 +22,7 @@ from dataclasses import dataclass
 
 from kvpilot.core.errors import FitError
 from kvpilot.core.hardware.probe import GpuSnapshot
-
-MiB = 1024**2
-GiB = 1024**3
+from kvpilot.core.units import GiB, MiB
 
 #: memory vLLM's own process holds before its free-memory check (CUDA context, cuBLAS, NCCL)
 CUDA_CONTEXT_BYTES = 512 * MiB

@@ -57,11 +57,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kvpilot.core import failures as fk
+from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.runtime import normalize_flag, removed_flag_message
 
-GiB = 1 << 30
-MiB = 1 << 20
 KiB = 1 << 10
 #: half of the 0.01 GiB step vLLM rounds memory figures to
 GIB_ROUNDING_BYTES = GiB // 200

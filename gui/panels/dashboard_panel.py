@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.units import GiB
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 
@@ -64,7 +65,7 @@ class PlotSpec:
     y_max: float | None = None
 
 
-GIB = float(1 << 30)
+GIB = float(GiB)
 
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(

@@ -45,6 +45,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.core.fit.budget import overhead_bytes
+from kvpilot.core.fit.plan import USE_CASE_LABELS
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
@@ -60,7 +61,7 @@ EXPORT_FORMATS = (
 )
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
-USE_CASES = (("chat", "chat"), ("long-docs", "long documents"), ("batch", "batch"))
+USE_CASES = tuple(USE_CASE_LABELS.items())
 #: chart x grid (contexts), log-spaced powers of two
 CHART_CONTEXTS = [1 << k for k in range(10, 18)]
 

@@ -372,7 +372,7 @@ def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qt
     """The plan was made when more memory was free; at launch NVML says 22.15 GiB free (Xorg,
     gnome-shell and Firefox hold 1.5 GiB), so vLLM would refuse utilization 0.95: nothing is
     started, the banner names the programs and offers a utilization that fits."""
-    from kvpilot.core.fit.plan import GiB
+    from kvpilot.core.units import GiB
     from kvpilot.gui.services import LaunchRequest
 
     w = server_window()

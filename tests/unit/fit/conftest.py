@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fitkit import fixture_spec
 
-from kvpilot.core.fit.plan import GiB
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.units import GiB
 
 
 @pytest.fixture

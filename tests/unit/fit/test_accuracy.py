@@ -17,7 +17,7 @@ import pytest
 
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import GiB
+from kvpilot.core.units import GiB
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "fit_accuracy.py"
 

@@ -12,7 +12,8 @@ from kvpilot.core.commands.plan import render
 from kvpilot.core.fit import activation, budget, fallback
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity, default_batching
-from kvpilot.core.fit.plan import FROM_FITTED, GiB
+from kvpilot.core.fit.plan import FROM_FITTED
+from kvpilot.core.units import GiB, MiB
 
 #: constants with no remainder, so that the computed terms are checked alone
 BARE = FittedConstants(
@@ -189,7 +190,6 @@ def test_shorter_context_fallback_fits_at_the_lower_edge(llama8b):
 
 
 def test_recommender_ranks_by_the_lower_edge(qwen7b, llama8b):
-    from kvpilot.core.fit.plan import MiB
     from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
 
     gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)

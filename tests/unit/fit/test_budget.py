@@ -18,7 +18,7 @@ from kvpilot.core.fit.budget import (
     default_batching,
     max_passing_utilization,
 )
-from kvpilot.core.fit.plan import GiB, MiB
+from kvpilot.core.units import GiB, MiB
 
 
 def test_terms_add_up_to_the_requested_budget(qwen7b):

@@ -13,8 +13,8 @@ from fitkit import rtx4090
 from kvpilot.core import failures
 from kvpilot.core.fit import activation, fallback
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import GiB
 from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
 from kvpilot.core.vllm.logparse import FailureEvent, LogScanner
 

@@ -16,9 +16,10 @@ from kvpilot.core.cli import main
 from kvpilot.core.fit import fallback, multimodal
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, compute_capacity
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import Failure, GiB, PlanInputs
+from kvpilot.core.fit.plan import Failure, PlanInputs
 from kvpilot.core.models import catalog
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
+from kvpilot.core.units import GiB
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
 

@@ -11,10 +11,11 @@ from kvpilot.core import failures
 from kvpilot.core.fit import fallback
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-from kvpilot.core.fit.plan import Failure, GiB, MiB
+from kvpilot.core.fit.plan import Failure
 from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.measurements import Measured, MeasurementRecord
+from kvpilot.core.units import GiB, MiB
 
 RTX4090 = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)
 RTX3090 = GpuTarget("NVIDIA GeForce RTX 3090", 24576 * MiB, 23_800 * MiB, (8, 6), 0.936e12, 71.0)

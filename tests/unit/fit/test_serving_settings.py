@@ -13,8 +13,9 @@ from kvpilot.core.commands import serve
 from kvpilot.core.commands.serving_args import Device
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-from kvpilot.core.fit.plan import GiB, PlanInputs, ServingSettings, settings_from_dict
+from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_from_dict
 from kvpilot.core.measurements import Measured, MeasurementRecord
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvpilot.core.errors import CommandError
-from kvpilot.core.fit.plan import GiB, MiB, PlanInputs
+from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models.spec import ModelSpec, Quantization
+from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm.command import (
     LaunchSpec,
     build_argv_tail,

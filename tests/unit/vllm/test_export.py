@@ -18,8 +18,8 @@ from yamllint.config import YamlLintConfig
 from kvpilot.core.cli import main
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import GiB
 from kvpilot.core.measurements import Measured
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm import export
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail, build_command
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvpilot.core import failures as fk
-from kvpilot.core.fit.plan import GiB
+from kvpilot.core.units import GiB
 from kvpilot.core.vllm.logparse import (
     CAPTURING_CUDA_GRAPHS,
     COMPILING,
