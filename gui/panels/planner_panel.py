@@ -474,7 +474,10 @@ class PlannerPanel(QWidget):
             title += f" — {UNKNOWN_ARCHITECTURE_NOTE}"
         self.detail_title.setText(title)
         terms = list(cap.terms)
-        self.detail.setRowCount(len(terms) + (1 if row.reason else 0))
+        extra = [("verdict", verdict_text(cap))] if hasattr(cap, "verdict") else []
+        if row.reason:
+            extra.append(("why", row.reason))
+        self.detail.setRowCount(len(terms) + len(extra))
         for r, term in enumerate(terms):
             self.detail.setItem(r, 0, QTableWidgetItem(term.name.replace("_", " ")))
             value = QTableWidgetItem(f"{term.bytes / fmt.GIB:.2f}")
@@ -484,12 +487,10 @@ class PlannerPanel(QWidget):
             note = QTableWidgetItem(term.note)
             note.setToolTip(term.note)
             self.detail.setItem(r, 3, note)
-        if row.reason:
-            r = len(terms)
-            why = QTableWidgetItem("why")
-            self.detail.setItem(r, 0, why)
-            note = QTableWidgetItem(row.reason)
-            note.setToolTip(row.reason)
+        for r, (label, text) in enumerate(extra, start=len(terms)):
+            self.detail.setItem(r, 0, QTableWidgetItem(label))
+            note = QTableWidgetItem(text)
+            note.setToolTip(text)
             self.detail.setItem(r, 3, note)
 
     # ----------------------------------------------------------------- chart
@@ -531,3 +532,11 @@ def _kv_label(dtype: str, inputs: Any) -> str:
 
 def _times(x: float) -> str:
     return f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"
+
+
+def verdict_text(cap: Any) -> str:
+    """``fits: KV 7.19-7.55 GiB (validation band)`` for the detail table."""
+    low, high = cap.available_kv_band_bytes
+    words = {"fits": "fits", "borderline": "borderline", "does_not_fit": "does not fit"}
+    return (f"{words.get(cap.verdict, cap.verdict)}: vLLM's KV memory {low / fmt.GIB:.2f} to "
+            f"{high / fmt.GIB:.2f} GiB (validation band of this vLLM release)")

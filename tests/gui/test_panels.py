@@ -189,6 +189,11 @@ def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
     with qtbot.waitSignal(panel.launch_requested, timeout=2_000) as got:
         panel._on_double_click(0, 0)
     assert got.args == [row]
+    panel.table.selectRow(0)
+    detail = {panel.detail.item(r, 0).text(): panel.detail.item(r, 3).text()
+              for r in range(panel.detail.rowCount()) if panel.detail.item(r, 0) is not None}
+    low, high = (b / (1 << 30) for b in cap.available_kv_band_bytes)
+    assert detail["verdict"].startswith(f"borderline: vLLM's KV memory {low:.2f} to {high:.2f}")
 
 
 def test_drain_delivers_results_of_tasks_started_by_results(qtbot) -> None:
