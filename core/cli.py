@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "kvpilot.core.commands.export",
         "print the plan as a command, docker run, compose file or Helm values",
     ),
+    "runtime": ("kvpilot.core.commands.runtime", "install, list and remove managed vLLM runtimes"),
 }
 
 

