@@ -217,6 +217,7 @@ class MainWindow(QMainWindow):
         self.server_panel.stop_clicked.connect(lambda: self.stop_server())
         self.server_panel.attach_clicked.connect(lambda: self.open_attach())
         self.server_panel.detach_clicked.connect(lambda: self.detach())
+        self.server_panel.install_clicked.connect(lambda: self.open_runtime_install())
         self.banner.option_chosen.connect(self.apply_fallback)
         self.banner.details_requested.connect(lambda: self.tabs.setCurrentWidget(self.log_view))
         self.dashboard.fix_requested.connect(self.apply_pressure_fix)
@@ -318,7 +319,29 @@ class MainWindow(QMainWindow):
         self.runtime = None
         message = exc.message if isinstance(exc, KvpilotError) else str(exc)
         self.runtime_problem = f"vLLM is not installed or not usable: {message}"
-        self.server_panel.set_launch_blocked(self.runtime_problem)
+        self.server_panel.set_launch_blocked(self.runtime_problem, offer_install=True)
+
+    def _make_install_dialog(self, parent: Any = None) -> Any:
+        from kvpilot.gui.runtime_install import InstallRuntimeDialog
+
+        dialog = InstallRuntimeDialog(
+            parent or self,
+            data_dir=self.services.data_dir,
+            nvml_module=self.services.nvml_module(),
+            factory=self.services.runtime_installer_factory(),
+        )
+        dialog.installed.connect(lambda _rt: self._discover_runtime())
+        return dialog
+
+    def open_runtime_install(self, *, modal: bool = True) -> Any:
+        """The "Install vLLM" dialog (core/runtimes in a worker thread); a verified install
+        is picked up by discovery at once."""
+        dialog = self._make_install_dialog()
+        if modal:
+            dialog.exec()
+        else:
+            dialog.show()
+        return dialog
 
     def _on_probe(self, result: Any) -> None:
         self._probe_in_flight = False
@@ -493,6 +516,7 @@ class MainWindow(QMainWindow):
             self,
             config_path=_home_relative(self.store.path),
             list_runtimes=self.services.list_runtimes,
+            open_install=self._make_install_dialog,
         )
 
     def accept_settings(self, new: st.Settings) -> st.Settings:

@@ -110,6 +110,8 @@ class AppServices:
         self.supervisor_options: dict[str, Any] = {}
         #: (total bytes, name) of the GPU in use, for predictions about an attached local server
         self.attach_gpu: tuple[int | None, str] = (None, "")
+        #: extra keyword arguments for the managed-runtime installer (tests: wheel folders)
+        self.installer_options: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- hardware
 
@@ -283,6 +285,15 @@ class AppServices:
         from kvpilot.core.vllm.runtime import list_runtimes
 
         return list_runtimes(configured or None, data_dir=self.data_dir)
+
+    def runtime_installer_factory(self) -> Any:
+        """Builds :class:`~kvpilot.core.runtimes.installer.RuntimeInstaller` for the dialog
+        (``installer_options`` are passed through: tests give wheel folders)."""
+        from functools import partial
+
+        from kvpilot.core.runtimes.installer import RuntimeInstaller
+
+        return partial(RuntimeInstaller, **self.installer_options)
 
     @staticmethod
     def install_hint() -> str:

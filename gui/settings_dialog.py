@@ -50,6 +50,7 @@ class SettingsDialog(QDialog):
         config_path: str = "",
         list_runtimes: Callable[[str], list[Any]] | None = None,
         ask_name: Callable[[str, str], str | None] | None = None,
+        open_install: Callable[[QWidget], Any] | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("kvpilot settings")
@@ -58,6 +59,7 @@ class SettingsDialog(QDialog):
         self._current: str = settings.active_profile
         self._list_runtimes = list_runtimes
         self._ask_name = ask_name or self._ask_name_dialog
+        self._open_install = open_install or _default_open_install
         self._loading = False
 
         # --- profiles
@@ -100,6 +102,13 @@ class SettingsDialog(QDialog):
         self.runtime_browse.clicked.connect(self._browse_runtime)
         runtime_row.addWidget(self.runtime, 1)
         runtime_row.addWidget(self.runtime_browse)
+        self.runtime_install = QPushButton("Install vLLM…")
+        self.runtime_install.setObjectName("settingsInstallVllm")
+        self.runtime_install.setToolTip(
+            "Install a vLLM build that fits this GPU and driver (a managed runtime)"
+        )
+        self.runtime_install.clicked.connect(self._install_runtime)
+        runtime_row.addWidget(self.runtime_install)
         form.addRow("vLLM", runtime_row)
         self.runtime_status = QLabel("")
         self.runtime_status.setWordWrap(True)
@@ -364,6 +373,22 @@ class SettingsDialog(QDialog):
         if path:
             self.hf_cache.setText(path)
 
+    def _install_runtime(self) -> None:
+        dialog = self._open_install(self)
+        if dialog is not None and hasattr(dialog, "installed"):
+            dialog.installed.connect(self._on_runtime_installed)
+            dialog.show()
+
+    def _on_runtime_installed(self, rt: Any) -> None:
+        self.runtime_status.setText(
+            f"installed vLLM {rt.vllm_version or rt.version} ({rt.runtime_id}); auto-detect "
+            f"finds it, or pick it here to pin this profile to it"
+        )
+        if self.runtime.findData(rt.runtime_id) < 0:
+            self.runtime.addItem(f"{rt.runtime_id}  (managed vLLM {rt.version})", rt.runtime_id)
+        if self._list_runtimes is not None:
+            self._detect_runtimes()
+
     def _detect_runtimes(self) -> None:
         from kvpilot.gui.workers import run_in_pool
 
@@ -394,3 +419,10 @@ class SettingsDialog(QDialog):
 
     def _on_runtimes_error(self, exc: BaseException) -> None:
         self.runtime_status.setText(f"could not list vLLM installations: {exc}")
+
+
+def _default_open_install(parent: QWidget) -> Any:
+    """The "Install vLLM" dialog (not shown yet) for kvpilot's default data folder."""
+    from kvpilot.gui.runtime_install import InstallRuntimeDialog
+
+    return InstallRuntimeDialog(parent)

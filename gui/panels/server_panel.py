@@ -80,6 +80,7 @@ class ServerPanel(QWidget):
     stop_clicked = Signal()
     attach_clicked = Signal()
     detach_clicked = Signal()
+    install_clicked = Signal()
 
     def __init__(
         self, parent: QWidget | None = None, *, clock: Callable[[], float] = time.monotonic
@@ -144,6 +145,16 @@ class ServerPanel(QWidget):
         self.reason.setWordWrap(True)
         self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reason.setVisible(False)
+        self.install_button = QPushButton("Install vLLM…")
+        self.install_button.setObjectName("installVllmButton")
+        self.install_button.setToolTip(
+            "Install a vLLM build that fits this GPU and driver into kvpilot's data folder"
+        )
+        self.install_button.setVisible(False)
+        self.install_button.clicked.connect(self.install_clicked.emit)
+        reason_row = QHBoxLayout()
+        reason_row.addWidget(self.reason, 1)
+        reason_row.addWidget(self.install_button, 0, Qt.AlignmentFlag.AlignTop)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 2, 6, 2)
@@ -151,7 +162,7 @@ class ServerPanel(QWidget):
         lay.addLayout(row)
         lay.addWidget(self.progress)
         lay.addWidget(self.capacity)
-        lay.addWidget(self.reason)
+        lay.addLayout(reason_row)
 
         self._tick = QTimer(self)
         self._tick.setObjectName("server-elapsed")
@@ -162,8 +173,10 @@ class ServerPanel(QWidget):
 
     # ----------------------------------------------------------------- launch availability
 
-    def set_launch_blocked(self, reason: str | None) -> None:
-        """Disable Launch with a reason and what to install (None: launch allowed)."""
+    def set_launch_blocked(self, reason: str | None, *, offer_install: bool = False) -> None:
+        """Disable Launch with a reason and what to install (None: launch allowed);
+        ``offer_install`` shows the "Install vLLM…" button (no usable vLLM found)."""
+        self.install_button.setVisible(bool(reason) and offer_install)
         self._blocked = reason
         self.reason.setText(f"Launch unavailable: {reason}" if reason else "")
         self.reason.setStyleSheet(f"color: {theme.TIGHT}")
