@@ -329,9 +329,26 @@ class MainWindow(QMainWindow):
             data_dir=self.services.data_dir,
             nvml_module=self.services.nvml_module(),
             factory=self.services.runtime_installer_factory(),
+            profiles=lambda: self.settings.profiles,
         )
         dialog.installed.connect(lambda _rt: self._discover_runtime())
+        dialog.default_changed.connect(lambda _id: self._discover_runtime())
+        dialog.removed.connect(self._on_runtime_removed)
         return dialog
+
+    def _on_runtime_removed(self, _runtime_id: str, pinned_by: list[str]) -> None:
+        """Profiles that pinned a removed runtime go back to auto-detect; then rediscover."""
+        for name in pinned_by:
+            try:
+                self.settings = st.update_profile(
+                    self.settings, replace(self.settings.profile(name), vllm_runtime="")
+                )
+            except KvpilotError:
+                continue  # the profile was renamed or deleted meanwhile
+        if pinned_by:
+            self._save()
+            self._apply_profile()
+        self._discover_runtime()
 
     def open_runtime_install(self, *, modal: bool = True) -> Any:
         """The "Install vLLM" dialog (core/runtimes in a worker thread); a verified install

