@@ -7,8 +7,10 @@ the name of the active one, and app-wide state such as the window geometry.
 Guarantees:
 
 * writes are atomic (temp file in the same directory, ``fsync``, ``os.replace``) and the file is
-  created with permissions 0600 because it may hold an API key and a Hugging Face token (no OS
-  keyring is used; :data:`SECRETS_STORAGE` says so in words for the settings dialog);
+  created with permissions 0600; the API key and Hugging Face token go to the system keyring
+  when there is one (:mod:`kvpilot.core.secrets`; secrets still in an older file move there on
+  the first load) and stay in this file only as the last resort
+  (``SettingsStore.secrets.describe()`` says which, in words, for the settings dialog);
 * a file that is not valid JSON, or not a settings object, is moved aside as
   ``settings.json.corrupt-<timestamp>`` and :meth:`SettingsStore.load` returns the defaults with a
   :class:`SettingsWarning` naming the backup; the app keeps running;
@@ -57,7 +59,8 @@ SCHEMA_VERSION = 1
 FILE_NAME = "settings.json"
 #: environment variable that overrides the config directory (tests, portable installs)
 CONFIG_DIR_ENV = "KVPILOT_CONFIG_DIR"
-#: how secrets are stored, in words for the settings dialog
+#: how secrets are stored when no keyring is usable, in words for the settings dialog
+#: (``SettingsStore.secrets.describe()`` says where they are on this machine)
 SECRETS_STORAGE = (
     "API key and Hugging Face token are stored in the settings file, readable only by you "
     "(permissions 0600); no system keyring is used."
@@ -522,6 +525,22 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
             os.close(dfd)
 
 
+def _secrets_in_file(data: Mapping[str, Any]) -> bool:
+    """True when a parsed settings file holds an API key or token in any profile."""
+    raw_profiles = data.get("profiles")
+    if isinstance(raw_profiles, dict):
+        bodies: Any = raw_profiles.values()
+    elif isinstance(raw_profiles, list):
+        bodies = raw_profiles
+    else:
+        return False
+    return any(
+        isinstance(p, dict) and any(isinstance(p.get(k), str) and p.get(k) for k in
+                                    ("api_key", "hf_token"))
+        for p in bodies
+    )
+
+
 class SettingsStore:
     """Reads and writes ``settings.json`` in one directory.
 
@@ -529,9 +548,20 @@ class SettingsStore:
         config_dir: the directory (default :func:`default_config_dir`).
     """
 
-    def __init__(self, config_dir: Path | None = None) -> None:
+    def __init__(self, config_dir: Path | None = None, *, secrets: Any | None = None) -> None:
         self.config_dir = Path(config_dir) if config_dir is not None else default_config_dir()
         self.path = self.config_dir / FILE_NAME
+        self._secrets = secrets
+        self._known_profiles: tuple[str, ...] = ()
+
+    @property
+    def secrets(self) -> Any:
+        """Where API keys and tokens live (:class:`kvpilot.core.secrets.SecretStore`)."""
+        if self._secrets is None:
+            from kvpilot.core.secrets import default_store
+
+            self._secrets = default_store(self.config_dir)
+        return self._secrets
 
     def load(self) -> LoadResult:
         """Read the settings; never raises for file content problems (see module docstring).
@@ -556,8 +586,10 @@ class SettingsStore:
         if not isinstance(data, dict):
             return self._corrupt("not a JSON object")
         warnings: list[SettingsWarning] = []
+        in_file = _secrets_in_file(data)
         try:
             data = migrate(data)
+            migrated = self._fill_secrets(data)
             settings, warnings = settings_from_json(data)
         except SettingsError as exc:
             return self._corrupt(exc.message)
@@ -571,7 +603,7 @@ class SettingsStore:
                     "does not know are kept unchanged",
                 ),
             )
-        has_secrets = any(p.api_key or p.hf_token for p in settings.profiles)
+        has_secrets = in_file
         with contextlib.suppress(OSError):
             if has_secrets and self.path.stat().st_mode & 0o077:
                 warnings.append(
@@ -582,17 +614,37 @@ class SettingsStore:
                         "it will be written back with permissions 0600",
                     )
                 )
+        self._known_profiles = settings.names
+        if migrated:  # the secrets are in the keyring now: write the file without them
+            with contextlib.suppress(SettingsError):
+                self.save(settings)
+                log.info("settings: moved the secrets of %d profile(s) to the %s",
+                         len(migrated), self.secrets.kind)
         for w in warnings:
             log.warning("settings: %s", w.message)
         return LoadResult(settings, tuple(warnings), self.path)
 
+
+    def _fill_secrets(self, data: dict[str, Any]) -> list[str]:
+        from kvpilot.core.secrets import hydrate_json
+
+        return hydrate_json(data, self.secrets)
+
     def save(self, settings: Settings) -> None:
-        """Write ``settings`` atomically with permissions 0600.
+        """Write ``settings`` atomically with permissions 0600 (secrets to the keyring when
+        there is one, see :mod:`kvpilot.core.secrets`).
 
         Raises:
             SettingsError: the file cannot be written (names the path and the OS reason).
         """
-        text = json.dumps(settings_to_json(settings), indent=2, sort_keys=False) + "\n"
+        from kvpilot.core.secrets import strip
+
+        store = self.secrets
+        on_disk = strip(settings, store)
+        if not store.in_settings_file:
+            store.forget_profiles(settings.names, self._known_profiles)
+        self._known_profiles = settings.names
+        text = json.dumps(settings_to_json(on_disk), indent=2, sort_keys=False) + "\n"
         try:
             atomic_write_text(self.path, text)
         except OSError as exc:

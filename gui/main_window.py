@@ -534,6 +534,7 @@ class MainWindow(QMainWindow):
             config_path=_home_relative(self.store.path),
             list_runtimes=self.services.list_runtimes,
             open_install=self._make_install_dialog,
+            secrets_note=self.store.secrets.describe(),
         )
 
     def accept_settings(self, new: st.Settings) -> st.Settings:

@@ -51,6 +51,7 @@ class SettingsDialog(QDialog):
         list_runtimes: Callable[[str], list[Any]] | None = None,
         ask_name: Callable[[str, str], str | None] | None = None,
         open_install: Callable[[QWidget], Any] | None = None,
+        secrets_note: str | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("kvpilot settings")
@@ -167,8 +168,10 @@ class SettingsDialog(QDialog):
         self.problems.setWordWrap(True)
         self.problems.setStyleSheet(f"color: {theme.FAIL}")
         self.storage = QLabel(
-            f"{st.SECRETS_STORAGE}" + (f"<br>Settings file: {config_path}" if config_path else "")
+            f"{secrets_note or st.SECRETS_STORAGE}"
+            + (f"<br>Settings file: {config_path}" if config_path else "")
         )
+        self.storage.setObjectName("secretsStorage")
         self.storage.setWordWrap(True)
         self.storage.setStyleSheet(f"color: {theme.MUTED}")
         self.storage.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -45,7 +45,7 @@ from kvpilot.core.measurements import (
     now_iso,
 )
 from kvpilot.core.vllm import logparse
-from kvpilot.core.vllm.command import LaunchCommand, LaunchSpec, build_command
+from kvpilot.core.vllm.command import SECRET_ENV, LaunchCommand, LaunchSpec, build_command
 from kvpilot.core.vllm.orphans import (
     ServerRecord,
     pidfile_path,
@@ -270,6 +270,7 @@ class Supervisor:
         self._launch_log: _LaunchLog | None = None
         self._pidfile: Path | None = None
         self._secret: str | None = None
+        self._secrets: tuple[str, ...] = ()
         self._redacted_argv: tuple[str, ...] = ()
         self._host = "127.0.0.1"
         self._port = 0
@@ -388,6 +389,10 @@ class Supervisor:
         self._model_name = cmd.served_model_name
         self._api_key = cmd.api_key
         self._secret = self._api_key
+        # every secret handed to the child through its environment (API key, HF token)
+        self._secrets = tuple(
+            v for k, v in cmd.env.items() if k in SECRET_ENV and v and len(v) >= 4
+        )
         self._redacted_argv = tuple(cmd.display_argv)
         stem = f"{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}-{self._port}"
         self._launch_log = _LaunchLog(
@@ -587,8 +592,9 @@ class Supervisor:
         self._pidfile = write_pidfile(self.data_dir, record)
 
     def _redact(self, line: str) -> str:
-        if self._secret and self._secret in line:
-            return line.replace(self._secret, "***")
+        for secret in (self._secret, *self._secrets):
+            if secret and secret in line:
+                line = line.replace(secret, "***")
         return line
 
     def _read_stream(self, stream: IO[bytes], name: str) -> None:

@@ -1,0 +1,239 @@
+"""Where the API key and the Hugging Face token of each profile are kept.
+
+In order of preference:
+
+1. ``keyring``: the system keyring through the ``keyring`` package (Secret Service on Linux
+   desktops, the macOS Keychain, the Windows Credential Locker), service ``kvpilot``, user name
+   ``<profile>/<field>``;
+2. ``keyring-file``: keyring's file fallback (``keyrings.alt``), only when the user accepted it
+   (:func:`accept_file_fallback`) and the package is installed;
+3. ``settings-file``: the settings file itself, permissions 0600 (the last resort; the settings
+   dialog says so in words with :meth:`SecretStore.describe`).
+
+``KVPILOT_SECRETS=settings-file`` forces the last one (tests, portable installs);
+``KVPILOT_SECRETS=keyring`` refuses to fall back.
+
+:class:`~kvpilot.core.settings.SettingsStore` calls :func:`hydrate` after reading the file (the
+secrets come back into the in-memory profiles, and secrets still in the file are moved into the
+keyring: the migration on first start) and :func:`strip` before writing (what goes to the
+keyring leaves the file). Nothing here logs a secret's value.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("kvpilot.secrets")
+
+SERVICE = "kvpilot"
+BACKEND_ENV = "KVPILOT_SECRETS"
+FIELDS: tuple[str, ...] = ("api_key", "hf_token")
+FALLBACK_MARKER = "secrets-file-fallback-accepted"
+
+KIND_KEYRING = "keyring"
+KIND_KEYRING_FILE = "keyring-file"
+KIND_SETTINGS_FILE = "settings-file"
+
+
+def _usable_keyring() -> Any | None:
+    """The active keyring backend when it is a real one (not fail / null / empty chainer)."""
+    try:
+        import keyring
+        from keyring.backends import chainer, fail
+    except ImportError:
+        return None
+    try:
+        backend = keyring.get_keyring()
+    except Exception:  # noqa: BLE001 - a broken keyring set-up means: not usable
+        return None
+    if isinstance(backend, fail.Keyring):
+        return None
+    if isinstance(backend, chainer.ChainerBackend) and not backend.backends:
+        return None
+    name = type(backend).__module__
+    if name.startswith("keyring.backends.null"):
+        return None
+    if name.startswith("keyrings.alt"):
+        return None  # a file backend chosen by the environment: only used when accepted
+    return backend
+
+
+def _file_keyring(config_dir: Path) -> Any | None:
+    try:
+        from keyrings.alt.file import PlaintextKeyring
+    except ImportError:
+        return None
+    ring = PlaintextKeyring()
+    ring.file_path = str(config_dir / "secrets.cfg")  # next to the settings, not in $HOME
+    return ring
+
+
+def fallback_accepted(config_dir: Path) -> bool:
+    """True when the user accepted keyring's file fallback for this config directory."""
+    return (config_dir / FALLBACK_MARKER).exists()
+
+
+def accept_file_fallback(config_dir: Path, accepted: bool = True) -> None:
+    """Record (or withdraw) the user's consent to keyring's file fallback."""
+    marker = config_dir / FALLBACK_MARKER
+    if accepted:
+        config_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text("1\n", encoding="utf-8")
+    elif marker.exists():
+        marker.unlink()
+
+
+@dataclass
+class SecretStore:
+    """One place for secrets; ``kind`` is ``keyring``, ``keyring-file`` or ``settings-file``.
+
+    ``backend`` is the keyring backend object (None for ``settings-file``).
+    """
+
+    kind: str
+    backend: Any | None = None
+    backend_name: str = ""
+
+    @property
+    def in_settings_file(self) -> bool:
+        """True when secrets stay in the settings file."""
+        return self.kind == KIND_SETTINGS_FILE
+
+    def describe(self) -> str:
+        """One sentence for the settings dialog: where the secrets are."""
+        if self.kind == KIND_KEYRING:
+            return (
+                "API key and Hugging Face token are stored in the system keyring "
+                f"({self.backend_name}), not in the settings file."
+            )
+        if self.kind == KIND_KEYRING_FILE:
+            return (
+                "API key and Hugging Face token are stored in keyring's file fallback "
+                f"({self.backend_name}), which you accepted; no system keyring is available."
+            )
+        return (
+            "No system keyring is available, so the API key and Hugging Face token are stored "
+            "in the settings file, readable only by you (permissions 0600)."
+        )
+
+    @staticmethod
+    def _user(profile: str, field: str) -> str:
+        return f"{profile}/{field}"
+
+    def get(self, profile: str, field: str) -> str:
+        """The secret, "" when none (or the keyring cannot be read)."""
+        if self.backend is None:
+            return ""
+        try:
+            value = self.backend.get_password(SERVICE, self._user(profile, field))
+        except Exception as exc:  # noqa: BLE001 - keyring errors vary by backend
+            log.warning("secrets: cannot read %s of profile %r: %s", field, profile,
+                        type(exc).__name__)
+            return ""
+        return value or ""
+
+    def set(self, profile: str, field: str, value: str) -> bool:
+        """Store (``value`` "" deletes); False when the keyring refused."""
+        if self.backend is None:
+            return False
+        user = self._user(profile, field)
+        try:
+            if value:
+                self.backend.set_password(SERVICE, user, value)
+            elif self.backend.get_password(SERVICE, user) is not None:
+                self.backend.delete_password(SERVICE, user)
+        except Exception as exc:  # noqa: BLE001 - keyring errors vary by backend
+            log.warning("secrets: cannot store %s of profile %r: %s", field, profile,
+                        type(exc).__name__)
+            return False
+        return True
+
+    def forget_profiles(self, keep: Iterable[str], known: Iterable[str]) -> None:
+        """Delete the secrets of profiles in ``known`` that are not in ``keep``."""
+        kept = set(keep)
+        for name in known:
+            if name not in kept:
+                for f in FIELDS:
+                    self.set(name, f, "")
+
+
+def default_store(config_dir: Path) -> SecretStore:
+    """The store for ``config_dir`` following the order in the module docstring."""
+    wanted = os.environ.get(BACKEND_ENV, "auto").strip().lower()
+    if wanted == KIND_SETTINGS_FILE:
+        return SecretStore(KIND_SETTINGS_FILE)
+    ring = _usable_keyring()
+    if ring is not None:
+        return SecretStore(KIND_KEYRING, ring, type(ring).__name__)
+    if fallback_accepted(config_dir):
+        file_ring = _file_keyring(config_dir)
+        if file_ring is not None:
+            return SecretStore(KIND_KEYRING_FILE, file_ring, str(config_dir / "secrets.cfg"))
+    if wanted == KIND_KEYRING:
+        log.warning("secrets: %s=keyring but no keyring is usable; using the settings file",
+                    BACKEND_ENV)
+    return SecretStore(KIND_SETTINGS_FILE)
+
+
+def file_fallback_available() -> bool:
+    """True when keyring's file fallback (``keyrings.alt``) is installed."""
+    try:
+        import keyrings.alt.file  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def hydrate_json(data: dict[str, Any], store: SecretStore) -> list[str]:
+    """Fill the secrets of each profile object of a parsed settings file from ``store``, in
+    place (before the profiles are validated: a wide host needs its API key); secrets found in
+    the file are copied into the store.
+
+    Returns the names of the profiles whose secrets were found in the file and are now in the
+    store (the caller writes the file again so that they leave it).
+    """
+    if store.in_settings_file:
+        return []
+    raw_profiles = data.get("profiles")
+    if not isinstance(raw_profiles, list):
+        return []
+    migrated: list[str] = []
+    for raw in raw_profiles:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            continue
+        name = raw["name"]
+        moved = False
+        for f in FIELDS:
+            in_file = raw.get(f)
+            if isinstance(in_file, str) and in_file:
+                moved = store.set(name, f, in_file) or moved
+            else:
+                kept = store.get(name, f)
+                if kept:
+                    raw[f] = kept
+        if moved:
+            migrated.append(name)
+    return migrated
+
+
+def strip(settings: Any, store: SecretStore) -> Any:
+    """The settings to write to the file: secrets that ``store`` kept are blanked.
+
+    A secret the keyring refused stays in the file (0600) rather than being lost.
+    """
+    if store.in_settings_file:
+        return settings
+    profiles = []
+    for p in settings.profiles:
+        values = {}
+        for f in FIELDS:
+            value = getattr(p, f)
+            if store.set(p.name, f, value):
+                values[f] = ""
+        profiles.append(replace(p, **values))
+    return replace(settings, profiles=tuple(profiles))

@@ -1,0 +1,118 @@
+"""API key and HF token in the system keyring; the settings file only as the last resort;
+secrets in an older file migrate on the first load."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import keyring
+import pytest
+from fakes.memory_keyring import MemoryKeyring
+
+from kvpilot.core import secrets as sec
+from kvpilot.core import settings as st
+
+TOKEN = "hf_PLANTEDtoken0123456789abcdef"
+KEY = "sk-planted-api-key-42"
+
+
+@pytest.fixture
+def ring(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeyring]:
+    monkeypatch.delenv(sec.BACKEND_ENV, raising=False)
+    before = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    yield backend
+    keyring.set_keyring(before)
+
+
+def _with_secrets(settings: st.Settings, name: str = "Default") -> st.Settings:
+    return st.update_profile(
+        settings, replace(settings.profile(name), api_key=KEY, hf_token=TOKEN)
+    )
+
+
+def test_secrets_go_to_the_keyring_not_the_file(tmp_path: Path, ring: MemoryKeyring) -> None:
+    store = st.SettingsStore(tmp_path)
+    assert store.secrets.kind == "keyring"
+    assert "system keyring (MemoryKeyring)" in store.secrets.describe()
+    store.save(_with_secrets(st.Settings()))
+    raw = store.path.read_text()
+    assert TOKEN not in raw and KEY not in raw
+    assert ring.passwords == {("kvpilot", "Default/api_key"): KEY,
+                              ("kvpilot", "Default/hf_token"): TOKEN}
+    loaded = st.SettingsStore(tmp_path).load().settings.active
+    assert (loaded.api_key, loaded.hf_token) == (KEY, TOKEN)
+
+
+def test_secrets_in_an_older_file_migrate_on_first_load(
+    tmp_path: Path, ring: MemoryKeyring, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = st.SettingsStore(tmp_path, secrets=sec.SecretStore(sec.KIND_SETTINGS_FILE))
+    old.save(_with_secrets(st.Settings()))
+    assert TOKEN in old.path.read_text()  # what an earlier kvpilot wrote
+    caplog.set_level("DEBUG")
+    result = st.SettingsStore(tmp_path).load()
+    assert (result.settings.active.api_key, result.settings.active.hf_token) == (KEY, TOKEN)
+    raw = json.loads(old.path.read_text())
+    assert raw["profiles"][0]["api_key"] == "" and raw["profiles"][0]["hf_token"] == ""
+    assert ring.passwords[("kvpilot", "Default/hf_token")] == TOKEN
+    assert "moved the secrets of 1 profile(s) to the keyring" in caplog.text
+    assert TOKEN not in caplog.text and KEY not in caplog.text
+
+
+def test_deleted_profile_takes_its_secrets_along(tmp_path: Path, ring: MemoryKeyring) -> None:
+    store = st.SettingsStore(tmp_path)
+    settings = _with_secrets(st.create_profile(st.Settings(), "gated"), "gated")
+    store.save(settings)
+    assert ("kvpilot", "gated/hf_token") in ring.passwords
+    store.save(st.delete_profile(settings, "gated"))
+    assert not any(user.startswith("gated/") for _, user in ring.passwords)
+
+
+def test_a_locked_keyring_keeps_the_secret_in_the_file(tmp_path: Path) -> None:
+    before = keyring.get_keyring()
+    keyring.set_keyring(MemoryKeyring(refuse=True))
+    try:
+        store = st.SettingsStore(tmp_path)
+        store.save(_with_secrets(st.Settings()))
+        assert TOKEN in store.path.read_text()  # not lost
+        assert store.path.stat().st_mode & 0o777 == 0o600
+    finally:
+        keyring.set_keyring(before)
+
+
+def test_no_keyring_means_the_0600_file_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keyring.backends import fail
+
+    before = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    try:
+        store = st.SettingsStore(tmp_path)
+        assert store.secrets.kind == "settings-file"
+        assert "settings file, readable only by you (permissions 0600)" in (
+            store.secrets.describe()
+        )
+        store.save(_with_secrets(st.Settings()))
+        assert TOKEN in store.path.read_text()
+        assert store.path.stat().st_mode & 0o777 == 0o600
+        # the file fallback is used only when accepted (and installed)
+        assert not sec.fallback_accepted(tmp_path)
+        sec.accept_file_fallback(tmp_path)
+        assert sec.fallback_accepted(tmp_path)
+        expected = "keyring-file" if sec.file_fallback_available() else "settings-file"
+        assert sec.default_store(tmp_path).kind == expected
+    finally:
+        keyring.set_keyring(before)
+
+
+def test_env_forces_the_settings_file(
+    tmp_path: Path, ring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sec.BACKEND_ENV, "settings-file")
+    assert st.SettingsStore(tmp_path).secrets.kind == "settings-file"
