@@ -33,6 +33,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "print the plan as a command, docker run, compose file or Helm values",
     ),
     "runtime": ("kvpilot.core.commands.runtime", "install, list and remove managed vLLM runtimes"),
+    "install-desktop-entry": (
+        "kvpilot.core.commands.desktop",
+        "add kvpilot to the desktop's application menu (--uninstall removes it)",
+    ),
 }
 
 

@@ -94,6 +94,7 @@ def main(args: argparse.Namespace) -> int:
     show_panel(window, args.panel, _failure_log(args))
     crash.install(crash.CrashReporter(logsetup.log_path(), window))
     window.show()
+    _offer_desktop_entry_later(window)
     pump = _install_signal_handlers(app)
     try:
         return int(app.exec())
@@ -102,6 +103,18 @@ def main(args: argparse.Namespace) -> int:
         window.services.shutdown()
         wait_for_pool(30_000)
         dispose(window)
+
+
+def _offer_desktop_entry_later(window: MainWindow) -> None:
+    """First start of a frozen build: offer the application-menu entry once, after showing."""
+    from kvpilot.gui.desktop_offer import offer_desktop_entry
+
+    def offer() -> None:
+        said = offer_desktop_entry(window)
+        if said:
+            window.statusBar().showMessage(said, 10_000)
+
+    QTimer.singleShot(1500, offer)
 
 
 def dispose(window: MainWindow) -> None:
