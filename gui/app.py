@@ -94,6 +94,9 @@ def main(args: argparse.Namespace) -> int:
     show_panel(window, args.panel, _failure_log(args))
     crash.install(crash.CrashReporter(logsetup.log_path(), window))
     window.show()
+    from kvpilot.gui.screen_fit import clamp_to_screen
+
+    clamp_to_screen(window)  # now that the window manager's frame is known
     _offer_desktop_entry_later(window)
     pump = _install_signal_handlers(app)
     try:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.gui import theme
+from kvpilot.gui.screen_fit import wrap_anywhere
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class FallbackBanner(QFrame):
         """Show ``cause`` and one button per choice (best first), plus Details."""
         self.cause.setText(
             f'<span style="color:{theme.FAIL}; font-weight:600">✗ vLLM could not start:</span> '
-            f"{_escape(cause)}"
+            f"{_escape(wrap_anywhere(cause))}"
         )
         self._clear_buttons()
         for i, choice in enumerate(choices):

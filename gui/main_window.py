@@ -1055,14 +1055,18 @@ class MainWindow(QMainWindow):
     # =================================================================== window
 
     def _restore_geometry(self) -> None:
+        from kvpilot.gui.screen_fit import clamp_to_screen
+
         geo = self.settings.window_geometry
         if geo:
             try:
                 self.restoreGeometry(QByteArray(base64.b64decode(geo)))
+                clamp_to_screen(self)  # saved on a larger screen
                 return
             except (ValueError, TypeError):
                 pass
         self.resize(1360, 900)
+        clamp_to_screen(self)  # a 1366 x 768 laptop
 
     def geometry_text(self) -> str:
         return base64.b64encode(bytes(self.saveGeometry().data())).decode("ascii")

@@ -14,6 +14,7 @@ Signals (ServerPanel):
 from __future__ import annotations
 
 import collections
+import html
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -37,6 +39,7 @@ from PySide6.QtWidgets import (
 from kvpilot.core.vllm import logparse
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
+from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
 
 #: start-up phases in order (the log scanner's names), with the words shown to the user
 PHASES: tuple[tuple[str, str], ...] = (
@@ -97,6 +100,9 @@ class ServerPanel(QWidget):
         self.status = QLabel()
         self.status.setObjectName("serverStatus")
         self.status.setTextFormat(Qt.TextFormat.RichText)
+        # a long model id must not widen the window: the label takes what the row leaves
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status.setMinimumWidth(120)
         self.endpoint = QLineEdit()
         self.endpoint.setReadOnly(True)
         self.endpoint.setMinimumWidth(220)
@@ -178,7 +184,7 @@ class ServerPanel(QWidget):
         ``offer_install`` shows the "Install vLLM…" button (no usable vLLM found)."""
         self.install_button.setVisible(bool(reason) and offer_install)
         self._blocked = reason
-        self.reason.setText(f"Launch unavailable: {reason}" if reason else "")
+        self.reason.setText(f"Launch unavailable: {wrap_anywhere(reason)}" if reason else "")
         self.reason.setStyleSheet(f"color: {theme.TIGHT}")
         self.reason.setVisible(bool(reason))
         self._update_buttons()
@@ -229,10 +235,11 @@ class ServerPanel(QWidget):
         }.get(state, state or "")
         text = f'<span style="color:{color}">●</span> <b>{words}</b>'
         if model:
-            text += f" · {model}"
+            text += f" · {html.escape(elide_middle(model, 60))}"
         if detail:
-            text += f" · {detail}"
+            text += f" · {html.escape(elide_middle(detail, 80))}"
         self.status.setText(text)
+        self.status.setToolTip(" · ".join(p for p in (words, model, detail) if p))
         if endpoint:
             self._endpoint = endpoint
         show_ep = state in ("ready", ATTACHED) and bool(self._endpoint)
