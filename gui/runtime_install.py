@@ -41,6 +41,7 @@ from kvpilot.core.runtimes.releases import (
     format_bytes,
     load_releases,
 )
+from kvpilot.gui.screen_fit import wrap_anywhere
 from kvpilot.gui.workers import run_in_pool
 
 InstallerFactory = Callable[..., RuntimeInstaller]
@@ -162,7 +163,7 @@ class InstallRuntimeDialog(QDialog):
         self.summary.setObjectName("installSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         self.release_box = QComboBox()
         self.release_box.setObjectName("installRelease")
         for rel in self._releases:
@@ -179,7 +180,7 @@ class InstallRuntimeDialog(QDialog):
         self.status = QLabel("")
         self.status.setObjectName("installStatus")
         self.status.setWordWrap(True)
-        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         self.log_toggle = QToolButton()
         self.log_toggle.setText("Show log")
         self.log_toggle.setCheckable(True)
@@ -233,7 +234,8 @@ class InstallRuntimeDialog(QDialog):
         lay.addWidget(QLabel("Installed runtimes:"))
         lay.addLayout(manage)
         lay.addLayout(buttons)
-        self.resize(560, 300)
+        self.setMinimumWidth(520)
+        self.resize(620, 420)
         self.refresh_installed()
         run_in_pool(self._choose, self._on_choice, self._on_choice_error)
 
@@ -271,11 +273,11 @@ class InstallRuntimeDialog(QDialog):
             return
         rel = self._selected()
         how = "measured" if rel.measured else "estimated"
-        self.summary.setText(
+        self.summary.setText(wrap_anywhere(
             f"{self._lead}Installs {rel.requirement} into kvpilot's data folder "
             f"({rel.runtime_id}); needs {format_bytes(rel.peak_bytes)} of free disk while "
             f"installing ({how}), {format_bytes(rel.installed_bytes)} afterwards."
-        )
+        ))
 
     # ---------------------------------------------------------------- install
 
@@ -334,7 +336,7 @@ class InstallRuntimeDialog(QDialog):
         self.progress_bar.setValue(0)
         message = exc.message if isinstance(exc, KvpilotError) else f"{type(exc).__name__}: {exc}"
         prefix = "Cancelled: " if isinstance(exc, RuntimeInstallCancelled) else "Failed: "
-        self.status.setText(prefix + message)
+        self.status.setText(wrap_anywhere(prefix + message))
         self.install_button.setEnabled(True)
 
     # ---------------------------------------------------------------- installed runtimes
