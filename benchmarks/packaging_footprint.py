@@ -1,0 +1,144 @@
+"""Size, cold start and idle memory of the frozen kvpilot, against a bare PySide6 + pyqtgraph
+window frozen the same way (same build environment, PyInstaller, onedir, tar.gz).
+
+    python3 packaging/build.py                      # dist/kvpilot/ and its tarball first
+    .venv/bin/python benchmarks/packaging_footprint.py [--runs 3] [--idle-s 15]
+
+Prints: tarball and folder sizes (goal: tarball <= 60 MB), the time from start to the first
+shown window written as a screenshot (``kvpilot gui --screenshot``; the bare app does the same;
+goal: within 1.3x the bare app's), and the idle RSS of the whole process tree after
+``--idle-s`` seconds (goal: <= 250 MB). Offscreen Qt; a recorded RTX 4090 stands in for NVML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+BARE = '''
+import sys
+from PySide6.QtWidgets import QApplication, QMainWindow
+import pyqtgraph as pg
+
+app = QApplication(sys.argv)
+win = QMainWindow()
+plot = pg.PlotWidget()
+plot.plot([0, 1, 2, 3], [0, 1, 4, 9])
+win.setCentralWidget(plot)
+win.resize(1360, 740)
+win.show()
+app.processEvents()
+if len(sys.argv) > 1 and sys.argv[1] != "--idle":
+    win.grab().save(sys.argv[1], "PNG")
+    sys.exit(0)
+sys.exit(app.exec())
+'''
+
+
+def _build_python() -> Path:
+    venvs = sorted((ROOT / ".cache" / "packaging").glob("venv-*/bin/python"),
+                   key=lambda p: p.stat().st_mtime)
+    if not venvs:
+        raise SystemExit("no build environment: run python3 packaging/build.py first")
+    return venvs[-1]
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _tarball(folder: Path, out: Path) -> Path:
+    with tarfile.open(out, "w:gz") as tf:
+        tf.add(folder, arcname=folder.name)
+    return out
+
+
+def _build_bare(work: Path) -> Path:
+    script = work / "bare.py"
+    script.write_text(BARE)
+    subprocess.run(
+        [str(_build_python()), "-m", "PyInstaller", "--noconfirm", "--onedir", "--name", "bare",
+         "--distpath", str(work / "dist"), "--workpath", str(work / "build"),
+         "--specpath", str(work), str(script)],
+        check=True, capture_output=True, text=True,
+    )
+    return work / "dist" / "bare"
+
+
+def _start_times(argv: list[str], shot: Path, runs: int, env: dict[str, str]) -> list[float]:
+    times = []
+    for _ in range(runs):
+        shot.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        subprocess.run([*argv, str(shot)], check=True, env=env, capture_output=True, timeout=300)
+        times.append(time.perf_counter() - t0)
+        if not shot.exists():
+            raise SystemExit(f"{argv[0]} wrote no screenshot")
+    return times
+
+
+def _idle_rss(argv: list[str], idle_s: float, env: dict[str, str]) -> int:
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(idle_s)
+        p = psutil.Process(proc.pid)
+        return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--idle-s", type=float, default=15.0)
+    args = ap.parse_args()
+    app_dir = ROOT / "dist" / "kvpilot"
+    if not (app_dir / "kvpilot").exists():
+        raise SystemExit("dist/kvpilot/kvpilot is missing: run python3 packaging/build.py")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", KVPILOT_FAKE_NVML="rtx4090-desktop")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env.update(KVPILOT_DATA_DIR=str(work / "data"), KVPILOT_CACHE_DIR=str(work / "cache"),
+                   KVPILOT_CONFIG_DIR=str(work / "config"))
+        bare_dir = _build_bare(work)
+        app_tar = _tarball(app_dir, work / "kvpilot.tar.gz")
+        bare_tar = _tarball(bare_dir, work / "bare.tar.gz")
+        sizes = {
+            "kvpilot": (app_tar.stat().st_size, _folder_bytes(app_dir)),
+            "bare": (bare_tar.stat().st_size, _folder_bytes(bare_dir)),
+        }
+        app_t = _start_times([str(app_dir / "kvpilot"), "gui", "--screenshot"],
+                             work / "a.png", args.runs, env)
+        bare_t = _start_times([str(bare_dir / "bare")], work / "b.png", args.runs, env)
+        app_rss = _idle_rss([str(app_dir / "kvpilot"), "gui"], args.idle_s, env)
+        bare_rss = _idle_rss([str(bare_dir / "bare"), "--idle"], args.idle_s, env)
+    mb = 1e6
+    for name, (tar_b, dir_b) in sizes.items():
+        print(f"{name:8s} tarball {tar_b / mb:6.1f} MB   folder {dir_b / mb:6.1f} MB")
+    print(f"tarball goal <= 60 MB: kvpilot {sizes['kvpilot'][0] / mb:.1f} MB "
+          f"({'met' if sizes['kvpilot'][0] <= 60 * mb else 'not met'})")
+    a, b = statistics.median(app_t), statistics.median(bare_t)
+    print(f"start to first window (screenshot written), median of {args.runs}: kvpilot {a:.2f} s,"
+          f" bare {b:.2f} s, ratio {a / b:.2f}x (goal <= 1.3x; first runs "
+          f"{app_t[0]:.2f} s / {bare_t[0]:.2f} s)")
+    print(f"idle RSS after {args.idle_s:.0f} s: kvpilot {app_rss / 2**20:.0f} MiB, bare "
+          f"{bare_rss / 2**20:.0f} MiB (goal <= 250 MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
