@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -28,6 +29,9 @@ from PySide6.QtWidgets import (
 
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import wrap_anywhere
+
+#: fallback buttons per row (their labels are long: "FP8 KV cache — 2x the tokens, …")
+OPTION_COLUMNS = 2
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,10 @@ class FallbackBanner(QFrame):
         top = QHBoxLayout()
         top.addWidget(self.cause, 1)
         top.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
-        self.buttons_row = QHBoxLayout()
-        self.buttons_row.setSpacing(6)
+        # a grid, not a row: five long option labels side by side would widen the window
+        self.buttons_row = QGridLayout()
+        self.buttons_row.setHorizontalSpacing(6)
+        self.buttons_row.setVerticalSpacing(4)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setVisible(False)
@@ -97,12 +103,13 @@ class FallbackBanner(QFrame):
                 b.setDefault(True)
                 b.setStyleSheet("font-weight: 600")
             b.clicked.connect(lambda _=False, c=choice: self._choose(c))
-            self.buttons_row.addWidget(b)
+            self.buttons_row.addWidget(b, i // OPTION_COLUMNS, i % OPTION_COLUMNS)
             self.option_buttons.append(b)
         details = QPushButton("Details (log)")
         details.clicked.connect(self.details_requested.emit)
-        self.buttons_row.addWidget(details)
-        self.buttons_row.addStretch(1)
+        n = len(choices)
+        self.buttons_row.addWidget(details, n // OPTION_COLUMNS, n % OPTION_COLUMNS)
+        self.buttons_row.setColumnStretch(OPTION_COLUMNS, 1)
         self._details = details
         self.note.setText(note)
         self.note.setVisible(bool(note))

@@ -16,22 +16,25 @@ from PySide6.QtWidgets import QWidget
 ZWSP = "\u200b"
 #: room for the window manager's frame (width, height in px) before a window is shown
 FRAME_ALLOWANCE = (8, 40)
-_LONG_RUN = re.compile(r"\S{25,}")
+#: runs shorter than this stay untouched (at ~7 px a character they cannot widen a window)
+RUN_CHARS = 40
+_LONG_RUN = re.compile(r"\S{" + str(RUN_CHARS) + ",}")
 _BREAK_AFTER = re.compile(r"([/\\_.,;:?&=%)\]}-])")
 
 
 def wrap_anywhere(text: str) -> str:
-    """``text`` with a zero-width space after separators inside runs of 25+ non-spaces, and
-    every 25 characters where a run has none, so that word-wrapping labels can always break."""
+    """``text`` with a zero-width space after separators inside runs of :data:`RUN_CHARS` or
+    more non-spaces, and every :data:`RUN_CHARS` characters where a run has none, so that
+    word-wrapping labels can always break."""
 
     def split(match: re.Match[str]) -> str:
         run = _BREAK_AFTER.sub(lambda m: m.group(1) + ZWSP, match.group(0))
         pieces = run.split(ZWSP)
         out = []
         for piece in pieces:
-            while len(piece) > 25:
-                out.append(piece[:25])
-                piece = piece[25:]
+            while len(piece) > RUN_CHARS:
+                out.append(piece[:RUN_CHARS])
+                piece = piece[RUN_CHARS:]
             out.append(piece)
         return ZWSP.join(out)
 
