@@ -116,3 +116,22 @@ def test_env_forces_the_settings_file(
 ) -> None:
     monkeypatch.setenv(sec.BACKEND_ENV, "settings-file")
     assert st.SettingsStore(tmp_path).secrets.kind == "settings-file"
+
+
+@pytest.mark.parametrize("fmt", ["command", "docker", "compose", "helm"])
+def test_exported_commands_carry_no_secret(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvpilot.core.cli import main
+
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVPILOT_API_KEY", KEY)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    code = main(["export", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--gpu", "RTX 4090",
+                 "--format", fmt])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "Qwen2.5-7B-Instruct-AWQ" in out.out
+    assert KEY not in out.out + out.err and TOKEN not in out.out + out.err
+    if fmt != "helm":
+        assert "VLLM_API_KEY" in out.out  # a reference to the secret, never its value
