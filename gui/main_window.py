@@ -12,7 +12,7 @@ import base64
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
@@ -48,6 +48,9 @@ from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 from kvpilot.gui.services import AppServices, LaunchRequest
 from kvpilot.gui.settings_dialog import SettingsDialog
 from kvpilot.gui.workers import run_in_pool
+
+if TYPE_CHECKING:
+    from kvpilot.core.fit.fallback import FallbackOption
 
 log = logging.getLogger("kvpilot.gui")
 
@@ -91,7 +94,7 @@ class MainWindow(QMainWindow):
         self.runtime_problem: str | None = "looking for vLLM…"
         self.current_request: LaunchRequest | None = None
         self.last_failure: Any | None = None
-        self.fallback_options: list[Any] = []
+        self.fallback_options: list[FallbackOption] = []
         self.plan_generation = 0
         self.started_by_us = False
         self._closing = False
@@ -964,7 +967,7 @@ class MainWindow(QMainWindow):
         )
 
     def _on_fallbacks(
-        self, failure: Any, options: list[Any], after_ready: bool, error: str = ""
+        self, failure: Any, options: list[FallbackOption], after_ready: bool, error: str = ""
     ) -> None:
         if failure is not self.last_failure:
             return
@@ -1111,19 +1114,16 @@ class MainWindow(QMainWindow):
                 self.close()
 
 
-def _option_label(option: Any) -> str:
-    label = getattr(option, "label", None) or getattr(option, "title", None)
-    effect = getattr(option, "effect", None) or getattr(option, "predicted_effect", None)
-    if label and effect and effect not in label:
-        return f"{label} — {effect}"
-    return str(label or effect or option)
+def _option_label(option: FallbackOption) -> str:
+    """The button text: the option's label already carries its predicted effect."""
+    return option.label
 
 
-def _option_tooltip(option: Any) -> str:
-    text = getattr(option, "change", "") or getattr(option, "description", "") or ""
-    if getattr(option, "predicted_fits", True) is False:
-        text += " (predicted not to fit either)"
-    return str(text)
+def _option_tooltip(option: FallbackOption) -> str:
+    """What differs from the failed plan, and a warning when it is predicted not to fit."""
+    if option.predicted_fits:
+        return option.change
+    return f"{option.change} (predicted not to fit either)"
 
 
 def _home_relative(path: Any) -> str:

@@ -684,12 +684,28 @@ class Supervisor:
             self._cleanup(2.0, 3.0, 5.0)
 
     def _cleanup(self, sigint_s: float, sigterm_s: float, sigkill_s: float) -> StopReport:
-        with self._lock:
+        """Stop the tree once; a second caller waits for the first clean-up and gets its report."""
+        with self._changed:
             if self._cleanup_started:
-                pass
+                while self._stop_report is None:
+                    self._changed.wait()
+                return self._stop_report
             self._cleanup_started = True
             pid, pgid = self._pid, self._pgid
         assert pid is not None and pgid is not None
+        try:
+            return self._stop_once(pid, pgid, sigint_s, sigterm_s, sigkill_s)
+        except BaseException:
+            # whoever waits for this clean-up must not wait forever; the tree may be left
+            with self._changed:
+                if self._stop_report is None:
+                    self._stop_report = StopReport((), (pid,), (), 0.0)
+                self._changed.notify_all()
+            raise
+
+    def _stop_once(
+        self, pid: int, pgid: int, sigint_s: float, sigterm_s: float, sigkill_s: float
+    ) -> StopReport:
         self._collect_descendants()
         proc = self._proc
         report = stop_tree(
@@ -885,13 +901,6 @@ def _self_ct() -> float:
         return psutil.Process(os.getpid()).create_time()
     except psutil.Error:
         return 0.0
-
-
-def _served_name(spec: Any) -> str:
-    name = getattr(spec, "served_model_name", None)
-    if isinstance(name, (list, tuple)):
-        name = name[0] if name else None
-    return str(name or getattr(spec, "model", ""))
 
 
 def _failure(kind: str, message: str) -> logparse.FailureEvent:

@@ -140,6 +140,12 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     assert "max seq len" in w.banner.cause.text() or "KV cache" in w.banner.cause.text()
     labels = [b.text() for b in w.banner.option_buttons]
     assert labels == [o.label for o in w.fallback_options]
+    tips = [b.toolTip() for b in w.banner.option_buttons]
+    assert tips == [
+        o.change + ("" if o.predicted_fits else " (predicted not to fit either)")
+        for o in w.fallback_options
+    ]
+    assert all(tip for tip in tips)
     first = w.fallback_options[0]
     assert first.inputs != first_inputs
     # the next launch succeeds (the stand-in is told to start normally)
