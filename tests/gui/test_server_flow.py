@@ -97,9 +97,20 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     )
     assert "Predicted KV" in w.server_panel.capacity.text()
     # what vLLM reported is kept for the fit engine (keyed by GPU, model, version, settings)
-    measured = w.services.data_dir / "measurements.json"
-    qtbot.waitUntil(measured.exists, timeout=10_000)
-    assert row.model_ref in measured.read_text()
+    from kvpilot.core.fit.calibrate import key_for
+    from kvpilot.core.measurements import SOURCE_LAUNCH, MeasurementStore
+
+    store = MeasurementStore(w.services.data_dir / "measurements.json")
+    key = key_for(w.current_request.inputs)
+    qtbot.waitUntil(lambda: store.lookup(key) is not None, timeout=10_000)
+    got = store.lookup(key)
+    # the figures of the replayed log and /metrics payload, under this plan's key
+    assert got.source == SOURCE_LAUNCH
+    assert got.kv_cache_tokens == 1_048_576
+    assert got.available_kv_bytes == 1 << 30  # cache_config_info kv_cache_memory_bytes
+    assert got.num_blocks == 8192 and got.block_size == 128
+    assert got.max_concurrency == pytest.approx(1024.0)
+    assert got.startup_s is not None and 0 < got.startup_s < 30
     # the dashboard is in front and its plots receive points from /metrics and NVML
     assert w.tabs.currentWidget() is w.dashboard
     qtbot.waitUntil(
