@@ -47,7 +47,7 @@ from kvpilot.gui.panels.server_panel import ATTACHED, LogView, ServerPanel
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 from kvpilot.gui.services import AppServices, LaunchRequest
 from kvpilot.gui.settings_dialog import SettingsDialog
-from kvpilot.gui.workers import run_in_pool
+from kvpilot.gui.workers import run_in_pool, run_in_thread
 
 if TYPE_CHECKING:
     from kvpilot.core.fit.fallback import FallbackOption
@@ -777,10 +777,12 @@ class MainWindow(QMainWindow):
         self.server_panel.show_capacity(self._predicted_tokens(), None)
         runtime = self.runtime
         inputs = request.inputs
-        run_in_pool(
+        # a download of the model may come first and take minutes: its own thread, not the pool
+        run_in_thread(
             lambda: self.services.start_server(runtime, spec, inputs),
             self._on_server_started,
             self._on_server_start_error,
+            name="kvpilot-launch",
         )
         return True
 
