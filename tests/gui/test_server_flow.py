@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from guikit import wait_for_state
 from PySide6.QtWidgets import QApplication
 
 from kvpilot.core import failures
@@ -79,7 +80,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     row = w.planner.selected()
     assert row is not None and row.fits
     w.launch_action.trigger()  # F5
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     sup = w.services.supervisor
     # the start-up phases were shown, in order, ending with the API server
     seen = w.server_panel.phases_seen
@@ -131,7 +132,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     tree = sup.tree_pids()
     assert len(tree) == 2
     w.stop_action.trigger()  # Shift+F5
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=10_000)
     assert w.services.metrics_sampler is None
     assert w.server_panel.launch_button.isEnabled()
@@ -143,7 +144,7 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     w = server_window()
     first_inputs = w.planner.selected().inputs
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+    wait_for_state(qtbot, w, "failed", timeout=30_000)
     assert w.last_failure is not None
     assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
@@ -163,11 +164,11 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     monkeypatch.setenv("FAKE_VLLM_MODE", "ready")
     monkeypatch.delenv("FAKE_VLLM_LOG")
     w.banner.option_buttons[0].click()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert not w.banner.isVisible()
     assert w.current_request.inputs == replace(first.inputs)
     w.stop_server()
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
 
 
 GRAPH_OOM_LOG = TESTS / "data" / "supervisor" / "cuda_oom_graph_capture.log"
@@ -250,7 +251,7 @@ def test_closing_asks_then_stops_the_server(server_window, qtbot, monkeypatch) -
 
     w = server_window(confirm_stop=confirm)
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     tree = w.services.supervisor.tree_pids()
     w.close()
     assert asked == [True] and w.isVisible()  # refused: still open, server still running
@@ -266,7 +267,7 @@ def test_quitting_the_application_stops_the_server(server_window, qtbot, monkeyp
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     w = server_window()
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     tree = w.services.supervisor.tree_pids()
     QApplication.instance().aboutToQuit.emit()  # what app.quit() / Ctrl+C / SIGTERM lead to
     assert not _alive(tree)
@@ -361,7 +362,7 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
     assert w.adopt_orphan()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert w.server_panel.endpoint.text() == f"http://127.0.0.1:{port}/v1"
     w.close()
     qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
@@ -371,7 +372,7 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
 def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot) -> None:
     w = server_window()
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     first_pid = w.services.supervisor.pid
     users = w.current_request.inputs.max_num_seqs
     assert w.apply_pressure_fix("preemptions")  # "One user fewer"
@@ -382,7 +383,7 @@ def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot
     assert w.current_request.inputs.max_num_seqs == users - 1
     assert not w.apply_pressure_fix("cpu_bound")  # no one-click fix for that one
     w.stop_server()
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
 
 
 def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qtbot) -> None:
