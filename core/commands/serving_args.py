@@ -165,6 +165,9 @@ class Device:
         """``CUDA_VISIBLE_DEVICES`` naming the GPUs in use by UUID (None: not this machine's)."""
         return ",".join(self.uuids) if self.uuids else None
 
+    @property
+    def is_cpu(self) -> bool:
+        return self.name == CPU_DEVICE_NAME
 
 
 def cpu_device() -> Device:
