@@ -195,7 +195,7 @@ class MeasurementStore:
                                   measured=_from_dict(Measured, e["measured"]))
                 for e in entries
             ]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise SettingsError(
                 f"{self.path}: not a kvpilot measurement file ({exc}); delete it to start over"
             ) from exc

@@ -15,6 +15,8 @@ environment variables:
 ``FAKE_VLLM_DIE_AFTER_S`` ``die_after_ready``: seconds of serving before /health turns 503
 ``FAKE_VLLM_CHILD``       ``1``: start a sleeping child process (stands in for EngineCore)
 ``FAKE_VLLM_ECHO_ENV``   name of an environment variable to print (redaction tests)
+``FAKE_VLLM_ARGV_FILE``   JSON file receiving the argv, the working directory and the
+                          API key it was started with (argv-injection tests)
 ``FAKE_VLLM_MARKS``       JSON file receiving wall-clock times: ``listening_at``,
                           ``first_health_200_at``, ``fail_line_at``, ``dead_at``
 ``FAKE_VLLM_FAIL_UNLESS`` ``fail``: a regex on the serve arguments; when it matches, start as in
@@ -113,6 +115,13 @@ def parse_serve(argv: list[str]) -> tuple[str, str, int, str | None]:
 
 def main() -> int:
     argv = sys.argv[1:]
+    argv_file = os.environ.get("FAKE_VLLM_ARGV_FILE")
+    if argv_file:
+        Path(argv_file).write_text(
+            json.dumps(
+                {"argv": argv, "cwd": str(Path.cwd()), "api_key": os.environ.get("VLLM_API_KEY")}
+            )
+        )
     if argv[:1] == ["--version"]:
         print(os.environ.get("FAKE_VLLM_VERSION", "0.32.0"))
         return 0
