@@ -69,6 +69,11 @@ STOPPED = "stopped"
 FAILED = "failed"
 TERMINAL_STATES = (STOPPED, FAILED)
 
+#: longest output line kept whole (characters); the rest of a longer line is cut and counted
+MAX_LINE_CHARS = 64 * 1024
+#: events kept by :meth:`Supervisor.events` (output lines are in :meth:`Supervisor.lines`)
+MAX_EVENTS = 10_000
+
 #: versions from which ``vllm:cache_config_info`` carries the KV capacity labels
 
 
@@ -203,6 +208,8 @@ class Supervisor:
         check_flags: refuse flags the runtime's version does not know before launching.
         exit_grace_s: after a classified failure, seconds vLLM gets to exit by itself before
             the rest of its tree is stopped.
+        hung_after_s: once ready, a server whose process is alive but whose ``/health`` has
+            not answered for this long is declared failed ``server_hung`` (and stopped).
     """
 
     def __init__(
@@ -223,6 +230,7 @@ class Supervisor:
         settle_s: float = 0.2,
         check_flags: bool = True,
         exit_grace_s: float = 3.0,
+        hung_after_s: float = 30.0,
     ) -> None:
         self.runtime = runtime
         self.spec = spec
@@ -236,13 +244,15 @@ class Supervisor:
         self.settle_s = settle_s
         self.check_flags = check_flags
         self.exit_grace_s = exit_grace_s
+        self.hung_after_s = hung_after_s
+        self._unanswered_since: float | None = None
         self._keep_launches = keep_launches
         self._log_max_bytes = log_max_bytes
 
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._wake = threading.Event()
-        self._events: list[SupervisorEvent] = []
+        self._events: collections.deque[SupervisorEvent] = collections.deque(maxlen=MAX_EVENTS)
         self._lines: collections.deque[str] = collections.deque(maxlen=buffer_lines)
         self._scanner = logparse.LogScanner(
             version=getattr(runtime, "version", None), port=getattr(spec, "port", None)
@@ -348,7 +358,8 @@ class Supervisor:
         return self._ready_at
 
     def events(self) -> list[SupervisorEvent]:
-        """A copy of every event emitted so far."""
+        """A copy of the events emitted so far (the last :data:`MAX_EVENTS`), output lines
+        excepted: those are in the bounded :meth:`lines` buffer."""
         with self._lock:
             return list(self._events)
 
@@ -542,8 +553,9 @@ class Supervisor:
         t.start()
 
     def _emit(self, event: SupervisorEvent) -> None:
-        with self._lock:
-            self._events.append(event)
+        if not isinstance(event, LogLineEvent):
+            with self._lock:
+                self._events.append(event)
         if self._on_event is not None:
             try:
                 self._on_event(event)
@@ -598,9 +610,20 @@ class Supervisor:
         return line
 
     def _read_stream(self, stream: IO[bytes], name: str) -> None:
+        # read at most MAX_LINE_CHARS bytes at a time: one huge line never sits in memory whole
+        kept: str | None = None  # the first piece of the line being read
+        cut = 0  # bytes of that line dropped after the first piece
         try:
-            for raw in iter(stream.readline, b""):
-                self._handle_line(raw.decode("utf-8", "replace").rstrip("\r\n"), name)
+            for raw in iter(lambda: stream.readline(MAX_LINE_CHARS), b""):
+                if kept is None:
+                    kept = raw.decode("utf-8", "replace").rstrip("\r\n")
+                else:
+                    cut += len(raw.rstrip(b"\r\n"))
+                if raw.endswith(b"\n"):
+                    self._handle_line(_with_cut(kept, cut), name)
+                    kept, cut = None, 0
+            if kept is not None:
+                self._handle_line(_with_cut(kept, cut), name)
         except (OSError, ValueError):
             pass
         finally:
@@ -809,7 +832,7 @@ class Supervisor:
                 elif state == READY:
                     dead = self._probe_dead(client)
                     if dead is not None and not self._stop_requested:
-                        self._fail(_failure(failures.ENGINE_DIED, dead))
+                        self._fail(_failure(*dead))
                         return
                 wait = self.health_interval_s if state == STARTING else self.ready_health_interval_s
                 with self._lock:
@@ -831,15 +854,35 @@ class Supervisor:
             return False
         return self._model_name in ids or (not self._model_name and bool(ids))
 
-    def _probe_dead(self, client: httpx.Client) -> str | None:
+    def _probe_dead(self, client: httpx.Client) -> tuple[str, str] | None:
+        """(failure kind, message) when the ready server is dead or hung, else None."""
+        sent = time.monotonic()
         try:
             r = client.get("/health")
         except httpx.ConnectError:
-            return "the server stopped accepting connections after it was ready"
+            return (
+                failures.ENGINE_DIED,
+                "the server stopped accepting connections after it was ready",
+            )
         except httpx.HTTPError:
-            return None  # slow under load is not dead
+            # slow under load is not dead; alive but silent for hung_after_s is hung
+            now = time.monotonic()
+            if self._unanswered_since is None:
+                self._unanswered_since = sent  # silent since the unanswered request went out
+            silent = now - self._unanswered_since
+            if silent >= self.hung_after_s and not self._leader_exited():
+                return (
+                    failures.SERVER_HUNG,
+                    f"vLLM has not answered /health for {silent:.0f} s although its process is "
+                    "alive (hung or stopped); kvpilot stopped it: start it again",
+                )
+            return None
+        self._unanswered_since = None
         if r.status_code == 503:
-            return "the engine died after the server was ready (/health answered 503)"
+            return (
+                failures.ENGINE_DIED,
+                "the engine died after the server was ready (/health answered 503)",
+            )
         return None
 
     def _after_ready(self, client: httpx.Client) -> None:
@@ -901,6 +944,10 @@ def _self_ct() -> float:
         return psutil.Process(os.getpid()).create_time()
     except psutil.Error:
         return 0.0
+
+
+def _with_cut(line: str, cut: int) -> str:
+    return f"{line} … [{cut:,} more bytes of this line not shown]" if cut else line
 
 
 def _failure(kind: str, message: str) -> logparse.FailureEvent:

@@ -171,7 +171,8 @@ def test_api_key_never_reaches_lines_events_or_log(
     sup = run_fake({"FAKE_VLLM_ECHO_ENV": "VLLM_API_KEY"}, api_key=secret)
     assert sup.wait_ready(20)
     sup.stop()
-    lines = [e.line for e in sup.events() if isinstance(e, LogLineEvent)]
+    assert not any(isinstance(e, LogLineEvent) for e in sup.events())  # lines are in lines()
+    lines = sup.lines()
     assert any("VLLM_API_KEY=***" in line for line in lines)
     assert not any(secret in line for line in lines)
     assert sup.log_path is not None and secret not in sup.log_path.read_text()
