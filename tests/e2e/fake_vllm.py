@@ -63,8 +63,11 @@ def mark(name: str) -> None:
 
 def emit(line: str) -> None:
     stream = sys.stdout if PREFIX_RE.match(line) else sys.stderr
-    stream.write(line + "\n")
-    stream.flush()
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except OSError:  # the reader is gone (kvpilot killed): go on serving, as vLLM's logging does
+        pass
 
 
 class State:
