@@ -5,6 +5,7 @@ second server on its port, even while the orphan is still loading and not yet li
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -112,10 +113,8 @@ def test_a_killed_cli_leaves_an_orphan_the_next_serve_finds_and_never_doubles(
             third.communicate(timeout=60)
     finally:
         for pid in _fake_servers() - before:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         if first.poll() is None:
             first.kill()
             first.communicate()
