@@ -23,6 +23,7 @@ from typing import Any
 from kvpilot.core.errors import SettingsError
 from kvpilot.core.fit.plan import ServingSettings, settings_dict, settings_from_dict
 from kvpilot.core.models.identity import model_identity
+from kvpilot.core.paths import write_failure
 from kvpilot.core.vllm.versions import Release
 
 #: 2: the serving settings nested under ``key.settings``, release numbers normalised
@@ -208,13 +209,24 @@ class MeasurementStore:
                 {"key": _key_to_dict(r.key), "measured": asdict(r.measured)} for r in records
             ],
         }
-        fd, tmp = tempfile.mkstemp(prefix=".measurements.", dir=self.path.parent)
+        text = json.dumps(payload, indent=1, sort_keys=True)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".measurements.", dir=self.path.parent)
+        except OSError as exc:
+            raise SettingsError(
+                write_failure(self.path, exc, len(text), env_var="KVPILOT_DATA_DIR")
+            ) from exc
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(payload, fh, indent=1, sort_keys=True)
+                fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
             Path(tmp).replace(self.path)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise SettingsError(
+                write_failure(self.path, exc, len(text), env_var="KVPILOT_DATA_DIR")
+            ) from exc
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

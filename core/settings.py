@@ -695,6 +695,15 @@ class SettingsStore:
         try:
             atomic_write_text(self.path, text)
         except OSError as exc:
+            import errno
+
+            from kvpilot.core.paths import write_failure
+
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                needed = len(text.encode("utf-8"))
+                raise SettingsError(
+                    write_failure(self.path, exc, needed, env_var=CONFIG_DIR_ENV)
+                ) from exc
             raise SettingsError(
                 f"cannot write {self.path}: {exc.strerror or exc}; check the directory "
                 f"permissions or set {CONFIG_DIR_ENV} to a writable directory"

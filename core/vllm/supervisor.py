@@ -25,6 +25,7 @@ import logging
 import logging.handlers
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ import httpx
 import psutil
 
 from kvpilot.core import failures
+from kvpilot.core.errors import KvpilotError
 from kvpilot.core.measurements import (
     SOURCE_LAUNCH,
     Measured,
@@ -153,6 +155,23 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class _LaunchLogHandler(logging.handlers.RotatingFileHandler):
+    """A rotating file handler that reports a failed write (a full disk) once, not per line."""
+
+    failure: str | None = None
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.failure is None:
+            exc = sys.exc_info()[1]
+            self.failure = str(exc) if exc is not None else "unknown error"
+            log.warning(
+                "the launch log %s cannot be written (%s); vLLM's latest lines are still kept "
+                "in memory; free some disk space",
+                self.baseFilename,
+                self.failure,
+            )
+
+
 class _LaunchLog:
     """A rotating log file for one launch, plus pruning of old launches' files."""
 
@@ -163,7 +182,7 @@ class _LaunchLog:
         self.path = folder / f"{stem}.log"
         self._logger = logging.Logger(f"kvpilot.launch.{stem}")
         self._logger.propagate = False
-        handler = logging.handlers.RotatingFileHandler(
+        handler = _LaunchLogHandler(
             self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
         )
         handler.setFormatter(logging.Formatter("%(message)s"))
@@ -906,6 +925,8 @@ class Supervisor:
         )
         try:
             store.record(key, measured_from_capacity(cap, SOURCE_LAUNCH, startup_s=startup))
+        except KvpilotError as exc:  # a full disk, a damaged file: say so, go on serving
+            log.warning("the measured capacity was not recorded: %s", exc.message)
         except Exception:  # never let bookkeeping break supervision
             log.exception("could not record the measured capacity")
 
