@@ -55,7 +55,8 @@ def write_failure(path: Path, exc: OSError, needed_bytes: int, *, env_var: str) 
         except OSError:
             free = "its free space is unknown"
         return (
-            f"the disk holding {path.parent} (mounted at {mount}) is full: writing {path.name} "
+            f"the disk holding {path.parent} (mounted at {mount}) is full "
+            f"({exc.strerror or 'no space left'}): writing {path.name} "
             f"needs {needed_bytes:,} bytes and {free}; free some space there or set {env_var} "
             "to a folder on another disk (the previous file is kept)"
         )
