@@ -33,10 +33,13 @@ def run_fake(
     started: list[Supervisor] = []
     runtime = VllmRuntime((sys.executable, str(FAKE)), "0.32.0", "env", str(FAKE))
 
-    def start(env: dict[str, str] | None = None, **options: object) -> Supervisor:
+    def start(
+        env: dict[str, str] | None = None, *, port: int | None = None, **options: object
+    ) -> Supervisor:
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
-        spec = LaunchSpec(model="/models/tiny", port=find_free_port("127.0.0.1", 19800))
+        port = port if port is not None else find_free_port("127.0.0.1", 19800)
+        spec = LaunchSpec(model="/models/tiny", port=port)
         sup = Supervisor(
             runtime,
             spec,
@@ -159,3 +162,25 @@ def test_log_flood_and_a_10_mb_line_keep_memory_bounded_and_rotate_the_log(run_f
     assert len(logs) == 3  # the file and its two rotated backups
     assert all(p.stat().st_size <= (8 << 20) + 70_000 for p in logs)
     marks.unlink(missing_ok=True)
+
+
+
+def test_port_taken_between_the_check_and_the_launch_is_port_in_use(run_fake) -> None:
+    import socket
+
+    from kvpilot.core.vllm.command import port_is_free
+
+    port = find_free_port("127.0.0.1", 19850)
+    assert port_is_free("127.0.0.1", port)  # the check passes ...
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", port))  # ... then another program takes the port
+        thief.listen(1)
+        t0 = time.monotonic()
+        sup = run_fake({"FAKE_VLLM_LINE_DELAY_S": "0"}, port=port)
+        assert sup.wait_for((FAILED,), 20) == FAILED
+        detect_s = time.monotonic() - t0
+    print(f"port taken after the check -> {sup.failure.kind} after {detect_s:.1f} s")
+    assert sup.failure.kind == failures.PORT_IN_USE
+    # (the port named is the replayed log's own; real vLLM logs the one it was given)
+    assert "already in use" in sup.failure.message and "another port" in sup.failure.message
+    _nothing_left(sup, set())
