@@ -182,14 +182,21 @@ class MeasurementStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._newer = False  # the file was written by a newer kvpilot (schema above ours)
 
     def _read(self) -> list[MeasurementRecord]:
         try:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot read {self.path}: {exc.strerror or exc}; check its permissions, or "
+                "delete it to start over"
+            ) from exc
         try:
             data = json.loads(raw)
+            self._newer = isinstance(data.get("schema"), int) and data["schema"] > SCHEMA_VERSION
             entries = data["entries"]
             return [
                 MeasurementRecord(key=_key_from_dict(e["key"]),
@@ -235,6 +242,12 @@ class MeasurementStore:
         """Store ``measured`` under ``key``, replacing an earlier entry with the same key."""
         with self._lock:
             records = [r for r in self._read() if r.key != key]
+            if self._newer:
+                # writing back would drop what the newer version keeps there
+                raise SettingsError(
+                    f"{self.path} was written by a newer kvpilot; it is left unchanged and "
+                    "this measurement is not recorded (update kvpilot to record it)"
+                )
             records.append(MeasurementRecord(key, measured))
             self._write(records)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from typing import Any
 import psutil
 
 from kvpilot.core.vllm.proctree import StopReport, alive, group_members, stop_tree
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,12 @@ _RECORD_TYPES: dict[str, type] = {
 
 
 def remove_pidfile(path: Path) -> None:
-    """Delete a pidfile (no error when it is already gone)."""
-    path.unlink(missing_ok=True)
+    """Delete a pidfile (no error when it is already gone or cannot be deleted: a stale
+    pidfile that stays is read and skipped again next time)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not delete the stale pidfile %s: %s", path, exc.strerror or exc)
 
 
 def _owner_alive(record: ServerRecord) -> bool:
