@@ -932,10 +932,12 @@ class Supervisor:
 
     def _on_exit(self, state: str | None) -> None:
         rc = self._returncode
-        # give the readers a moment to deliver the last lines before classifying
+        # give the readers a moment to deliver the last lines before classifying (a child that
+        # outlived the leader keeps the pipes open: never wait for their end of file)
+        deadline = time.monotonic() + 0.5
         for t in self._threads:
             if t.name in ("vllm-stdout", "vllm-stderr"):
-                t.join(timeout=1.0)
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self._stop_requested:
             return
         with self._lock:
