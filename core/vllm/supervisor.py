@@ -851,7 +851,10 @@ class Supervisor:
                 elif state == READY:
                     dead = self._probe_dead(client)
                     if dead is not None and not self._stop_requested:
-                        self._fail(_failure(*dead))
+                        if self._leader_exited():  # the exit (status, signal) says more
+                            self._on_exit(state)
+                        else:
+                            self._fail(_failure(*dead))
                         return
                 wait = self.health_interval_s if state == STARTING else self.ready_health_interval_s
                 with self._lock:

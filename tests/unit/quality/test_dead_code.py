@@ -1,8 +1,9 @@
 """No dead code: ``vulture`` finds no unused function, method, class, property or import.
 
 Uses by the tests, benchmarks and packaging scripts count (a test-only helper is alive). Qt calls
-the event handlers it overrides by name, and ``core/hardware/fake_nvml.py`` mirrors pynvml's API
-(reached by attribute on the module); those are the only exceptions.
+the event handlers it overrides by name (logging its ``handleError``), and
+``core/hardware/fake_nvml.py`` mirrors pynvml's API (reached by attribute on the module); those
+are the only exceptions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ vulture = pytest.importorskip("vulture")
 ROOT = Path(__file__).resolve().parents[3]
 SCANNED = ("core", "gui", "tests", "benchmarks", "packaging")
 CHECKED_KINDS = {"function", "method", "class", "property", "import"}
-#: Qt virtual methods, called by Qt itself
+#: methods of Qt and logging classes overridden here, called by those frameworks
 QT_OVERRIDES = {
     "closeEvent",
     "sizeHint",
@@ -27,6 +28,7 @@ QT_OVERRIDES = {
     "showEvent",
     "keyPressEvent",
     "event",
+    "handleError",  # logging.Handler's, called by logging
 }
 #: files that implement an outside API whose callers are outside the project
 MIRRORS = {"core/hardware/fake_nvml.py"}
