@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=30.0)
     parser.add_argument("--vllm", type=Path, default=REPO / ".venv-vllm" / "bin" / "vllm")
     parser.add_argument("--rate-hz", type=float, default=2.0, help="telemetry sampling rate")
+    parser.add_argument("--blocks-ms", type=float, default=50.0,
+                        help="print where the GUI thread was when a tick is this late")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     scratch = Path(tempfile.mkdtemp(prefix="kvpilot-soak-"))
@@ -138,6 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
     timer.start(5)
     me = psutil.Process()
+    blocks: dict[str, int] = {}
+    main_id = threading.get_ident()
+
+    def watchdog() -> None:
+        # samples the GUI thread's stack while its timer is late: where the event loop blocks
+        import traceback
+
+        while not stop_load.is_set():
+            time.sleep(args.blocks_ms / 2000)
+            if ticks and time.perf_counter() - ticks[-1] > args.blocks_ms / 1000:
+                frame = sys._current_frames().get(main_id)
+                if frame is not None:
+                    where = "".join(traceback.format_stack(frame, limit=6)[-4:])
+                    blocks[where] = blocks.get(where, 0) + 1
+
+    threading.Thread(target=watchdog, name="soak-watchdog", daemon=True).start()
     pump(args.warmup_s)
     ticks.clear()
     sampler = services.metrics_sampler
@@ -176,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{p99 * 1000:.1f} ms, max {gaps.max() * 1000:.1f} ms  goal: P99 <= "
           f"{GOAL_P99_S * 1000:.0f} ms")
     print(f"open fds: {fds0} -> {fds1}; threads: {threads0} -> {threads1}  goal: equal")
+    for where, n in sorted(blocks.items(), key=lambda kv: -kv[1])[:3]:
+        print(f"GUI thread seen blocked > {args.blocks_ms:.0f} ms {n}x at:\n{where}")
     return 0
 
 
