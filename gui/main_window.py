@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvpilot.gui")
 
 DEFAULT_PLANNER_GPU = "NVIDIA GeForce RTX 4090"
+#: how often the server log view takes the new output lines (ms)
+LOG_DRAIN_MS = 100
 SHORTCUT_LAUNCH = "F5"
 SHORTCUT_STOP = "Shift+F5"
 SHORTCUT_SETTINGS = "Ctrl+,"
@@ -207,6 +209,11 @@ class MainWindow(QMainWindow):
         b = services.bridge
         b.gpu_sample.connect(self._on_gpu_sample)
         b.server_event.connect(self._on_server_event)
+        # vLLM's output lines arrive in batches, never one event per line (a flood stays cheap)
+        self._log_timer = QTimer(self)
+        self._log_timer.setInterval(LOG_DRAIN_MS)
+        self._log_timer.timeout.connect(self.drain_log)
+        self._log_timer.start()
         b.download_progress.connect(self._on_download_progress)
         b.message.connect(lambda level, text: self.statusBar().showMessage(text, 10_000))
         self.gpu_panel.planner_gpu_changed.connect(self._on_planner_gpu)
@@ -905,6 +912,26 @@ class MainWindow(QMainWindow):
         """Byte-level progress of a model download that runs before vLLM starts."""
         self.server_panel.show_download(progress.bytes_done, progress.bytes_total)
 
+    def drain_log(self) -> None:
+        """Show the output lines that arrived since the last call (one batch per timer tick)."""
+        lines, dropped = self.services.take_log_lines()
+        if not lines and not dropped:
+            return
+        if self.services.supervisor is None:
+            return
+        batch: list[tuple[str, str]] = []
+        if dropped:
+            batch.append(
+                ("WARNING", f"… {dropped:,} lines of a log flood are not shown here; the log "
+                 "file has every line")
+            )
+        for ev in lines:
+            level = logparse.parse_line(ev.line).level or (
+                "WARNING" if ev.stream == "stderr" and "Error" in ev.line else "INFO"
+            )
+            batch.append((level, ev.line))
+        self.log_view.append_many(batch)
+
     def _on_server_event(self, ev: Any) -> None:
         if self.services.supervisor is None:
             return
@@ -1108,6 +1135,7 @@ class MainWindow(QMainWindow):
         self.settings = replace(self.settings, window_geometry=self.geometry_text())
         self._save()
         self.dashboard.timer.stop()
+        self._log_timer.stop()
         self.services.stop_metrics()
         self.services.stop_gpu_sampler()
         if not self._closing:

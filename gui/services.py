@@ -9,6 +9,7 @@ place to adapt.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -26,6 +27,9 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 log = logging.getLogger("kvpilot.gui")
+
+#: output lines kept for the GUI between two batches (the rest of a flood is in the log file)
+LOG_BATCH_LINES = 2000
 
 
 
@@ -115,6 +119,11 @@ class AppServices:
         self.installer_options: dict[str, Any] = {}
         #: threads that finish stopping a sampler (joined by :meth:`shutdown`, never the GUI)
         self._reapers: list[threading.Thread] = []
+        #: vLLM output lines not yet shown: the GUI takes them in batches (:meth:`take_log_lines`)
+        #: instead of one queued signal per line, which a log flood would pile up without bound
+        self._log_lines: collections.deque[Any] = collections.deque(maxlen=LOG_BATCH_LINES)
+        self._log_dropped = 0
+        self._log_lock = threading.Lock()
 
     # ----------------------------------------------------------------- hardware
 
@@ -582,6 +591,7 @@ class AppServices:
         if inputs is not None:
             self.check_startup_now(inputs)
         self.telemetry.clear()
+        self.take_log_lines()  # lines of an earlier server are not this one's
         # a Hub checkpoint not in the cache is downloaded by kvpilot first (progress to the GUI)
         self.download_cancel.clear()
         self._downloading = True
@@ -601,7 +611,7 @@ class AppServices:
             runtime,
             spec,
             data_dir=self.data_dir,
-            on_event=self.bridge.emitter("server_event"),
+            on_event=self._supervisor_event_sink(),
             gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
             **options,
         )
@@ -634,6 +644,31 @@ class AppServices:
         )
         if refusal is not None:
             raise StartupRefusedError(refusal)
+
+    def _supervisor_event_sink(self) -> Callable[[Any], None]:
+        """The supervisor's ``on_event``: output lines to the batch buffer, the rest as signals."""
+        from kvpilot.core.vllm.supervisor import LogLineEvent
+
+        emit = self.bridge.emitter("server_event")
+
+        def sink(ev: Any) -> None:
+            if isinstance(ev, LogLineEvent):
+                with self._log_lock:
+                    if len(self._log_lines) == self._log_lines.maxlen:
+                        self._log_dropped += 1
+                    self._log_lines.append(ev)
+            else:
+                emit(ev)
+
+        return sink
+
+    def take_log_lines(self) -> tuple[list[Any], int]:
+        """The output lines since the last call, and how many were dropped before being taken."""
+        with self._log_lock:
+            lines = list(self._log_lines)
+            self._log_lines.clear()
+            dropped, self._log_dropped = self._log_dropped, 0
+        return lines, dropped
 
     def _gpu_pids(self) -> set[int]:
         sampler = self.gpu_sampler
@@ -748,7 +783,7 @@ class AppServices:
         from kvpilot.core.vllm.supervisor import Supervisor
 
         sup = Supervisor.attach(
-            orphan, data_dir=self.data_dir, on_event=self.bridge.emitter("server_event")
+            orphan, data_dir=self.data_dir, on_event=self._supervisor_event_sink()
         )
         with self._lock:
             self.supervisor = sup
