@@ -492,6 +492,15 @@ class Supervisor:
         # the pidfile now belongs to this process
         write_pidfile(data_dir, replace(rec, owner_pid=os.getpid(), owner_create_time=_self_ct()))
         sup._set_state(STARTING)
+        # the server's output went to the kvpilot that started it, which is gone: say so
+        earlier = f"earlier lines: {rec.log_path}" if rec.log_path else "no earlier log file"
+        sup._handle_line(
+            f"kvpilot: adopted the vLLM server on port {rec.port} (pid {rec.pid}) that an "
+            "earlier kvpilot started; its output went to that kvpilot, which is gone, so its "
+            f"old log stream has ended and no new lines will appear here ({earlier}); health "
+            "and metrics are watched as before",
+            "kvpilot",
+        )
         if sup._tail_path is not None and sup._tail_path.exists():
             sup._spawn(sup._tail_file, sup._tail_path, name="vllm-tail")
         sup._spawn(sup._monitor, name="vllm-monitor")

@@ -364,6 +364,10 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     assert w.adopt_orphan()
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert w.server_panel.endpoint.text() == f"http://127.0.0.1:{port}/v1"
+    # the log view says that the old log stream is gone (its output went to the dead kvpilot)
+    qtbot.waitUntil(lambda: "old log stream has ended" in w.log_view.visible_text(), timeout=5000)
+    # and the adopted server has telemetry: /metrics is scraped into the dashboard
+    qtbot.waitUntil(lambda: w.dashboard.point_count("kv") >= 2, timeout=15_000)
     w.close()
     qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
     assert not _alive(tree)
