@@ -339,12 +339,6 @@ class AppServices:
 
         return partial(RuntimeInstaller, **self.installer_options)
 
-    @staticmethod
-    def install_hint() -> str:
-        from kvpilot.core.vllm.runtime import INSTALL_HINT
-
-        return INSTALL_HINT
-
     # ----------------------------------------------------------------- planning
 
     @staticmethod
