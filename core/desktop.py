@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -187,8 +186,3 @@ def mark_offered(data_dir: Path | None = None) -> None:
     with contextlib.suppress(OSError):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / OFFERED_MARKER).write_text("1\n", encoding="utf-8")
-
-
-def describe_exec(argv: list[str]) -> str:
-    """Shell-quoted ``argv`` for messages."""
-    return shlex.join(argv)

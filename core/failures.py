@@ -29,6 +29,7 @@ PORT_IN_USE = "port_in_use"
 UNKNOWN_FLAG = "unknown_flag"  # argparse "unrecognized arguments"
 BAD_FLAG_VALUE = "bad_flag_value"  # argparse "invalid ... value" / pydantic range errors
 ENGINE_DIED = "engine_died"  # EngineDeadError / health 503 after ready
+SERVER_HUNG = "server_hung"  # alive, but /health unanswered for longer than the hung limit
 STARTUP_TIMEOUT = "startup_timeout"
 UNKNOWN = "unknown"
 
@@ -50,6 +51,7 @@ ALL_KINDS: tuple[str, ...] = (
     UNKNOWN_FLAG,
     BAD_FLAG_VALUE,
     ENGINE_DIED,
+    SERVER_HUNG,
     STARTUP_TIMEOUT,
     UNKNOWN,
 )

@@ -23,6 +23,7 @@ from typing import Any
 from kvpilot.core.errors import SettingsError
 from kvpilot.core.fit.plan import ServingSettings, settings_dict, settings_from_dict
 from kvpilot.core.models.identity import model_identity
+from kvpilot.core.paths import write_failure
 from kvpilot.core.vllm.versions import Release
 
 #: 2: the serving settings nested under ``key.settings``, release numbers normalised
@@ -181,21 +182,28 @@ class MeasurementStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._newer = False  # the file was written by a newer kvpilot (schema above ours)
 
     def _read(self) -> list[MeasurementRecord]:
         try:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot read {self.path}: {exc.strerror or exc}; check its permissions, or "
+                "delete it to start over"
+            ) from exc
         try:
             data = json.loads(raw)
+            self._newer = isinstance(data.get("schema"), int) and data["schema"] > SCHEMA_VERSION
             entries = data["entries"]
             return [
                 MeasurementRecord(key=_key_from_dict(e["key"]),
                                   measured=_from_dict(Measured, e["measured"]))
                 for e in entries
             ]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise SettingsError(
                 f"{self.path}: not a kvpilot measurement file ({exc}); delete it to start over"
             ) from exc
@@ -208,13 +216,24 @@ class MeasurementStore:
                 {"key": _key_to_dict(r.key), "measured": asdict(r.measured)} for r in records
             ],
         }
-        fd, tmp = tempfile.mkstemp(prefix=".measurements.", dir=self.path.parent)
+        text = json.dumps(payload, indent=1, sort_keys=True)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".measurements.", dir=self.path.parent)
+        except OSError as exc:
+            raise SettingsError(
+                write_failure(self.path, exc, len(text), env_var="KVPILOT_DATA_DIR")
+            ) from exc
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(payload, fh, indent=1, sort_keys=True)
+                fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
             Path(tmp).replace(self.path)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise SettingsError(
+                write_failure(self.path, exc, len(text), env_var="KVPILOT_DATA_DIR")
+            ) from exc
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -223,6 +242,12 @@ class MeasurementStore:
         """Store ``measured`` under ``key``, replacing an earlier entry with the same key."""
         with self._lock:
             records = [r for r in self._read() if r.key != key]
+            if self._newer:
+                # writing back would drop what the newer version keeps there
+                raise SettingsError(
+                    f"{self.path} was written by a newer kvpilot; it is left unchanged and "
+                    "this measurement is not recorded (update kvpilot to record it)"
+                )
             records.append(MeasurementRecord(key, measured))
             self._write(records)
 

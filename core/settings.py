@@ -33,7 +33,6 @@ import copy
 import json
 import logging
 import os
-import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -191,46 +190,97 @@ class LoadResult:
 # --------------------------------------------------------------------------- validation
 
 
-def validate_profile(profile: Profile) -> list[str]:
-    """Problems with a profile, one sentence each naming the field and the fix ([] = valid)."""
-    problems: list[str] = []
+@dataclass(frozen=True)
+class SettingsProblem:
+    """One invalid setting of a profile.
+
+    ``label`` is the name the user knows (``context``, ``port``); ``message`` one sentence with the
+    fix; ``reset`` the :class:`Profile` field (``plan.<name>`` for plan fields) that loading a file
+    resets to its default to repair it, or None when no reset repairs it (an empty name).
+    """
+
+    label: str
+    message: str
+    reset: str | None
+
+    @property
+    def text(self) -> str:
+        """``label: message``, as shown to the user."""
+        return f"{self.label}: {self.message}"
+
+
+def profile_problems(profile: Profile) -> list[SettingsProblem]:
+    """Every problem with a profile ([] = valid), each naming the field, the fix and the repair."""
+    problems: list[SettingsProblem] = []
+
+    def add(label: str, message: str, reset: str | None) -> None:
+        problems.append(SettingsProblem(label, message, reset))
+
     if not profile.name.strip():
-        problems.append("name: must not be empty")
+        add("name", "must not be empty", None)
     if not 1 <= profile.port <= 65535:
-        problems.append(f"port: {profile.port} is not a TCP port; use 1024-65535")
+        add("port", f"{profile.port} is not a TCP port; use 1024-65535", "port")
     if not profile.host.strip():
-        problems.append("host: must not be empty; use 127.0.0.1 to stay on this machine")
+        add("host", "must not be empty; use 127.0.0.1 to stay on this machine", "host")
     elif profile.host not in ("127.0.0.1", "localhost", "::1") and not profile.api_key:
-        problems.append(
-            f"api_key: the server listens on {profile.host}, reachable from other machines; "
-            "set an API key or use host 127.0.0.1"
+        add(
+            "api_key",
+            f"the server listens on {profile.host}, reachable from other machines; "
+            "set an API key or use host 127.0.0.1",
+            "host",  # the safe repair: back to this machine only
+        )
+    if profile.api_key and not all("!" <= ch <= "~" for ch in profile.api_key):
+        add(
+            "api_key",
+            "holds a space, a line break or a non-ASCII character, which no HTTP client can "
+            "send; use printable ASCII characters only",
+            "api_key",
         )
     if not 0 < profile.sampling_hz <= MAX_SAMPLING_HZ:
-        problems.append(
-            f"sampling_hz: {profile.sampling_hz:g} is out of range; use a value in (0, "
-            f"{MAX_SAMPLING_HZ:g}]"
+        add(
+            "sampling_hz",
+            f"{profile.sampling_hz:g} is out of range; use a value in (0, {MAX_SAMPLING_HZ:g}]",
+            "sampling_hz",
         )
     if profile.theme not in THEMES:
-        problems.append(f"theme: '{profile.theme}' is unknown; use one of {', '.join(THEMES)}")
+        add("theme", f"'{profile.theme}' is unknown; use one of {', '.join(THEMES)}", "theme")
     plan = profile.plan
     if plan.max_model_len is None or plan.max_model_len < 16:
-        problems.append(f"context: {plan.max_model_len} tokens is too small; use at least 16")
+        add(
+            "context",
+            f"{plan.max_model_len} tokens is too small; use at least 16",
+            "plan.max_model_len",
+        )
     if plan.max_num_seqs is None or plan.max_num_seqs < 1:
-        problems.append(f"users: {plan.max_num_seqs} must be at least 1")
+        add("users", f"{plan.max_num_seqs} must be at least 1", "plan.max_num_seqs")
     if plan.kv_cache_dtype not in KV_DTYPES:
-        problems.append(
-            f"kv_cache_dtype: '{plan.kv_cache_dtype}' is unknown; use one of {', '.join(KV_DTYPES)}"
+        add(
+            "kv_cache_dtype",
+            f"'{plan.kv_cache_dtype}' is unknown; use one of {', '.join(KV_DTYPES)}",
+            "plan.kv_cache_dtype",
         )
     if plan.gpu_memory_utilization is not None and not 0 < plan.gpu_memory_utilization <= 1:
-        problems.append(
-            f"gpu_memory_utilization: {plan.gpu_memory_utilization:g} must be in (0, 1] or auto"
+        add(
+            "gpu_memory_utilization",
+            f"{plan.gpu_memory_utilization:g} must be in (0, 1] or auto",
+            "plan.gpu_memory_utilization",
         )
     if plan.use_case not in USE_CASES:
-        problems.append(
-            f"use_case: '{plan.use_case}' is unknown; use one of {', '.join(USE_CASES)}"
+        add(
+            "use_case",
+            f"'{plan.use_case}' is unknown; use one of {', '.join(USE_CASES)}",
+            "plan.use_case",
         )
-    problems.extend(validate_extra_args(profile.extra_args))
+    problems.extend(
+        SettingsProblem("extra_args", message, "extra_args")
+        for message in _extra_args_messages(profile.extra_args)
+    )
     return problems
+
+
+def validate_profile(profile: Profile) -> list[str]:
+    """Problems with a profile, one sentence each naming the field and the fix ([] = valid)."""
+    return [problem.text for problem in profile_problems(profile)]
 
 
 def validate_extra_args(text: str) -> list[str]:
@@ -239,21 +289,18 @@ def validate_extra_args(text: str) -> list[str]:
     Uses :func:`kvpilot.core.vllm.command.parse_extra_args`, which knows vLLM's flags and the
     ones kvpilot sets itself.
     """
+    return [f"extra_args: {message}" for message in _extra_args_messages(text)]
+
+
+def _extra_args_messages(text: str) -> list[str]:
     if not text.strip():
         return []
-    try:
-        from kvpilot.core.vllm import command
-    except ImportError:  # pragma: no cover - the command module ships with the package
-        try:
-            shlex.split(text)
-        except ValueError as exc:
-            return [f"extra_args: {exc}"]
-        return []
+    from kvpilot.core.vllm import command
+
     try:
         command.parse_extra_args(text)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a user-facing problem
-        message = getattr(exc, "message", None) or str(exc)
-        return [f"extra_args: {message}"]
+        return [getattr(exc, "message", None) or str(exc)]
     return []
 
 
@@ -348,28 +395,26 @@ def _profile_from_json(raw: Any, index: int, warnings: list[SettingsWarning]) ->
         unknown["__plan__"] = plan_unknown
     profile = Profile(name=name, plan=plan, unknown=unknown, **values)
     # out-of-range values: reset the offending field to its default, keep the rest
-    for problem in validate_profile(profile):
-        key = problem.split(":", 1)[0]
-        fixed = _reset_field(profile, key)
-        if fixed is not profile:
+    # (a reset can reveal another problem: a dropped API key on a wide host; so until stable)
+    for _ in range(len(_PROFILE_FIELDS) + len(_PLAN_FIELDS)):
+        repairable = [p for p in profile_problems(profile) if p.reset is not None]
+        if not repairable:
+            break
+        for problem in repairable:
+            assert problem.reset is not None
+            profile = _reset_field(profile, problem.reset)
             warnings.append(
-                SettingsWarning("invalid_value", f"{where}: {problem}; reset to the default")
+                SettingsWarning("invalid_value", f"{where}: {problem.text}; reset to the default")
             )
-            profile = fixed
     return profile
 
 
-_PLAN_KEY_ALIASES = {"context": "max_model_len", "users": "max_num_seqs", "api_key": "host"}
-
-
-def _reset_field(profile: Profile, key: str) -> Profile:
-    key = _PLAN_KEY_ALIASES.get(key, key)
-    if key in _PLAN_FIELDS:
-        plan = replace(profile.plan, **{key: getattr(PlanSettings(), key)})
-        return replace(profile, plan=plan)
-    if key in _PROFILE_FIELDS and key not in ("name", "api_key"):
-        return replace(profile, **{key: getattr(Profile(name=profile.name), key)})
-    return profile
+def _reset_field(profile: Profile, name: str) -> Profile:
+    """``profile`` with the field ``name`` (``plan.<field>`` for plan fields) at its default."""
+    if name.startswith("plan."):
+        key = name.removeprefix("plan.")
+        return replace(profile, plan=replace(profile.plan, **{key: getattr(PlanSettings(), key)}))
+    return replace(profile, **{name: getattr(Profile(name=profile.name), name)})
 
 
 def settings_from_json(
@@ -583,6 +628,8 @@ class SettingsStore:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             return self._corrupt(f"not valid JSON (line {exc.lineno}, column {exc.colno})")
+        except (ValueError, RecursionError) as exc:  # a number too long, nesting too deep
+            return self._corrupt(f"not usable JSON ({exc})")
         if not isinstance(data, dict):
             return self._corrupt("not a JSON object")
         warnings: list[SettingsWarning] = []
@@ -648,6 +695,15 @@ class SettingsStore:
         try:
             atomic_write_text(self.path, text)
         except OSError as exc:
+            import errno
+
+            from kvpilot.core.paths import write_failure
+
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                needed = len(text.encode("utf-8"))
+                raise SettingsError(
+                    write_failure(self.path, exc, needed, env_var=CONFIG_DIR_ENV)
+                ) from exc
             raise SettingsError(
                 f"cannot write {self.path}: {exc.strerror or exc}; check the directory "
                 f"permissions or set {CONFIG_DIR_ENV} to a writable directory"

@@ -138,15 +138,6 @@ def dispose(window: MainWindow) -> None:
     gc.collect()
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` as ``kvpilot gui`` options and run the app."""
-    from kvpilot.core.commands import gui as command
-
-    parser = argparse.ArgumentParser(prog="kvpilot gui")
-    command.add_arguments(parser)
-    return main(parser.parse_args(list(argv) if argv is not None else None))
-
-
 # ----------------------------------------------------------------------- panels & screenshots
 
 
@@ -240,15 +231,10 @@ def show_recorded_failure(window: MainWindow, log_path: Path) -> bool:
 
     path = Path(log_path)
     scanner = logparse.LogScanner()
-    failure = None
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        for ev in scanner.feed(line):
-            if isinstance(ev, logparse.FailureEvent) and failure is None:
-                failure = ev
-            window.log_view.append(logparse.parse_line(line).level or "INFO", line)
-    for ev in scanner.finish() if hasattr(scanner, "finish") else ():
-        if isinstance(ev, logparse.FailureEvent) and failure is None:
-            failure = ev
+        scanner.feed(line)
+        window.log_view.append(logparse.parse_line(line).level or "INFO", line)
+    failure = scanner.failure  # the most specific failure of the whole log, as the supervisor's
     row = window.planner.selected()
     if failure is None or row is None or row.inputs is None:
         return False

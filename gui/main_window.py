@@ -12,7 +12,7 @@ import base64
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
@@ -47,11 +47,16 @@ from kvpilot.gui.panels.server_panel import ATTACHED, LogView, ServerPanel
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 from kvpilot.gui.services import AppServices, LaunchRequest
 from kvpilot.gui.settings_dialog import SettingsDialog
-from kvpilot.gui.workers import run_in_pool
+from kvpilot.gui.workers import run_in_pool, run_in_thread
+
+if TYPE_CHECKING:
+    from kvpilot.core.fit.fallback import FallbackOption
 
 log = logging.getLogger("kvpilot.gui")
 
 DEFAULT_PLANNER_GPU = "NVIDIA GeForce RTX 4090"
+#: how often the server log view takes the new output lines (ms)
+LOG_DRAIN_MS = 100
 SHORTCUT_LAUNCH = "F5"
 SHORTCUT_STOP = "Shift+F5"
 SHORTCUT_SETTINGS = "Ctrl+,"
@@ -91,7 +96,7 @@ class MainWindow(QMainWindow):
         self.runtime_problem: str | None = "looking for vLLM…"
         self.current_request: LaunchRequest | None = None
         self.last_failure: Any | None = None
-        self.fallback_options: list[Any] = []
+        self.fallback_options: list[FallbackOption] = []
         self.plan_generation = 0
         self.started_by_us = False
         self._closing = False
@@ -204,6 +209,11 @@ class MainWindow(QMainWindow):
         b = services.bridge
         b.gpu_sample.connect(self._on_gpu_sample)
         b.server_event.connect(self._on_server_event)
+        # vLLM's output lines arrive in batches, never one event per line (a flood stays cheap)
+        self._log_timer = QTimer(self)
+        self._log_timer.setInterval(LOG_DRAIN_MS)
+        self._log_timer.timeout.connect(self.drain_log)
+        self._log_timer.start()
         b.download_progress.connect(self._on_download_progress)
         b.message.connect(lambda level, text: self.statusBar().showMessage(text, 10_000))
         self.gpu_panel.planner_gpu_changed.connect(self._on_planner_gpu)
@@ -774,10 +784,12 @@ class MainWindow(QMainWindow):
         self.server_panel.show_capacity(self._predicted_tokens(), None)
         runtime = self.runtime
         inputs = request.inputs
-        run_in_pool(
+        # a download of the model may come first and take minutes: its own thread, not the pool
+        run_in_thread(
             lambda: self.services.start_server(runtime, spec, inputs),
             self._on_server_started,
             self._on_server_start_error,
+            name="kvpilot-launch",
         )
         return True
 
@@ -900,6 +912,26 @@ class MainWindow(QMainWindow):
         """Byte-level progress of a model download that runs before vLLM starts."""
         self.server_panel.show_download(progress.bytes_done, progress.bytes_total)
 
+    def drain_log(self) -> None:
+        """Show the output lines that arrived since the last call (one batch per timer tick)."""
+        lines, dropped = self.services.take_log_lines()
+        if not lines and not dropped:
+            return
+        if self.services.supervisor is None:
+            return
+        batch: list[tuple[str, str]] = []
+        if dropped:
+            batch.append(
+                ("WARNING", f"… {dropped:,} lines of a log flood are not shown here; the log "
+                 "file has every line")
+            )
+        for ev in lines:
+            level = logparse.parse_line(ev.line).level or (
+                "WARNING" if ev.stream == "stderr" and "Error" in ev.line else "INFO"
+            )
+            batch.append((level, ev.line))
+        self.log_view.append_many(batch)
+
     def _on_server_event(self, ev: Any) -> None:
         if self.services.supervisor is None:
             return
@@ -964,7 +996,7 @@ class MainWindow(QMainWindow):
         )
 
     def _on_fallbacks(
-        self, failure: Any, options: list[Any], after_ready: bool, error: str = ""
+        self, failure: Any, options: list[FallbackOption], after_ready: bool, error: str = ""
     ) -> None:
         if failure is not self.last_failure:
             return
@@ -1103,6 +1135,7 @@ class MainWindow(QMainWindow):
         self.settings = replace(self.settings, window_geometry=self.geometry_text())
         self._save()
         self.dashboard.timer.stop()
+        self._log_timer.stop()
         self.services.stop_metrics()
         self.services.stop_gpu_sampler()
         if not self._closing:
@@ -1111,19 +1144,16 @@ class MainWindow(QMainWindow):
                 self.close()
 
 
-def _option_label(option: Any) -> str:
-    label = getattr(option, "label", None) or getattr(option, "title", None)
-    effect = getattr(option, "effect", None) or getattr(option, "predicted_effect", None)
-    if label and effect and effect not in label:
-        return f"{label} — {effect}"
-    return str(label or effect or option)
+def _option_label(option: FallbackOption) -> str:
+    """The button text: the option's label already carries its predicted effect."""
+    return option.label
 
 
-def _option_tooltip(option: Any) -> str:
-    text = getattr(option, "change", "") or getattr(option, "description", "") or ""
-    if getattr(option, "predicted_fits", True) is False:
-        text += " (predicted not to fit either)"
-    return str(text)
+def _option_tooltip(option: FallbackOption) -> str:
+    """What differs from the failed plan, and a warning when it is predicted not to fit."""
+    if option.predicted_fits:
+        return option.change
+    return f"{option.change} (predicted not to fit either)"
 
 
 def _home_relative(path: Any) -> str:

@@ -9,8 +9,10 @@ place to adapt.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,9 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 log = logging.getLogger("kvpilot.gui")
+
+#: output lines kept for the GUI between two batches (the rest of a flood is in the log file)
+LOG_BATCH_LINES = 2000
 
 
 
@@ -112,6 +117,13 @@ class AppServices:
         self.attach_gpu: tuple[int | None, str] = (None, "")
         #: extra keyword arguments for the managed-runtime installer (tests: wheel folders)
         self.installer_options: dict[str, Any] = {}
+        #: threads that finish stopping a sampler (joined by :meth:`shutdown`, never the GUI)
+        self._reapers: list[threading.Thread] = []
+        #: vLLM output lines not yet shown: the GUI takes them in batches (:meth:`take_log_lines`)
+        #: instead of one queued signal per line, which a log flood would pile up without bound
+        self._log_lines: collections.deque[Any] = collections.deque(maxlen=LOG_BATCH_LINES)
+        self._log_dropped = 0
+        self._log_lock = threading.Lock()
 
     # ----------------------------------------------------------------- hardware
 
@@ -249,6 +261,8 @@ class AppServices:
         telemetry = self.telemetry
 
         def on_sample(sample: Any) -> None:
+            if self.gpu_sampler is not sampler:
+                return  # the last sample of a sampler being stopped in the background
             if sample.ok:
                 telemetry.add_gpu_sample(sample)
             else:
@@ -257,20 +271,50 @@ class AppServices:
 
         rate = min(MAX_RATE_HZ, max(MIN_RATE_HZ, rate_hz))
         indices = index if isinstance(index, tuple) else (index,)
+        sampler: Any
         if len(indices) > 1:
-            self.gpu_sampler = GpuSetSampler(
+            sampler = GpuSetSampler(
                 indices, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
             )
         else:
-            self.gpu_sampler = GpuSampler(
+            sampler = GpuSampler(
                 indices[0], rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
             )
-        self.gpu_sampler.start()
+        self.gpu_sampler = sampler
+        sampler.start()
 
     def stop_gpu_sampler(self) -> None:
-        if self.gpu_sampler is not None:
-            self.gpu_sampler.stop()
-            self.gpu_sampler = None
+        """Stop the GPU sampler without waiting (the thread ends in the background)."""
+        sampler = self.gpu_sampler
+        self.gpu_sampler = None
+        if sampler is not None:
+            self._reap(sampler.stop, "kvpilot-stop-gpu-sampler")
+
+    def _reap(self, finish: Callable[[], None], name: str) -> None:
+        """Run ``finish`` (a blocking join or close) on a short-lived thread, never the caller's.
+
+        The GUI thread calls the ``stop_*`` methods; a sampler in the middle of a slow scrape
+        or NVML call may take seconds to end, which must not freeze the window.
+        """
+        self._reapers = [t for t in self._reapers if t.is_alive()]
+
+        def run() -> None:
+            try:
+                finish()
+            except Exception:  # a failed close must not end the app
+                log.exception("stopping %s failed", name)
+
+        t = threading.Thread(target=run, name=name, daemon=True)
+        self._reapers.append(t)
+        t.start()
+
+    def join_background(self, timeout_s: float = 10.0) -> bool:
+        """Blocking: wait for the samplers being stopped in the background; True when done."""
+        deadline = time.monotonic() + timeout_s
+        for t in list(self._reapers):
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._reapers = [t for t in self._reapers if t.is_alive()]
+        return not self._reapers
 
     # ----------------------------------------------------------------- runtime
 
@@ -294,12 +338,6 @@ class AppServices:
         from kvpilot.core.runtimes.installer import RuntimeInstaller
 
         return partial(RuntimeInstaller, **self.installer_options)
-
-    @staticmethod
-    def install_hint() -> str:
-        from kvpilot.core.vllm.runtime import INSTALL_HINT
-
-        return INSTALL_HINT
 
     # ----------------------------------------------------------------- planning
 
@@ -547,6 +585,7 @@ class AppServices:
         if inputs is not None:
             self.check_startup_now(inputs)
         self.telemetry.clear()
+        self.take_log_lines()  # lines of an earlier server are not this one's
         # a Hub checkpoint not in the cache is downloaded by kvpilot first (progress to the GUI)
         self.download_cancel.clear()
         self._downloading = True
@@ -566,7 +605,7 @@ class AppServices:
             runtime,
             spec,
             data_dir=self.data_dir,
-            on_event=self.bridge.emitter("server_event"),
+            on_event=self._supervisor_event_sink(),
             gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
             **options,
         )
@@ -599,6 +638,31 @@ class AppServices:
         )
         if refusal is not None:
             raise StartupRefusedError(refusal)
+
+    def _supervisor_event_sink(self) -> Callable[[Any], None]:
+        """The supervisor's ``on_event``: output lines to the batch buffer, the rest as signals."""
+        from kvpilot.core.vllm.supervisor import LogLineEvent
+
+        emit = self.bridge.emitter("server_event")
+
+        def sink(ev: Any) -> None:
+            if isinstance(ev, LogLineEvent):
+                with self._log_lock:
+                    if len(self._log_lines) == self._log_lines.maxlen:
+                        self._log_dropped += 1
+                    self._log_lines.append(ev)
+            else:
+                emit(ev)
+
+        return sink
+
+    def take_log_lines(self) -> tuple[list[Any], int]:
+        """The output lines since the last call, and how many were dropped before being taken."""
+        with self._log_lock:
+            lines = list(self._log_lines)
+            self._log_lines.clear()
+            dropped, self._log_dropped = self._log_dropped, 0
+        return lines, dropped
 
     def _gpu_pids(self) -> set[int]:
         sampler = self.gpu_sampler
@@ -655,21 +719,35 @@ class AppServices:
         telemetry = self.telemetry
         emit = self.bridge.emitter("metrics_sample")
 
-        def on_sample(sample: Any) -> None:
-            telemetry.add_vllm_sample(sample)
-            emit(sample)
+        def current() -> bool:
+            # a sampler being stopped in the background may finish one last scrape: drop it
+            return self.metrics_sampler is sampler
 
-        self.metrics_sampler = MetricsSampler(
-            scraper, on_sample, telemetry.add_scrape_error, interval_s=1.0 / max(0.1, rate_hz)
-        )
-        self.metrics_sampler.start()
+        def on_sample(sample: Any) -> None:
+            if current():
+                telemetry.add_vllm_sample(sample)
+                emit(sample)
+
+        def on_error(t_s: float, error: Any) -> None:
+            if current():
+                telemetry.add_scrape_error(t_s, error)
+
+        sampler = MetricsSampler(scraper, on_sample, on_error, interval_s=1.0 / max(0.1, rate_hz))
+        self.metrics_sampler = sampler
+        sampler.start()
 
     def stop_metrics(self) -> None:
+        """Stop scraping /metrics without waiting (the thread ends in the background)."""
         sampler = self.metrics_sampler
         self.metrics_sampler = None
         if sampler is not None:
-            sampler.stop()
-            sampler.scraper.close()
+            sampler.stop(timeout_s=0)  # asks the thread to end; does not wait
+
+            def finish() -> None:
+                sampler.stop()
+                sampler.scraper.close()
+
+            self._reap(finish, "kvpilot-stop-metrics")
 
     def shutdown(self) -> None:
         """Blocking: stop the server this session started, the samplers and scrapers."""
@@ -678,6 +756,7 @@ class AppServices:
         finally:
             self.stop_metrics()
             self.stop_gpu_sampler()
+            self.join_background()
 
     # ----------------------------------------------------------------- orphans
 
@@ -698,7 +777,7 @@ class AppServices:
         from kvpilot.core.vllm.supervisor import Supervisor
 
         sup = Supervisor.attach(
-            orphan, data_dir=self.data_dir, on_event=self.bridge.emitter("server_event")
+            orphan, data_dir=self.data_dir, on_event=self._supervisor_event_sink()
         )
         with self._lock:
             self.supervisor = sup

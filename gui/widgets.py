@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPen
-from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
+from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from kvpilot.gui import format as fmt
 
@@ -102,10 +102,3 @@ class StackedBar(QWidget):
                 QToolTip.showText(event.globalPosition().toPoint(), tip, self)
                 return
         super().mouseMoveEvent(event)
-
-
-class StatusDot(QLabel):
-    """A coloured ● followed by text; colour carries the meaning (ok / tight / fail / info)."""
-
-    def set_status(self, color: str, text: str) -> None:
-        self.setText(f'<span style="color:{color}">●</span> {text}')

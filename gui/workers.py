@@ -1,13 +1,18 @@
 """Run blocking calls (probe, recommend, file reads) off the GUI thread.
 
-:func:`run_in_pool` hands a function to the global ``QThreadPool`` and calls ``on_result`` or
-``on_error`` on the GUI thread when it finishes. Results arrive through a queued signal of a
-small carrier object, never by touching widgets from the worker thread.
+:func:`run_in_pool` hands a short function (well under a second or two: a probe, a plan, a
+file read) to the global ``QThreadPool``; :func:`run_in_thread` runs a long one (a model
+download followed by a launch) on its own thread so that it never holds a pool thread that
+planning needs. Both call ``on_result`` or ``on_error`` on the GUI thread when the function
+finishes. Results arrive through a queued signal of a small carrier object, never by touching
+widgets from the worker thread.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +52,13 @@ def run_in_pool(
     Must be called from the GUI thread (the carrier is created there so that the delivery is
     queued onto it).
     """
+    carrier = _carrier_for(on_result, on_error)
+    QThreadPool.globalInstance().start(_Task(fn, carrier))
+
+
+def _carrier_for(
+    on_result: Callable[[Any], None], on_error: Callable[[BaseException], None] | None
+) -> _Carrier:
     carrier = _Carrier()
     _live.add(carrier)
 
@@ -61,7 +73,36 @@ def run_in_pool(
             log.error("background task failed", exc_info=exc)
 
     carrier.done.connect(deliver)
-    QThreadPool.globalInstance().start(_Task(fn, carrier))
+    return carrier
+
+
+_threads: set[threading.Thread] = set()
+
+
+def run_in_thread(
+    fn: Callable[[], Any],
+    on_result: Callable[[Any], None],
+    on_error: Callable[[BaseException], None] | None = None,
+    *,
+    name: str = "kvpilot-task",
+) -> threading.Thread:
+    """Run a long ``fn()`` on a thread of its own; deliver its outcome on the GUI thread.
+
+    Must be called from the GUI thread. Returns the (daemon) thread, already started.
+    """
+    carrier = _carrier_for(on_result, on_error)
+    task = _Task(fn, carrier)
+
+    def run() -> None:
+        try:
+            task.run()
+        finally:
+            _threads.discard(threading.current_thread())
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    _threads.add(t)
+    t.start()
+    return t
 
 
 def drain(timeout_ms: int = 30_000) -> bool:
@@ -84,5 +125,10 @@ def drain(timeout_ms: int = 30_000) -> bool:
 
 
 def wait_for_pool(timeout_ms: int = 10_000) -> bool:
-    """Wait until every pooled task finished (tests, shutdown); True when the pool is idle."""
-    return QThreadPool.globalInstance().waitForDone(timeout_ms)
+    """Wait until every pooled task and :func:`run_in_thread` thread finished (tests, shutdown);
+    True when all are done."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    for t in list(_threads):
+        t.join(max(0.0, deadline - time.monotonic()))
+    left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+    return QThreadPool.globalInstance().waitForDone(left_ms) and not _threads

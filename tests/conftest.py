@@ -8,7 +8,6 @@ from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
-SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 if str(TESTS_DIR) not in sys.path:

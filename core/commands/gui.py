@@ -25,7 +25,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``gui`` options (shared with :func:`kvpilot.gui.app.run`)."""
+    """The ``gui`` options (``kvpilot gui``; see :func:`kvpilot.gui.app.main`)."""
     parser.add_argument(
         "--screenshot",
         metavar="PATH",

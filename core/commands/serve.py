@@ -398,9 +398,19 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     support = versions.support_note(runtime.version)
     if support:
         out.info("vllm_support", support, version=runtime.version)
-    _report_orphans(find_orphans(data_dir), out, args.stop_orphans)
+    orphans = find_orphans(data_dir)
+    _report_orphans(orphans, out, args.stop_orphans)
+    # a server left running may not listen yet (still loading): its port is taken all the same
+    held = {} if args.stop_orphans else {o.record.port: o for o in orphans}
 
     if args.port is not None:
+        if args.port in held:
+            rec = held[args.port].record
+            raise CommandError(
+                f"port {args.port} belongs to a vLLM server an earlier kvpilot left running "
+                f"(pid {rec.pid}, {rec.model}); pass --stop-orphans to stop it first, or pick "
+                "another --port"
+            )
         if not port_is_free(args.host, args.port):
             raise CommandError(
                 f"port {args.port} on {args.host} is already in use; stop what listens there "
@@ -409,6 +419,8 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         port = args.port
     else:
         port = find_free_port(args.host, DEFAULT_PORT)
+        while port in held:
+            port = find_free_port(args.host, port + 1)
     device = device_from_args(args, runtime.version)
     spec = ensure_local_model(spec_for_device(build_spec(args, port), device), out)
     inputs = plan_inputs(args, spec, device, runtime.version)

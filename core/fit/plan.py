@@ -154,10 +154,6 @@ class PlanInputs(ServingSettings):
     pipeline_parallel_size: int = 1
     gpu_allreduce: str | None = None
 
-    @property
-    def on_cpu(self) -> bool:
-        """True when the plan is for vLLM's CPU backend."""
-        return self.gpu_name == CPU_DEVICE_NAME
 
 
 #: ``PlanInputs.gpu_name`` of vLLM's CPU backend (RAM as its memory)

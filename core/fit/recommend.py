@@ -97,9 +97,6 @@ class Candidate:
     gpus_label: str = ""
     parallel_note: str = ""
 
-    @property
-    def concurrency_at_context(self) -> float:
-        return self.capacity.max_concurrency
 
 
 @dataclass(frozen=True)

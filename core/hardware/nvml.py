@@ -6,6 +6,9 @@ Every NVML call goes through :meth:`Nvml.call`, the single choke point:
   ``FunctionNotFound``, ``NotFound``, ``NoData``...) becomes ``None`` and is logged once per
   function and error, never a crash and never a made-up 0;
 * ``GPU is lost`` / ``reset required`` raise :class:`GpuLostError`, so a caller can say so;
+* a driver that went away mid-session (``DriverNotLoaded``, ``Uninitialized``, a library /
+  driver version mismatch after an upgrade) raises :class:`NvmlInitError`: every later call
+  would fail the same way, so the session must be reopened, not read as empty fields;
 * failures to start NVML (no driver, kernel module missing, version mismatch, no permission)
   raise :class:`NvmlInitError` carrying a :class:`~kvpilot.core.hardware.problems.HardwareProblem`.
 
@@ -69,6 +72,8 @@ _INIT_PROBLEMS = {
 }
 
 _LOST = ("GPU_IS_LOST", "RESET_REQUIRED")
+#: errors of a session whose driver went away (unloaded, upgraded): the session must be reopened
+_SESSION_GONE = ("DRIVER_NOT_LOADED", "UNINITIALIZED", "LIB_RM_VERSION_MISMATCH")
 
 _logged_once: set[tuple[str, str]] = set()
 _logged_lock = threading.Lock()
@@ -292,6 +297,8 @@ class Nvml:
             name = error_name(self.module, exc)
             if name in _LOST:
                 raise GpuLostError(f"{function}: {exc}") from exc
+            if name in _SESSION_GONE:
+                raise NvmlInitError(problem_from_error(self.module, exc)) from exc
             _log_once(label, name, f"{function}: {exc}")
         except self._mismatch_type as exc:  # unversioned symbol missing from an older driver
             _log_once(label, "mismatch", f"{function}: {exc}")

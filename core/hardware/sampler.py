@@ -254,11 +254,18 @@ class GpuSampler:
             values.update(read_memory(nv, handle))
             values.update(read_dynamic(nv, handle))
             values["process_used_bytes"] = types.MappingProxyType(_process_memory(nv, handle))
-        except GpuLostError as exc:
+        except (GpuLostError, NvmlInitError) as exc:
+            # lost GPU or driver gone: reopen NVML every REINIT_INTERVAL_S (a reset GPU or a
+            # reloaded driver is sampled again without restarting the app)
+            self.close()
+            self._init_problem = exc.problem
+            self._next_init_s = started + REINIT_INTERVAL_S
+            if not isinstance(exc, GpuLostError):
+                log.warning("NVML stopped answering (%s); retrying", exc.problem.one_line())
             return GpuSample(
                 t_monotonic_s=started,
                 gpu_index=self.index,
-                lost=True,
+                lost=isinstance(exc, GpuLostError),
                 error=exc.problem.one_line(),
                 problem=exc.problem,
                 read_s=time.monotonic() - started,

@@ -46,9 +46,6 @@ class CatalogCheckpoint:
     note: str = ""
     torch_dtype: str | None = None
 
-    @property
-    def is_quantized(self) -> bool:
-        return self.method is not None
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def fetch_hub_model(
     if cache_file.is_file():
         try:
             record = json.loads(cache_file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):  # a damaged cache entry is fetched again
             record = None
     if record is None:
         record = _download_record(repo_id, revision, token)

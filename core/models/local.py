@@ -166,7 +166,7 @@ def read_json_object(path: Path, what: str = "config.json") -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise ModelSpecError(f"cannot read {what}: {err.strerror}", path=str(path)) from err
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # incl. nesting too deep
         raise ModelSpecError(
             f"{what} is not valid JSON ({err}); download it again", path=str(path)
         ) from err

@@ -100,7 +100,7 @@ def _read_header(path: Path) -> tuple[dict[str, Any], int, int]:
         raise ModelSpecError(f"cannot read safetensors file: {err.strerror}", path=where) from err
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # nesting too deep too
         raise ModelSpecError(
             f"safetensors header is not valid JSON ({err}); download the file again", path=where
         ) from err
@@ -136,12 +136,13 @@ def safetensors_tensor_bytes(path: Path) -> tuple[int, int]:
             raise ModelSpecError(
                 f"tensor '{name}' lacks dtype, shape or data_offsets [begin, end]", path=where
             ) from err
-        if dtype not in DTYPE_BITS:
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
             raise ModelSpecError(
                 f"tensor '{name}' has unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})",
                 path=where,
             )
-        if not all(isinstance(d, int) and d >= 0 for d in shape) or not (
+        shape_ok = isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+        if not shape_ok or not (
             isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end
         ):
             raise ModelSpecError(f"tensor '{name}' has an invalid shape or offsets", path=where)
@@ -169,7 +170,7 @@ def _read_index(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise ModelSpecError(f"cannot read index: {err.strerror}", path=str(path)) from err
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise ModelSpecError(f"index is not valid JSON ({err})", path=str(path)) from err
     if not isinstance(data, dict):
         raise ModelSpecError("index is not a JSON object", path=str(path))

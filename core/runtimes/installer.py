@@ -694,6 +694,7 @@ class RuntimeInstaller:
                 self.on_line(line.rstrip("\n"))
             if self.parser.feed(line):
                 self._emit(self.parser.progress)
+        proc.stdout.close()  # one pipe per step: never left to the garbage collector
         rc = proc.wait()
         with self._lock:
             self._proc = None

@@ -220,6 +220,12 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
             f"serving on {spec.host} exposes the model to the network; set an API key "
             "or use host 127.0.0.1"
         )
+    if spec.api_key and not all("!" <= ch <= "~" for ch in spec.api_key):
+        # clients send the key in an HTTP header: spaces, line breaks and non-ASCII cannot go there
+        raise CommandError(
+            "the API key holds a space, a line break or a non-ASCII character, which no HTTP "
+            "client can send; use printable ASCII characters only"
+        )
     if spec.auto_max_model_len:
         if spec.max_model_len is not None:
             raise CommandError(

@@ -1699,7 +1699,13 @@ def classify_exit(
         return FailureEvent(
             kind,
             f"vLLM was killed by {name}"
-            + (" while serving." if was_ready else " during start-up."),
+            + (" while serving" if was_ready else " during start-up")
+            + (
+                "; if nobody stopped it, the system may have run out of memory (see "
+                "`dmesg`): start it again, with a smaller plan if it happens again."
+                if name == "SIGKILL"
+                else "; start it again."
+            ),
             details={"returncode": returncode, "signal": name},
         )
     if returncode == 2:

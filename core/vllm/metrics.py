@@ -67,6 +67,11 @@ class ScrapeErrorKind(str, enum.Enum):
     EMPTY = "empty"  # 200 with an empty body
     TRUNCATED = "truncated"  # the body stops mid-line or lacks families vLLM always has
     MALFORMED = "malformed"  # not Prometheus text
+    TOO_LARGE = "too_large"  # a body larger than MAX_BODY_BYTES (vLLM's is ~100 KB)
+
+
+#: the largest /metrics body read (bytes); a larger one is refused, never held in memory
+MAX_BODY_BYTES = 8 << 20
 
 
 class ScrapeError(KvpilotError):
@@ -463,9 +468,24 @@ class MetricsScraper:
                         ScrapeErrorKind.HTTP_STATUS,
                         f"GET {self.url} answered HTTP {response.status_code}",
                     )
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+                    raise ScrapeError(
+                        ScrapeErrorKind.TOO_LARGE,
+                        f"GET {self.url} announced {int(declared):,} bytes, more than the "
+                        f"{MAX_BODY_BYTES:,} a /metrics page may have",
+                    )
                 chunks = []
+                size = 0
                 for chunk in response.iter_bytes():
                     chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise ScrapeError(
+                            ScrapeErrorKind.TOO_LARGE,
+                            f"GET {self.url} sent more than the {MAX_BODY_BYTES:,} bytes a "
+                            "/metrics page may have",
+                        )
                     if self._clock() > deadline:
                         raise ScrapeError(
                             ScrapeErrorKind.TIMEOUT,
@@ -536,6 +556,9 @@ class MetricsSampler:
         self._thread: threading.Thread | None = None
         self.samples_ok = 0
         self.samples_failed = 0
+        #: warnings logged: one when scrapes start failing, none more until one succeeds
+        self.warnings_logged = 0
+        self._failing_since: int | None = None  # samples_failed when the streak began
 
     @property
     def running(self) -> bool:
@@ -570,12 +593,22 @@ class MetricsSampler:
             self._deliver_error(ScrapeError(ScrapeErrorKind.MALFORMED, f"scrape failed: {exc}"))
             return
         self.samples_ok += 1
+        if self._failing_since is not None:
+            log.info(
+                "/metrics answers again after %d failed scrapes",
+                self.samples_failed - self._failing_since,
+            )
+            self._failing_since = None
         try:
             self._on_sample(sample)
         except Exception:
             log.exception("metrics sample callback failed")
 
     def _deliver_error(self, err: ScrapeError) -> None:
+        if self._failing_since is None:
+            self._failing_since = self.samples_failed - 1
+            self.warnings_logged += 1
+            log.warning("%s; the plots show a gap until /metrics answers again", err)
         try:
             self._on_error(self._clock(), err)
         except Exception:

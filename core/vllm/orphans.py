@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from typing import Any
 import psutil
 
 from kvpilot.core.vllm.proctree import StopReport, alive, group_members, stop_tree
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,18 +98,60 @@ def write_pidfile(data_dir: Path, record: ServerRecord) -> Path:
 def read_pidfile(path: Path) -> ServerRecord | None:
     """The record in ``path``, or None when the file is unreadable or not a pidfile."""
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        names = {f.name for f in fields(ServerRecord)}
-        data = {k: v for k, v in data.items() if k in names}
-        data["argv"] = tuple(data.get("argv", ()))
-        return ServerRecord(**data)
-    except (OSError, ValueError, TypeError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON
         return None
+    if not isinstance(data, dict):
+        return None
+    values: dict[str, Any] = {}
+    for f in fields(ServerRecord):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        kind = _RECORD_TYPES[f.name]
+        if f.name == "argv":
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                return None
+            value = tuple(value)
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif not isinstance(value, kind) or isinstance(value, bool):
+            return None  # a wrong type (a hand-edited or foreign file) is not our pidfile
+        values[f.name] = value
+    try:
+        record = ServerRecord(**values)
+    except TypeError:  # a field missing
+        return None
+    if record.pid <= 0 or record.pgid <= 0 or not 0 < record.port < 65536:
+        return None
+    return record
+
+
+#: the JSON type of each pidfile field
+_RECORD_TYPES: dict[str, type] = {
+    "pid": int,
+    "pgid": int,
+    "port": int,
+    "host": str,
+    "model": str,
+    "served_model_name": str,
+    "started_at": float,
+    "log_path": str,
+    "argv": list,
+    "create_time": float,
+    "owner_pid": int,
+    "owner_create_time": float,
+    "vllm_version": str,
+}
 
 
 def remove_pidfile(path: Path) -> None:
-    """Delete a pidfile (no error when it is already gone)."""
-    path.unlink(missing_ok=True)
+    """Delete a pidfile (no error when it is already gone or cannot be deleted: a stale
+    pidfile that stays is read and skipped again next time)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not delete the stale pidfile %s: %s", path, exc.strerror or exc)
 
 
 def _owner_alive(record: ServerRecord) -> bool:

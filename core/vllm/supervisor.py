@@ -25,6 +25,7 @@ import logging
 import logging.handlers
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ import httpx
 import psutil
 
 from kvpilot.core import failures
+from kvpilot.core.errors import KvpilotError
 from kvpilot.core.measurements import (
     SOURCE_LAUNCH,
     Measured,
@@ -68,6 +70,11 @@ STOPPING = "stopping"
 STOPPED = "stopped"
 FAILED = "failed"
 TERMINAL_STATES = (STOPPED, FAILED)
+
+#: longest output line kept whole (characters); the rest of a longer line is cut and counted
+MAX_LINE_CHARS = 64 * 1024
+#: events kept by :meth:`Supervisor.events` (output lines are in :meth:`Supervisor.lines`)
+MAX_EVENTS = 10_000
 
 #: versions from which ``vllm:cache_config_info`` carries the KV capacity labels
 
@@ -148,6 +155,23 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class _LaunchLogHandler(logging.handlers.RotatingFileHandler):
+    """A rotating file handler that reports a failed write (a full disk) once, not per line."""
+
+    failure: str | None = None
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.failure is None:
+            exc = sys.exc_info()[1]
+            self.failure = str(exc) if exc is not None else "unknown error"
+            log.warning(
+                "the launch log %s cannot be written (%s); vLLM's latest lines are still kept "
+                "in memory; free some disk space",
+                self.baseFilename,
+                self.failure,
+            )
+
+
 class _LaunchLog:
     """A rotating log file for one launch, plus pruning of old launches' files."""
 
@@ -158,7 +182,7 @@ class _LaunchLog:
         self.path = folder / f"{stem}.log"
         self._logger = logging.Logger(f"kvpilot.launch.{stem}")
         self._logger.propagate = False
-        handler = logging.handlers.RotatingFileHandler(
+        handler = _LaunchLogHandler(
             self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
         )
         handler.setFormatter(logging.Formatter("%(message)s"))
@@ -203,6 +227,8 @@ class Supervisor:
         check_flags: refuse flags the runtime's version does not know before launching.
         exit_grace_s: after a classified failure, seconds vLLM gets to exit by itself before
             the rest of its tree is stopped.
+        hung_after_s: once ready, a server whose process is alive but whose ``/health`` has
+            not answered for this long is declared failed ``server_hung`` (and stopped).
     """
 
     def __init__(
@@ -223,6 +249,7 @@ class Supervisor:
         settle_s: float = 0.2,
         check_flags: bool = True,
         exit_grace_s: float = 3.0,
+        hung_after_s: float = 30.0,
     ) -> None:
         self.runtime = runtime
         self.spec = spec
@@ -236,13 +263,15 @@ class Supervisor:
         self.settle_s = settle_s
         self.check_flags = check_flags
         self.exit_grace_s = exit_grace_s
+        self.hung_after_s = hung_after_s
+        self._unanswered_since: float | None = None
         self._keep_launches = keep_launches
         self._log_max_bytes = log_max_bytes
 
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._wake = threading.Event()
-        self._events: list[SupervisorEvent] = []
+        self._events: collections.deque[SupervisorEvent] = collections.deque(maxlen=MAX_EVENTS)
         self._lines: collections.deque[str] = collections.deque(maxlen=buffer_lines)
         self._scanner = logparse.LogScanner(
             version=getattr(runtime, "version", None), port=getattr(spec, "port", None)
@@ -348,7 +377,8 @@ class Supervisor:
         return self._ready_at
 
     def events(self) -> list[SupervisorEvent]:
-        """A copy of every event emitted so far."""
+        """A copy of the events emitted so far (the last :data:`MAX_EVENTS`), output lines
+        excepted: those are in the bounded :meth:`lines` buffer."""
         with self._lock:
             return list(self._events)
 
@@ -462,6 +492,15 @@ class Supervisor:
         # the pidfile now belongs to this process
         write_pidfile(data_dir, replace(rec, owner_pid=os.getpid(), owner_create_time=_self_ct()))
         sup._set_state(STARTING)
+        # the server's output went to the kvpilot that started it, which is gone: say so
+        earlier = f"earlier lines: {rec.log_path}" if rec.log_path else "no earlier log file"
+        sup._handle_line(
+            f"kvpilot: adopted the vLLM server on port {rec.port} (pid {rec.pid}) that an "
+            "earlier kvpilot started; its output went to that kvpilot, which is gone, so its "
+            f"old log stream has ended and no new lines will appear here ({earlier}); health "
+            "and metrics are watched as before",
+            "kvpilot",
+        )
         if sup._tail_path is not None and sup._tail_path.exists():
             sup._spawn(sup._tail_file, sup._tail_path, name="vllm-tail")
         sup._spawn(sup._monitor, name="vllm-monitor")
@@ -542,8 +581,9 @@ class Supervisor:
         t.start()
 
     def _emit(self, event: SupervisorEvent) -> None:
-        with self._lock:
-            self._events.append(event)
+        if not isinstance(event, LogLineEvent):
+            with self._lock:
+                self._events.append(event)
         if self._on_event is not None:
             try:
                 self._on_event(event)
@@ -598,9 +638,20 @@ class Supervisor:
         return line
 
     def _read_stream(self, stream: IO[bytes], name: str) -> None:
+        # read at most MAX_LINE_CHARS bytes at a time: one huge line never sits in memory whole
+        kept: str | None = None  # the first piece of the line being read
+        cut = 0  # bytes of that line dropped after the first piece
         try:
-            for raw in iter(stream.readline, b""):
-                self._handle_line(raw.decode("utf-8", "replace").rstrip("\r\n"), name)
+            for raw in iter(lambda: stream.readline(MAX_LINE_CHARS), b""):
+                if kept is None:
+                    kept = raw.decode("utf-8", "replace").rstrip("\r\n")
+                else:
+                    cut += len(raw.rstrip(b"\r\n"))
+                if raw.endswith(b"\n"):
+                    self._handle_line(_with_cut(kept, cut), name)
+                    kept, cut = None, 0
+            if kept is not None:
+                self._handle_line(_with_cut(kept, cut), name)
         except (OSError, ValueError):
             pass
         finally:
@@ -684,12 +735,28 @@ class Supervisor:
             self._cleanup(2.0, 3.0, 5.0)
 
     def _cleanup(self, sigint_s: float, sigterm_s: float, sigkill_s: float) -> StopReport:
-        with self._lock:
+        """Stop the tree once; a second caller waits for the first clean-up and gets its report."""
+        with self._changed:
             if self._cleanup_started:
-                pass
+                while self._stop_report is None:
+                    self._changed.wait()
+                return self._stop_report
             self._cleanup_started = True
             pid, pgid = self._pid, self._pgid
         assert pid is not None and pgid is not None
+        try:
+            return self._stop_once(pid, pgid, sigint_s, sigterm_s, sigkill_s)
+        except BaseException:
+            # whoever waits for this clean-up must not wait forever; the tree may be left
+            with self._changed:
+                if self._stop_report is None:
+                    self._stop_report = StopReport((), (pid,), (), 0.0)
+                self._changed.notify_all()
+            raise
+
+    def _stop_once(
+        self, pid: int, pgid: int, sigint_s: float, sigterm_s: float, sigkill_s: float
+    ) -> StopReport:
         self._collect_descendants()
         proc = self._proc
         report = stop_tree(
@@ -793,7 +860,10 @@ class Supervisor:
                 elif state == READY:
                     dead = self._probe_dead(client)
                     if dead is not None and not self._stop_requested:
-                        self._fail(_failure(failures.ENGINE_DIED, dead))
+                        if self._leader_exited():  # the exit (status, signal) says more
+                            self._on_exit(state)
+                        else:
+                            self._fail(_failure(*dead))
                         return
                 wait = self.health_interval_s if state == STARTING else self.ready_health_interval_s
                 with self._lock:
@@ -815,15 +885,35 @@ class Supervisor:
             return False
         return self._model_name in ids or (not self._model_name and bool(ids))
 
-    def _probe_dead(self, client: httpx.Client) -> str | None:
+    def _probe_dead(self, client: httpx.Client) -> tuple[str, str] | None:
+        """(failure kind, message) when the ready server is dead or hung, else None."""
+        sent = time.monotonic()
         try:
             r = client.get("/health")
         except httpx.ConnectError:
-            return "the server stopped accepting connections after it was ready"
+            return (
+                failures.ENGINE_DIED,
+                "the server stopped accepting connections after it was ready",
+            )
         except httpx.HTTPError:
-            return None  # slow under load is not dead
+            # slow under load is not dead; alive but silent for hung_after_s is hung
+            now = time.monotonic()
+            if self._unanswered_since is None:
+                self._unanswered_since = sent  # silent since the unanswered request went out
+            silent = now - self._unanswered_since
+            if silent >= self.hung_after_s and not self._leader_exited():
+                return (
+                    failures.SERVER_HUNG,
+                    f"vLLM has not answered /health for {silent:.0f} s although its process is "
+                    "alive (hung or stopped); kvpilot stopped it: start it again",
+                )
+            return None
+        self._unanswered_since = None
         if r.status_code == 503:
-            return "the engine died after the server was ready (/health answered 503)"
+            return (
+                failures.ENGINE_DIED,
+                "the engine died after the server was ready (/health answered 503)",
+            )
         return None
 
     def _after_ready(self, client: httpx.Client) -> None:
@@ -847,15 +937,19 @@ class Supervisor:
         )
         try:
             store.record(key, measured_from_capacity(cap, SOURCE_LAUNCH, startup_s=startup))
+        except KvpilotError as exc:  # a full disk, a damaged file: say so, go on serving
+            log.warning("the measured capacity was not recorded: %s", exc.message)
         except Exception:  # never let bookkeeping break supervision
             log.exception("could not record the measured capacity")
 
     def _on_exit(self, state: str | None) -> None:
         rc = self._returncode
-        # give the readers a moment to deliver the last lines before classifying
+        # give the readers a moment to deliver the last lines before classifying (a child that
+        # outlived the leader keeps the pipes open: never wait for their end of file)
+        deadline = time.monotonic() + 0.5
         for t in self._threads:
             if t.name in ("vllm-stdout", "vllm-stderr"):
-                t.join(timeout=1.0)
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self._stop_requested:
             return
         with self._lock:
@@ -887,11 +981,8 @@ def _self_ct() -> float:
         return 0.0
 
 
-def _served_name(spec: Any) -> str:
-    name = getattr(spec, "served_model_name", None)
-    if isinstance(name, (list, tuple)):
-        name = name[0] if name else None
-    return str(name or getattr(spec, "model", ""))
+def _with_cut(line: str, cut: int) -> str:
+    return f"{line} … [{cut:,} more bytes of this line not shown]" if cut else line
 
 
 def _failure(kind: str, message: str) -> logparse.FailureEvent:

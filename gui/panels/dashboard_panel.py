@@ -206,11 +206,6 @@ class DashboardPanel(QWidget):
             self._set_x_range(plot)
         self.redraw()
 
-    def set_telemetry(self, telemetry: Any) -> None:
-        """Read from another telemetry object (a new server session)."""
-        self.telemetry = telemetry
-        self.redraw()
-
     # ----------------------------------------------------------------- the one redraw
 
     def redraw(self) -> None:

@@ -362,18 +362,6 @@ class PlannerPanel(QWidget):
             i = self.model.count() - 1
         self.model.setCurrentIndex(i)
 
-    def set_model_choices(self, refs: Sequence[str]) -> None:
-        """Catalog ids offered in the model box (after "any")."""
-        current = self.model.currentText()
-        self._suppress = True
-        try:
-            for ref in refs:
-                if self.model.findText(ref) < 0:
-                    self.model.addItem(ref, ref)
-            self.model.setEditText(current)
-        finally:
-            self._suppress = False
-
     def _changed(self, *_: Any) -> None:
         if not self._suppress:
             self._debounce.start()

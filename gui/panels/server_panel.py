@@ -370,6 +370,18 @@ class LogView(QWidget):
                 self.text.moveCursor(QTextCursor.MoveOperation.End)
                 self.text.ensureCursorVisible()
 
+    def append_many(self, items: list[tuple[str, str]]) -> None:
+        """Add ``(level, line)`` pairs at once (one text update for the whole batch)."""
+        if not items:
+            return
+        self._lines.extend(items)
+        shown = [line for level, line in items if self._visible(level, line)]
+        if shown:
+            self.text.appendPlainText("\n".join(shown[-self.text.maximumBlockCount() :]))
+            if self.follow.isChecked():
+                self.text.moveCursor(QTextCursor.MoveOperation.End)
+                self.text.ensureCursorVisible()
+
     def clear(self) -> None:
         self._lines.clear()
         self.text.clear()

@@ -15,6 +15,10 @@ environment variables:
 ``FAKE_VLLM_DIE_AFTER_S`` ``die_after_ready``: seconds of serving before /health turns 503
 ``FAKE_VLLM_CHILD``       ``1``: start a sleeping child process (stands in for EngineCore)
 ``FAKE_VLLM_ECHO_ENV``   name of an environment variable to print (redaction tests)
+``FAKE_VLLM_ARGV_FILE``   JSON file receiving the argv, the working directory and the
+                          API key it was started with (argv-injection tests)
+``FAKE_VLLM_FLOOD``       ``LINES,RATE``: once ready, print LINES log lines at RATE lines/s
+``FAKE_VLLM_HUGE_LINE``   once ready, print one line of this many bytes (after any flood)
 ``FAKE_VLLM_MARKS``       JSON file receiving wall-clock times: ``listening_at``,
                           ``first_health_200_at``, ``fail_line_at``, ``dead_at``
 ``FAKE_VLLM_FAIL_UNLESS`` ``fail``: a regex on the serve arguments; when it matches, start as in
@@ -59,8 +63,11 @@ def mark(name: str) -> None:
 
 def emit(line: str) -> None:
     stream = sys.stdout if PREFIX_RE.match(line) else sys.stderr
-    stream.write(line + "\n")
-    stream.flush()
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except OSError:  # the reader is gone (kvpilot killed): go on serving, as vLLM's logging does
+        pass
 
 
 class State:
@@ -113,6 +120,13 @@ def parse_serve(argv: list[str]) -> tuple[str, str, int, str | None]:
 
 def main() -> int:
     argv = sys.argv[1:]
+    argv_file = os.environ.get("FAKE_VLLM_ARGV_FILE")
+    if argv_file:
+        Path(argv_file).write_text(
+            json.dumps(
+                {"argv": argv, "cwd": str(Path.cwd()), "api_key": os.environ.get("VLLM_API_KEY")}
+            )
+        )
     if argv[:1] == ["--version"]:
         print(os.environ.get("FAKE_VLLM_VERSION", "0.32.0"))
         return 0
@@ -178,6 +192,24 @@ def main() -> int:
             )
             time.sleep(5.0)
             return 0
+        flood = os.environ.get("FAKE_VLLM_FLOOD")
+        if flood:
+            count, rate = (int(x) for x in flood.split(","))
+            started = time.monotonic()
+            line = "(APIServer pid=1) INFO 11-29 08:10:45 [loggers.py:1] flood line {:09d}\n"
+            for i in range(0, count, 1000):  # in bursts of 1000 lines, paced to RATE
+                sys.stdout.write("".join(line.format(j) for j in range(i, min(count, i + 1000))))
+                sys.stdout.flush()
+                ahead = started + (i + 1000) / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            mark("flood_done_at")
+        huge = int(os.environ.get("FAKE_VLLM_HUGE_LINE", "0"))
+        if huge:
+            sys.stdout.write("(APIServer pid=1) INFO huge " + "x" * huge + "\n")
+            sys.stdout.flush()
+            emit("(APIServer pid=1) INFO 11-29 08:10:46 [fake.py:1] after the huge line")
+            mark("huge_done_at")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -71,6 +71,8 @@ def test_kvpilot_killed_orphan_found_adopted_then_engine_killed(
     base_url = events[-1]["base_url"]
     proc.kill()  # kvpilot crashes; vLLM lives on in its own session
     proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()  # (no ResourceWarning: warnings fail the run)
     tree = {server_pid, *(c.pid for c in psutil.Process(server_pid).children(recursive=True))}
     try:
         assert httpx.get(base_url + "/health", timeout=10).status_code == 200
@@ -143,6 +145,8 @@ def test_orphan_left_after_kvpilot_is_killed_is_stopped_by_stop_orphan(
     tree = {server_pid, *(c.pid for c in psutil.Process(server_pid).children(recursive=True))}
     proc.kill()
     proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()  # (no ResourceWarning: warnings fail the run)
     try:
         orphans = find_orphans(tmp_path)
         assert len(orphans) == 1

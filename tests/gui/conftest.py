@@ -76,3 +76,4 @@ def make_window(qtbot, store: st.SettingsStore) -> Iterator[Callable[..., MainWi
     wait_for_pool(30_000)
     for w in windows:
         gui_app.dispose(w)
+

@@ -19,6 +19,7 @@ import httpx
 import psutil
 import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
+from guikit import wait_for_state
 
 from kvpilot.core import failures
 from kvpilot.core import settings as st
@@ -104,7 +105,7 @@ def _traffic(base_url: str, model: str, stop: threading.Event) -> None:
 def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     w = tiny_window(64 << 20)
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
+    wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
     sup = w.services.supervisor
     assert logparse.LOADING_WEIGHTS in w.server_panel.phases_seen
@@ -153,7 +154,7 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     tree = sup.tree_pids()
     assert tree
     w.stop_server()
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=60_000)
+    wait_for_state(qtbot, w, "stopped", timeout=60_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
     # the loop closes: a re-plan of the same settings uses what vLLM reported at that launch
     old_row = w.planner.selected()
@@ -174,7 +175,7 @@ def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) ->
     # the recorded failure: 1 KiB per token
     w = tiny_window(64 << 20, dtype="float32", launch_kv_bytes=262_144)
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
+    wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "failed"
     assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
     assert w.last_failure.estimated_max_model_len == 128
@@ -189,10 +190,10 @@ def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) ->
     w.banner.option_buttons[0].click()
     assert w.server_panel.state == "starting"  # relaunched at once: the failed tree is gone
     assert not w.banner.isVisible()
-    qtbot.waitUntil(lambda: w.server_panel.state in ("ready", "failed"), timeout=READY_MS)
+    wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
     assert w.current_request.inputs == first.inputs
     tree = w.services.supervisor.tree_pids()
     w.stop_server()
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=60_000)
+    wait_for_state(qtbot, w, "stopped", timeout=60_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from guikit import wait_for_state
 from PySide6.QtWidgets import QApplication
 
 from kvpilot.core import failures
@@ -79,7 +80,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     row = w.planner.selected()
     assert row is not None and row.fits
     w.launch_action.trigger()  # F5
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     sup = w.services.supervisor
     # the start-up phases were shown, in order, ending with the API server
     seen = w.server_panel.phases_seen
@@ -97,9 +98,20 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     )
     assert "Predicted KV" in w.server_panel.capacity.text()
     # what vLLM reported is kept for the fit engine (keyed by GPU, model, version, settings)
-    measured = w.services.data_dir / "measurements.json"
-    qtbot.waitUntil(measured.exists, timeout=10_000)
-    assert row.model_ref in measured.read_text()
+    from kvpilot.core.fit.calibrate import key_for
+    from kvpilot.core.measurements import SOURCE_LAUNCH, MeasurementStore
+
+    store = MeasurementStore(w.services.data_dir / "measurements.json")
+    key = key_for(w.current_request.inputs)
+    qtbot.waitUntil(lambda: store.lookup(key) is not None, timeout=10_000)
+    got = store.lookup(key)
+    # the figures of the replayed log and /metrics payload, under this plan's key
+    assert got.source == SOURCE_LAUNCH
+    assert got.kv_cache_tokens == 1_048_576
+    assert got.available_kv_bytes == 1 << 30  # cache_config_info kv_cache_memory_bytes
+    assert got.num_blocks == 8192 and got.block_size == 128
+    assert got.max_concurrency == pytest.approx(1024.0)
+    assert got.startup_s is not None and 0 < got.startup_s < 30
     # the dashboard is in front and its plots receive points from /metrics and NVML
     assert w.tabs.currentWidget() is w.dashboard
     qtbot.waitUntil(
@@ -120,7 +132,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     tree = sup.tree_pids()
     assert len(tree) == 2
     w.stop_action.trigger()  # Shift+F5
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=10_000)
     assert w.services.metrics_sampler is None
     assert w.server_panel.launch_button.isEnabled()
@@ -132,7 +144,7 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     w = server_window()
     first_inputs = w.planner.selected().inputs
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+    wait_for_state(qtbot, w, "failed", timeout=30_000)
     assert w.last_failure is not None
     assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
@@ -140,17 +152,23 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     assert "max seq len" in w.banner.cause.text() or "KV cache" in w.banner.cause.text()
     labels = [b.text() for b in w.banner.option_buttons]
     assert labels == [o.label for o in w.fallback_options]
+    tips = [b.toolTip() for b in w.banner.option_buttons]
+    assert tips == [
+        o.change + ("" if o.predicted_fits else " (predicted not to fit either)")
+        for o in w.fallback_options
+    ]
+    assert all(tip for tip in tips)
     first = w.fallback_options[0]
     assert first.inputs != first_inputs
     # the next launch succeeds (the stand-in is told to start normally)
     monkeypatch.setenv("FAKE_VLLM_MODE", "ready")
     monkeypatch.delenv("FAKE_VLLM_LOG")
     w.banner.option_buttons[0].click()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert not w.banner.isVisible()
     assert w.current_request.inputs == replace(first.inputs)
     w.stop_server()
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
 
 
 GRAPH_OOM_LOG = TESTS / "data" / "supervisor" / "cuda_oom_graph_capture.log"
@@ -233,7 +251,7 @@ def test_closing_asks_then_stops_the_server(server_window, qtbot, monkeypatch) -
 
     w = server_window(confirm_stop=confirm)
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     tree = w.services.supervisor.tree_pids()
     w.close()
     assert asked == [True] and w.isVisible()  # refused: still open, server still running
@@ -249,7 +267,7 @@ def test_quitting_the_application_stops_the_server(server_window, qtbot, monkeyp
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     w = server_window()
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     tree = w.services.supervisor.tree_pids()
     QApplication.instance().aboutToQuit.emit()  # what app.quit() / Ctrl+C / SIGTERM lead to
     assert not _alive(tree)
@@ -344,8 +362,12 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
     assert w.adopt_orphan()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert w.server_panel.endpoint.text() == f"http://127.0.0.1:{port}/v1"
+    # the log view says that the old log stream is gone (its output went to the dead kvpilot)
+    qtbot.waitUntil(lambda: "old log stream has ended" in w.log_view.visible_text(), timeout=5000)
+    # and the adopted server has telemetry: /metrics is scraped into the dashboard
+    qtbot.waitUntil(lambda: w.dashboard.point_count("kv") >= 2, timeout=15_000)
     w.close()
     qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
     assert not _alive(tree)
@@ -354,7 +376,7 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
 def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot) -> None:
     w = server_window()
     w.launch_selected()
-    qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
+    wait_for_state(qtbot, w, "ready", timeout=30_000)
     first_pid = w.services.supervisor.pid
     users = w.current_request.inputs.max_num_seqs
     assert w.apply_pressure_fix("preemptions")  # "One user fewer"
@@ -365,7 +387,7 @@ def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot
     assert w.current_request.inputs.max_num_seqs == users - 1
     assert not w.apply_pressure_fix("cpu_bound")  # no one-click fix for that one
     w.stop_server()
-    qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
 
 
 def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qtbot) -> None:

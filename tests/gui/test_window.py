@@ -148,3 +148,22 @@ def test_geometry_is_remembered(make_window, store) -> None:
 def test_loaded_predicate_needs_all_three(make_window) -> None:
     w = make_window(wait=False)
     assert not gui_app.loaded(w)
+
+
+def test_a_recorded_failure_log_shows_its_most_specific_failure(make_window, qtbot) -> None:
+    """``--panel fallback``: the whole log is classified as during a launch (no guessed API)."""
+    from pathlib import Path
+
+    from kvpilot.core import failures
+    from kvpilot.core.vllm import logparse
+
+    log = Path(__file__).resolve().parents[1] / "data/vllm_logs/cpu_0.32/fail_b1_kvbytes_tiny.log"
+    scanner = logparse.LogScanner()
+    for line in log.read_text(encoding="utf-8").splitlines():
+        scanner.feed(line)
+    w = make_window("rtx4090-desktop")
+    assert gui_app.show_recorded_failure(w, log)
+    assert w.last_failure == scanner.failure
+    assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert w.banner.isVisible() and w.last_failure.message in w.banner.cause.text()
+    assert w.log_view.line_count() == len(log.read_text(encoding="utf-8").splitlines())

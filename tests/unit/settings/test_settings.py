@@ -409,3 +409,54 @@ def test_a_wrongly_typed_serving_setting_in_a_profile_falls_back(store: st.Setti
     assert plan.kv_cache_memory_bytes == 1 << 30
     messages = " | ".join(w.message for w in result.warnings)
     assert "max_num_batched_tokens" in messages and "dtype" in messages
+
+
+def test_problems_are_structured_and_each_reset_repairs_its_problem() -> None:
+    """Load-time repair uses the problem's ``reset`` field, never the text of its message."""
+    bad = st.Profile(
+        name="x",
+        port=0,
+        host="0.0.0.0",
+        sampling_hz=50,
+        theme="neon",
+        extra_args="--max-model-len 4096",
+        plan=st.PlanSettings(
+            max_model_len=1,
+            max_num_seqs=0,
+            kv_cache_dtype="int3",
+            gpu_memory_utilization=0.0,
+            use_case="poetry",
+        ),
+    )
+    problems = st.profile_problems(bad)
+    assert [p.text for p in problems] == st.validate_profile(bad)
+    assert {p.reset for p in problems} == {
+        "port",
+        "host",
+        "sampling_hz",
+        "theme",
+        "extra_args",
+        "plan.max_model_len",
+        "plan.max_num_seqs",
+        "plan.kv_cache_dtype",
+        "plan.gpu_memory_utilization",
+        "plan.use_case",
+    }
+    for problem in problems:
+        assert problem.reset is not None
+        fixed = st._reset_field(bad, problem.reset)
+        assert problem.text not in st.validate_profile(fixed), problem
+    # the whole repair, as loading a file does it: every field back to a valid default
+    settings, warnings = st.settings_from_json(
+        {"schema_version": 1, "profiles": [st.profile_to_json(bad)], "active_profile": "x"}
+    )
+    assert st.profile_problems(settings.active) == []
+    assert len(warnings) == len(problems)
+    assert settings.active.host == "127.0.0.1"
+    assert settings.active.plan.max_model_len == st.PlanSettings().max_model_len
+    assert settings.active.extra_args == ""
+
+
+def test_an_empty_name_is_a_problem_without_a_repair() -> None:
+    (problem,) = st.profile_problems(st.Profile(name=" "))
+    assert problem.label == "name" and problem.reset is None

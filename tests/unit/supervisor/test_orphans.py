@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -40,10 +42,28 @@ POLITE_TREE = (
 )
 
 
+_spawned: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_spawned() -> Iterator[None]:
+    """Close the pipes and reap the processes a test spawned (no ResourceWarning, no zombie)."""
+    yield
+    while _spawned:
+        proc = _spawned.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def spawn(code: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
+    _spawned.append(proc)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
     return proc
 

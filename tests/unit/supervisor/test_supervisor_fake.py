@@ -171,10 +171,56 @@ def test_api_key_never_reaches_lines_events_or_log(
     sup = run_fake({"FAKE_VLLM_ECHO_ENV": "VLLM_API_KEY"}, api_key=secret)
     assert sup.wait_ready(20)
     sup.stop()
-    lines = [e.line for e in sup.events() if isinstance(e, LogLineEvent)]
+    assert not any(isinstance(e, LogLineEvent) for e in sup.events())  # lines are in lines()
+    lines = sup.lines()
     assert any("VLLM_API_KEY=***" in line for line in lines)
     assert not any(secret in line for line in lines)
     assert sup.log_path is not None and secret not in sup.log_path.read_text()
     assert secret not in repr(sup.events())
     pidfiles = list((tmp_path / "data").rglob("*.json"))
     assert all(secret not in p.read_text() for p in pidfiles)
+
+
+def test_a_second_cleanup_waits_for_the_first_and_never_signals_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() during the monitor's failure clean-up must not run a second stop_tree."""
+    import subprocess
+    import threading
+
+    from kvpilot.core.vllm import supervisor as sv
+    from kvpilot.core.vllm.proctree import StopReport
+
+    calls: list[float] = []
+    release = threading.Event()
+
+    def slow_stop_tree(pid: int, pgid: int, **_: object) -> StopReport:
+        calls.append(time.monotonic())
+        release.wait(5)
+        return StopReport(("SIGINT",), (), (), 0.1)
+
+    monkeypatch.setattr(sv, "stop_tree", slow_stop_tree)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        sup = Supervisor(None, None, data_dir=tmp_path)
+        sup._pid = sup._pgid = child.pid
+        first = threading.Thread(target=sup._cleanup, args=(1.0, 1.0, 1.0))
+        first.start()
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second: list[StopReport] = []
+        t2 = threading.Thread(target=lambda: second.append(sup.stop()))
+        t2.start()
+        time.sleep(0.2)
+        assert len(calls) == 1
+        assert t2.is_alive(), "the second clean-up returned before the first finished"
+        release.set()
+        first.join(5)
+        t2.join(5)
+        assert len(calls) == 1
+        assert second == [StopReport(("SIGINT",), (), (), 0.1)]
+        assert sup.stop_report is second[0]
+    finally:
+        child.kill()
+        child.wait()

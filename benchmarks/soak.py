@@ -1,0 +1,203 @@
+"""Soak: the real vLLM server, a low-rate load test, full telemetry and the GUI offscreen.
+
+The app's own objects do the work: ``AppServices.start_server`` launches vLLM (the CPU engine in
+``.venv-vllm`` with the tiny test model, built by tests/e2e/make_tiny_model.py), the main window
+(offscreen) handles every supervisor event, starts the /metrics sampler once ready and redraws
+the dashboard; NVML is a recorded RTX 4090 (``--fake-gpu``). A load thread runs the core load
+test at one request at a time with a pause between runs.
+
+Reported after the warm-up (the first ``--warmup-s`` seconds): kvpilot's RSS growth (goal: flat
+within 5 %), /metrics samples dropped (goal: none), event-loop lateness P99 of a 5 ms precise
+timer on the GUI thread (goal <= 30 ms), and open file descriptors and threads at the start and
+at the end (goal: equal).
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/soak.py --minutes 30
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/soak.py --minutes 2   # CI-sized
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL_RSS_GROWTH = 0.05
+GOAL_P99_S = 0.030
+
+
+def tiny_model(vllm: Path) -> Path:
+    python = vllm.parent / "python"
+    proc = subprocess.run(
+        [str(python), str(REPO / "tests" / "e2e" / "make_tiny_model.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="soak length after warm-up")
+    parser.add_argument("--warmup-s", type=float, default=30.0)
+    parser.add_argument("--vllm", type=Path, default=REPO / ".venv-vllm" / "bin" / "vllm")
+    parser.add_argument("--rate-hz", type=float, default=2.0, help="telemetry sampling rate")
+    parser.add_argument("--blocks-ms", type=float, default=50.0,
+                        help="print where the GUI thread was when a tick is this late")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    scratch = Path(tempfile.mkdtemp(prefix="kvpilot-soak-"))
+    for name, sub in (("KVPILOT_DATA_DIR", "data"), ("KVPILOT_CACHE_DIR", "cache"),
+                      ("KVPILOT_CONFIG_DIR", "config")):
+        os.environ[name] = str(scratch / sub)
+
+    from PySide6.QtCore import QCoreApplication, Qt, QTimer
+
+    import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6
+    from kvpilot.core import settings as st
+    from kvpilot.core.vllm.client import LoadTestConfig, LoadTestError, run_load_test
+    from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+    from kvpilot.core.vllm.runtime import discover
+    from kvpilot.gui import app as gui_app
+    from kvpilot.gui.bridge import CoreBridge
+    from kvpilot.gui.services import AppServices
+    from kvpilot.gui.workers import run_in_thread, wait_for_pool
+
+    runtime = discover(str(args.vllm))
+    model = tiny_model(args.vllm)
+    app = gui_app.ensure_app()
+    services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop")
+    window = gui_app.build_window(store=st.SettingsStore(scratch / "config"), services=services)
+    window.settings = st.update_profile(
+        window.settings, dataclasses.replace(window.profile, sampling_hz=args.rate_hz)
+    )
+    window.set_runtime(runtime)
+    window.show()
+    for sub in ("tmp", "cache", "config"):
+        (scratch / "vllm" / sub).mkdir(parents=True, exist_ok=True)
+    spec = LaunchSpec(
+        model=str(model), port=find_free_port("127.0.0.1", 18500), max_model_len=1024,
+        max_num_seqs=4, kv_cache_memory_bytes=64 << 20, enforce_eager=True, dtype="float32",
+        hf_offline=True,
+        extra_env={"TMPDIR": str(scratch / "vllm" / "tmp"),
+                   "VLLM_CACHE_ROOT": str(scratch / "vllm" / "cache"),
+                   "VLLM_CONFIG_ROOT": str(scratch / "vllm" / "config")},
+    )
+    window.started_by_us = True
+    run_in_thread(lambda: services.start_server(runtime, spec), lambda _s: None,
+                  lambda exc: print(f"soak: launch failed: {exc}", file=sys.stderr))
+
+    def pump(seconds: float, until: object = None) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            QCoreApplication.processEvents()
+            if callable(until) and until():
+                return
+            time.sleep(0.005)
+
+    pump(300, lambda: services.supervisor is not None and services.supervisor.state in
+         ("ready", "failed", "stopped"))
+    sup = services.supervisor
+    if sup is None or sup.state != "ready":
+        print("soak: the server did not become ready", file=sys.stderr)
+        services.shutdown()
+        return 1
+    startup_s = (sup.ready_monotonic_s or 0) - (sup._started_mono or 0)
+    pump(10, lambda: services.metrics_sampler is not None)  # the window starts it once ready
+
+    stop_load = threading.Event()
+    load_runs = [0, 0]  # ok, failed
+
+    def load() -> None:
+        cfg = LoadTestConfig(base_url=sup.base_url, model=sup.model_name,
+                             concurrency_levels=(1,), prompt_tokens=32, output_tokens=16,
+                             requests_per_level=4, duration_s=30.0, warmup_requests=0)
+        while not stop_load.is_set():
+            try:
+                run_load_test(cfg, cancel_event=stop_load)
+                load_runs[0] += 1
+            except LoadTestError:
+                load_runs[1] += 1
+            stop_load.wait(2.0)
+
+    loader = threading.Thread(target=load, name="soak-load", daemon=True)
+    loader.start()
+
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start(5)
+    me = psutil.Process()
+    blocks: dict[str, int] = {}
+    main_id = threading.get_ident()
+
+    def watchdog() -> None:
+        # samples the GUI thread's stack while its timer is late: where the event loop blocks
+        import traceback
+
+        while not stop_load.is_set():
+            time.sleep(args.blocks_ms / 2000)
+            if ticks and time.perf_counter() - ticks[-1] > args.blocks_ms / 1000:
+                frame = sys._current_frames().get(main_id)
+                if frame is not None:
+                    where = "".join(traceback.format_stack(frame, limit=6)[-4:])
+                    blocks[where] = blocks.get(where, 0) + 1
+
+    threading.Thread(target=watchdog, name="soak-watchdog", daemon=True).start()
+    pump(args.warmup_s)
+    ticks.clear()
+    sampler = services.metrics_sampler
+    ok0, failed0 = sampler.samples_ok, sampler.samples_failed
+    rss0, fds0, threads0 = me.memory_info().rss, me.num_fds(), me.num_threads()
+    t0 = time.monotonic()
+    rss_samples = [rss0]
+    end = t0 + args.minutes * 60
+    while time.monotonic() < end:
+        pump(min(10.0, end - time.monotonic()))
+        rss_samples.append(me.memory_info().rss)
+    elapsed = time.monotonic() - t0
+    ok, failed = sampler.samples_ok - ok0, sampler.samples_failed - failed0
+    gaps = np.diff(np.array(ticks)) - 0.005 if len(ticks) > 1 else np.zeros(1)
+    rss1, fds1, threads1 = me.memory_info().rss, me.num_fds(), me.num_threads()  # load still on
+    stop_load.set()
+    loader.join(60)
+    expected = int(elapsed * args.rate_hz)
+    state_at_end = sup.state
+    timer.stop()
+    services.shutdown()
+    wait_for_pool(30_000)
+    gui_app.dispose(window)
+    del app
+
+    growth = (rss1 - rss0) / rss0
+    p99 = float(np.percentile(gaps, 99))
+    print(f"soak: {elapsed / 60:.1f} min after a {args.warmup_s:.0f} s warm-up; server start "
+          f"{startup_s:.0f} s; state at the end: {state_at_end}; load runs {load_runs[0]} ok, "
+          f"{load_runs[1]} failed")
+    print(f"RSS: {rss0 / 2**20:.1f} MB -> {rss1 / 2**20:.1f} MB ({growth * 100:+.1f} %; "
+          f"max {max(rss_samples) / 2**20:.1f} MB)  goal: within {GOAL_RSS_GROWTH * 100:.0f} %")
+    print(f"/metrics samples: {ok} ok, {failed} failed, {max(0, expected - ok - failed)} missed "
+          f"of ~{expected} expected at {args.rate_hz:g} Hz  goal: none dropped")
+    print(f"event loop lateness: P50 {np.percentile(gaps, 50) * 1000:.1f} ms, P99 "
+          f"{p99 * 1000:.1f} ms, max {gaps.max() * 1000:.1f} ms  goal: P99 <= "
+          f"{GOAL_P99_S * 1000:.0f} ms")
+    print(f"open fds: {fds0} -> {fds1}; threads: {threads0} -> {threads1}  goal: equal")
+    for where, n in sorted(blocks.items(), key=lambda kv: -kv[1])[:3]:
+        print(f"GUI thread seen blocked > {args.blocks_ms:.0f} ms {n}x at:\n{where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Nothing kvpilot does on the GUI thread blocks its event loop for more than 50 ms.
+
+Faults: a /metrics endpoint that accepts the connection and never answers while the server is
+stopped and the window closed (a sampler stuck in a scrape used to be joined on the GUI thread
+for up to 5 s, the GPU sampler for 2 s more); a model download of minutes before a launch (it
+used to fill a thread-pool slot that planning needs).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from faultkit import EVENT_LOOP_BUDGET_S
+from PySide6.QtCore import QThreadPool
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A TCP server that accepts connections and never sends a byte."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        sock.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            held.append(conn)
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    stop.set()
+    t.join(2)
+    for c in held:
+        c.close()
+    sock.close()
+
+
+def test_stop_and_close_with_a_hung_metrics_endpoint_never_block_the_loop(
+    make_window, qtbot, loop_probe, silent_server
+) -> None:
+    w = make_window("rtx4090-desktop")
+    w.services.start_metrics(silent_server, 5.0)
+    sampler = w.services.metrics_sampler
+    time.sleep(0.3)  # the sampler thread is now inside a scrape that will time out (2 s)
+    assert sampler.running
+    loop_probe.ticks.clear()
+    loop_probe.tick()
+    w.services.stop_metrics()  # what the STOPPED / FAILED state handler calls
+    w._finish_close()  # what closing the window calls
+    qtbot.wait(300)
+    worst = loop_probe.worst_lateness_s
+    print(f"event loop: worst lateness {worst * 1000:.1f} ms over {len(loop_probe.ticks)} ticks")
+    assert worst < EVENT_LOOP_BUDGET_S
+    assert w.services.metrics_sampler is None and w.services.gpu_sampler is None
+    # the threads end in the background all the same: nothing is left behind
+    assert w.services.join_background(10)
+    assert not sampler.running
+
+
+def test_a_long_download_before_a_launch_holds_no_pool_thread(
+    make_window, qtbot, loop_probe, monkeypatch
+) -> None:
+    from kvpilot.core.vllm import download
+    from kvpilot.core.vllm.runtime import VllmRuntime
+
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow_download(spec, *, on_progress=None, cancel_event=None):
+        started.set()
+        total = 1 << 30
+        for i in range(2000):  # a flood of progress reports while "downloading"
+            if release.is_set() or (cancel_event is not None and cancel_event.is_set()):
+                break
+            if on_progress is not None:
+                on_progress(
+                    download.DownloadProgress(
+                        "downloading", i << 19, total, i << 19, 5e8, 2.0, "model.safetensors", 0, 1
+                    )
+                )
+            time.sleep(0.001)
+        release.wait(20)
+        raise download.DownloadCancelled(f"download of {spec.model} cancelled")
+
+    monkeypatch.setattr(download, "launchable_spec", slow_download)
+    w = make_window("rtx4090-desktop")
+    w.set_runtime(VllmRuntime(("/bin/false",), "0.32.0", "env", "/bin/false"))
+    qtbot.waitUntil(lambda: w.planner.selected() is not None, timeout=15_000)
+    progress: list[object] = []
+    w.services.bridge.download_progress.connect(progress.append)
+    qtbot.wait(300)  # the first plan's chart is drawn before the fault starts
+    w.launch_selected()
+    assert started.wait(5)
+    loop_probe.ticks.clear()
+    loop_probe.tick()
+    qtbot.wait(500)  # progress reports arrive and are shown meanwhile
+    worst = loop_probe.worst_lateness_s
+    print(f"event loop during a download: worst lateness {worst * 1000:.1f} ms")
+    assert worst < EVENT_LOOP_BUDGET_S
+    # the pool is free for planning while the download runs: a replan completes
+    assert QThreadPool.globalInstance().activeThreadCount() == 0
+    generation = w.planner.rows
+    w.replan()
+    qtbot.waitUntil(lambda: w.planner.rows is not generation, timeout=15_000)
+    assert len(progress) > 10  # the progress flood reached the GUI thread meanwhile
+    release.set()
+    qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=10_000)
+
+
+def test_a_log_flood_reaches_the_log_view_in_batches_and_the_loop_stays_responsive(
+    make_window, qtbot, loop_probe
+) -> None:
+    """100,000 lines/s for one second, sent as the supervisor sends them (from its thread)."""
+    from kvpilot.core.vllm import supervisor as sv
+
+    w = make_window("rtx4090-desktop")
+    w.services.supervisor = object()  # the window shows the output of a running server
+    sink = w.services._supervisor_event_sink()
+    total, rate = 100_000, 100_000
+
+    def flood() -> None:
+        started = time.monotonic()
+        for i in range(total):
+            sink(sv.LogLineEvent("stdout", f"(APIServer pid=1) INFO 11-29 08:10:45 [x.py:1] "
+                                           f"flood line {i:09d}", 0.0))
+            if i % 1000 == 999:
+                ahead = started + (i + 1) / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+
+    t = threading.Thread(target=flood)
+    qtbot.wait(300)
+    loop_probe.ticks.clear()
+    loop_probe.tick()
+    t0 = time.monotonic()
+    t.start()
+    qtbot.waitUntil(
+        lambda: bool(w.log_view._lines) and "flood line 000099999" in w.log_view._lines[-1][1],
+        timeout=30_000,
+    )
+    shown_s = time.monotonic() - t0
+    t.join()
+    worst = loop_probe.worst_lateness_s
+    print(f"GUI log flood: {total:,} lines, last shown after {shown_s:.1f} s; worst lateness "
+          f"{worst * 1000:.0f} ms")
+    assert shown_s < 3.0  # was 7 s for this second of output, one queued signal per line
+    assert worst < EVENT_LOOP_BUDGET_S
+    assert w.log_view.line_count() <= 5000
+    assert any("not shown here" in line for _, line in w.log_view._lines)
+    w.services.supervisor = None
