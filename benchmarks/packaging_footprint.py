@@ -4,9 +4,12 @@ window frozen the same way (same build environment, PyInstaller, onedir, tar.gz)
     python3 packaging/build.py                      # dist/kvpilot/ and its tarball first
     .venv/bin/python benchmarks/packaging_footprint.py [--runs 3] [--idle-s 15]
 
-Prints: tarball and folder sizes (goal: tarball <= 60 MB), the time from start to the first
-shown window written as a screenshot (``kvpilot gui --screenshot``; the bare app does the same;
-goal: within 1.3x the bare app's), and the idle RSS of the whole process tree after
+Prints: tarball and folder sizes (goal: tarball <= 60 MB); from one run of each
+``kvpilot gui --screenshot`` (and of the bare app) two times: start to the first shown window
+(the main window's first paint, reported by the process through ``KVPILOT_SHOWN_MARK``; goal:
+within 1.3x the bare app's) and start to the screenshot written (kvpilot waits for the GPU probe,
+the vLLM lookup and the first plans, then 1 s for charts to settle; the bare app grabs at once);
+and the idle RSS of the whole process tree after
 ``--idle-s`` seconds (goal: <= 250 MB). Offscreen Qt; a recorded RTX 4090 stands in for NVML.
 """
 
@@ -26,9 +29,22 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE = '''
+import os
 import sys
+import time
+from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QApplication, QMainWindow
 import pyqtgraph as pg
+
+
+class FirstPaint(QObject):
+    seen = False
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.Paint and watched.isWidgetType() and watched.window() is win:
+            self.seen = True
+        return False
+
 
 app = QApplication(sys.argv)
 win = QMainWindow()
@@ -36,8 +52,13 @@ plot = pg.PlotWidget()
 plot.plot([0, 1, 2, 3], [0, 1, 4, 9])
 win.setCentralWidget(plot)
 win.resize(1360, 740)
+watcher = FirstPaint()
+app.installEventFilter(watcher)
 win.show()
 app.processEvents()
+if watcher.seen and os.environ.get("KVPILOT_SHOWN_MARK"):
+    with open(os.environ["KVPILOT_SHOWN_MARK"], "w") as fh:
+        fh.write(f"{time.time():.6f}\\n")
 if len(sys.argv) > 1 and sys.argv[1] != "--idle":
     win.grab().save(sys.argv[1], "PNG")
     sys.exit(0)
@@ -75,15 +96,30 @@ def _build_bare(work: Path) -> Path:
     return work / "dist" / "bare"
 
 
-def _start_times(argv: list[str], shot: Path, runs: int, env: dict[str, str]) -> list[float]:
+def _start_times(
+    argv: list[str], shot: Path, runs: int, env: dict[str, str]
+) -> list[tuple[float, float]]:
+    """(start to first shown window, start to screenshot written) of each run, in seconds.
+
+    "Shown" is the first paint of the main window, written by the process itself as a
+    wall-clock time to ``$KVPILOT_SHOWN_MARK`` (kvpilot.gui.app.FirstPaint; the bare app
+    watches for the same paint event).
+    """
     times = []
+    mark = shot.with_suffix(".shown")
     for _ in range(runs):
         shot.unlink(missing_ok=True)
+        mark.unlink(missing_ok=True)
+        wall0 = time.time()
         t0 = time.perf_counter()
-        subprocess.run([*argv, str(shot)], check=True, env=env, capture_output=True, timeout=300)
-        times.append(time.perf_counter() - t0)
+        subprocess.run([*argv, str(shot)], check=True, env=dict(env, KVPILOT_SHOWN_MARK=str(mark)),
+                       capture_output=True, timeout=300)
+        done = time.perf_counter() - t0
         if not shot.exists():
             raise SystemExit(f"{argv[0]} wrote no screenshot")
+        if not mark.exists():
+            raise SystemExit(f"{argv[0]} did not report its first shown window")
+        times.append((float(mark.read_text()) - wall0, done))
     return times
 
 
@@ -131,10 +167,14 @@ def main() -> int:
         print(f"{name:8s} tarball {tar_b / mb:6.1f} MB   folder {dir_b / mb:6.1f} MB")
     print(f"tarball goal <= 60 MB: kvpilot {sizes['kvpilot'][0] / mb:.1f} MB "
           f"({'met' if sizes['kvpilot'][0] <= 60 * mb else 'not met'})")
-    a, b = statistics.median(app_t), statistics.median(bare_t)
-    print(f"start to first window (screenshot written), median of {args.runs}: kvpilot {a:.2f} s,"
-          f" bare {b:.2f} s, ratio {a / b:.2f}x (goal <= 1.3x; first runs "
-          f"{app_t[0]:.2f} s / {bare_t[0]:.2f} s)")
+    for i, what in ((0, "start to first shown window (first paint)"),
+                    (1, "start to screenshot written (kvpilot: GPU probed, vLLM looked up, "
+                        "plans shown, 1 s settle)")):
+        a = statistics.median(t[i] for t in app_t)
+        b = statistics.median(t[i] for t in bare_t)
+        goal = " (goal <= 1.3x)" if i == 0 else ""
+        print(f"{what}, median of {args.runs}: kvpilot {a:.2f} s, bare {b:.2f} s, ratio "
+              f"{a / b:.2f}x{goal}; first runs {app_t[0][i]:.2f} s / {bare_t[0][i]:.2f} s")
     print(f"idle RSS after {args.idle_s:.0f} s: kvpilot {app_rss / 2**20:.0f} MiB, bare "
           f"{bare_rss / 2**20:.0f} MiB (goal <= 250 MB)")
     return 0
