@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +39,38 @@ FALLBACK_MARKER = "secrets-file-fallback-accepted"
 KIND_KEYRING = "keyring"
 KIND_KEYRING_FILE = "keyring-file"
 KIND_SETTINGS_FILE = "settings-file"
+
+
+_prefetch_lock = threading.Lock()
+_prefetch: threading.Thread | None = None
+
+
+def prefetch_keyring() -> None:
+    """Start finding the keyring backend on a daemon thread and return at once.
+
+    keyring imports every backend it ships to pick one, and on Linux its macOS backend looks
+    for the Security framework with ``ctypes.util.find_library``, which runs ``ldconfig``,
+    ``gcc`` and ``ld`` (0.3-1 s). The desktop app calls this first thing, so that the search
+    waits on those programs while Qt loads; :func:`default_store` waits for the thread.
+    Does nothing when ``KVPILOT_SECRETS=settings-file`` or a prefetch already ran.
+    """
+    global _prefetch
+    if os.environ.get(BACKEND_ENV, "").strip().lower() == KIND_SETTINGS_FILE:
+        return
+    with _prefetch_lock:
+        if _prefetch is not None:
+            return
+        _prefetch = threading.Thread(
+            target=_usable_keyring, name="kvpilot-keyring-prefetch", daemon=True
+        )
+        _prefetch.start()
+
+
+def _wait_for_prefetch() -> None:
+    with _prefetch_lock:
+        thread = _prefetch
+    if thread is not None:
+        thread.join()
 
 
 def _usable_keyring() -> Any | None:
@@ -167,6 +200,7 @@ def default_store(config_dir: Path) -> SecretStore:
     wanted = os.environ.get(BACKEND_ENV, "auto").strip().lower()
     if wanted == KIND_SETTINGS_FILE:
         return SecretStore(KIND_SETTINGS_FILE)
+    _wait_for_prefetch()  # keyring caches the backend it found: the call below is quick then
     ring = _usable_keyring()
     if ring is not None:
         return SecretStore(KIND_KEYRING, ring, type(ring).__name__)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import time
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
@@ -30,6 +31,52 @@ from kvpilot.gui.services import AppServices
 from kvpilot.gui.workers import drain, wait_for_pool
 
 log = logging.getLogger("kvpilot.gui")
+
+#: when set, the wall-clock time (``time.time()``, seconds) of the main window's first paint is
+#: written to this file: how benchmarks/packaging_footprint.py times "start to first window"
+SHOWN_MARK_ENV = "KVPILOT_SHOWN_MARK"
+
+
+class FirstPaint(QObject):
+    """Calls ``done`` once, from the event loop, after a widget of ``window`` (the window itself
+    or any child) was painted for the first time: the window is on screen.
+
+    Watches the application's events until then (one filter, removed after the first paint).
+    """
+
+    def __init__(self, window: QWidget, done: Callable[[], None]) -> None:
+        super().__init__(window)
+        self._window = window
+        self._done: Callable[[], None] | None = done
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            self._done is not None
+            and event.type() == QEvent.Type.Paint
+            and isinstance(watched, QWidget)
+            and watched.window() is self._window
+        ):
+            done, self._done = self._done, None
+            app = QCoreApplication.instance()
+            if app is not None:
+                app.removeEventFilter(self)
+            QTimer.singleShot(0, done)
+        return False
+
+
+def _mark_shown() -> None:
+    """Log (and write to ``$KVPILOT_SHOWN_MARK``) that the window is on screen."""
+    now = time.time()
+    path = os.environ.get(SHOWN_MARK_ENV)
+    if path:
+        try:
+            Path(path).write_text(f"{now:.6f}\n", encoding="utf-8")
+        except OSError as exc:
+            log.warning("cannot write %s=%s: %s", SHOWN_MARK_ENV, path, exc.strerror or exc)
+    log.info("window shown")
 
 
 def ensure_app(argv: Sequence[str] | None = None) -> QApplication:
@@ -87,6 +134,7 @@ def main(args: argparse.Namespace) -> int:
     services.nvml_module()  # a bad --fake-gpu name is a one-line user error (KvpilotError)
     app = ensure_app()
     window = build_window(services=services)
+    FirstPaint(window, _mark_shown)
     if args.screenshot:
         return screenshot(
             window, Path(args.screenshot), args.panel, args.screenshot_timeout, _failure_log(args)

@@ -243,7 +243,9 @@ class MainWindow(QMainWindow):
         self._restore_geometry()
         self._show_load_warnings(load.warnings)
         self.server_panel.set_launch_blocked(self.runtime_problem)
-        self.start()
+        # from the event loop, i.e. once the window is shown: the probe, the vLLM lookup and
+        # the planning they start must not hold up the first paint (they share the GIL)
+        QTimer.singleShot(0, self, self.start)
 
     # =================================================================== start-up
 

@@ -58,5 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the app; returns its exit status."""
+    from kvpilot.core.secrets import prefetch_keyring
+
+    prefetch_keyring()  # looks for the keyring while Qt loads (see its docstring)
     app = importlib.import_module("kvpilot.gui.app")
     return int(app.main(args))

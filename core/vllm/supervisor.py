@@ -34,7 +34,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import httpx
 import psutil
 
 from kvpilot.core import failures
@@ -58,6 +57,8 @@ from kvpilot.core.vllm.proctree import StopReport, alive, descendants, stop_tree
 from kvpilot.core.vllm.versions import supports
 
 if TYPE_CHECKING:
+    import httpx
+
     from kvpilot.core.vllm.orphans import OrphanServer
     from kvpilot.core.vllm.runtime import VllmRuntime
 
@@ -808,6 +809,8 @@ class Supervisor:
         return not alive([self._pid] if self._pid else [], self._create_times)
 
     def _monitor(self) -> None:
+        import httpx  # here, on the monitor thread: the desktop app's start does not pay for it
+
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         timeout = httpx.Timeout(2.0, connect=0.5)
         last_tree_scan = 0.0
@@ -873,6 +876,8 @@ class Supervisor:
                     self._wake.clear()
 
     def _probe_ready(self, client: httpx.Client) -> bool:
+        import httpx
+
         try:
             r = client.get("/health")
             if r.status_code != 200:
@@ -887,6 +892,8 @@ class Supervisor:
 
     def _probe_dead(self, client: httpx.Client) -> tuple[str, str] | None:
         """(failure kind, message) when the ready server is dead or hung, else None."""
+        import httpx
+
         sent = time.monotonic()
         try:
             r = client.get("/health")
@@ -917,6 +924,8 @@ class Supervisor:
         return None
 
     def _after_ready(self, client: httpx.Client) -> None:
+        import httpx
+
         if supports("cache_config_info_metric", self._version):
             with contextlib.suppress(httpx.HTTPError):
                 r = client.get("/metrics")
