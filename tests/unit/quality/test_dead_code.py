@@ -28,6 +28,7 @@ QT_OVERRIDES = {
     "showEvent",
     "keyPressEvent",
     "event",
+    "eventFilter",  # QObject's, called for the events of the objects it is installed on
     "handleError",  # logging.Handler's, called by logging
 }
 #: files that implement an outside API whose callers are outside the project
