@@ -440,17 +440,8 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                     free_bytes=inputs.gpu_free_bytes,
                 )
                 if args.auto_fallback and choices and fallbacks_taken < MAX_FALLBACKS:
-                    choice = choices[0]
                     fallbacks_taken += 1
-                    out.info(
-                        "fallback",
-                        f"fallback {fallbacks_taken}/{MAX_FALLBACKS}: {choice.description}",
-                        attempt=fallbacks_taken,
-                        kind=refused.failure.kind,
-                        description=choice.description,
-                        changes=choice.changes,
-                    )
-                    spec, inputs = choice.spec, choice.inputs
+                    spec, inputs = _take(out, choices[0], fallbacks_taken, refused.failure.kind)
                     continue
                 _suggest(out, choices)
                 print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
@@ -507,21 +498,27 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                 return 1
             choices = propose_fallbacks(failure, spec, inputs)
             if args.auto_fallback and choices and fallbacks_taken < MAX_FALLBACKS:
-                choice = choices[0]
                 fallbacks_taken += 1
-                out.info(
-                    "fallback",
-                    f"fallback {fallbacks_taken}/{MAX_FALLBACKS}: {choice.description}",
-                    attempt=fallbacks_taken,
-                    kind=failure.kind,
-                    description=choice.description,
-                    changes=choice.changes,
-                )
-                spec, inputs = choice.spec, choice.inputs
+                spec, inputs = _take(out, choices[0], fallbacks_taken, failure.kind)
                 continue
             _suggest(out, choices)
             print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
             return 1
+
+
+def _take(
+    out: EventPrinter, choice: FallbackChoice, attempt: int, kind: str
+) -> tuple[LaunchSpec, PlanInputs | None]:
+    """Report fallback ``attempt`` (for a failure of ``kind``) and return what to launch next."""
+    out.info(
+        "fallback",
+        f"fallback {attempt}/{MAX_FALLBACKS}: {choice.description}",
+        attempt=attempt,
+        kind=kind,
+        description=choice.description,
+        changes=choice.changes,
+    )
+    return choice.spec, choice.inputs
 
 
 def _suggest(out: EventPrinter, choices: list[FallbackChoice]) -> None:
