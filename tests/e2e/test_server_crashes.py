@@ -18,6 +18,7 @@ from kvpilot.core.measurements import SOURCE_DRY_RUN, MeasurementStore
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.measure import cpu_device_identity, key_for, run_measurement
 from kvpilot.core.vllm.orphans import find_orphans, stop_orphan
+from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, StateEvent, Supervisor
 from kvpilot.core.vllm.versions import Release
@@ -25,17 +26,6 @@ from kvpilot.core.vllm.versions import Release
 from .test_serve_failures import kvpilot_argv, read_events, serve_env
 
 START_TIMEOUT_S = 240.0
-
-
-def _alive(pids: set[int]) -> set[int]:
-    out = set()
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.add(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def test_kvpilot_killed_orphan_found_adopted_then_engine_killed(

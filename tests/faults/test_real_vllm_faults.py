@@ -12,28 +12,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from kvpilot.core import failures
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.orphans import pidfile_path
+from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, STARTING, Supervisor
 
 pytestmark = pytest.mark.e2e
 READY_S = 240.0
-
-
-def _alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def _cleaned(sup: Supervisor, tree: set[int]) -> None:

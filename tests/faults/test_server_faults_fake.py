@@ -19,6 +19,7 @@ import pytest
 from kvpilot.core import failures
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 from kvpilot.core.vllm.orphans import pidfile_path
+from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, STARTING, Supervisor
 
@@ -55,17 +56,6 @@ def run_fake(
     yield start
     for sup in started:
         sup.stop(sigint_wait_s=1.0, sigterm_wait_s=1.0)
-
-
-def _alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def _nothing_left(sup: Supervisor, tree: set[int]) -> None:

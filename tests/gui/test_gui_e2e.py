@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
 from guikit import wait_for_state
@@ -25,6 +24,7 @@ from kvpilot.core import failures
 from kvpilot.core import settings as st
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import find_free_port
+from kvpilot.core.vllm.proctree import alive as _alive
 
 pytestmark = pytest.mark.e2e
 
@@ -36,17 +36,6 @@ def _shot(widget, name: str) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         widget.grab().save(str(Path(folder) / name), "PNG")
-
-
-def _alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.fixture

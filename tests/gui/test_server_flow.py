@@ -12,7 +12,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 import pytest
 from guikit import wait_for_state
 from PySide6.QtWidgets import QApplication
@@ -21,6 +20,7 @@ from kvpilot.core import failures
 from kvpilot.core import settings as st
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import find_free_port
+from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -60,17 +60,6 @@ def server_window(make_window, fake_runtime, qtbot):
         return w
 
     return make
-
-
-def _alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> None:
