@@ -26,7 +26,8 @@ The parameter counts of each tower and projector are exact sums of the published
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
@@ -64,6 +65,11 @@ TOWER_SKIPPABLE_SINCE: Mapping[str, tuple[int, ...]] = {
     "qwen3_vl": (0, 11),
     "gemma3": (0, 16),
 }
+
+_Builder = Callable[
+    ["_VisionFields", Mapping[str, Any], Mapping[str, Any], int, "Mapping[str, Any] | None"],
+    "VisionSpec",
+]
 
 #: vLLM's model registry lists Mllama as removed after 0.10.2 (V0 engine only)
 LAST_RELEASE: Mapping[str, tuple[int, ...]] = {"mllama": (0, 10, 2)}
@@ -155,100 +161,91 @@ def _qwen_tokens(max_pixels: int, patch: int, merge: int) -> tuple[int, int]:
     return tokens, tokens * merge * merge
 
 
-def _qwen2_vl(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
-) -> VisionSpec:
-    embed = f.int("embed_dim")
-    depth = f.int("depth")
-    heads = f.int("num_heads")
-    mlp = int(embed * float(f.cfg.get("mlp_ratio", 4)))
-    patch = f.int("patch_size", "spatial_patch_size", default=14)
-    merge = f.int("spatial_merge_size", default=2)
-    temporal = f.int("temporal_patch_size", default=2)
-    channels = f.int("in_chans", "in_channels", default=3)
-    out = f.int("hidden_size", default=text_hidden)
-    block = 4 * embed + (embed * 3 * embed + 3 * embed) + (embed * embed + embed)
-    block += (embed * mlp + mlp) + (mlp * embed + embed)
-    ctx = embed * merge * merge
-    merger = 2 * embed + (ctx * ctx + ctx) + (ctx * out + out)
-    params = channels * temporal * patch * patch * embed + depth * block + merger
-    tokens, patches = _qwen_tokens(
-        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS["qwen2_vl"], patch, merge
-    )
-    return VisionSpec(
-        family="qwen2_vl", hidden_size=embed, intermediate_size=mlp, num_layers=depth,
-        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=patches,
-        params=params, text_hidden_size=out, supports_video=True,
-        tower_skippable_since=TOWER_SKIPPABLE_SINCE["qwen2_vl"],
-    )
+@dataclass(frozen=True)
+class _QwenTower:
+    """How one Qwen-VL generation lays out its vision tower (the rest is shared)."""
+
+    family: str
+    width_field: str  # "embed_dim" (Qwen2-VL) or "hidden_size"
+    patch_fields: tuple[str, ...]
+    default_patch: int
+    channel_fields: tuple[str, ...]
+    out_field: str
+    norm_params_per_channel: int  # LayerNorm with bias: 2; RMSNorm: 1
+    gated_mlp: bool  # SiLU gate + up projections (Qwen2.5-VL)
+    learned_positions: bool  # patch-embed bias + position table + deepstack mergers (Qwen3-VL)
 
 
-def _qwen2_5_vl(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
+_QWEN_TOWERS: Mapping[str, _QwenTower] = {
+    "qwen2_vl": _QwenTower(
+        "qwen2_vl", "embed_dim", ("patch_size", "spatial_patch_size"), 14,
+        ("in_chans", "in_channels"), "hidden_size", 2, gated_mlp=False, learned_positions=False,
+    ),
+    "qwen2_5_vl": _QwenTower(
+        "qwen2_5_vl", "hidden_size", ("patch_size",), 14, ("in_chans", "in_channels"),
+        "out_hidden_size", 1, gated_mlp=True, learned_positions=False,
+    ),
+    "qwen3_vl": _QwenTower(
+        "qwen3_vl", "hidden_size", ("patch_size",), 16, ("in_channels", "in_chans"),
+        "out_hidden_size", 2, gated_mlp=False, learned_positions=True,
+    ),
+}
+
+
+def _qwen_vl(
+    tower: _QwenTower, f: _VisionFields, text_hidden: int, pre: Mapping[str, Any] | None
 ) -> VisionSpec:
-    hidden = f.int("hidden_size")
-    inter = f.int("intermediate_size")
+    """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL tower: ViT blocks, then a 2x2 patch merger."""
+    hidden = f.int(tower.width_field)
+    if tower.width_field == "embed_dim":
+        inter = int(hidden * float(f.cfg.get("mlp_ratio", 4)))
+    else:
+        inter = f.int("intermediate_size")
     depth = f.int("depth")
     heads = f.int("num_heads")
-    patch = f.int("patch_size", default=14)
+    patch = f.int(*tower.patch_fields, default=tower.default_patch)
     merge = f.int("spatial_merge_size", default=2)
     temporal = f.int("temporal_patch_size", default=2)
-    channels = f.int("in_chans", "in_channels", default=3)
-    out = f.int("out_hidden_size", default=text_hidden)
-    # RMS norms (no bias); gated SiLU MLP with biases
-    block = 2 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden)
-    block += 2 * (hidden * inter + inter) + (inter * hidden + hidden)
+    channels = f.int(*tower.channel_fields, default=3)
+    out = f.int(tower.out_field, default=text_hidden)
+    norm = tower.norm_params_per_channel * hidden
+    attention = (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden)
+    up = 2 if tower.gated_mlp else 1
+    mlp = up * (hidden * inter + inter) + (inter * hidden + hidden)
     ctx = hidden * merge * merge
-    merger = hidden + (ctx * ctx + ctx) + (ctx * out + out)
-    params = channels * temporal * patch * patch * hidden + depth * block + merger
+    merger = norm + (ctx * ctx + ctx) + (ctx * out + out)
+    params = channels * temporal * patch * patch * hidden + depth * (2 * norm + attention + mlp)
+    params += merger
+    n_deep = 0
+    if tower.learned_positions:
+        positions = f.int("num_position_embeddings", default=2304)
+        deepstack = f.cfg.get("deepstack_visual_indexes") or []
+        n_deep = len(deepstack) if isinstance(deepstack, list) else 0
+        deep_merger = 2 * ctx + (ctx * ctx + ctx) + (ctx * out + out)
+        params += hidden + positions * hidden + n_deep * deep_merger
     tokens, patches = _qwen_tokens(
-        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS["qwen2_5_vl"], patch, merge
+        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS[tower.family], patch, merge
     )
     return VisionSpec(
-        family="qwen2_5_vl", hidden_size=hidden, intermediate_size=inter, num_layers=depth,
-        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=patches,
-        params=params, text_hidden_size=out, supports_video=True,
-        tower_skippable_since=TOWER_SKIPPABLE_SINCE["qwen2_5_vl"],
-    )
-
-
-def _qwen3_vl(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
-) -> VisionSpec:
-    hidden = f.int("hidden_size")
-    inter = f.int("intermediate_size")
-    depth = f.int("depth")
-    heads = f.int("num_heads")
-    patch = f.int("patch_size", default=16)
-    merge = f.int("spatial_merge_size", default=2)
-    temporal = f.int("temporal_patch_size", default=2)
-    channels = f.int("in_channels", "in_chans", default=3)
-    out = f.int("out_hidden_size", default=text_hidden)
-    positions = f.int("num_position_embeddings", default=2304)
-    deepstack = f.cfg.get("deepstack_visual_indexes") or []
-    n_deep = len(deepstack) if isinstance(deepstack, list) else 0
-    # LayerNorms with bias, GELU MLP with biases
-    block = 4 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden)
-    block += (hidden * inter + inter) + (inter * hidden + hidden)
-    ctx = hidden * merge * merge
-    merger = 2 * hidden + (ctx * ctx + ctx) + (ctx * out + out)
-    deep_merger = 2 * ctx + (ctx * ctx + ctx) + (ctx * out + out)
-    params = channels * temporal * patch * patch * hidden + hidden + positions * hidden
-    params += depth * block + merger + n_deep * deep_merger
-    tokens, patches = _qwen_tokens(
-        max_pixels_from_preprocessor(pre) or DEFAULT_MAX_PIXELS["qwen3_vl"], patch, merge
-    )
-    return VisionSpec(
-        family="qwen3_vl", hidden_size=hidden, intermediate_size=inter, num_layers=depth,
+        family=tower.family, hidden_size=hidden, intermediate_size=inter, num_layers=depth,
         num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=patches,
         params=params,
-        # the encoder's output carries the deepstack features beside the main embedding
+        # Qwen3-VL's encoder output carries the deepstack features beside the main embedding
         text_hidden_size=out * (1 + n_deep), supports_video=True,
-        tower_skippable_since=TOWER_SKIPPABLE_SINCE["qwen3_vl"],
+        tower_skippable_since=TOWER_SKIPPABLE_SINCE[tower.family],
     )
+
+
+def _qwen_builder(family: str) -> _Builder:
+    tower = _QWEN_TOWERS[family]
+
+    def build(
+        f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
+        pre: Mapping[str, Any] | None,
+    ) -> VisionSpec:
+        return _qwen_vl(tower, f, text_hidden, pre)
+
+    return build
 
 
 def _vit_layer(hidden: int, inter: int) -> int:
@@ -379,10 +376,8 @@ def _mllama(
     )
 
 
-_BUILDERS = {
-    "qwen2_vl": _qwen2_vl,
-    "qwen2_5_vl": _qwen2_5_vl,
-    "qwen3_vl": _qwen3_vl,
+_BUILDERS: Mapping[str, _Builder] = {
+    **{family: _qwen_builder(family) for family in _QWEN_TOWERS},
     "gemma3": _gemma3,
     "mistral3": _mistral3,
     "llava": _llava,
