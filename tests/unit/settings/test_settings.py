@@ -344,13 +344,15 @@ def test_update_profile_validates() -> None:
         st.update_profile(s, replace(s.active, sampling_hz=0))
 
 
-def test_validate_profile_lists_every_problem() -> None:
-    p = st.Profile(
+def _profile_wrong_everywhere(extra_args: str = "") -> st.Profile:
+    """A profile with a bad value in every validated field (open host without a key too)."""
+    return st.Profile(
         name="x",
         port=0,
         host="0.0.0.0",
         sampling_hz=50,
         theme="neon",
+        extra_args=extra_args,
         plan=st.PlanSettings(
             max_model_len=1,
             max_num_seqs=0,
@@ -359,7 +361,10 @@ def test_validate_profile_lists_every_problem() -> None:
             use_case="poetry",
         ),
     )
-    problems = st.validate_profile(p)
+
+
+def test_validate_profile_lists_every_problem() -> None:
+    problems = st.validate_profile(_profile_wrong_everywhere())
     keys = {prob.split(":", 1)[0] for prob in problems}
     assert keys == {
         "port",
@@ -413,21 +418,7 @@ def test_a_wrongly_typed_serving_setting_in_a_profile_falls_back(store: st.Setti
 
 def test_problems_are_structured_and_each_reset_repairs_its_problem() -> None:
     """Load-time repair uses the problem's ``reset`` field, never the text of its message."""
-    bad = st.Profile(
-        name="x",
-        port=0,
-        host="0.0.0.0",
-        sampling_hz=50,
-        theme="neon",
-        extra_args="--max-model-len 4096",
-        plan=st.PlanSettings(
-            max_model_len=1,
-            max_num_seqs=0,
-            kv_cache_dtype="int3",
-            gpu_memory_utilization=0.0,
-            use_case="poetry",
-        ),
-    )
+    bad = _profile_wrong_everywhere(extra_args="--max-model-len 4096")
     problems = st.profile_problems(bad)
     assert [p.text for p in problems] == st.validate_profile(bad)
     assert {p.reset for p in problems} == {
