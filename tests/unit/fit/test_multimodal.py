@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fitkit import fixture_spec, rtx4090
+from testpaths import DATA
 
 from kvpilot.core import failures
 from kvpilot.core.cli import main
@@ -21,7 +22,7 @@ from kvpilot.core.models import catalog
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
 from kvpilot.core.units import GiB
 
-MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
+MODELS = DATA / "models"
 
 #: Qwen2-VL-7B-Instruct: 8,291,375,616 bf16 parameters (text 7,615,616,512 + vision 675,759,104)
 QWEN2VL_BYTES = 2 * 8_291_375_616

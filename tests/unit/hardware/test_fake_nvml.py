@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 from fakes import pynvml_stub
+from testpaths import REPO
 
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.fake_nvml import load_fake, snapshot_names
 
-HARDWARE_DIR = Path(__file__).resolve().parents[3] / "core" / "hardware"
+HARDWARE_DIR = REPO / "core" / "hardware"
 
 
 def _functions_called_by_production() -> set[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from testpaths import DATA
 
 from kvpilot.core.hardware.specs import (
     all_specs,
@@ -107,10 +108,8 @@ def test_every_entry_has_sources_unique_names_and_ids() -> None:
 
 
 def test_totals_agree_with_the_reference_table() -> None:
-    from conftest import TESTS_DIR
-
     # a copy of the collected reference table's memory column, inside the repository
-    path = TESTS_DIR / "data" / "reference" / "gpus_nvml_totals.json"
+    path = DATA / "reference" / "gpus_nvml_totals.json"
     ref = json.loads(path.read_text())["gpus"]
     checked = 0
     for entry in ref:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 
 import pytest
+from testpaths import DATA
 
 from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.hub import (
@@ -19,7 +19,7 @@ from kvpilot.core.models.hub import (
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.models.spec import SOURCE_CATALOG, SOURCE_ESTIMATE, SOURCE_FILE
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
+DATA_DIR = DATA / "models"
 
 
 def _config(name: str) -> bytes:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from testpaths import DATA
 
 from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import param_breakdown
 from kvpilot.core.models.local import load_local_model, spec_from_config, text_config_of
 from kvpilot.core.models.spec import SOURCE_ESTIMATE
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
+DATA_DIR = DATA / "models"
 
 #: (fixture, family, tokens per image, encoder positions per image, total parameters that the
 #: model card publishes: text model + vision tower + projector)

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from testpaths import REPO
 
 vulture = pytest.importorskip("vulture")
 
-ROOT = Path(__file__).resolve().parents[3]
+
 SCANNED = ("core", "gui", "tests", "benchmarks", "packaging")
 CHECKED_KINDS = {"function", "method", "class", "property", "import"}
 #: methods of Qt and logging classes overridden here, called by those frameworks
@@ -37,13 +38,13 @@ MIRRORS = {"core/hardware/fake_nvml.py"}
 
 def test_vulture_finds_no_unused_definitions() -> None:
     v = vulture.Vulture()
-    v.scavenge([str(ROOT / p) for p in SCANNED], exclude=["*/.venv*", "*/.cache/*"])
+    v.scavenge([str(REPO / p) for p in SCANNED], exclude=["*/.venv*", "*/.cache/*"])
     unused = sorted(
-        f"{Path(item.filename).relative_to(ROOT)}:{item.first_lineno}: {item.typ} {item.name}"
+        f"{Path(item.filename).relative_to(REPO)}:{item.first_lineno}: {item.typ} {item.name}"
         for item in v.get_unused_code(min_confidence=60)
         if item.typ in CHECKED_KINDS
         and item.name not in QT_OVERRIDES
-        and str(Path(item.filename).relative_to(ROOT)).split("/")[0] in ("core", "gui")
-        and str(Path(item.filename).relative_to(ROOT)) not in MIRRORS
+        and str(Path(item.filename).relative_to(REPO)).split("/")[0] in ("core", "gui")
+        and str(Path(item.filename).relative_to(REPO)) not in MIRRORS
     )
     assert unused == []

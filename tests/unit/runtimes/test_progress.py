@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from testpaths import DATA as TESTS_DATA
 
 from kvpilot.core.runtimes.progress import OutputParser, parse_size
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "runtimes"
+DATA = TESTS_DATA / "runtimes"
 
 
 def _feed(name: str) -> tuple[OutputParser, list[str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from testpaths import DATA
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
@@ -23,7 +24,6 @@ from kvpilot.core.units import GiB
 from kvpilot.core.vllm import export
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail, build_command
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 SCHEMAS = DATA / "schemas"
 MODELS = DATA / "models"
 SECRET = "sk-very-secret-123"

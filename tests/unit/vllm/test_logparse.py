@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from testpaths import DATA as TESTS_DATA
 
 from kvpilot.core import failures as fk
 from kvpilot.core.units import GiB
@@ -30,7 +31,7 @@ from kvpilot.core.vllm.logparse import (
     parse_line,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm_logs"
+DATA = TESTS_DATA / "vllm_logs"
 CPU = DATA / "cpu_0.32"
 GPU = DATA / "gpu_excerpts"
 

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from testpaths import DATA
 
 from kvpilot.core.cli import main
 
-MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
+MODELS = DATA / "models"
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from testpaths import DATA as TESTS_DATA
+from testpaths import TESTS
 
 from kvpilot.core import failures
 from kvpilot.core.vllm import logparse
@@ -31,9 +33,8 @@ from kvpilot.core.vllm.supervisor import (
     iter_states,
 )
 
-TESTS = Path(__file__).resolve().parents[2]
 FAKE = TESTS / "e2e" / "fake_vllm.py"
-DATA = TESTS / "data" / "supervisor"
+DATA = TESTS_DATA / "supervisor"
 
 
 @pytest.fixture

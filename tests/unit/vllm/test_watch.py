@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from fakes.openai_server import FakeServer
+from testpaths import DATA
 
 from kvpilot.core.cli import main
 from kvpilot.core.vllm.watch import ServerWatch, WatchError, normalize_url
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 KEY = "sk-watch-me"
 
 

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testpaths import DATA, TESTS
 
 from kvpilot.core import failures
 from kvpilot.core.vllm.command import find_free_port
 
-TESTS = Path(__file__).resolve().parents[2]
 FAKE = TESTS / "e2e" / "fake_vllm.py"
-LOGS = TESTS / "data" / "supervisor"
-MODEL = TESTS / "data" / "models" / "qwen2.5-7b-instruct"
+LOGS = DATA / "supervisor"
+MODEL = DATA / "models" / "qwen2.5-7b-instruct"
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ line must either give a figure or be listed below with why it gives none.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from testpaths import REPO
 
 from kvpilot.core import failures as fk
 from kvpilot.core.vllm import versions
@@ -29,7 +29,7 @@ from kvpilot.core.vllm.logparse import (
 )
 
 GiB = 1 << 30
-DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "data"
+DATA = REPO / "benchmarks" / "data"
 FILES = ("calibration_cases.json", "calibration_cases_more.json")
 CASES = [case for name in FILES for case in json.loads((DATA / name).read_text())]
 

@@ -9,6 +9,7 @@ the supported range the planner uses.
 from __future__ import annotations
 
 import pytest
+from testpaths import REPO
 
 from kvpilot.core import failures as fk
 from kvpilot.core.fit import fallback
@@ -230,11 +231,10 @@ def test_the_0_6_line_prefix_is_split_like_the_later_ones() -> None:
 
 
 def test_the_published_table_matches_the_code() -> None:
-    from pathlib import Path
 
     from kvpilot.core.vllm.logparse import formats_table
 
-    page = Path(__file__).resolve().parents[3] / "docs" / "vllm-log-formats.md"
+    page = REPO / "docs" / "vllm-log-formats.md"
     text = page.read_text(encoding="utf-8")
     assert formats_table() in text, "regenerate docs/vllm-log-formats.md from formats_table()"
     assert versions.support_summary() in text

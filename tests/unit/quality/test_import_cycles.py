@@ -8,9 +8,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = {"kvpilot.core": ROOT / "core", "kvpilot.gui": ROOT / "gui",
-            "kvpilot.resources": ROOT / "resources"}
+from testpaths import REPO
+
+PACKAGES = {"kvpilot.core": REPO / "core", "kvpilot.gui": REPO / "gui",
+            "kvpilot.resources": REPO / "resources"}
 
 
 def _modules() -> dict[str, Path]:

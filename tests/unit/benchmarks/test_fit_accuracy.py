@@ -11,15 +11,15 @@ import dataclasses
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from testpaths import REPO
 
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.units import GiB
 
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "fit_accuracy.py"
+BENCH = REPO / "benchmarks" / "fit_accuracy.py"
 
 #: validation thresholds (known-version cases), from the benchmark's leave-one-out output
 MEDIAN_KV_ERROR_PCT = 0.8

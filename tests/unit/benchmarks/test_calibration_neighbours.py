@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+from testpaths import REPO
 
-BENCH_DIR = Path(__file__).resolve().parents[3] / "benchmarks"
+BENCH_DIR = REPO / "benchmarks"
 
 
 @pytest.fixture(scope="module")
