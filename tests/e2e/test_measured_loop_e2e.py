@@ -18,20 +18,14 @@ import pytest
 
 from kvpilot.core.vllm.runtime import VllmRuntime
 
-from .test_serve_failures import kvpilot_argv, read_events, serve_env
+from .servekit import TINY_SERVING_FLAGS, kvpilot_argv, serve_env, start_serve, wait_event
 
 pytestmark = pytest.mark.e2e
 
 START_TIMEOUT_S = 240.0
 REPO_ID = "kvpilot-test/tiny-llama"
 REVISION = "0123456789abcdef0123456789abcdef01234567"
-SERVING_FLAGS = (
-    "--max-model-len", "1024",
-    "--max-num-seqs", "4",
-    "--kv-cache-memory-bytes", "64M",
-    "--enforce-eager",
-    "--dtype", "float32",
-)
+SERVING_FLAGS = TINY_SERVING_FLAGS
 
 
 def hub_cache_with(model_dir: Path, hf_home: Path) -> Path:
@@ -70,13 +64,12 @@ def test_serve_by_hub_id_then_plan_says_measured(
     assert predicted["inputs"]["gpu_name"] == "cpu"
     assert {t["name"]: t["source"] for t in predicted["terms"]}["kv_cache"] == "user"
 
-    proc = subprocess.Popen(
-        kvpilot_argv("serve", "--model", REPO_ID, "--data-dir", str(data_dir),
-                     *SERVING_FLAGS, "--json-events"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    proc = start_serve(
+        kvpilot_argv("serve", "--model", REPO_ID, "--data-dir", str(data_dir), *SERVING_FLAGS),
+        env, keep_stderr=True,
     )
     try:
-        events = read_events(proc, lambda e: e["event"] == "ready", START_TIMEOUT_S)
+        events = wait_event(proc, "ready", START_TIMEOUT_S)
         launch = next(e for e in events if e["event"] == "launch")
         assert str(snapshot) in launch["command"]  # vLLM got the cached snapshot, offline
         store_file = data_dir / "measurements.json"

@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from kvpilot.core.vllm.versions import Release
 
+from .servekit import kvpilot_argv
+
 
 def _kvpilot(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "kvpilot.core.cli", *args],
+        kvpilot_argv(*args),
         capture_output=True,
         text=True,
         env=env,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +13,8 @@ import pytest
 
 from kvpilot.core.runtimes import store
 from kvpilot.core.vllm.runtime import VllmRuntime, discover
+
+from .servekit import kvpilot_argv
 
 MANAGED_RUNTIME_ID = "0.32.0-cpu"  # what tests/run installs (see conftest.py)
 
@@ -71,8 +72,7 @@ def test_second_install_returns_at_once() -> None:
                KVPILOT_CACHE_DIR=str(e2e_data_dir() / "cache"))
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "kvpilot.core.cli", "runtime", "install", "0.32.0",
-         "--variant", "cpu"],
+        kvpilot_argv("runtime", "install", "0.32.0", "--variant", "cpu"),
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr

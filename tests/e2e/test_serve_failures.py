@@ -7,12 +7,9 @@ these run before the shared server starts.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +23,15 @@ from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, Supervisor
 
+from .servekit import serve_argv, serve_env, start_serve, wait_event
+
 START_TIMEOUT_S = 240.0
 
 
 def _run_failing(runtime: VllmRuntime, spec: LaunchSpec, data_dir: Path, **kw: Any) -> Supervisor:
+    # these tests check vLLM's own exit code, so vLLM must exit by itself: on two busy cores it
+    # can take longer than the supervisor's default grace after the failing line
+    kw.setdefault("exit_grace_s", 60.0)
     sup = Supervisor(runtime, spec, data_dir=data_dir, **kw)
     sup.start()
     state = sup.wait_for((READY,), START_TIMEOUT_S)
@@ -74,39 +76,12 @@ def test_model_path_that_does_not_exist(
     assert sup.returncode == 1
 
 
-def kvpilot_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "kvpilot.core.cli", *args]
-
-
-def serve_env(vllm_scratch: Path, data_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for sub in ("tmp", "cache", "config"):
-        (vllm_scratch / sub).mkdir(parents=True, exist_ok=True)
-    env.update(
-        TMPDIR=str(vllm_scratch / "tmp"),
-        VLLM_CACHE_ROOT=str(vllm_scratch / "cache"),
-        VLLM_CONFIG_ROOT=str(vllm_scratch / "config"),
-        KVPILOT_DATA_DIR=str(data_dir),
-    )
-    return env
-
-
 def test_cli_refuses_an_unknown_flag_before_launch(
     vllm_runtime: VllmRuntime, tiny_model: Path, tmp_path: Path, vllm_scratch: Path
 ) -> None:
     proc = subprocess.run(
-        kvpilot_argv(
-            "serve",
-            "--model",
-            str(tiny_model),
-            "--vllm",
-            vllm_runtime.location,
-            "--data-dir",
-            str(tmp_path),
-            "--",
-            "--no-such-flag",
-            "3",
-        ),
+        serve_argv(vllm_runtime.location, tiny_model, tmp_path, "--", "--no-such-flag", "3",
+                   tiny=False),
         capture_output=True,
         text=True,
         timeout=300,
@@ -125,17 +100,8 @@ def test_cli_refuses_a_busy_port(
         busy.listen()
         port = busy.getsockname()[1]
         proc = subprocess.run(
-            kvpilot_argv(
-                "serve",
-                "--model",
-                str(tiny_model),
-                "--vllm",
-                vllm_runtime.location,
-                "--data-dir",
-                str(tmp_path),
-                "--port",
-                str(port),
-            ),
+            serve_argv(vllm_runtime.location, tiny_model, tmp_path, "--port", str(port),
+                       tiny=False),
             capture_output=True,
             text=True,
             timeout=300,
@@ -145,55 +111,15 @@ def test_cli_refuses_a_busy_port(
     assert f"port {port}" in proc.stderr and "in use" in proc.stderr
 
 
-def read_events(
-    proc: subprocess.Popen[str], until: Callable[[dict[str, Any]], bool], timeout_s: float
-) -> list[dict[str, Any]]:
-    """JSON events from ``kvpilot serve --json-events`` until one satisfies ``until``."""
-    events: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        ev = json.loads(line)
-        events.append(ev)
-        if until(ev):
-            return events
-    raise AssertionError(f"condition not reached; events: {events[-15:]}")
-
-
 def test_kv_cache_too_small_then_auto_fallback_serves_at_the_estimated_length(
     vllm_runtime: VllmRuntime, tiny_model: Path, tmp_path: Path, vllm_scratch: Path
 ) -> None:
-    proc = subprocess.Popen(
-        kvpilot_argv(
-            "serve",
-            "--model",
-            str(tiny_model),
-            "--vllm",
-            vllm_runtime.location,
-            "--data-dir",
-            str(tmp_path),
-            "--max-model-len",
-            "1024",
-            "--max-num-seqs",
-            "4",
-            "--kv-cache-memory-bytes",
-            "262144",
-            "--enforce-eager",
-            "--dtype",
-            "float32",
-            "--auto-fallback",
-            "--json-events",
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=serve_env(vllm_scratch, tmp_path),
-    )
+    # a 256 KiB KV cache cannot hold 1,024 tokens: vLLM says how many it can
+    argv = serve_argv(vllm_runtime.location, tiny_model, tmp_path,
+                      "--kv-cache-memory-bytes", "262144", "--auto-fallback")
+    proc = start_serve(argv, serve_env(vllm_scratch, tmp_path), keep_stderr=True)
     try:
-        events = read_events(proc, lambda e: e["event"] == "ready", 2 * START_TIMEOUT_S)
+        events = wait_event(proc, "ready", 2 * START_TIMEOUT_S)
         failure = next(e for e in events if e["event"] == "failure")
         assert failure["kind"] == failures.KV_CACHE_TOO_SMALL
         assert failure["estimated_max_model_len"] == 128

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, StateEvent, Supervisor
 from kvpilot.core.vllm.versions import Release
 
-from .test_serve_failures import kvpilot_argv, read_events, serve_env
+from .servekit import kill_cli, serve_argv, serve_env, start_serve, wait_event
 
 START_TIMEOUT_S = 240.0
 
@@ -31,38 +30,13 @@ START_TIMEOUT_S = 240.0
 def test_kvpilot_killed_orphan_found_adopted_then_engine_killed(
     vllm_runtime: VllmRuntime, tiny_model: Path, tmp_path: Path, vllm_scratch: Path
 ) -> None:
-    proc = subprocess.Popen(
-        kvpilot_argv(
-            "serve",
-            "--model",
-            str(tiny_model),
-            "--vllm",
-            vllm_runtime.location,
-            "--data-dir",
-            str(tmp_path),
-            "--max-model-len",
-            "1024",
-            "--max-num-seqs",
-            "4",
-            "--kv-cache-memory-bytes",
-            "64M",
-            "--enforce-eager",
-            "--dtype",
-            "float32",
-            "--json-events",
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=serve_env(vllm_scratch, tmp_path),
+    proc = start_serve(
+        serve_argv(vllm_runtime.location, tiny_model, tmp_path), serve_env(vllm_scratch, tmp_path)
     )
-    events = read_events(proc, lambda e: e["event"] == "ready", START_TIMEOUT_S)
+    events = wait_event(proc, "ready", START_TIMEOUT_S)
     server_pid = events[-1]["pid"]
     base_url = events[-1]["base_url"]
-    proc.kill()  # kvpilot crashes; vLLM lives on in its own session
-    proc.wait()
-    assert proc.stdout is not None
-    proc.stdout.close()  # (no ResourceWarning: warnings fail the run)
+    kill_cli(proc)  # kvpilot crashes; vLLM lives on in its own session
     tree = {server_pid, *(c.pid for c in psutil.Process(server_pid).children(recursive=True))}
     try:
         assert httpx.get(base_url + "/health", timeout=10).status_code == 200
@@ -103,40 +77,14 @@ def test_orphan_left_after_kvpilot_is_killed_is_stopped_by_stop_orphan(
     vllm_runtime: VllmRuntime, tiny_model: Path, tmp_path: Path, vllm_scratch: Path
 ) -> None:
     # the dry-run load format keeps this quick; the process tree is the same
-    proc = subprocess.Popen(
-        kvpilot_argv(
-            "serve",
-            "--model",
-            str(tiny_model),
-            "--vllm",
-            vllm_runtime.location,
-            "--data-dir",
-            str(tmp_path),
-            "--max-model-len",
-            "1024",
-            "--max-num-seqs",
-            "4",
-            "--kv-cache-memory-bytes",
-            "64M",
-            "--enforce-eager",
-            "--dtype",
-            "float32",
-            "--load-format",
-            "dummy",
-            "--json-events",
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=serve_env(vllm_scratch, tmp_path),
+    proc = start_serve(
+        serve_argv(vllm_runtime.location, tiny_model, tmp_path, "--load-format", "dummy"),
+        serve_env(vllm_scratch, tmp_path),
     )
-    events = read_events(proc, lambda e: e["event"] == "ready", START_TIMEOUT_S)
+    events = wait_event(proc, "ready", START_TIMEOUT_S)
     server_pid = events[-1]["pid"]
     tree = {server_pid, *(c.pid for c in psutil.Process(server_pid).children(recursive=True))}
-    proc.kill()
-    proc.wait()
-    assert proc.stdout is not None
-    proc.stdout.close()  # (no ResourceWarning: warnings fail the run)
+    kill_cli(proc)
     try:
         orphans = find_orphans(tmp_path)
         assert len(orphans) == 1

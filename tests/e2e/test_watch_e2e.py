@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 
 from kvpilot.core.vllm.watch import ServerWatch
+
+from .servekit import kvpilot_argv
 
 READY_TIMEOUT_S = 240.0
 
@@ -17,8 +18,8 @@ READY_TIMEOUT_S = 240.0
 def _watch_cli(url: str, seconds: float) -> subprocess.Popen[str]:
     env = {**os.environ, "KVPILOT_DATA_DIR": os.environ.get("KVPILOT_DATA_DIR", "/tmp")}
     return subprocess.Popen(
-        [sys.executable, "-m", "kvpilot.core.cli", "watch", "--url", url, "--json",
-         "--seconds", str(seconds), "--interval", "0.5"],
+        kvpilot_argv("watch", "--url", url, "--json", "--seconds", str(seconds),
+                     "--interval", "0.5"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from e2e.servekit import kvpilot_argv
 
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.orphans import find_orphans, pidfile_path, read_pidfile
@@ -47,8 +48,8 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 def _serve(env: dict[str, str], port: int, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(MODEL),
-         "--port", str(port), "--kv-cache-memory-bytes", "1G", *extra],
+        kvpilot_argv("serve", "--model", str(MODEL), "--port", str(port),
+                     "--kv-cache-memory-bytes", "1G", *extra),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )
