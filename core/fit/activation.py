@@ -27,44 +27,7 @@ from importlib import resources
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm import versions
-
-
-@dataclass(frozen=True)
-class Version:
-    """A vLLM version as comparable numbers (``0.10.1.1`` -> (0, 10, 1, 1))."""
-
-    parts: tuple[int, ...]
-
-    @classmethod
-    def parse(cls, text: str | None) -> Version:
-        """Parse ``0.33.0``, ``v0.11.0+cpu``, ``0.10.2rc1``; unparsable -> the newest profile."""
-        if not text:
-            return cls((99,))
-        core = text.strip().lstrip("v").split("+")[0]
-        parts: list[int] = []
-        for piece in core.split("."):
-            digits = ""
-            for ch in piece:
-                if not ch.isdigit():
-                    break
-                digits += ch
-            if not digits:
-                break
-            parts.append(int(digits))
-        return cls(tuple(parts) or (99,))
-
-    def __ge__(self, other: object) -> bool:
-        if not isinstance(other, Version):
-            return NotImplemented
-        return self.parts >= other.parts
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Version):
-            return NotImplemented
-        return self.parts < other.parts
-
-    def __str__(self) -> str:
-        return ".".join(str(p) for p in self.parts)
+from kvpilot.core.vllm.versions import Release
 
 
 @dataclass(frozen=True)
@@ -142,7 +105,8 @@ class VersionProfile:
     """How one range of vLLM versions accounts for memory.
 
     Attributes:
-        since: first version the row applies to.
+        since: first release the row applies to, as written (``"0.10.2"``, ``"0.28"``,
+            ``"0"``; compared as a :class:`~kvpilot.core.vllm.versions.Release`).
         engine: ``V0`` or ``V1``.
         sampler: the tensors alive at the dummy sampler's peak (logit units).
         sampler_adds_to_forward: True when the forward's activations are still alive while the
@@ -157,7 +121,7 @@ class VersionProfile:
         fitted_on: calibration cases a choice of this row was fitted on (empty: code only).
     """
 
-    since: Version
+    since: str
     engine: str
     sampler: tuple[Buffer, ...]
     sampler_adds_to_forward: bool
@@ -177,14 +141,15 @@ class VersionProfile:
 
     @property
     def key(self) -> str:
-        """The row's name, its first version (``"0.10.2"``)."""
-        return str(self.since)
+        """The row's name, its first release as written in :data:`PROFILES` (``"0.10.2"``,
+        ``"0.28"``): the key of the row's entries in ``fit_constants.json``."""
+        return self.since
 
 
 #: newest first; the first row whose ``since`` <= version applies
 PROFILES: tuple[VersionProfile, ...] = (
     VersionProfile(
-        since=Version((0, 28)),
+        since="0.28",
         engine="V1",
         sampler=SAMPLER_TRITON,
         v2_sampler=SAMPLER_V2,
@@ -201,7 +166,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         ),
     ),
     VersionProfile(
-        since=Version((0, 20)),
+        since="0.20",
         engine="V1",
         sampler=SAMPLER_TRITON,
         sampler_adds_to_forward=False,
@@ -217,7 +182,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         ),
     ),
     VersionProfile(
-        since=Version((0, 19)),
+        since="0.19",
         engine="V1",
         sampler=SAMPLER_TRITON,
         sampler_adds_to_forward=False,
@@ -232,7 +197,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         ),
     ),
     VersionProfile(
-        since=Version((0, 13)),
+        since="0.13",
         engine="V1",
         sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
@@ -248,7 +213,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         ),
     ),
     VersionProfile(
-        since=Version((0, 10, 2)),
+        since="0.10.2",
         engine="V1",
         sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
@@ -265,7 +230,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         fitted_on=("l40s-x8-qwen3-235b-2507-fp8-tp8",),
     ),
     VersionProfile(
-        since=Version((0, 8)),
+        since="0.8",
         engine="V1",
         sampler=SAMPLER_FLASHINFER,
         sampler_adds_to_forward=False,
@@ -282,7 +247,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         fitted_on=("dl-a100-80-qwen2-7b-u0.25", "dl-a100-80-qwen2-7b-u0.5"),
     ),
     VersionProfile(
-        since=Version((0,)),
+        since="0",
         engine="V0",
         sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
@@ -312,14 +277,14 @@ def profile_for(
     back to V0 (engine/arg_utils.py ``_is_v1_supported_oracle``, "Compute Capability < 8.0");
     0.10.2 drops that check and 0.11 drops V0.
     """
-    v = Version.parse(version)
+    v = Release.parse(version)
     for row in PROFILES:
-        if v >= row.since:
+        if v.at_least(row.since):
             if (
                 row.engine == "V1"
                 and compute_capability is not None
                 and compute_capability < (8, 0)
-                and v < Version((0, 10, 2))
+                and not v.at_least("0.10.2")
             ):
                 return V0_PROFILE
             return row
@@ -568,7 +533,7 @@ def largest_default_capture(version: str | None, compute_capability: tuple[int, 
                             ) -> int:
     """512, or 1024 on SM 10.x from vLLM 0.28 (``is_device_capability_family(100)``)."""
     if (compute_capability is not None and compute_capability[0] == 10
-            and Version.parse(version) >= Version((0, 28))):
+            and Release.parse(version).at_least("0.28")):
         return 1024
     return 512
 

@@ -39,6 +39,7 @@ from kvpilot.core.fit.plan import (
 from kvpilot.core.hardware import budget_now
 from kvpilot.core.models import spec as model_spec
 from kvpilot.core.units import GiB
+from kvpilot.core.vllm.versions import Release
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
 _LARGE_GPU_BYTES = 70 * GiB
@@ -78,7 +79,7 @@ def default_batching(
     profile = activation.profile_for(version, compute_capability)
     if v0_only:
         profile = activation.V0_PROFILE
-    v = activation.Version.parse(version)
+    v = Release.parse(version)
     name = gpu_name.lower()
     if name == CPU_DEVICE_NAME:
         return 2048, 128  # the CPU platform's defaults for the API server (world size 1)
@@ -86,11 +87,11 @@ def default_batching(
         seqs = 256
         batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
         return batched, seqs
-    if gpu_total_bytes >= _HUGE_GPU_BYTES and v >= activation.Version((0, 28)):
+    if gpu_total_bytes >= _HUGE_GPU_BYTES and v.at_least("0.28"):
         return 16384, 1024
-    a100_excluded = v >= activation.Version((0, 9))
+    a100_excluded = v.at_least("0.9")
     # 0.33 keeps GB10 (DGX Spark, SM 12.1: the memory, not the compute) on the small tier
-    gb10 = compute_capability == (12, 1) and v >= activation.Version((0, 33))
+    gb10 = compute_capability == (12, 1) and v.at_least("0.33")
     if (gpu_total_bytes >= _LARGE_GPU_BYTES and not (a100_excluded and "a100" in name)
             and not gb10):
         return 8192, 1024

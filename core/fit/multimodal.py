@@ -45,9 +45,9 @@ import math
 from dataclasses import dataclass
 
 from kvpilot.core.fit import activation
-from kvpilot.core.fit.activation import Version
 from kvpilot.core.models.spec import ModelSpec, VisionSpec
 from kvpilot.core.models.vision import vision_weight_bytes
+from kvpilot.core.vllm.versions import Release
 
 #: items per prompt when ``--limit-mm-per-prompt`` is not given (V1 engine; V0 allowed 1)
 DEFAULT_LIMIT_V1 = 999
@@ -55,7 +55,7 @@ DEFAULT_LIMIT_V0 = 1
 #: frames of the longest dummy video (``_MAX_FRAMES_PER_VIDEO`` of qwen2_vl.py)
 MAX_FRAMES_PER_VIDEO = 16
 #: the first release with the 0.10 item rule (``encoder_budget // tokens_per_item``)
-ITEM_RULE_SINCE = Version((0, 10))
+ITEM_RULE_SINCE = "0.10"
 
 #: families whose dummy video vLLM sizes from ``max_model_len`` (qwen2_vl.py's rule). Qwen3-VL
 #: sizes its dummy video as two frames at the video processor's ``longest_edge`` / 2
@@ -110,7 +110,7 @@ def runs_on_v0_only(model: ModelSpec, vllm_version: str | None) -> bool:
     return (
         model.vision is not None
         and model.vision.family == "mllama"
-        and Version.parse(vllm_version) < Version((0, 11))
+        and not Release.parse(vllm_version).at_least("0.11")
     )
 
 
@@ -173,19 +173,19 @@ def encoder_profile(
     vision = model.vision
     if vision is None:
         return None
-    version = Version.parse(vllm_version)
+    version = Release.parse(vllm_version)
     engine = _engine(model, vllm_version, engine)
     if limit_mm_per_prompt == 0:
         skippable = vision.tower_skippable_since
         tower = (
             vision_weight_bytes(vision)
-            if skippable is not None and version >= Version(skippable)
+            if skippable is not None and version.at_least(Release(skippable))
             else 0
         )
         tp = max(1, tensor_parallel_size)
         note = "images disabled (--limit-mm-per-prompt 0): no encoder profile"
         if tower:
-            note += f"; vLLM {version} does not load the vision tower"
+            note += f"; vLLM {version.number} does not load the vision tower"
         return EncoderProfile("none", 0, 0, 0, 0, 0, 0, True, math.ceil(tower / tp), note)
 
     per_item = max_tokens_per_item(vision, max_model_len)
@@ -212,7 +212,7 @@ def encoder_profile(
         tokens = per_item[modality]
         limit = limits[modality]
         budget = max(max_num_batched_tokens, tokens)
-        if version >= ITEM_RULE_SINCE:
+        if version.at_least(ITEM_RULE_SINCE):
             per_prompt = max(1, min(limit, max_model_len // tokens))
             items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
         else:

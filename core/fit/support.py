@@ -6,9 +6,9 @@ vLLM refuses these at start-up; kvpilot refuses them before launch, in the same 
 from __future__ import annotations
 
 from kvpilot.core import failures
-from kvpilot.core.fit.activation import Version
 from kvpilot.core.fit.kv import FP8_KV_DTYPES
 from kvpilot.core.fit.plan import Failure, PlanInputs
+from kvpilot.core.vllm.versions import Release
 
 #: head sizes FlashInfer's FP8 KV kernels accept (vLLM >= 0.12 picks FlashInfer for FP8 on SM8x)
 FLASHINFER_HEAD_SIZES = frozenset({64, 128, 256, 512})
@@ -53,7 +53,7 @@ def fp8_kv_supported(
         return True
     return (
         compute_capability >= (8, 0)
-        and Version.parse(vllm_version) >= Version((0, 12))
+        and Release.parse(vllm_version).at_least("0.12")
         and head_dim in FLASHINFER_HEAD_SIZES
     )
 
@@ -62,7 +62,7 @@ def check_support(inputs: PlanInputs) -> Failure | None:
     """A failure when the plan asks for something this GPU or vLLM version cannot do."""
     vision = inputs.model.vision
     if vision is not None and vision.last_vllm_release is not None and (
-        Version.parse(inputs.vllm_version).parts[: len(vision.last_vllm_release)]
+        Release.parse(inputs.vllm_version).parts[: len(vision.last_vllm_release)]
         > vision.last_vllm_release
     ):
         last = ".".join(str(p) for p in vision.last_vllm_release)
@@ -88,7 +88,7 @@ def check_support(inputs: PlanInputs) -> Failure | None:
     if not method:
         return None
     removed = REMOVED_QUANTIZATION.get(method)
-    if removed and Version.parse(inputs.vllm_version) >= Version(removed[0]):
+    if removed and Release.parse(inputs.vllm_version).at_least(Release(removed[0])):
         since = ".".join(str(p) for p in removed[0])
         return Failure(
             failures.UNSUPPORTED_QUANTIZATION,

@@ -563,9 +563,9 @@ class RuntimeInstaller:
         from kvpilot.core.vllm.runtime import (
             VllmRuntime,
             learn_flags,
-            parse_version,
             read_version,
         )
+        from kvpilot.core.vllm.versions import release_number
 
         exe = self.target / "bin" / "vllm"
         if not exe.exists():
@@ -583,7 +583,7 @@ class RuntimeInstaller:
                 f"folder was removed (log: {self.log_path})",
                 log_path=str(self.log_path),
             ) from exc
-        if parse_version(version) != parse_version(self.release.version):
+        if release_number(version) != release_number(self.release.version):
             raise RuntimeInstallError(
                 f"{exe} reports version {version}, not {self.release.version}; the folder was "
                 f"removed (log: {self.log_path})",

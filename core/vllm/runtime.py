@@ -37,11 +37,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from kvpilot.core import paths
 from kvpilot.core.errors import CommandError, RuntimeNotFoundError
-from kvpilot.core.vllm.versions import supports
+from kvpilot.core.vllm.versions import Release, supports
 
 ENV_VAR = "KVPILOT_VLLM"
 CLI_MODULE = "vllm.entrypoints.cli.main"
@@ -67,41 +65,24 @@ _VERSION_RE = re.compile(r"^\s*v?(\d+\.\d+(?:\.\d+)?(?:[.+\-]?[A-Za-z0-9][A-Za-z
 # versions
 
 
-def parse_version(version: str | Version) -> Version:
-    """The comparable release of a vLLM version string (``'0.32.0+cpu'`` -> ``0.32.0``).
-
-    Local suffixes (``+cpu``, ``+cu128``) and pre/dev tags are dropped for comparisons; the raw
-    string is kept elsewhere for display and cache keys.
-
-    Raises:
-        ValueError: the string is not a version.
-    """
-    if isinstance(version, Version):
-        return Version(version.base_version)
-    try:
-        return Version(Version(version.strip()).base_version)
-    except InvalidVersion as exc:
-        raise ValueError(f"not a vLLM version: {version!r}") from exc
-
-
-def default_gpu_memory_utilization(version: str | Version) -> float:
+def default_gpu_memory_utilization(version: str | Release) -> float:
     """vLLM's default ``--gpu-memory-utilization`` (see ``versions.FEATURES``)."""
-    return 0.92 if supports("default_utilization_0_92", str(parse_version(version))) else 0.9
+    return 0.92 if supports("default_utilization_0_92", version) else 0.9
 
 
-def supports_max_model_len_auto(version: str | Version) -> bool:
+def supports_max_model_len_auto(version: str | Release) -> bool:
     """``--max-model-len auto`` / ``-1`` exists (see ``versions.FEATURES``)."""
-    return supports("max_model_len_auto", str(parse_version(version)))
+    return supports("max_model_len_auto", version)
 
 
-def cudagraph_estimate_in_budget(version: str | Version) -> bool:
+def cudagraph_estimate_in_budget(version: str | Release) -> bool:
     """CUDA-graph memory is reserved before the KV cache (see ``versions.FEATURES``)."""
-    return supports("cudagraph_in_budget", str(parse_version(version)))
+    return supports("cudagraph_in_budget", version)
 
 
-def has_cache_config_tokens_metric(version: str | Version) -> bool:
+def has_cache_config_tokens_metric(version: str | Release) -> bool:
     """``vllm:cache_config_info`` carries the KV token labels (see ``versions.FEATURES``)."""
-    return supports("cache_config_tokens_metric", str(parse_version(version)))
+    return supports("cache_config_tokens_metric", version)
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,9 +105,9 @@ class VllmRuntime:
     location: str
 
     @property
-    def release(self) -> Version:
-        """The comparable version (local suffixes dropped)."""
-        return parse_version(self.version)
+    def release(self) -> Release:
+        """The release this runtime is (``0.32.0+cpu``: release 0.32.0, build ``cpu``)."""
+        return Release.parse(self.version)
 
     def serve_argv(self) -> tuple[str, ...]:
         """``argv_prefix + ('serve',)``."""
@@ -310,10 +291,6 @@ def read_version(
             f"'{' '.join(argv_prefix)} --version' did not print a vLLM version ({why}); "
             f"{INSTALL_HINT}"
         )
-    try:
-        parse_version(version)
-    except ValueError as exc:
-        raise RuntimeNotFoundError(f"{argv_prefix[0]} printed an unreadable version") from exc
     cached[key] = version
     _write_json(cache_file, cached)
     return version

@@ -80,9 +80,13 @@ class Release:
         """True for vLLM's CPU build (``+cpu``)."""
         return self.variant == "cpu"
 
-    def at_least(self, other: str) -> bool:
-        """True when this release is ``other`` or newer (``other`` like ``0.20`` or ``0.10.2``)."""
-        return self.parts >= Release.parse(other).parts
+    def at_least(self, other: str | Release) -> bool:
+        """True when this release is ``other`` or newer (``other`` like ``0.20``, ``0.10.2`` or
+        a :class:`Release`; build variants are ignored)."""
+        that = other if isinstance(other, Release) else Release.parse(other)
+        width = max(len(self.parts), len(that.parts))
+        pad = (0,) * width
+        return (self.parts + pad)[:width] >= (that.parts + pad)[:width]
 
     def __str__(self) -> str:
         return self.number + (f"+{self.variant}" if self.variant else "")

@@ -32,6 +32,23 @@ def test_every_row_names_its_source_and_sampler_pieces_sum():
                      "0.8": 3.5, "0": 9.5}
 
 
+def test_every_row_key_in_the_constants_file_names_a_row():
+    # the file is keyed by each row's since-string; a key that names no row would be ignored
+    from importlib import resources
+
+    data = json.loads(
+        (resources.files("kvpilot.resources") / activation.CONSTANTS_FILE).read_text("utf-8")
+    )
+    keys = {r.key for r in activation.PROFILES}
+    used = set(data["constants"]["activation_residual_units"])
+    used |= set(data["constants"]["row_remainder_bytes"])
+    used |= {k.removesuffix("/tp") for k in data["validation"]["half_width_bytes"]} - {"*"}
+    assert used and used <= keys
+    assert activation.FITTED.activation_residual_units == {
+        k: float(v) for k, v in data["constants"]["activation_residual_units"].items()
+    }
+
+
 def test_sort_path_sampler_by_hand(qwen7b):
     # Qwen2.5-7B: vocab 152,064 (already a multiple of 64); 256 rows
     row = activation.profile_for("0.13.0")

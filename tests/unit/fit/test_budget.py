@@ -19,6 +19,7 @@ from kvpilot.core.fit.budget import (
     max_passing_utilization,
 )
 from kvpilot.core.units import GiB, MiB
+from kvpilot.core.vllm.versions import Release
 
 
 def test_terms_add_up_to_the_requested_budget(qwen7b):
@@ -144,5 +145,5 @@ def test_version_profiles_are_ordered_and_cover_old_versions():
     assert activation.profile_for("0.10.2", (7, 5)).engine == "V1"  # the SM check is gone
     assert activation.profile_for("0.33.0+cpu").cudagraph_in_budget
     assert activation.profile_for(None) is activation.PROFILES[0]
-    sinces = [p.since for p in activation.PROFILES]
+    sinces = [Release.parse(p.since).parts for p in activation.PROFILES]
     assert all(a >= b for a, b in itertools.pairwise(sinces))

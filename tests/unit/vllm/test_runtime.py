@@ -21,7 +21,6 @@ from kvpilot.core.vllm.runtime import (
     learn_flags,
     list_runtimes,
     parse_help_flags,
-    parse_version,
     parse_version_output,
     read_version,
     removed_flag_message,
@@ -44,19 +43,6 @@ def cache(tmp_path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- versions
-
-
-@pytest.mark.parametrize(
-    ("raw", "release"),
-    [("0.32.0+cpu", "0.32.0"), ("0.33.0", "0.33.0"), ("0.20.0rc1", "0.20.0"), ("0.11", "0.11")],
-)
-def test_parse_version_drops_local_and_pre_tags(raw: str, release: str) -> None:
-    assert str(parse_version(raw)) == release
-
-
-def test_parse_version_rejects_garbage() -> None:
-    with pytest.raises(ValueError, match="not a vLLM version"):
-        parse_version("banana")
 
 
 def test_version_dependent_defaults() -> None:
@@ -86,7 +72,7 @@ def test_discover_configured_executable(make_fake_vllm, cache: Path) -> None:
     found = discover(str(exe), cache_dir=cache)
     assert found == VllmRuntime((str(exe),), "0.32.0+cpu", "profile", str(exe))
     assert found.serve_argv() == (str(exe), "serve")
-    assert str(found.release) == "0.32.0"
+    assert (found.release.number, found.release.variant) == ("0.32.0", "cpu")
 
 
 def test_discover_configured_python_uses_module_entry(tmp_path: Path, cache: Path) -> None:

@@ -43,6 +43,10 @@ def test_comparison_ignores_the_variant_and_pre_releases() -> None:
     assert not Release.parse("0.10.1.1").at_least("0.10.2")
     assert Release.parse("0.32.0+cpu").is_cpu_build and not Release.parse("0.32.0").is_cpu_build
     assert str(Release.parse("0.32.0+cpu")) == "0.32.0+cpu"
+    # missing trailing parts count as zeros; a Release compares like its text
+    assert Release.parse("0.10").at_least("0.10.0") and Release.parse("0").at_least("0.0.0")
+    assert Release.parse("0.10.2").at_least(Release.parse("0.10"))
+    assert not Release.parse("0.10").at_least(Release((0, 10, 2)))
 
 
 def test_every_feature_names_its_first_release_and_source() -> None:
