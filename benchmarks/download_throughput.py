@@ -71,7 +71,7 @@ def main() -> int:
 
     from huggingface_hub import hf_hub_download
 
-    from kvpilot.core.vllm.download import Downloader, DownloadProgress, plan_download
+    from kvpilot.core.hub.download import Downloader, DownloadProgress, plan_download
 
     size = args.mb * 1_000_000
     rows: list[tuple[str, float, float, int]] = []

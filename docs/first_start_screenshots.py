@@ -94,7 +94,7 @@ def main() -> int:
 
     # the stand-in server (tests/e2e/fake_vllm.py) plays a real vLLM 0.32 start-up; this machine
     # has no network, so the model download is shown with the progress it reports and skipped
-    from kvpilot.core.vllm import download
+    from kvpilot.core.hub import download
 
     download.launchable_spec = lambda spec, **_: spec  # type: ignore[assignment]
     fake = ROOT / "tests" / "e2e" / "fake_vllm.py"

@@ -574,8 +574,8 @@ class AppServices:
         ``<data_dir>/measurements.json`` (the fit engine calibrates later plans with it).
         """
         from kvpilot.core.fit.calibrate import key_for
+        from kvpilot.core.hub.download import launchable_spec
         from kvpilot.core.measurements import MeasurementStore
-        from kvpilot.core.vllm.download import launchable_spec
         from kvpilot.core.vllm.supervisor import Supervisor
 
         with self._lock:

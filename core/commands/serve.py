@@ -265,7 +265,7 @@ def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
     Raises:
         DownloadError: gated, missing, unreachable, not enough disk (a KvpilotError).
     """
-    from kvpilot.core.vllm import download
+    from kvpilot.core.hub import download
 
     last_text = [0.0]
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from kvpilot.core.hub.cache import hub_cache_dir
+
 
 @dataclass(frozen=True)
 class SystemSnapshot:
@@ -80,13 +82,6 @@ def free_bytes_at(path: str | os.PathLike[str] | None) -> int | None:
     return None
 
 
-def default_hf_cache_dir() -> str:
-    """The Hugging Face hub cache directory (``HF_HUB_CACHE``, honours ``HF_HOME``)."""
-    from huggingface_hub import constants
-
-    return str(constants.HF_HUB_CACHE)
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
@@ -105,14 +100,15 @@ def read_system(
 
     Args:
         model_dir: a directory that will hold model weights (free space reported), or None.
-        hf_cache_dir: overrides the Hugging Face cache location (default: ``HF_HUB_CACHE``).
+        hf_cache_dir: overrides the Hugging Face cache location (default:
+            :func:`kvpilot.core.hub.cache.hub_cache_dir`, read now).
         proc_root: where ``version`` and ``cpuinfo`` are read (tests pass a folder).
         environ: environment used for WSL detection (default ``os.environ``).
     """
     env = os.environ if environ is None else environ
     vm = psutil.virtual_memory()
     swap = psutil.swap_memory()
-    cache = str(hf_cache_dir) if hf_cache_dir is not None else default_hf_cache_dir()
+    cache = str(hub_cache_dir(hf_cache_dir))
     try:
         pretty: str | None = platform.freedesktop_os_release().get("PRETTY_NAME")
     except OSError:

@@ -59,7 +59,7 @@ def launch_reference(spec: ModelSpec) -> str:
     if spec.source and not spec.source.startswith(_REPO_SOURCES) and Path(spec.source).is_dir():
         return spec.source
     if spec.source.startswith("hub-cache:"):
-        from kvpilot.core.models.hub import cached_snapshot
+        from kvpilot.core.hub.cache import cached_snapshot
 
         repo, _, revision = spec.source[len("hub-cache:"):].partition("@")
         snapshot = cached_snapshot(repo, revision=revision or None)

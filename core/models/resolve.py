@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.hub.cache import hub_cache_dir, is_repo_id
+from kvpilot.core.hub.metadata import fetch_hub_model, load_cached_model
 from kvpilot.core.models import catalog
-from kvpilot.core.models.hub import fetch_hub_model, hub_cache_dir, is_repo_id, load_cached_model
 from kvpilot.core.models.local import CONFIG_FILE, load_local_model
 from kvpilot.core.models.spec import SOURCE_ESTIMATE, ModelSpec
 

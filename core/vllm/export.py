@@ -32,8 +32,8 @@ import yaml
 
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import Capacity, PlanInputs
+from kvpilot.core.hub.cache import is_repo_id
 from kvpilot.core.measurements import Measured
-from kvpilot.core.models.hub import is_repo_id
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.command import (
     SECRET_ENV,

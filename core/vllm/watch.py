@@ -205,7 +205,8 @@ def identify(client: httpx.Client, base_url: str) -> ServerIdentity:
 
 def load_served_model(identity: ServerIdentity) -> ModelSpec | None:
     """The served model's spec from a local folder or the Hugging Face cache, else None."""
-    from kvpilot.core.models.hub import is_repo_id, load_cached_model
+    from kvpilot.core.hub.cache import is_repo_id
+    from kvpilot.core.hub.metadata import load_cached_model
     from kvpilot.core.models.local import load_local_model
 
     for ref in (identity.model_root, identity.model_id):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
 
+from kvpilot.core.hub.download import DownloadCancelled
 from kvpilot.core.vllm.command import LaunchSpec
-from kvpilot.core.vllm.download import DownloadCancelled
 from kvpilot.gui.bridge import CoreBridge as Bridge
 from kvpilot.gui.services import AppServices
 
@@ -50,7 +50,7 @@ def test_download_progress_reaches_the_gui_thread(qtbot, hub, tmp_path):
 
 
 def test_stop_cancels_a_running_download(qtbot, tmp_path, monkeypatch):
-    from kvpilot.core.vllm import download
+    from kvpilot.core.hub import download
 
     def slow_download(spec, *, on_progress=None, cancel_event=None):
         assert cancel_event is not None

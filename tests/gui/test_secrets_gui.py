@@ -40,7 +40,7 @@ def ring(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture(autouse=True)
 def _catalog_models_need_no_download(monkeypatch):
-    from kvpilot.core.vllm import download
+    from kvpilot.core.hub import download
 
     monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
 

@@ -33,7 +33,7 @@ FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
 def _catalog_models_need_no_download(monkeypatch):
     """The stand-in vllm serves catalog plans without weights: skip kvpilot's Hub download
     (tests/gui/test_download_gui.py covers it against a local stand-in Hub)."""
-    from kvpilot.core.vllm import download
+    from kvpilot.core.hub import download
 
     monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
 

@@ -10,8 +10,8 @@ import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
 
 from kvpilot.core.commands.serve import EventPrinter, ensure_local_model
+from kvpilot.core.hub.download import GatedModelError
 from kvpilot.core.vllm.command import LaunchSpec
-from kvpilot.core.vllm.download import GatedModelError
 
 REPO = "acme/tiny-serve"
 FILES = {

@@ -9,7 +9,6 @@ import pytest
 
 from kvpilot.core.hardware.system import (
     cpu_model_from_cpuinfo,
-    default_hf_cache_dir,
     detect_wsl,
     free_bytes_at,
     read_system,
@@ -80,8 +79,13 @@ def test_read_system_on_this_host_is_not_wsl(tmp_path: Path) -> None:
     assert snap.model_dir is None and snap.model_dir_free_bytes is None
 
 
-def test_hf_cache_dir_follows_huggingface_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", "/data/hf/hub")
-    assert default_hf_cache_dir() == "/data/hf/hub"
+def test_hf_cache_dir_is_read_when_the_system_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "version").write_text(NATIVE_VERSION)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    snap = read_system(proc_root=tmp_path, environ={})
+    assert snap.hf_cache_dir == str(tmp_path / "hf" / "hub")
+    free = psutil.disk_usage(str(tmp_path)).free  # other writers move it a little
+    assert snap.hf_cache_free_bytes is not None
+    assert abs(snap.hf_cache_free_bytes - free) < 256 * 2**20

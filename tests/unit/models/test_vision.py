@@ -162,7 +162,7 @@ def test_catalog_entries_read_like_their_published_config(folder, entry):
 def test_hub_metadata_record_carries_the_processor_limit(tmp_path, monkeypatch):
     """A Hub lookup cached on disk keeps the checkpoint's preprocessor_config.json, so the
     largest image is the checkpoint's own (no network in this test: the record is cached)."""
-    from kvpilot.core.models import hub
+    from kvpilot.core.hub import metadata as hub
 
     monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path))
     record = {

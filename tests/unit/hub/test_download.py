@@ -16,8 +16,9 @@ import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
 from huggingface_hub import hf_hub_download
 
-from kvpilot.core.vllm import download as dl
-from kvpilot.core.vllm.download import (
+from kvpilot.core.hub import download as dl
+from kvpilot.core.hub.cache import complete_snapshot
+from kvpilot.core.hub.download import (
     DiskFullError,
     DownloadCancelled,
     Downloader,
@@ -29,7 +30,6 @@ from kvpilot.core.vllm.download import (
     ModelNotFoundError,
     NotEnoughDiskError,
     check_disk_space,
-    find_cached_snapshot,
     plan_download,
 )
 
@@ -197,7 +197,7 @@ def test_full_download_progress_adds_up_and_snapshot_is_complete(hub: FakeHub) -
         assert (snapshot / name).read_bytes() == repo_files()[name]
     assert not (snapshot / "pytorch_model.bin").exists()
     assert (plan.repo_dir / "refs" / "main").read_text() == plan.commit_sha
-    assert find_cached_snapshot(REPO) == snapshot
+    assert complete_snapshot(REPO) == snapshot
 
     assert events.states[0] == "checking"
     assert events.states[-1] == "done"
@@ -258,7 +258,7 @@ def test_dropped_connection_keeps_partial_and_next_run_resumes_with_range(hub: F
     assert events.items[-1].state == "failed"
     assert events.items[-1].error_kind == dl.KIND_INTERRUPTED
     assert _partial(plan).stat().st_size == cut
-    assert find_cached_snapshot(REPO) is None
+    assert complete_snapshot(REPO) is None
 
     second = plan_download(REPO)
     weights = next(f for f in second.files if f.filename == WEIGHTS)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import errno
 import fnmatch
-import json
 import math
 import os
 import shutil
@@ -39,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, Literal, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -56,7 +55,10 @@ from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
 from kvpilot.core import failures
 from kvpilot.core.errors import KvpilotError
-from kvpilot.core.vllm.command import LaunchSpec
+from kvpilot.core.hub.cache import complete_snapshot, hub_cache_dir, is_repo_id, repo_folder
+
+if TYPE_CHECKING:
+    from kvpilot.core.vllm.command import LaunchSpec
 
 try:  # huggingface_hub >= 1.0 talks through httpx2; older releases through requests
     import httpx2 as _httpx2
@@ -193,9 +195,7 @@ class DownloadPlan:
 
     @property
     def repo_dir(self) -> Path:
-        return self.cache_dir / constants.REPO_ID_SEPARATOR.join(
-            ["models", *self.repo_id.split("/")]
-        )
+        return repo_folder(self.repo_id, self.cache_dir)
 
     @property
     def snapshot_path(self) -> Path:
@@ -248,17 +248,6 @@ class DownloadProgress:
 def resolve_endpoint(endpoint: str | None = None) -> str:
     """The Hub URL to use: the argument, else ``HF_ENDPOINT`` now, else huggingface_hub's."""
     return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-
-
-def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The hub cache folder: the argument, else ``HF_HUB_CACHE`` / ``HF_HOME``/hub now."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path(constants.HF_HUB_CACHE)
 
 
 def select_files(filenames: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -322,7 +311,7 @@ def plan_download(
     :class:`NoLoadableWeightsError`.
     """
     url = resolve_endpoint(endpoint)
-    cache = resolve_cache_dir(cache_dir)
+    cache = hub_cache_dir(cache_dir)
     if constants.is_offline_mode():
         return _offline_plan(repo_id, revision, url, cache, token, "HF_HUB_OFFLINE is set")
     api = HfApi(endpoint=url, token=token, library_name="kvpilot")
@@ -384,44 +373,10 @@ def _cache_state(plan: DownloadPlan, name: str, size: int, etag: str) -> Planned
     return PlannedFile(name, size, etag, cached, partial)
 
 
-def find_cached_snapshot(
-    repo_id: str, revision: str = "main", cache_dir: str | os.PathLike[str] | None = None
-) -> Path | None:
-    """The cached snapshot folder of ``repo_id`` at ``revision`` if it is complete, else None.
-
-    Complete means: ``config.json`` (or Mistral ``params.json``) and the weights, i.e. every
-    file named by a weight index, or at least one safetensors/bin file when there is no index.
-    """
-    repo_dir = resolve_cache_dir(cache_dir) / constants.REPO_ID_SEPARATOR.join(
-        ["models", *repo_id.split("/")]
-    )
-    sha = revision
-    ref = repo_dir / "refs" / revision
-    if ref.is_file():
-        sha = ref.read_text().strip()
-    snap = repo_dir / "snapshots" / sha
-    if not snap.is_dir():
-        return None
-    names = {p.name for p in snap.iterdir() if p.exists()}  # exists(): no dangling symlinks
-    if not ({"config.json", "params.json"} & names):
-        return None
-    for index in sorted(
-        n for n in names if n.endswith((".safetensors.index.json", ".bin.index.json"))
-    ):
-        try:
-            weight_map = json.loads((snap / index).read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return snap if set(weight_map.values()) <= names else None
-    if any(n.endswith((".safetensors", ".bin")) for n in names):
-        return snap
-    return None
-
-
 def _offline_plan(
     repo_id: str, revision: str, endpoint: str, cache: Path, token: str | None, reason: str
 ) -> DownloadPlan:
-    snap = find_cached_snapshot(repo_id, revision, cache)
+    snap = complete_snapshot(repo_id, revision, cache)
     if snap is None:
         raise HubUnreachableError(
             f"{reason}, and {repo_id}@{revision} is not completely in the Hugging Face cache "
@@ -827,7 +782,7 @@ def ensure_downloaded(
     A complete cached snapshot of ``revision`` is used without asking the Hub. Raises the
     errors of :func:`plan_download` and :meth:`Downloader.run`.
     """
-    cached = find_cached_snapshot(repo_id, revision, resolve_cache_dir(cache_dir))
+    cached = complete_snapshot(repo_id, revision, cache_dir)
     if cached is not None:
         return cached
     plan = plan_download(repo_id, revision, token=token, cache_dir=cache_dir, endpoint=endpoint)
@@ -852,15 +807,12 @@ def launchable_spec(
     Raises:
         DownloadError: gated, missing, unreachable, not enough disk, cancelled.
     """
-    from kvpilot.core.models.hub import is_repo_id
-
     if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
         return spec
-    cache_dir = Path(spec.hf_home) / "hub" if spec.hf_home else None
     snapshot = ensure_downloaded(
         spec.model,
         token=spec.hf_token,
-        cache_dir=cache_dir,
+        cache_dir=hub_cache_dir(hf_home=spec.hf_home),
         on_progress=on_progress,
         cancel_event=cancel_event,
     )

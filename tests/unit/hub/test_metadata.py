@@ -1,4 +1,4 @@
-"""Repo ids found in a fake Hugging Face cache (HF_HUB_CACHE / HF_HOME), offline."""
+"""A model's spec from a fake Hugging Face cache, and the resolver's use of it, offline."""
 
 from __future__ import annotations
 
@@ -9,13 +9,8 @@ import pytest
 from testpaths import DATA
 
 from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models.hub import (
-    cached_repo_ids,
-    cached_snapshot,
-    hub_cache_dir,
-    is_repo_id,
-    load_cached_model,
-)
+from kvpilot.core.hub.cache import cached_repo_ids, cached_snapshot
+from kvpilot.core.hub.metadata import load_cached_model
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.models.spec import SOURCE_CATALOG, SOURCE_ESTIMATE, SOURCE_FILE
 
@@ -32,14 +27,6 @@ def _safetensors(nbytes: int) -> bytes:
     return struct.pack("<Q", len(raw)) + raw + bytes(nbytes)
 
 
-def test_cache_dir_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "a"))
-    assert hub_cache_dir() == tmp_path / "a"
-    monkeypatch.delenv("HF_HUB_CACHE")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
-    assert hub_cache_dir() == tmp_path / "home" / "hub"
-
-
 def test_cached_model_read_from_snapshot(hf_cache):
     snap = hf_cache(
         "Qwen/Qwen2.5-7B-Instruct",
@@ -53,21 +40,6 @@ def test_cached_model_read_from_snapshot(hf_cache):
     assert (spec.weights_bytes, spec.weights_source) == (1234, SOURCE_FILE)
     assert spec.source == f"hub-cache:Qwen/Qwen2.5-7B-Instruct@{snap.name}"
     assert cached_repo_ids() == ("Qwen/Qwen2.5-7B-Instruct",)
-
-
-def test_hf_home_is_honoured(hf_cache, monkeypatch):
-    snap = hf_cache(
-        "meta-llama/Llama-3.1-8B-Instruct", {"config.json": _config("llama-3.1-8b-instruct")}
-    )
-    monkeypatch.delenv("HF_HUB_CACHE")
-    monkeypatch.setenv("HF_HOME", str(hf_cache.cache.parent))
-    assert cached_snapshot("meta-llama/Llama-3.1-8B-Instruct") == snap
-
-
-def test_revision_lookup(hf_cache):
-    snap = hf_cache("Qwen/Qwen3-8B", {"config.json": _config("qwen3-8b")}, revision="f" * 40)
-    assert cached_snapshot("Qwen/Qwen3-8B", revision="f" * 40) == snap
-    assert cached_snapshot("Qwen/Qwen3-8B", revision="e" * 40) is None
 
 
 def test_not_cached(hf_cache):
@@ -104,10 +76,3 @@ def test_resolver_unknown_repo_offline(hf_cache):
     msg = str(err.value)
     assert "not in the Hugging Face cache" in msg and str(hf_cache.cache) in msg
     assert "hf download nobody/nothing-here" in msg
-
-
-def test_is_repo_id():
-    assert is_repo_id("Qwen/Qwen2.5-7B-Instruct")
-    assert not is_repo_id("just-a-name")
-    assert not is_repo_id("a/b/c")
-    assert not is_repo_id("../x")

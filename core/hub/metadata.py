@@ -1,8 +1,8 @@
 """Models by Hugging Face repo id: the local HF cache (offline) and, when asked, the Hub.
 
-Offline: the snapshot of ``repo_id`` in the cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
-``~/.cache/huggingface/hub``, read when called) is found through ``huggingface_hub`` and read
-like any model directory (:func:`kvpilot.core.models.local.load_local_model`).
+Offline: the snapshot of ``repo_id`` in the cache (:func:`kvpilot.core.hub.cache.hub_cache_dir`)
+is found through ``huggingface_hub`` and read like any model directory
+(:func:`kvpilot.core.models.local.load_local_model`).
 
 Online (never needed by tests): ``config.json`` (and, for a vision-language checkpoint, its
 ``preprocessor_config.json``: the largest image) through ``hf_hub_download`` and the weight bytes
@@ -13,13 +13,12 @@ headers), cached as JSON in the user cache directory so that the next lookup wor
 from __future__ import annotations
 
 import json
-import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.hub.cache import cached_snapshot
 from kvpilot.core.models.local import (
     CONFIG_FILE,
     PREPROCESSOR_CONFIG_FILE,
@@ -29,51 +28,6 @@ from kvpilot.core.models.local import (
 from kvpilot.core.models.spec import SOURCE_HUB, ModelSpec
 from kvpilot.core.models.vision import VISION_ARCHITECTURES
 from kvpilot.core.models.weights import DTYPE_BITS
-
-#: ``org/name`` as the Hub accepts it
-REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def is_repo_id(ref: str) -> bool:
-    """Whether ``ref`` has the shape of a Hugging Face model repo id (``org/name``)."""
-    return bool(REPO_ID_RE.match(ref)) and ".." not in ref
-
-
-def hub_cache_dir() -> Path:
-    """The HF hub cache directory, honouring ``HF_HUB_CACHE`` and ``HF_HOME`` at call time."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
-
-
-def cached_snapshot(
-    repo_id: str, *, revision: str | None = None, cache_dir: Path | None = None
-) -> Path | None:
-    """The snapshot directory of ``repo_id`` holding a cached config.json, or None."""
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(
-        repo_id, CONFIG_FILE, cache_dir=str(cache_dir or hub_cache_dir()), revision=revision
-    )
-    if isinstance(found, str):
-        return Path(found).parent
-    return None
-
-
-def cached_repo_ids(cache_dir: Path | None = None) -> tuple[str, ...]:
-    """Model repo ids present in the HF cache (for listing and suggestions)."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    try:
-        info = scan_cache_dir(cache_dir or hub_cache_dir())
-    except CacheNotFound:
-        return ()
-    return tuple(sorted(r.repo_id for r in info.repos if r.repo_type == "model"))
 
 
 def load_cached_model(
