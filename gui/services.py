@@ -175,8 +175,8 @@ class AppServices:
         """
         from dataclasses import replace
 
-        from kvpilot.core.fit.parallel import gpu_set_from_probe, per_gpu
-        from kvpilot.core.hardware.selection import select_gpus
+        from kvpilot.core.fit.parallel import per_gpu
+        from kvpilot.core.hardware.selection import gpu_set_from_probe, select_gpus
 
         gpus = select_gpus(result, indices)
         first = cls.target_from_snapshot(gpus[0])
@@ -239,9 +239,10 @@ class AppServices:
     @staticmethod
     def startup_limit(gpu: Any) -> tuple[str, bool]:
         """The "at most gpu_memory_utilization X will start" line and whether to warn."""
-        from kvpilot.core.hardware.budget_now import launch_budget
+        from kvpilot.core.fit.budget_now import launch_budget
+        from kvpilot.core.hardware.probe import memory_now
 
-        budget = launch_budget(gpu)
+        budget = launch_budget(memory_now(gpu))
         if budget is None:
             return "", False
         return budget.message, budget.max_utilization < 0.9
@@ -370,7 +371,7 @@ class AppServices:
     def core_target(self, target: GpuTarget) -> Any:
         """The fit engine's GpuTarget (adds bandwidth and TFLOPS from the spec table)."""
         from kvpilot.core.fit.recommend import GpuTarget as FitTarget
-        from kvpilot.core.hardware.budget_now import memory_holders
+        from kvpilot.core.hardware.probe import memory_holders
 
         spec = target.spec
         snapshot = target.snapshot
@@ -623,7 +624,7 @@ class AppServices:
                 named; ``refusal.inputs`` carries the fresh reading for the fallbacks).
         """
         from kvpilot.core.fit.startup import StartupRefusedError, startup_refusal
-        from kvpilot.core.hardware.budget_now import memory_holders
+        from kvpilot.core.hardware.probe import memory_holders
 
         sampler = self.gpu_sampler
         if sampler is None:

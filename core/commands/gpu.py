@@ -14,15 +14,15 @@ import os
 from typing import Any
 
 from kvpilot.core.errors import HardwareError
-from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.budget_now import (
+from kvpilot.core.fit.budget_now import (
     CUDA_CONTEXT_BYTES,
     SAFETY_BYTES,
     LaunchBudget,
     launch_budget,
 )
+from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.fake_nvml import load_fake
-from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, probe
+from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, memory_now, probe
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.units import GiB, MiB
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     module = load_fake(fake) if fake else None
     result = probe(module, model_dir=args.model_dir)
     margin = args.margin_mib * MiB
-    budgets = {g.index: launch_budget(g, margin) for g in result.gpus}
+    budgets = {g.index: launch_budget(memory_now(g), margin) for g in result.gpus}
     if args.json:
         print(json.dumps(to_json(result, budgets), indent=2))
         return 0 if result.ok else 2

@@ -34,7 +34,6 @@ from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.parallel import (
     GpuSet,
     gpu_set_from_names,
-    gpu_set_from_probe,
     parse_gpu_names,
 )
 from kvpilot.core.fit.recommend import (
@@ -106,6 +105,7 @@ def gpu_set_from_args(args: argparse.Namespace) -> GpuSet | None:
     indices = selected_indices(args)
     if indices is not None:
         from kvpilot.core.hardware.probe import probe
+        from kvpilot.core.hardware.selection import gpu_set_from_probe
 
         return gpu_set_from_probe(probe(), indices)
     if args.gpu and len(parse_gpu_names(args.gpu)) > 1:

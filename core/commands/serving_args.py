@@ -209,13 +209,13 @@ def detected_gpu(indices: tuple[int, ...] | None = None) -> Device | None:
     frees = [g.memory_free_bytes for g in gpus]
     free = None if any(f is None for f in frees) else min(int(f or 0) for f in frees)
     caps = [g.compute_capability for g in gpus if g.compute_capability]
-    from kvpilot.core.hardware.budget_now import memory_holders
+    from kvpilot.core.hardware.probe import memory_holders
 
     holders = tuple(sorted((h for g in gpus for h in memory_holders(g)),
                            key=lambda h: -h[1]))
     allreduce = None
     if len(gpus) > 1:
-        from kvpilot.core.fit.parallel import gpu_set_from_probe
+        from kvpilot.core.hardware.selection import gpu_set_from_probe
 
         allreduce = gpu_set_from_probe(result, [g.index for g in gpus]).allreduce_path(len(gpus))
     return Device(name, int(smallest.memory_total_bytes or 0), free,

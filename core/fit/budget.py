@@ -19,7 +19,7 @@ from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit import activation, kv, multimodal, parallel
+from kvpilot.core.fit import activation, budget_now, kv, multimodal, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -36,7 +36,6 @@ from kvpilot.core.fit.plan import (
     Failure,
     PlanInputs,
 )
-from kvpilot.core.hardware import budget_now
 from kvpilot.core.models import spec as model_spec
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import Release

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import psutil
 
+from kvpilot.core.fit.budget_now import GpuMemoryNow
 from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.fake_nvml import FakeNvml
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
@@ -126,6 +127,34 @@ class GpuSnapshot:
         """Sum of per-process memory, None when the driver reports none of it."""
         known = [p.used_bytes for p in self.processes if p.used_bytes is not None]
         return sum(known) if known else (0 if not self.processes else None)
+
+
+def memory_holders(gpu: GpuSnapshot, *, exclude_pids: frozenset[int] = frozenset()
+                   ) -> tuple[tuple[str, int], ...]:
+    """(process name, bytes) of the processes holding memory on ``gpu``, largest first.
+
+    Processes whose memory the driver does not report (WSL2) are left out; a process without
+    a readable name is called ``pid N``.
+    """
+    found = [
+        (p.name or f"pid {p.pid}", int(p.used_bytes))
+        for p in gpu.processes
+        if p.used_bytes and p.pid not in exclude_pids
+    ]
+    return tuple(sorted(found, key=lambda item: -item[1]))
+
+
+def memory_now(gpu: GpuSnapshot) -> GpuMemoryNow:
+    """The plain memory reading of ``gpu`` that the fit engine's launch budget takes."""
+    return GpuMemoryNow(
+        gpu_index=gpu.index,
+        total_bytes=gpu.cuda_total_bytes,
+        free_bytes=gpu.memory_free_bytes,
+        holders=memory_holders(gpu),
+        process_count=len(gpu.processes),
+        per_process_reported=gpu.process_memory_reported,
+        lost=gpu.lost,
+    )
 
 
 @dataclass(frozen=True)

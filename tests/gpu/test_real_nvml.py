@@ -11,9 +11,9 @@ import time
 import pytest
 
 from kvpilot.core.cli import main
-from kvpilot.core.hardware.budget_now import launch_budget, passes_startup_check
+from kvpilot.core.fit.budget_now import launch_budget, passes_startup_check
 from kvpilot.core.hardware.nvml import import_pynvml
-from kvpilot.core.hardware.probe import ProbeResult, probe
+from kvpilot.core.hardware.probe import ProbeResult, memory_now, probe
 from kvpilot.core.hardware.problems import ProblemKind
 from kvpilot.core.hardware.sampler import GpuSampler
 from kvpilot.core.hardware.specs import lookup
@@ -59,7 +59,7 @@ def test_probe_reads_every_gpu(real: ProbeResult) -> None:
 
 def test_launch_budget_passes_vllms_rule(real: ProbeResult) -> None:
     for gpu in real.gpus:
-        budget = launch_budget(gpu)
+        budget = launch_budget(memory_now(gpu))
         assert budget is not None
         print(f"\nGPU {gpu.index}: {budget.message}")
         assert 0.0 <= budget.max_utilization <= 1.0

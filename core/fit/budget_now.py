@@ -13,6 +13,10 @@ grow between our reading and vLLM's. Both allowances are explicit parameters:
 * :data:`CUDA_CONTEXT_BYTES` — vLLM's CUDA context, cuBLAS handles and NCCL set-up exist before
   the check; about 0.3-0.5 GiB on an RTX 4090. We take 512 MiB, the top of that range.
 * :data:`SAFETY_BYTES` — 128 MiB for other processes growing in the seconds before the check.
+
+The reading comes in as a :class:`GpuMemoryNow`, a plain record of one GPU's memory (the
+hardware room builds it from a probe: ``kvpilot.core.hardware.probe.memory_now``), so that
+this module, like the rest of the fit engine, reads no device itself.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import math
 from dataclasses import dataclass
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.hardware.probe import GpuSnapshot
 from kvpilot.core.units import GiB, MiB
 
 #: memory vLLM's own process holds before its free-memory check (CUDA context, cuBLAS, NCCL)
@@ -77,19 +80,29 @@ def max_startup_utilization(
     return hundredths / 100
 
 
-def memory_holders(gpu: GpuSnapshot, *, exclude_pids: frozenset[int] = frozenset()
-                   ) -> tuple[tuple[str, int], ...]:
-    """(process name, bytes) of the processes holding memory on ``gpu``, largest first.
+@dataclass(frozen=True)
+class GpuMemoryNow:
+    """One GPU's memory at one moment, as the launch budget needs it (bytes).
 
-    Processes whose memory the driver does not report (WSL2) are left out; a process without
-    a readable name is called ``pid N``.
+    Attributes:
+        gpu_index: the GPU's index.
+        total_bytes: total memory as CUDA counts it (NVML total minus the reserved part);
+            None when not read.
+        free_bytes: free memory now; None when not read.
+        holders: (process name, bytes) of the processes holding memory, largest first.
+        process_count: processes listed on the GPU, with or without a memory figure.
+        per_process_reported: False when the driver gives no per-process figures (WSL2),
+            None when unknown.
+        lost: the GPU stopped answering.
     """
-    found = [
-        (p.name or f"pid {p.pid}", int(p.used_bytes))
-        for p in gpu.processes
-        if p.used_bytes and p.pid not in exclude_pids
-    ]
-    return tuple(sorted(found, key=lambda item: -item[1]))
+
+    gpu_index: int
+    total_bytes: int | None
+    free_bytes: int | None
+    holders: tuple[tuple[str, int], ...] = ()
+    process_count: int = 0
+    per_process_reported: bool | None = None
+    lost: bool = False
 
 
 def holders_phrase(holders: tuple[tuple[str, int], ...], limit: int = 3) -> str:
@@ -126,23 +139,27 @@ def _gib(n: int) -> str:
 
 
 def launch_budget(
-    gpu: GpuSnapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES
+    gpu: GpuMemoryNow, margin_bytes: int = DEFAULT_MARGIN_BYTES
 ) -> LaunchBudget | None:
-    """The :class:`LaunchBudget` of one probed GPU, or None when its memory could not be read."""
-    total = gpu.cuda_total_bytes
-    free = gpu.memory_free_bytes
+    """The :class:`LaunchBudget` of one GPU's reading, or None when its memory was not read.
+
+    Raises:
+        FitError: ``margin_bytes`` is negative.
+    """
+    total = gpu.total_bytes
+    free = gpu.free_bytes
     if total is None or free is None or gpu.lost or total <= 0:
         return None
     others = max(0, total - free)
     util = max_startup_utilization(total, free, margin_bytes)
-    reported = gpu.process_memory_reported
-    idle = not gpu.processes and others < IDLE_BYTES
+    reported = gpu.per_process_reported
+    idle = not gpu.process_count and others < IDLE_BYTES
     holders = "nothing else holds memory" if idle else "other processes hold"
     note = "" if reported is not False else " (per-process use not reported by the driver)"
     if util <= 0:
         message = (
             f"only {_gib(free)} free ({holders} {_gib(others)}{note}): vLLM cannot start on "
-            f"GPU {gpu.index}; close other GPU programs first"
+            f"GPU {gpu.gpu_index}; close other GPU programs first"
         )
     elif idle:
         message = f"{_gib(free)} free: at most gpu_memory_utilization {util:.2f} will start"
@@ -151,7 +168,7 @@ def launch_budget(
             f"{holders} {_gib(others)}{note}: at most gpu_memory_utilization {util:.2f} will start"
         )
     return LaunchBudget(
-        gpu_index=gpu.index,
+        gpu_index=gpu.gpu_index,
         total_bytes=total,
         free_bytes=free,
         others_bytes=others,
