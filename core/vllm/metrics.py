@@ -143,6 +143,28 @@ class MetricsSample:
             return None
         return value if math.isfinite(value) else None
 
+    def cache_config_capacity(self) -> dict[str, int | float]:
+        """The KV capacity ``vllm:cache_config_info`` reports (vLLM 0.25+), by the name of the
+        server capacity field each label fills (``kv_cache_tokens``, ``max_concurrency``,
+        ``num_blocks``, ``block_size``, ``kv_cache_memory_bytes``; bytes and tokens); labels that
+        are absent or not numbers are left out."""
+        out: dict[str, int | float] = {}
+        for label, name, kind in CACHE_CONFIG_CAPACITY_LABELS:
+            value = self.cache_config_number(label)
+            if value is not None:
+                out[name] = kind(value)
+        return out
+
+
+#: ``vllm:cache_config_info`` label -> the capacity field it fills, and its type
+CACHE_CONFIG_CAPACITY_LABELS: tuple[tuple[str, str, type[int] | type[float]], ...] = (
+    ("kv_cache_size_tokens", "kv_cache_tokens", int),
+    ("kv_cache_max_concurrency", "max_concurrency", float),
+    ("num_gpu_blocks", "num_blocks", int),
+    ("block_size", "block_size", int),
+    ("kv_cache_memory_bytes", "kv_cache_memory_bytes", int),
+)
+
 
 # --- names ---------------------------------------------------------------------------------
 

@@ -77,9 +77,6 @@ MAX_LINE_CHARS = 64 * 1024
 #: events kept by :meth:`Supervisor.events` (output lines are in :meth:`Supervisor.lines`)
 MAX_EVENTS = 10_000
 
-#: versions from which ``vllm:cache_config_info`` carries the KV capacity labels
-
-
 @dataclass(frozen=True)
 class StateEvent:
     """The supervisor entered ``state``.
@@ -926,11 +923,14 @@ class Supervisor:
     def _after_ready(self, client: httpx.Client) -> None:
         import httpx
 
+        from kvpilot.core.vllm import metrics
+
         if supports("cache_config_info_metric", self._version):
-            with contextlib.suppress(httpx.HTTPError):
+            with contextlib.suppress(httpx.HTTPError, metrics.ScrapeError):
                 r = client.get("/metrics")
                 if r.status_code == 200:
-                    self._merge_capacity("metrics", cache_config_capacity(r.text))
+                    sample = metrics.parse_metrics(r.text, time.monotonic())
+                    self._merge_capacity("metrics", sample.cache_config_capacity())
         self._post_ready.set()
         self._record_measurement()
 
@@ -1013,42 +1013,6 @@ def _capacity_values(ev: Any) -> dict[str, Any]:
         for theirs, ours in names.items()
         if getattr(ev, theirs, None) is not None
     }
-
-
-def _parse_float(text: str | None) -> float | None:
-    if text is None or text in ("", "None"):
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def cache_config_capacity(metrics_text: str) -> dict[str, Any]:
-    """KV capacity from the labels of ``vllm:cache_config_info`` in a /metrics text (>= 0.25).
-
-    Returns a dict of :class:`ServerCapacity` field values (empty when the family is absent).
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name not in ("vllm:cache_config_info", "vllm:cache_config"):
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            out: dict[str, Any] = {}
-            for label, key, conv in (
-                ("kv_cache_size_tokens", "kv_cache_tokens", int),
-                ("kv_cache_max_concurrency", "max_concurrency", float),
-                ("num_gpu_blocks", "num_blocks", int),
-                ("block_size", "block_size", int),
-                ("kv_cache_memory_bytes", "kv_cache_memory_bytes", int),
-            ):
-                value = _parse_float(labels.get(label))
-                if value is not None:
-                    out[key] = conv(value)
-            return out
-    return {}
 
 
 def measured_from_capacity(

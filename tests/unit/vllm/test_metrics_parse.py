@@ -49,6 +49,11 @@ def test_real_after_payload_values(payload, fast):
     assert s.cache_config_number("kv_cache_max_concurrency") == 1024.0
     assert s.cache_config_number("sliding_window") is None  # "None"
     assert s.cache_config_number("no_such_label") is None
+    assert s.cache_config_capacity() == {
+        "kv_cache_tokens": 1_048_576, "max_concurrency": 1024.0, "num_blocks": 8192,
+        "block_size": 128, "kv_cache_memory_bytes": 1 << 30,
+    }
+    assert isinstance(s.cache_config_capacity()["num_blocks"], int)
 
 
 def test_fast_and_full_paths_agree(real_payload):
@@ -124,6 +129,8 @@ def test_older_names(fast):
     assert s.e2e is None and s.tpot is None  # absent families stay None, not zero
     assert s.cache_config_number("num_gpu_blocks") == 2048
     assert s.cache_config.get("kv_cache_size_tokens") is None
+    # before 0.25 the labels carry no KV size: only what is there is reported
+    assert s.cache_config_capacity() == {"num_blocks": 2048, "block_size": 16}
 
 
 @BOTH
