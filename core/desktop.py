@@ -124,11 +124,8 @@ def install_desktop_entry(
             target.write_bytes(data)
             written.append(target)
         text = entry_text(argv)
-        desktop.parent.mkdir(parents=True, exist_ok=True)
-        tmp = desktop.with_suffix(".desktop.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(0o755)  # some launchers only trust executable entries
-        tmp.replace(desktop)
+        # some launchers only trust executable entries
+        paths.atomic_write_text(desktop, text, mode=0o755)
     except OSError as exc:
         raise DesktopEntryError(
             f"cannot write {exc.filename or desktop}: {exc.strerror or exc}; check that "

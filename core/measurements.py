@@ -5,15 +5,13 @@ what vLLM printed (weights, available KV memory, KV tokens, maximum concurrency,
 The fit engine looks these up to say ``source: measured`` and to correct its predictions for
 neighbouring settings by the measured offset.
 
-The store is one JSON file (written atomically: temporary file + ``os.replace``) holding a list of
+The store is one JSON file (written atomically by ``paths.atomic_write_text``) holding a list of
 ``{"key": {...}, "measured": {...}}`` entries; a key that is recorded again replaces the old entry.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -23,7 +21,7 @@ from typing import Any
 from kvpilot.core.errors import SettingsError
 from kvpilot.core.fit.plan import ServingSettings, settings_dict, settings_from_dict
 from kvpilot.core.models.identity import model_identity
-from kvpilot.core.paths import write_failure
+from kvpilot.core.paths import atomic_write_text, write_failure
 from kvpilot.core.vllm.versions import Release
 
 #: 2: the serving settings nested under ``key.settings``, release numbers normalised
@@ -218,25 +216,11 @@ class MeasurementStore:
         }
         text = json.dumps(payload, indent=1, sort_keys=True)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".measurements.", dir=self.path.parent)
+            atomic_write_text(self.path, text)
         except OSError as exc:
             raise SettingsError(
                 write_failure(self.path, exc, len(text), env_var="KVPILOT_DATA_DIR")
             ) from exc
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            Path(tmp).replace(self.path)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            raise SettingsError(
-                write_failure(self.path, exc, len(text), env_var="KVPILOT_DATA_DIR")
-            ) from exc
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
     def record(self, key: MeasurementKey, measured: Measured) -> None:
         """Store ``measured`` under ``key``, replacing an earlier entry with the same key."""

@@ -3,11 +3,17 @@
 * data: logs of each launch, pidfiles of running servers, measurements, managed runtimes
   (``KVPILOT_DATA_DIR`` or the platform's user data directory)
 * cache: learned flag tables, Hub metadata (``KVPILOT_CACHE_DIR`` or the user cache directory)
+
+Every state file kvpilot keeps (settings, measurements, pidfiles, runtime manifests, flag-table
+and Hub caches, the desktop entry) is written by :func:`atomic_write_text`, and a failed write
+is told in one sentence by :func:`write_failure`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from platformdirs import user_cache_dir, user_data_dir
@@ -30,6 +36,39 @@ def cache_dir() -> Path:
 def measurements_path() -> Path:
     """The JSON file of capacities vLLM reported on this machine."""
     return data_dir() / "measurements.json"
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, with permission bits ``mode``.
+
+    The folder is created when missing; the text goes to a temporary file beside ``path``, is
+    flushed to the disk (``fsync``) and renamed over ``path``, and the rename is made durable
+    where the platform allows it. A reader sees the old file or the new one, never a part; on
+    any failure the old file is kept and the temporary file removed.
+
+    Raises:
+        OSError: the folder cannot be created or written (a full disk: ENOSPC / EDQUOT; see
+            :func:`write_failure` for the sentence to show).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where the platform allows it
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def _mount_point(path: Path) -> Path:

@@ -6,7 +6,7 @@ the name of the active one, and app-wide state such as the window geometry.
 
 Guarantees:
 
-* writes are atomic (temp file in the same directory, ``fsync``, ``os.replace``) and the file is
+* writes are atomic (:func:`kvpilot.core.paths.atomic_write_text`) and the file is
   created with permissions 0600; the API key and Hugging Face token go to the system keyring
   when there is one (:mod:`kvpilot.core.secrets`; secrets still in an older file move there on
   the first load) and stay in this file only as the last resort
@@ -33,7 +33,6 @@ import copy
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -49,6 +48,7 @@ from kvpilot.core.fit.plan import (
     serving_field_names,
     settings_from_dict,
 )
+from kvpilot.core.paths import atomic_write_text, write_failure
 
 log = logging.getLogger("kvpilot.settings")
 
@@ -543,33 +543,6 @@ def default_config_dir() -> Path:
     return Path(platformdirs.user_config_dir("kvpilot", appauthor=False))
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write ``text`` to ``path`` atomically: temp file in the same dir, fsync, rename over.
-
-    Raises:
-        OSError: the directory cannot be created or written.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-    with contextlib.suppress(OSError):  # make the rename durable where the platform allows it
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
 def _secrets_in_file(data: Mapping[str, Any]) -> bool:
     """True when a parsed settings file holds an API key or token in any profile."""
     raw_profiles = data.get("profiles")
@@ -697,7 +670,6 @@ class SettingsStore:
         except OSError as exc:
             import errno
 
-            from kvpilot.core.paths import write_failure
 
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 needed = len(text.encode("utf-8"))

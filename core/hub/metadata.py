@@ -28,6 +28,7 @@ from kvpilot.core.models.local import (
 from kvpilot.core.models.spec import SOURCE_HUB, ModelSpec
 from kvpilot.core.models.vision import VISION_ARCHITECTURES
 from kvpilot.core.models.weights import DTYPE_BITS
+from kvpilot.core.paths import atomic_write_text
 
 
 def load_cached_model(
@@ -69,10 +70,7 @@ def fetch_hub_model(
             record = None
     if record is None:
         record = _download_record(repo_id, revision, token)
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        tmp.replace(cache_file)
+        atomic_write_text(cache_file, json.dumps(record))
     pre = record.get("preprocessor")
     spec = spec_from_config(
         record["config"], model_id=repo_id, source=f"hub:{repo_id}@{record.get('sha', '')}",

@@ -131,9 +131,7 @@ def write_manifest(folder: Path, data: dict[str, Any]) -> None:
     Raises:
         OSError: the folder cannot be written.
     """
-    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(folder / MANIFEST)
+    paths.atomic_write_text(folder / MANIFEST, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def installing_pid(folder: Path) -> int | None:
@@ -293,10 +291,8 @@ def set_default(runtime_id: str, data_dir: Path | None = None) -> InstalledRunti
             f"runtime {rt.runtime_id} cannot be the default: {rt.problem}"
         )
     root = runtimes_root(data_dir)
-    tmp = root / f".{DEFAULT_FILE}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(rt.runtime_id + "\n", encoding="utf-8")
-        tmp.replace(root / DEFAULT_FILE)
+        paths.atomic_write_text(root / DEFAULT_FILE, rt.runtime_id + "\n")
     except OSError as exc:
         raise RuntimeInstallError(
             f"cannot write {root / DEFAULT_FILE}: {exc.strerror or exc}; check its permissions"

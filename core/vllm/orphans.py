@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from kvpilot.core.paths import atomic_write_text
 from kvpilot.core.vllm.proctree import StopReport, alive, group_members, stop_tree
 
 log = logging.getLogger(__name__)
@@ -81,17 +81,9 @@ def pidfile_path(data_dir: Path, port: int) -> Path:
 def write_pidfile(data_dir: Path, record: ServerRecord) -> Path:
     """Write (atomically) the pidfile for ``record``; returns its path."""
     path = pidfile_path(data_dir, record.port)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = asdict(record)
     data["argv"] = list(record.argv)
-    fd, tmp = tempfile.mkstemp(prefix=f".{record.port}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=1))
     return path
 
 

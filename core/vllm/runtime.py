@@ -27,6 +27,7 @@ of a real flag is a valid abbreviation.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -202,13 +203,8 @@ def _read_json(path: Path) -> dict[str, object]:
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        paths.atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _fingerprint(argv_prefix: Sequence[str]) -> str | None:

@@ -44,3 +44,33 @@ def test_another_write_error_gives_the_os_reason(tmp_path: Path) -> None:
     assert text == (
         f"cannot write {tmp_path / 'x.json'}: Permission denied (the previous file is kept)"
     )
+
+
+def test_atomic_write_creates_the_folder_and_sets_the_mode(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "state.json"
+    paths.atomic_write_text(target, '{"x": 1}\n')
+    assert target.read_text(encoding="utf-8") == '{"x": 1}\n'
+    assert target.stat().st_mode & 0o777 == 0o600
+    paths.atomic_write_text(target, "ünïcode\n", mode=0o755)
+    assert target.read_bytes() == "ünïcode\n".encode()
+    assert target.stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in target.parent.iterdir()) == ["state.json"]  # no temp file
+
+
+def test_a_failed_atomic_write_keeps_the_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    target = tmp_path / "state.json"
+    paths.atomic_write_text(target, "old\n")
+
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as err:
+        paths.atomic_write_text(target, "new\n" * 1000)
+    assert err.value.errno == errno.ENOSPC
+    assert target.read_text(encoding="utf-8") == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
