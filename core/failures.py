@@ -2,10 +2,33 @@
 
 One vocabulary for both sides, so that a predicted failure and a classified log failure can be
 compared and the fallback engine can answer either. Values are stable strings (they appear in
-``--json`` output and ``--json-events``).
+``--json`` output and ``--json-events``). :class:`Failure` is the one failure type: the fit
+engine predicts it, the log scanner and the supervisor observe it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A start-up or serving failure in vLLM's own terms, predicted or observed.
+
+    ``kind`` is one of the constants below; ``message`` one sentence for the user;
+    ``estimated_max_model_len`` vLLM's own estimate when the KV cache is too small for the
+    context (tokens; None otherwise). An observed failure also carries the log ``line`` it was
+    read from and ``details``, the numbers parsed from it (bytes, tokens, flags) for the
+    fallback engine; a predicted one leaves both empty.
+    """
+
+    kind: str
+    message: str
+    estimated_max_model_len: int | None = None
+    line: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 # "To serve at least one request with the model's max seq len ..."
 KV_CACHE_TOO_SMALL = "kv_cache_too_small"

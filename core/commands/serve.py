@@ -126,7 +126,7 @@ class EventPrinter:
                 f"kvpilot:   capacity ({ev.source}): KV {ev.capacity.kv_cache_tokens} tokens, "
                 f"max concurrency {ev.capacity.max_concurrency}",
             )
-        elif isinstance(ev, logparse.FailureEvent):
+        elif isinstance(ev, failures.Failure):
             self.write(
                 {"event": "failure", **_fields(ev)},
                 f"kvpilot: vLLM failed ({ev.kind}): {ev.message}",

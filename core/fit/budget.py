@@ -19,6 +19,7 @@ from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit import activation, budget_now, kv, multimodal, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
@@ -33,7 +34,6 @@ from kvpilot.core.fit.plan import (
     VERDICT_FITS,
     BudgetTerm,
     Capacity,
-    Failure,
     PlanInputs,
 )
 from kvpilot.core.models import spec as model_spec

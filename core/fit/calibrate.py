@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvpilot.core import failures
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.activation import FittedConstants, profile_for
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, band_verdict, compute_capacity
@@ -29,7 +30,6 @@ from kvpilot.core.fit.plan import (
     VERDICT_FITS,
     BudgetTerm,
     Capacity,
-    Failure,
     PlanInputs,
 )
 from kvpilot.core.fit.support import check_support

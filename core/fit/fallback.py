@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from kvpilot.core import failures
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit import activation, budget
 from kvpilot.core.fit.kv import DEFAULT_BLOCK_SIZE
 from kvpilot.core.fit.plan import Capacity, PlanInputs
@@ -61,11 +62,6 @@ ANSWERED_KINDS: tuple[str, ...] = (
 )
 
 
-class FailureLike(Protocol):
-    kind: str
-    estimated_max_model_len: int | None
-
-
 @dataclass(frozen=True)
 class FallbackOption:
     """One configuration to relaunch with.
@@ -96,7 +92,7 @@ def _round_down(value: int, multiple: int) -> int:
 
 
 def propose(
-    failure: FailureLike,
+    failure: Failure,
     inputs: PlanInputs,
     *,
     free_bytes: int | None = None,
@@ -253,7 +249,7 @@ def _add_text_only(
     options.append(FallbackOption(TEXT_ONLY, label, change, new, cap, cap.fits, cost=2.0))
 
 
-def _details(failure: FailureLike) -> dict[str, Any]:
+def _details(failure: Failure) -> dict[str, Any]:
     raw = getattr(failure, "details", None)
     return dict(raw) if isinstance(raw, Mapping) else {}
 
@@ -267,7 +263,7 @@ def _option(
 
 
 def _graph_oom_options(
-    failure: FailureLike,
+    failure: Failure,
     inputs: PlanInputs,
     original: Capacity,
     free: int | None,
@@ -337,7 +333,7 @@ def _graph_oom_options(
 
 
 def _negative_budget_options(
-    failure: FailureLike,
+    failure: Failure,
     inputs: PlanInputs,
     original: Capacity,
     free: int | None,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
+from kvpilot.core.failures import Failure
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
@@ -170,20 +171,6 @@ class BudgetTerm:
     bytes: int
     source: str
     note: str = ""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A startup failure predicted in vLLM's own terms.
-
-    ``kind`` is one of the :mod:`kvpilot.core.failures` constants; ``message`` a sentence for
-    the user; ``estimated_max_model_len`` vLLM's own estimate when the KV cache is too small for the
-    context (None otherwise).
-    """
-
-    kind: str
-    message: str
-    estimated_max_model_len: int | None = None
 
 
 @dataclass(frozen=True)

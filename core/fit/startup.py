@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 from kvpilot.core import failures
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import Failure, PlanInputs
+from kvpilot.core.fit.plan import PlanInputs
 
 
 @dataclass(frozen=True)

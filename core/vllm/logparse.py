@@ -52,11 +52,12 @@ from __future__ import annotations
 import re
 import signal
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kvpilot.core import failures as fk
+from kvpilot.core.failures import Failure
 from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.runtime import normalize_flag, removed_flag_message
@@ -169,21 +170,6 @@ class StatsEvent:
 
 
 @dataclass(frozen=True)
-class FailureEvent:
-    """A classified failure: ``kind`` from :mod:`kvpilot.core.failures`, one-sentence message.
-
-    ``estimated_max_model_len`` is vLLM's own estimate when the KV cache is too small for the
-    context; ``details`` holds the parsed numbers (bytes, tokens, flags) for the fallback engine.
-    """
-
-    kind: str
-    message: str
-    estimated_max_model_len: int | None = None
-    line: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class ReadyHintEvent:
     """A line that usually means the HTTP server is up (readiness is still ``/health``)."""
 
@@ -199,7 +185,7 @@ class ShutdownEvent:
     requested: bool = True
 
 
-Event = PhaseEvent | CapacityEvent | StatsEvent | FailureEvent | ReadyHintEvent | ShutdownEvent
+Event = PhaseEvent | CapacityEvent | StatsEvent | Failure | ReadyHintEvent | ShutdownEvent
 
 
 # ------------------------------------------------------------------------------ line parsing
@@ -761,7 +747,7 @@ class _Context:
     last_error_line: str | None = None
 
 
-def _kv_too_small(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _kv_too_small(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     max_len = int(m[1])
     needed = gib_to_bytes(m[2])
     available = gib_to_bytes(m[3])
@@ -769,7 +755,7 @@ def _kv_too_small(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     est = int(est_m[1]) if est_m else None
     text = f"The {_tokens(max_len)}-token context needs more KV cache than the {m[3]} GiB available"
     text += f"; vLLM estimates {_tokens(est)} tokens would fit." if est else "."
-    return FailureEvent(
+    return Failure(
         fk.KV_CACHE_TOO_SMALL,
         text,
         est,
@@ -782,10 +768,10 @@ def _kv_too_small(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _kv_tokens_too_few(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _kv_tokens_too_few(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     """The V0 wording: the KV cache holds M tokens, fewer than one max-length sequence."""
     max_len, capacity = int(m[1]), int(m[2])
-    return FailureEvent(
+    return Failure(
         fk.KV_CACHE_TOO_SMALL,
         f"The {_tokens(max_len)}-token context is longer than the {_tokens(capacity)} tokens "
         f"the KV cache holds; a context of {_tokens(capacity)} tokens fits.",
@@ -798,14 +784,14 @@ def _kv_tokens_too_few(m: re.Match[str], msg: str, ctx: _Context) -> FailureEven
     )
 
 
-def _negative_budget(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _negative_budget(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     """vLLM's KV budget came out negative (weights + activations + other tenants > budget)."""
     available = gib_to_bytes(m[1])
     util = ctx.utilization
     if util is None:
         util = ctx.capacity.gpu_memory_utilization
     asks = f"utilization {util:g}" if util is not None else "the memory fraction"
-    return FailureEvent(
+    return Failure(
         fk.NEGATIVE_KV_BUDGET,
         f"vLLM's KV cache budget came out at {m[1]} GiB: the model, its activations and any "
         f"other program using this GPU need more than {asks} gives vLLM; raise the memory "
@@ -820,10 +806,10 @@ def _negative_budget(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _free_below_util(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _free_below_util(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     free, total, util, requested = m["free"], m["total"], m["util"], m["req"]
     what = "RAM" if "CPU memory" in msg else "GPU memory"
-    return FailureEvent(
+    return Failure(
         fk.FREE_MEMORY_BELOW_UTILIZATION,
         f"Only {free} of {total} GiB {what} is free, less than the {requested} GiB that "
         f"utilization {util} asks for; lower the memory fraction or close other programs "
@@ -838,9 +824,9 @@ def _free_below_util(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _cpu_kv_alloc(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _cpu_kv_alloc(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     free, total, requested = m[1], m[2], m[3]
-    return FailureEvent(
+    return Failure(
         fk.FREE_MEMORY_BELOW_UTILIZATION,
         f"Only {free} of {total} GiB is free, less than the {requested} GiB asked for the KV "
         "cache; lower the KV cache size.",
@@ -854,7 +840,7 @@ def _cpu_kv_alloc(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _oom(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _oom(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     details: dict[str, Any] = {"phase": ctx.phase}
     for key, rx in _OOM_SIZES:
         sm = rx.search(msg)
@@ -889,13 +875,13 @@ def _oom(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
             "The GPU ran out of memory while profiling or capturing CUDA graphs; try eager "
             "mode, fewer sequences or a lower memory fraction."
         )
-    return FailureEvent(kind, text, details=details)
+    return Failure(kind, text, details=details)
 
 
-def _fp8_triton(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _fp8_triton(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     suggested = re.search(r"--kv-cache-dtype (\w+)", msg)
     dtype = m["dtype"].lower()
-    return FailureEvent(
+    return Failure(
         fk.UNSUPPORTED_KV_DTYPE,
         f"{m['dtype']} KV cache is not supported on this GPU (compute capability {m['cc']}); "
         f"use --kv-cache-dtype {suggested[1] if suggested else 'auto'}.",
@@ -907,8 +893,8 @@ def _fp8_triton(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _fp8_arch(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _fp8_arch(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.UNSUPPORTED_KV_DTYPE,
         "FP8 KV cache is not supported on this GPU (native FP8 needs compute capability 8.9 "
         "or newer); use the auto KV cache dtype.",
@@ -916,15 +902,15 @@ def _fp8_arch(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _backend_kv(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent | None:
+def _backend_kv(m: re.Match[str], msg: str, ctx: _Context) -> Failure | None:
     if not re.search(r"kv_cache_dtype not supported|FP8 KV cache", msg):
-        return FailureEvent(
+        return Failure(
             fk.UNSUPPORTED_MODEL,
             "No attention backend of this vLLM supports this model on this GPU (head size, "
             "block size or compute capability); see the reasons vLLM lists in the log.",
             details={"reasons": msg[m.end():].strip()[:300]},
         )
-    return FailureEvent(
+    return Failure(
         fk.UNSUPPORTED_KV_DTYPE,
         "No attention backend on this GPU supports the chosen KV cache dtype; use the auto "
         "KV cache dtype.",
@@ -932,10 +918,10 @@ def _backend_kv(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent | Non
     )
 
 
-def _quant_cc(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _quant_cc(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     method = m["method"] or "checkpoint's"
     need, have = int(m["need"]), int(m["have"])
-    return FailureEvent(
+    return Failure(
         fk.UNSUPPORTED_QUANTIZATION,
         f"The {method} quantization needs compute capability {need / 10:.1f} but this GPU has "
         f"{have / 10:.1f}; pick a checkpoint with another quantization.",
@@ -948,17 +934,17 @@ def _model_label(ctx: _Context, fallback: str | None = None) -> str:
     return f"'{name}'" if name else "The model"
 
 
-def _not_found_path(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _not_found_path(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     name = m[1]
-    return FailureEvent(
+    return Failure(
         fk.MODEL_NOT_FOUND,
         f"'{name}' is neither a local folder with a config.json nor a Hugging Face repo id.",
         details={"model": name, "reason": "invalid"},
     )
 
 
-def _not_found_offline(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _not_found_offline(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.MODEL_NOT_FOUND,
         f"{_model_label(ctx)} is not in the local Hugging Face cache and offline mode is on; "
         "download it first or turn offline mode off.",
@@ -966,8 +952,8 @@ def _not_found_offline(m: re.Match[str], msg: str, ctx: _Context) -> FailureEven
     )
 
 
-def _not_found_network(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _not_found_network(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.MODEL_NOT_FOUND,
         f"{_model_label(ctx)} is not cached and the Hugging Face hub could not be reached; "
         "check the network or download the model first.",
@@ -975,8 +961,8 @@ def _not_found_network(m: re.Match[str], msg: str, ctx: _Context) -> FailureEven
     )
 
 
-def _not_found_repo(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _not_found_repo(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.MODEL_NOT_FOUND,
         f"{_model_label(ctx)} does not exist on the Hugging Face hub (or is private); check "
         "the repo id.",
@@ -984,11 +970,11 @@ def _not_found_repo(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _gated(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _gated(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     named = re.search(r"Access to model (\S+) is restricted", msg)
     url = re.search(r"huggingface\.co/(?:api/models/)?([\w.-]+/[\w.-]+)", msg)
     name = ctx.model or (named[1] if named else None) or (url[1] if url else None)
-    return FailureEvent(
+    return Failure(
         fk.GATED_REPO,
         f"{_model_label(ctx, name)} is gated or private: accept its licence on huggingface.co "
         "and set a Hugging Face token.",
@@ -996,12 +982,12 @@ def _gated(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _max_len_above(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _max_len_above(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     requested = int(m[1])
     limits = [float(v) for v in re.findall(r"=([\d.]+)", m[2])]
     model_max = int(min(limits)) if limits else None
     limit = f" of {_tokens(model_max)} tokens" if model_max else ""
-    return FailureEvent(
+    return Failure(
         fk.MAX_MODEL_LEN_ABOVE_MODEL,
         f"The requested {_tokens(requested)}-token context is longer than the model's "
         f"limit{limit}.",
@@ -1009,20 +995,20 @@ def _max_len_above(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _port(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _port(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     which = f"Port {ctx.port}" if ctx.port else "The port"
-    return FailureEvent(
+    return Failure(
         fk.PORT_IN_USE,
         f"{which} is already in use by another program; pick another port.",
         details={"port": ctx.port},
     )
 
 
-def _unrecognized(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _unrecognized(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     args = m[1].split()
     flags = [a for a in args if a.startswith("-") and not re.fullmatch(r"-\d[\d.]*", a)]
     first = flags[0] if flags else (args[0] if args else "?")
-    return FailureEvent(
+    return Failure(
         fk.UNKNOWN_FLAG,
         removed_flag_message(first, ctx.version)
         if first.startswith("-")
@@ -1031,46 +1017,46 @@ def _unrecognized(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _task_hint(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _task_hint(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.UNKNOWN_FLAG,
         removed_flag_message("--task", ctx.version),
         details={"flags": ["--task"]},
     )
 
 
-def _ambiguous(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _ambiguous(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.UNKNOWN_FLAG,
         f"{m[1]} is ambiguous for vLLM (it could mean {m[2]}); write the full flag.",
         details={"flags": [m[1]], "candidates": [c.strip() for c in m[2].split(",")]},
     )
 
 
-def _bad_value(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _bad_value(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     flag = m["flag"].split("/")[0]
     value = m["value"]
-    return FailureEvent(
+    return Failure(
         fk.BAD_FLAG_VALUE,
         f"vLLM rejected the value {value} for {flag}.",
         details={"flag": flag, "value": value.strip("'")},
     )
 
 
-def _bad_value_other(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _bad_value_other(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     flag = m["flag"].split("/")[0]
-    return FailureEvent(
+    return Failure(
         fk.BAD_FLAG_VALUE,
         f"vLLM rejected {flag}: {m['why']}.",
         details={"flag": flag},
     )
 
 
-def _pydantic(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _pydantic(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     field_name = ctx.pydantic_field or "a setting"
     value = re.search(r"input_value=([^,\]]+)", msg)
     shown = f"{field_name}={value[1]}" if value else field_name
-    return FailureEvent(
+    return Failure(
         fk.BAD_FLAG_VALUE,
         f"vLLM rejected {shown}: input should be {m[1].strip().rstrip('.')}.",
         details={
@@ -1080,9 +1066,9 @@ def _pydantic(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     )
 
 
-def _named_bad_value(flag: str) -> Callable[[re.Match[str], str, _Context], FailureEvent]:
-    def build(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-        return FailureEvent(
+def _named_bad_value(flag: str) -> Callable[[re.Match[str], str, _Context], Failure]:
+    def build(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+        return Failure(
             fk.BAD_FLAG_VALUE,
             f"vLLM does not know {flag} {m[1]}; pick one of the values it lists.",
             details={"flag": flag, "value": m[1]},
@@ -1091,23 +1077,23 @@ def _named_bad_value(flag: str) -> Callable[[re.Match[str], str, _Context], Fail
     return build
 
 
-def _no_kv(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _no_kv(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.NO_KV_MEMORY,
         "No memory is left for the KV cache after loading the model; raise the memory "
         "fraction or use a smaller model.",
     )
 
 
-def _timeout(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
-    return FailureEvent(
+def _timeout(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    return Failure(
         fk.STARTUP_TIMEOUT,
         "The vLLM engine did not finish starting in time (VLLM_ENGINE_READY_TIMEOUT_S); "
         "slow weight loading is the usual cause.",
     )
 
 
-def _engine_died(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _engine_died(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     when = "while serving" if ctx.api_up else "during start-up"
     worker = re.search(r"Worker proc (\S+) died unexpectedly \(exit code: (-?\d+)\)", msg)
     if worker:
@@ -1117,16 +1103,16 @@ def _engine_died(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
     else:
         cause = None
     text = f"The vLLM engine died {when}" + (f": {cause.rstrip('.')}." if cause else ".")
-    return FailureEvent(fk.ENGINE_DIED, text, details={"root_cause": cause, "serving": ctx.api_up})
+    return Failure(fk.ENGINE_DIED, text, details={"root_cause": cause, "serving": ctx.api_up})
 
 
-def _init_failed(m: re.Match[str], msg: str, ctx: _Context) -> FailureEvent:
+def _init_failed(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     cause = ctx.root_error or ctx.last_error_line
     text = "The vLLM engine failed to start" + (f": {cause.rstrip('.')}." if cause else ".")
-    return FailureEvent(fk.UNKNOWN, text, details={"root_cause": cause})
+    return Failure(fk.UNKNOWN, text, details={"root_cause": cause})
 
 
-_Builder = Callable[[re.Match[str], str, _Context], "FailureEvent | None"]
+_Builder = Callable[[re.Match[str], str, _Context], "Failure | None"]
 
 def _fail(
     kind: str,
@@ -1395,7 +1381,7 @@ class LogScanner:
     ``version`` (the runtime's) lets unknown-flag messages name the removal version; ``port``
     names the port in a port-in-use message when the log does not show it.
 
-    A :class:`FailureEvent` may be followed by a more specific one (a serving OOM's traceback
+    A :class:`Failure` may be followed by a more specific one (a serving OOM's traceback
     comes after "EngineCore encountered a fatal error"); :attr:`failure` always holds the best so
     far. Not thread-safe: feed stdout and stderr lines from one thread or under one lock.
     """
@@ -1422,14 +1408,14 @@ class LogScanner:
         self._wrapped: list[str] = []
         self.lines_seen = 0
         self.recent: deque[str] = deque(maxlen=recent_lines)
-        self._failure: FailureEvent | None = None
+        self._failure: Failure | None = None
         self._pydantic_field: str | None = None
         self._in_pydantic = False
         self._shutdown_emitted = False
 
     # ------------------------------------------------------------------ public
     @property
-    def failure(self) -> FailureEvent | None:
+    def failure(self) -> Failure | None:
         """The most specific failure seen so far (None while all is well)."""
         return self._failure
 
@@ -1552,7 +1538,7 @@ class LogScanner:
             if self.root_error is None:
                 self.root_error = cleaned
 
-    def _classify(self, msg: str, text: str) -> FailureEvent | None:
+    def _classify(self, msg: str, text: str) -> Failure | None:
         current = self._failure
         current_rank = _rank(current.kind) if current else 0
         for pattern, build in _FAIL_RULES:
@@ -1569,7 +1555,7 @@ class LogScanner:
             return event
         return None
 
-    def _refresh_unknown(self) -> FailureEvent | None:
+    def _refresh_unknown(self) -> Failure | None:
         """"Engine core initialization failed" seen before its cause (stdout and stderr are
         read apart): once the cause arrives, the failure quotes it."""
         current = self._failure
@@ -1586,7 +1572,7 @@ class LogScanner:
         self._failure = updated
         return updated
 
-    def _classify_wrapped(self, msg: str, text: str) -> FailureEvent | None:
+    def _classify_wrapped(self, msg: str, text: str) -> Failure | None:
         """A failure sentence cut over lines: join up to ``_WRAP_LINES`` lines and retry."""
         if self._wrapped:
             self._wrapped.append(msg.strip())
@@ -1599,7 +1585,7 @@ class LogScanner:
             self._wrapped = [msg.strip()]
         return None
 
-    def _estimate_tail(self, msg: str) -> FailureEvent | None:
+    def _estimate_tail(self, msg: str) -> Failure | None:
         """vLLM's estimate printed on its own line after a wrapped KV-too-small sentence."""
         current = self._failure
         if current is None or current.kind != fk.KV_CACHE_TOO_SMALL:
@@ -1666,7 +1652,7 @@ def _signal_name(returncode: int) -> str:
 
 def classify_exit(
     returncode: int | None, scanner: LogScanner, *, was_ready: bool
-) -> FailureEvent | None:
+) -> Failure | None:
     """The failure to report when vLLM exited with ``returncode`` (None while it still runs).
 
     The log's classification wins; an OOM is re-labelled ``cuda_oom_serving`` when the server
@@ -1696,7 +1682,7 @@ def classify_exit(
     if returncode < 0:
         name = _signal_name(returncode)
         kind = fk.ENGINE_DIED if was_ready else fk.UNKNOWN
-        return FailureEvent(
+        return Failure(
             kind,
             f"vLLM was killed by {name}"
             + (" while serving" if was_ready else " during start-up")
@@ -1709,13 +1695,13 @@ def classify_exit(
             details={"returncode": returncode, "signal": name},
         )
     if returncode == 2:
-        return FailureEvent(
+        return Failure(
             fk.UNKNOWN,
             "vLLM rejected its command line" + (f": {last.rstrip('.')}." if last else "."),
             line=last or "",
             details={"returncode": returncode},
         )
-    return FailureEvent(
+    return Failure(
         fk.UNKNOWN,
         f"vLLM exited with status {returncode}" + (f": {last.rstrip('.')}." if last else "."),
         line=last or "",

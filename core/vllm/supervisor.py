@@ -90,7 +90,7 @@ class StateEvent:
     at_s: float
     monotonic_s: float
     phase: str | None = None
-    failure: logparse.FailureEvent | None = None
+    failure: failures.Failure | None = None
     returncode: int | None = None
 
 
@@ -276,8 +276,8 @@ class Supervisor:
         )
         self._state: str | None = None
         self._phase: str | None = None
-        self._failure: logparse.FailureEvent | None = None
-        self._pending_failures: list[logparse.FailureEvent] = []
+        self._failure: failures.Failure | None = None
+        self._pending_failures: list[failures.Failure] = []
         self._pending_since: float | None = None
         self._capacity = ServerCapacity()
         self._returncode: int | None = None
@@ -320,7 +320,7 @@ class Supervisor:
         return self._phase
 
     @property
-    def failure(self) -> logparse.FailureEvent | None:
+    def failure(self) -> failures.Failure | None:
         """The classified failure once the state is ``failed``."""
         return self._failure
 
@@ -588,7 +588,7 @@ class Supervisor:
             except Exception:  # a faulty listener must not kill supervision
                 log.exception("on_event listener failed")
 
-    def _set_state(self, state: str, failure: logparse.FailureEvent | None = None) -> None:
+    def _set_state(self, state: str, failure: failures.Failure | None = None) -> None:
         with self._changed:
             previous = self._state
             if previous == state:
@@ -690,7 +690,7 @@ class Supervisor:
         elif isinstance(ev, logparse.CapacityEvent):
             self._emit(ev)
             self._merge_capacity("log", _capacity_values(ev))
-        elif isinstance(ev, logparse.FailureEvent):
+        elif isinstance(ev, failures.Failure):
             with self._lock:
                 if self._stop_requested or self._state in TERMINAL_STATES:
                     return  # shutdown noise (e.g. EngineDeadError during a clean stop)
@@ -712,12 +712,12 @@ class Supervisor:
             self._capacity = new
         self._emit(CapacityUpdatedEvent(capacity=new, source=source))
 
-    def _best_pending(self) -> logparse.FailureEvent | None:
+    def _best_pending(self) -> failures.Failure | None:
         if not self._pending_failures:
             return None
         return self._scanner.failure or self._pending_failures[-1]
 
-    def _fail(self, failure: logparse.FailureEvent) -> None:
+    def _fail(self, failure: failures.Failure) -> None:
         with self._lock:
             if self._state in TERMINAL_STATES or self._stop_requested:
                 return
@@ -994,8 +994,8 @@ def _with_cut(line: str, cut: int) -> str:
     return f"{line} … [{cut:,} more bytes of this line not shown]" if cut else line
 
 
-def _failure(kind: str, message: str) -> logparse.FailureEvent:
-    return logparse.FailureEvent(kind=kind, message=message)
+def _failure(kind: str, message: str) -> failures.Failure:
+    return failures.Failure(kind=kind, message=message)
 
 
 def _capacity_values(ev: Any) -> dict[str, Any]:

@@ -11,12 +11,13 @@ from dataclasses import replace
 from fitkit import rtx4090
 
 from kvpilot.core import failures
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit import activation, fallback
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
-from kvpilot.core.vllm.logparse import FailureEvent, LogScanner
+from kvpilot.core.vllm.logparse import LogScanner
 
 GRAPH_OOM = (
     "Capturing CUDA graphs (FULL):  57%|█████▋    | 20/35 [00:02<00:01,  9.10it/s]",
@@ -27,7 +28,7 @@ GRAPH_OOM = (
 )
 
 
-def _failure(lines: tuple[str, ...], version: str) -> FailureEvent:
+def _failure(lines: tuple[str, ...], version: str) -> Failure:
     scanner = LogScanner(version=version)
     for line in lines:
         scanner.feed(line)
@@ -129,7 +130,7 @@ def test_negative_budget_offers_a_utilization_sized_on_vllms_figure(qwen7b: Mode
 def test_negative_budget_with_another_program_on_the_gpu(qwen7b: ModelSpec) -> None:
     inputs = rtx4090(qwen7b, max_model_len=8192, gpu_memory_utilization=0.92,
                      vllm_version="0.16.0")
-    failure = FailureEvent(
+    failure = Failure(
         failures.NEGATIVE_KV_BUDGET, "negative",
         details={"available_kv_bytes": round(-3.5 * GiB)},
     )

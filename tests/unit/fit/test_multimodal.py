@@ -14,10 +14,11 @@ from testpaths import DATA
 
 from kvpilot.core import failures
 from kvpilot.core.cli import main
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit import fallback, multimodal
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, compute_capacity
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import Failure, PlanInputs
+from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models import catalog
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
 from kvpilot.core.units import GiB

@@ -8,6 +8,7 @@ import pytest
 from testpaths import DATA as TESTS_DATA
 
 from kvpilot.core import failures as fk
+from kvpilot.core.failures import Failure
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.logparse import (
     CAPTURING_CUDA_GRAPHS,
@@ -20,7 +21,6 @@ from kvpilot.core.vllm.logparse import (
     STARTING_API,
     CapacityEvent,
     Event,
-    FailureEvent,
     LogScanner,
     PhaseEvent,
     ReadyHintEvent,
@@ -110,7 +110,7 @@ def test_log_classification(
     failure = scanner.failure
     if kind is None:
         assert failure is None, failure
-        assert not of_type(events, FailureEvent)
+        assert not of_type(events, Failure)
         return
     assert failure is not None
     assert failure.kind == kind
@@ -121,7 +121,7 @@ def test_log_classification(
     assert failure.message.endswith(".") and "\n" not in failure.message
     assert "Traceback" not in failure.message
     # the event stream ends with the failure the property reports
-    assert of_type(events, FailureEvent)[-1] == failure
+    assert of_type(events, Failure)[-1] == failure
     assert failure.line
 
 
@@ -138,7 +138,7 @@ def test_kv_too_small_details_from_real_log() -> None:
 
 def test_root_cause_wins_over_engine_core_initialization_failed() -> None:
     _, events = scan(CPU / "fail_b2_kvspace_0.log")
-    failures = of_type(events, FailureEvent)
+    failures = of_type(events, Failure)
     assert [f.kind for f in failures] == [fk.NO_KV_MEMORY]
     # the generic line alone is classified as unknown with the root error quoted
     alone = LogScanner()
@@ -147,7 +147,7 @@ def test_root_cause_wins_over_engine_core_initialization_failed() -> None:
         "RuntimeError: Engine core initialization failed. See root cause above. "
         "Failed core proc(s): {}"
     )
-    assert isinstance(event, FailureEvent)
+    assert isinstance(event, Failure)
     assert event.kind == fk.UNKNOWN
     assert "Unsupported head size 72" in event.message
 
@@ -178,7 +178,7 @@ def test_max_model_len_above_model_numbers() -> None:
 def test_unknown_flag_names_removal_with_runtime_version() -> None:
     scanner = LogScanner(version="0.32.0")
     (event,) = scanner.feed("vllm: error: unrecognized arguments: --swap-space 4")
-    assert isinstance(event, FailureEvent)
+    assert isinstance(event, Failure)
     assert event.kind == fk.UNKNOWN_FLAG
     assert event.details["flags"] == ["--swap-space"]
     assert "removed in vLLM 0.18.0" in event.message
@@ -209,7 +209,7 @@ def test_unknown_flag_names_removal_with_runtime_version() -> None:
 )
 def test_argparse_bad_values(line: str, flag: str, value: str) -> None:
     (event,) = LogScanner().feed(line)
-    assert isinstance(event, FailureEvent)
+    assert isinstance(event, Failure)
     assert (event.kind, event.details["flag"], event.details["value"]) == (
         fk.BAD_FLAG_VALUE,
         flag,
@@ -228,7 +228,7 @@ def test_pydantic_range_error_names_the_field() -> None:
     ]
     events = [e for line in lines for e in scanner.feed(line)]
     (event,) = events
-    assert isinstance(event, FailureEvent)
+    assert isinstance(event, Failure)
     assert event.kind == fk.BAD_FLAG_VALUE
     assert event.message == (
         "vLLM rejected gpu_memory_utilization=1.5: input should be less than or equal to 1."
@@ -548,7 +548,7 @@ def test_single_failure_lines(line: str, kind: str, phrase: str) -> None:
     events = scanner.feed(line)
     assert len(events) == 1
     event = events[0]
-    assert isinstance(event, FailureEvent)
+    assert isinstance(event, Failure)
     assert event.kind == kind
     assert phrase in event.message
     assert event.message.endswith(".")
@@ -563,6 +563,6 @@ def test_0_11_ready_hint_url() -> None:
 def test_later_failure_refines_generic_engine_death() -> None:
     # on a serving OOM the traceback's root cause follows "EngineCore encountered a fatal error"
     scanner, events = scan(GPU / "oom_serving_0.33.log")
-    kinds = [e.kind for e in of_type(events, FailureEvent)]
+    kinds = [e.kind for e in of_type(events, Failure)]
     assert kinds == [fk.ENGINE_DIED, fk.CUDA_OOM_SERVING]
     assert scanner.failure is not None and scanner.failure.kind == fk.CUDA_OOM_SERVING

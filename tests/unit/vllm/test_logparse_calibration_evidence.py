@@ -17,12 +17,12 @@ import pytest
 from testpaths import REPO
 
 from kvpilot.core import failures as fk
+from kvpilot.core.failures import Failure
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.logparse import (
     CAPACITY_FORMATS,
     FAILURE_FORMATS,
     CapacityEvent,
-    FailureEvent,
     LogScanner,
     classify_exit,
     parse_line,
@@ -211,7 +211,7 @@ def _scan(case: dict[str, Any]) -> tuple[LogScanner, dict[str, list[Any]], list[
                 gave = True
                 for key, value in ev.figures().items():
                     figures.setdefault(key, []).append(value)
-            elif isinstance(ev, FailureEvent):
+            elif isinstance(ev, Failure):
                 gave = True
         if not gave and not _recognised(line):
             silent.append(i)

@@ -12,13 +12,13 @@ import pytest
 from testpaths import REPO
 
 from kvpilot.core import failures as fk
+from kvpilot.core.failures import Failure
 from kvpilot.core.fit import fallback
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.logparse import (
     CAPACITY_FORMATS,
     FAILURE_FORMATS,
     CapacityEvent,
-    FailureEvent,
     LineFormat,
     LogScanner,
     classify_exit,
@@ -68,7 +68,7 @@ def test_failure_example_reads_through_its_rule(row: LineFormat, line: str) -> N
     scanner = LogScanner()
     for before in row.context:
         scanner.feed(before)
-    found = [e for e in scanner.feed(line) if isinstance(e, FailureEvent)]
+    found = [e for e in scanner.feed(line) if isinstance(e, Failure)]
     assert found and found[0].kind == row.what, (row.what, found)
     assert found[0].message
 
@@ -247,13 +247,13 @@ def test_the_cause_printed_after_engine_init_failed_is_still_quoted() -> None:
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
         "proc(s): {'EngineCore': 1}"
     )
-    first = [e for e in events if isinstance(e, FailureEvent)]
+    first = [e for e in events if isinstance(e, Failure)]
     assert first and first[0].kind == fk.UNKNOWN
     later = scanner.feed(
         "(EngineCore pid=7) ERROR 02-01 09:00:05 [core.py:1600] vllm.v1.errors.PlannerError: "
         "the fused MoE planner needs 3 GiB of scratch space"
     )
-    updated = [e for e in later if isinstance(e, FailureEvent)]
+    updated = [e for e in later if isinstance(e, Failure)]
     assert updated and "PlannerError: the fused MoE planner needs 3 GiB" in updated[0].message
     assert scanner.failure is updated[0]
     failure = classify_exit(1, scanner, was_ready=False)
