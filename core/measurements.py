@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,79 @@ class Measured:
     def complete(self) -> bool:
         """True when the numbers the fit engine needs (KV memory and tokens) are all present."""
         return self.available_kv_bytes is not None and self.kv_cache_tokens is not None
+
+
+#: the log scanner's names (``logparse.CapacityEvent``) of figures that are named differently here
+_LOG_NAMES = {"max_concurrency_at_len": "concurrency_for_len", "num_gpu_blocks": "num_blocks"}
+
+
+@dataclass(frozen=True)
+class ReportedCapacity:
+    """What a running vLLM server reported about its memory and KV cache (bytes, tokens): its
+    log lines and, from 0.25, ``vllm:cache_config_info`` on ``/metrics``.
+
+    Fields are None until vLLM printed them; ``sources`` names where the figures came from
+    (``log``, ``metrics``). :func:`measured_from_reported` stores it as a :class:`Measured`.
+    """
+
+    weights_bytes: int | None = None
+    available_kv_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_for_len: int | None = None
+    cudagraph_bytes: int | None = None
+    num_blocks: int | None = None
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    sources: tuple[str, ...] = ()
+
+    def merged(self, source: str, **values: Any) -> ReportedCapacity:
+        """A copy with the non-None ``values`` (named as the fields here) applied and
+        ``source`` noted; names that are no field here are ignored."""
+        known = {f.name for f in fields(self)}
+        update = {k: v for k, v in values.items() if k in known and v is not None}
+        if not update:
+            return self
+        srcs = self.sources if source in self.sources else (*self.sources, source)
+        return replace(self, **update, sources=srcs)
+
+    @staticmethod
+    def values_from_log(figures: Mapping[str, Any]) -> dict[str, Any]:
+        """The log scanner's figures (``CapacityEvent.figures()``) under the names used here."""
+        return {_LOG_NAMES.get(name, name): value for name, value in figures.items()}
+
+    @property
+    def empty(self) -> bool:
+        """True while nothing was reported."""
+        return not self.sources
+
+    @property
+    def kv_bytes(self) -> int | None:
+        """The KV cache memory: ``cache_config_info``'s exact figure when there is one, else
+        the log's (rounded to 0.01 GiB)."""
+        if self.kv_cache_memory_bytes is not None:
+            return self.kv_cache_memory_bytes
+        return self.available_kv_bytes
+
+
+def measured_from_reported(
+    cap: ReportedCapacity, source: str, *, startup_s: float | None = None
+) -> Measured:
+    """The :class:`Measured` record of what a server reported (``source``: ``launch`` or
+    ``dry_run``; ``startup_s``: seconds from start to ready)."""
+    return Measured(
+        measured_at=now_iso(),
+        source=source,
+        weights_bytes=cap.weights_bytes,
+        available_kv_bytes=cap.kv_bytes,
+        kv_cache_tokens=cap.kv_cache_tokens,
+        max_concurrency=cap.max_concurrency,
+        concurrency_for_len=cap.concurrency_for_len,
+        cudagraph_bytes=cap.cudagraph_bytes,
+        num_blocks=cap.num_blocks,
+        block_size=cap.block_size,
+        startup_s=startup_s,
+    )
 
 
 @dataclass(frozen=True)

@@ -229,7 +229,9 @@ def kv_layout(
 
 @dataclass(frozen=True)
 class KvCapacity:
-    """What vLLM reports after sizing the pool: blocks, tokens and concurrency."""
+    """The KV part of a planned capacity: the blocks, tokens and concurrency vLLM would log
+    for a KV budget (computed here; what a server reported is
+    :class:`kvpilot.core.measurements.ReportedCapacity`)."""
 
     num_blocks: int
     kv_cache_tokens: int

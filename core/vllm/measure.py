@@ -23,12 +23,12 @@ from kvpilot.core.measurements import (
     Measured,
     MeasurementKey,
     MeasurementStore,
+    measured_from_reported,
     measurement_key,
 )
 from kvpilot.core.vllm.supervisor import (
     Supervisor,
     SupervisorEvent,
-    measured_from_capacity,
 )
 
 if TYPE_CHECKING:
@@ -125,6 +125,6 @@ def run_measurement(
         sup.stop()
     if cap.kv_cache_tokens is None:
         raise MeasurementError("vLLM reached ready but reported no KV cache size")
-    measured = measured_from_capacity(cap, SOURCE_DRY_RUN, startup_s=startup)
+    measured = measured_from_reported(cap, SOURCE_DRY_RUN, startup_s=startup)
     store.record(key, measured)
     return measured

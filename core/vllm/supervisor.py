@@ -28,8 +28,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -40,10 +40,10 @@ from kvpilot.core import failures
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.measurements import (
     SOURCE_LAUNCH,
-    Measured,
     MeasurementKey,
     MeasurementStore,
-    now_iso,
+    ReportedCapacity,
+    measured_from_reported,
 )
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import SECRET_ENV, LaunchCommand, LaunchSpec, build_command
@@ -104,44 +104,10 @@ class LogLineEvent:
 
 
 @dataclass(frozen=True)
-class ServerCapacity:
-    """What the running server reported about its memory and KV cache (bytes, tokens).
-
-    Fields are None until vLLM printed them; ``sources`` names where each came from
-    (``log`` or ``metrics``).
-    """
-
-    weights_bytes: int | None = None
-    available_kv_bytes: int | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    concurrency_for_len: int | None = None
-    cudagraph_bytes: int | None = None
-    num_blocks: int | None = None
-    block_size: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    sources: tuple[str, ...] = ()
-
-    def merged(self, source: str, **values: Any) -> ServerCapacity:
-        """A copy with the non-None ``values`` applied and ``source`` noted."""
-        known = {f.name for f in fields(self)}
-        update = {k: v for k, v in values.items() if k in known and v is not None}
-        if not update:
-            return self
-        srcs = self.sources if source in self.sources else (*self.sources, source)
-        return replace(self, **update, sources=srcs)
-
-    @property
-    def empty(self) -> bool:
-        """True while nothing was reported."""
-        return not self.sources
-
-
-@dataclass(frozen=True)
 class CapacityUpdatedEvent:
-    """The merged :class:`ServerCapacity` changed (after a log line or a /metrics read)."""
+    """The merged :class:`ReportedCapacity` changed (after a log line or a /metrics read)."""
 
-    capacity: ServerCapacity
+    capacity: ReportedCapacity
     source: str
 
 
@@ -279,7 +245,7 @@ class Supervisor:
         self._failure: failures.Failure | None = None
         self._pending_failures: list[failures.Failure] = []
         self._pending_since: float | None = None
-        self._capacity = ServerCapacity()
+        self._capacity = ReportedCapacity()
         self._returncode: int | None = None
         self._ready_at: float | None = None
         self._started_mono: float | None = None
@@ -325,7 +291,7 @@ class Supervisor:
         return self._failure
 
     @property
-    def capacity(self) -> ServerCapacity:
+    def capacity(self) -> ReportedCapacity:
         """Capacity merged from the log and (>= 0.25, after ready) ``vllm:cache_config_info``."""
         return self._capacity
 
@@ -519,7 +485,7 @@ class Supervisor:
         """Block until ``ready`` (True) or a terminal state / the timeout (False)."""
         return self.wait_for((READY,), timeout_s) == READY
 
-    def wait_capacity(self, timeout_s: float | None = None) -> ServerCapacity:
+    def wait_capacity(self, timeout_s: float | None = None) -> ReportedCapacity:
         """After ready: wait until the /metrics capacity read is done; returns the capacity."""
         if self.wait_ready(timeout_s):
             self._post_ready.wait(timeout_s)
@@ -689,7 +655,7 @@ class Supervisor:
             self._emit(ev)
         elif isinstance(ev, logparse.CapacityEvent):
             self._emit(ev)
-            self._merge_capacity("log", _capacity_values(ev))
+            self._merge_log_capacity(ev.figures())
         elif isinstance(ev, failures.Failure):
             with self._lock:
                 if self._stop_requested or self._state in TERMINAL_STATES:
@@ -704,13 +670,16 @@ class Supervisor:
         else:
             self._emit(ev)
 
-    def _merge_capacity(self, source: str, values: dict[str, Any]) -> None:
+    def _merge_capacity(self, source: str, values: Mapping[str, Any]) -> None:
         with self._lock:
             new = self._capacity.merged(source, **values)
             if new == self._capacity:
                 return
             self._capacity = new
         self._emit(CapacityUpdatedEvent(capacity=new, source=source))
+
+    def _merge_log_capacity(self, figures: Mapping[str, Any]) -> None:
+        self._merge_capacity("log", ReportedCapacity.values_from_log(figures))
 
     def _best_pending(self) -> failures.Failure | None:
         if not self._pending_failures:
@@ -945,7 +914,7 @@ class Supervisor:
             else self._ready_at - self._started_mono
         )
         try:
-            store.record(key, measured_from_capacity(cap, SOURCE_LAUNCH, startup_s=startup))
+            store.record(key, measured_from_reported(cap, SOURCE_LAUNCH, startup_s=startup))
         except KvpilotError as exc:  # a full disk, a damaged file: say so, go on serving
             log.warning("the measured capacity was not recorded: %s", exc.message)
         except Exception:  # never let bookkeeping break supervision
@@ -996,46 +965,6 @@ def _with_cut(line: str, cut: int) -> str:
 
 def _failure(kind: str, message: str) -> failures.Failure:
     return failures.Failure(kind=kind, message=message)
-
-
-def _capacity_values(ev: Any) -> dict[str, Any]:
-    names = {
-        "weights_bytes": "weights_bytes",
-        "available_kv_bytes": "available_kv_bytes",
-        "kv_cache_tokens": "kv_cache_tokens",
-        "max_concurrency": "max_concurrency",
-        "max_concurrency_at_len": "concurrency_for_len",
-        "cudagraph_bytes": "cudagraph_bytes",
-        "num_gpu_blocks": "num_blocks",
-    }
-    return {
-        ours: getattr(ev, theirs)
-        for theirs, ours in names.items()
-        if getattr(ev, theirs, None) is not None
-    }
-
-
-def measured_from_capacity(
-    cap: ServerCapacity, source: str, *, startup_s: float | None = None
-) -> Measured:
-    """A :class:`Measured` record from what the server reported."""
-    # an explicit KV size (the cache_config_info label) is exact; the log rounds to 0.01 GiB
-    available = cap.kv_cache_memory_bytes
-    if available is None:
-        available = cap.available_kv_bytes
-    return Measured(
-        measured_at=now_iso(),
-        source=source,
-        weights_bytes=cap.weights_bytes,
-        available_kv_bytes=available,
-        kv_cache_tokens=cap.kv_cache_tokens,
-        max_concurrency=cap.max_concurrency,
-        concurrency_for_len=cap.concurrency_for_len,
-        cudagraph_bytes=cap.cudagraph_bytes,
-        num_blocks=cap.num_blocks,
-        block_size=cap.block_size,
-        startup_s=startup_s,
-    )
 
 
 def iter_states(events: list[SupervisorEvent]) -> Iterator[str]:

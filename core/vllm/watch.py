@@ -29,9 +29,11 @@ import httpx
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.measurements import ReportedCapacity
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.telemetry import PressureSignal, Telemetry
 from kvpilot.core.vllm.metrics import MetricsSample, MetricsScraper, ScrapeError
+from kvpilot.core.vllm.versions import Release
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +74,57 @@ class ServerIdentity:
 
 @dataclass(frozen=True)
 class CapacityComparison:
-    """Reported (``cache_config_info``) against predicted KV capacity.
+    """What the server reported (``cache_config_info``, else its log) against the KV capacity
+    kvpilot predicts.
 
-    ``reported_*`` come from the server; ``predicted_*`` from kvpilot (None where it could not
-    predict). ``basis`` says how the prediction was made; ``token_error_frac`` is
-    predicted / reported - 1 for the KV tokens.
+    ``predicted_*`` are kvpilot's (None where it could not predict); ``basis`` says how the
+    prediction was made; ``token_error_frac`` is predicted / reported - 1 for the KV tokens.
     """
 
-    reported_kv_tokens: int | None
-    reported_num_blocks: int | None
-    reported_kv_bytes: int | None
-    reported_max_concurrency: float | None
+    reported: ReportedCapacity
     predicted_kv_tokens: int | None = None
     predicted_kv_bytes: int | None = None
     basis: str = ""
 
     @property
+    def reported_kv_tokens(self) -> int | None:
+        """KV tokens the server reported."""
+        return self.reported.kv_cache_tokens
+
+    @property
+    def reported_num_blocks(self) -> int | None:
+        """KV blocks the server reported."""
+        return self.reported.num_blocks
+
+    @property
+    def reported_kv_bytes(self) -> int | None:
+        """KV cache memory the server reported (bytes)."""
+        return self.reported.kv_bytes
+
+    @property
+    def reported_max_concurrency(self) -> float | None:
+        """Maximum concurrency the server reported (requests of its full context)."""
+        return self.reported.max_concurrency
+
+    @property
     def token_error_frac(self) -> float | None:
+        """predicted / reported - 1 for the KV tokens (None without both)."""
         if not self.reported_kv_tokens or self.predicted_kv_tokens is None:
             return None
         return self.predicted_kv_tokens / self.reported_kv_tokens - 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``capacity`` object of ``kvpilot watch --json``."""
+        return {
+            "reported_kv_tokens": self.reported_kv_tokens,
+            "reported_num_blocks": self.reported_num_blocks,
+            "reported_kv_bytes": self.reported_kv_bytes,
+            "reported_max_concurrency": self.reported_max_concurrency,
+            "predicted_kv_tokens": self.predicted_kv_tokens,
+            "predicted_kv_bytes": self.predicted_kv_bytes,
+            "basis": self.basis,
+            "token_error_frac": self.token_error_frac,
+        }
 
 
 @dataclass(frozen=True)
@@ -112,10 +145,7 @@ class WatchSample:
             k: (None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v)
             for k, v in self.values.items()
         }
-        cap = None
-        if self.capacity is not None:
-            cap = asdict(self.capacity)
-            cap["token_error_frac"] = self.capacity.token_error_frac
+        cap = None if self.capacity is None else self.capacity.to_json()
         return {
             "t_s": round(self.t_s, 3),
             "connected": self.connected,
@@ -268,17 +298,11 @@ def compare_capacity(
     if not sample.cache_config and not log:
         return None
     number = sample.cache_config_number
-
-    def first(*values: Any) -> Any:
-        return next((v for v in values if v is not None), None)
-
+    # the labels of /metrics win over the log's (rounded) figures
     reported = CapacityComparison(
-        reported_kv_tokens=first(_int(number("kv_cache_size_tokens")), log.get("kv_cache_tokens")),
-        reported_num_blocks=_int(number("num_gpu_blocks")),
-        reported_kv_bytes=first(_int(number("kv_cache_memory_bytes")),
-                                log.get("available_kv_bytes")),
-        reported_max_concurrency=first(number("kv_cache_max_concurrency"),
-                                       log.get("max_concurrency")),
+        ReportedCapacity()
+        .merged("log", **ReportedCapacity.values_from_log(log))
+        .merged("metrics", **sample.cache_config_capacity())
     )
     if model is None:
         return reported
@@ -289,8 +313,7 @@ def compare_capacity(
 
     dtype = sample.cache_config.get("cache_dtype") or "auto"
     block = _int(number("block_size"))
-    version = (identity.version if identity else None) or "0.33.0"
-    version = version.split("+")[0]
+    version = Release.parse(identity.version if identity else None).number
     try:
         if gpu_total_bytes:
             util = number("gpu_memory_utilization")

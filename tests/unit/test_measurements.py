@@ -16,6 +16,8 @@ from kvpilot.core.measurements import (
     Measured,
     MeasurementKey,
     MeasurementStore,
+    ReportedCapacity,
+    measured_from_reported,
     measurement_key,
 )
 
@@ -162,3 +164,23 @@ def test_a_key_with_a_wrongly_typed_setting_is_a_clear_error(tmp_path: Path) -> 
     path.write_text(json.dumps(data))
     with pytest.raises(SettingsError, match="max_model_len must be a whole number"):
         store.all()
+
+
+def test_reported_capacity_merges_log_then_metrics_and_maps_to_measured() -> None:
+    log = {"kv_cache_tokens": 1_048_000, "available_kv_bytes": 1_073_000_000,
+           "max_concurrency": 1023.5, "max_concurrency_at_len": 1024, "num_gpu_blocks": 8190,
+           "total_bytes": 24 << 30}  # a figure the reported capacity does not keep
+    cap = ReportedCapacity().merged("log", **ReportedCapacity.values_from_log(log))
+    assert (cap.concurrency_for_len, cap.num_blocks, cap.sources) == (1024, 8190, ("log",))
+    assert cap.kv_bytes == 1_073_000_000  # the log's rounded figure until /metrics says more
+    cap = cap.merged("metrics", kv_cache_tokens=1_048_576, kv_cache_memory_bytes=1 << 30,
+                     num_blocks=8192, block_size=128, max_concurrency=None)
+    assert (cap.kv_cache_tokens, cap.num_blocks, cap.max_concurrency) == (1_048_576, 8192, 1023.5)
+    assert cap.kv_bytes == 1 << 30 and cap.sources == ("log", "metrics")
+    assert cap.merged("metrics") is cap and ReportedCapacity().empty and not cap.empty
+    measured = measured_from_reported(cap, "launch", startup_s=12.5)
+    assert (measured.source, measured.startup_s, measured.available_kv_bytes) == (
+        "launch", 12.5, 1 << 30)
+    assert (measured.kv_cache_tokens, measured.num_blocks, measured.block_size) == (
+        1_048_576, 8192, 128)
+    assert measured.complete
