@@ -41,6 +41,8 @@ from kvpilot.core.models.vision import (
 from kvpilot.core.models.weights import checkpoint_weight_size
 
 CONFIG_FILE = "config.json"
+#: more decoder layers than this is a broken config.json, not a model (the largest have ~200)
+MAX_LAYERS = 10_000
 #: older AutoGPTQ checkpoints keep their quantization settings in a separate file
 QUANTIZE_CONFIG_FILES = ("quantize_config.json", "quant_config.json")
 
@@ -341,6 +343,12 @@ def spec_from_config(
     if n_layers == 0 or hidden == 0 or n_heads == 0:
         raise ModelSpecError(
             "num_hidden_layers, hidden_size and num_attention_heads must be positive", path=where
+        )
+    if n_layers > MAX_LAYERS:
+        raise ModelSpecError(
+            f"num_hidden_layers is {n_layers:,}, more than any model has (at most "
+            f"{MAX_LAYERS:,} are read); fix config.json",
+            path=where,
         )
     n_kv = _kv_heads(text, n_heads, where)
     head_dim = f.integer("head_dim", required=False)

@@ -369,6 +369,14 @@ def test_wrong_field_type(model_copy):
     assert err.value.field == "hidden_size"
 
 
+def test_an_absurd_layer_count_is_refused_before_anything_is_allocated(model_copy):
+    d = model_copy("llama-3.1-8b-instruct")
+    _rewrite(d, num_hidden_layers=3_291_538_512)  # a fuzzed config once ran out of memory here
+    with pytest.raises(ModelSpecError, match="more than any model has") as err:
+        load_local_model(d)
+    assert str(d / "config.json") in str(err.value)
+
+
 def test_layer_types_length_mismatch(model_copy):
     d = model_copy("gpt-oss-20b")
     _rewrite(d, layer_types=["full_attention"] * 3)
