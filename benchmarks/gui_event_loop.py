@@ -29,7 +29,7 @@ from PySide6.QtCore import QCoreApplication, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6
-from kvpilot.core.hardware.fake_nvml import load_fake
+from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
 from kvpilot.core.telemetry import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper, parse_metrics
@@ -145,7 +145,7 @@ def run(app: QApplication, port: int, args: argparse.Namespace) -> int:
             tel.add_gpu_sample(sample)
 
     gpu = GpuSampler(
-        0, rate_hz=min(10.0, hz), nvml_module=load_fake("rtx4090-desktop"), on_sample=on_gpu
+        0, rate_hz=min(10.0, hz), nvml_module=load_recorded("rtx4090-desktop"), on_sample=on_gpu
     )
 
     dash = DashboardPanel(tel)

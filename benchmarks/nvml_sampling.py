@@ -13,8 +13,8 @@ import statistics
 import time
 from typing import Any
 
-from kvpilot.core.hardware.fake_nvml import load_fake
 from kvpilot.core.hardware.nvml import Nvml, NvmlInitError, import_pynvml
+from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.sampler import GpuSampler
 
 
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--snapshot", default="rtx4090-desktop", help="replayed snapshot")
     args = parser.parse_args()
 
-    report(f"replay of {args.snapshot}", load_fake(args.snapshot), args)
+    report(f"replay of {args.snapshot}", load_recorded(args.snapshot), args)
     try:
         real = import_pynvml()
         with Nvml(real) as nv:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from kvpilot.core.hardware.fake_nvml import load_fake
+from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.sampler import GpuSampler
 from kvpilot.core.telemetry import Telemetry
 from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper
@@ -76,7 +76,7 @@ def main() -> int:
         )
         gpu = GpuSampler(
             rate_hz=args.rate_hz,
-            nvml_module=load_fake("rtx4090-desktop"),
+            nvml_module=load_recorded("rtx4090-desktop"),
             on_sample=tel.add_gpu_sample,
         )
         stop = threading.Event()

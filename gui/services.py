@@ -130,9 +130,9 @@ class AppServices:
     def nvml_module(self) -> Any | None:
         """The NVML module in use (a replay for ``--fake-gpu``), None for the default."""
         if self._nvml_module is None and self.fake_gpu:
-            from kvpilot.core.hardware.fake_nvml import load_fake
+            from kvpilot.core.hardware.recorded_nvml import load_recorded
 
-            self._nvml_module = load_fake(self.fake_gpu)
+            self._nvml_module = load_recorded(self.fake_gpu)
         return self._nvml_module
 
     def probe(self) -> Any:

@@ -21,8 +21,8 @@ from kvpilot.core.fit.budget_now import (
     launch_budget,
 )
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.fake_nvml import load_fake
 from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, memory_now, probe
+from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.units import GiB, MiB
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.margin_mib < 0:
         raise HardwareError(f"--margin-mib must not be negative, got {args.margin_mib}")
     fake = args.fake_nvml or os.environ.get(nvml_mod.FAKE_ENV)
-    module = load_fake(fake) if fake else None
+    module = load_recorded(fake) if fake else None
     result = probe(module, model_dir=args.model_dir)
     margin = args.margin_mib * MiB
     budgets = {g.index: launch_budget(memory_now(g), margin) for g in result.gpus}

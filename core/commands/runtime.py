@@ -157,7 +157,7 @@ def _install(args: argparse.Namespace) -> int:
     import os
 
     from kvpilot.core.hardware import nvml as nvml_mod
-    from kvpilot.core.hardware.fake_nvml import load_fake
+    from kvpilot.core.hardware.recorded_nvml import load_recorded
     from kvpilot.core.runtimes.installer import RuntimeInstaller
     from kvpilot.core.runtimes.releases import choose_for_this_machine
 
@@ -165,7 +165,7 @@ def _install(args: argparse.Namespace) -> int:
     choice = choose_for_this_machine(
         version=args.version,
         variant=args.variant,
-        nvml_module=load_fake(fake) if fake else None,
+        nvml_module=load_recorded(fake) if fake else None,
     )
     rel = choice.release
     printer = _Printer(quiet=args.json)

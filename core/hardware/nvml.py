@@ -14,7 +14,7 @@ Every NVML call goes through :meth:`Nvml.call`, the single choke point:
 
 The NVML module itself is injectable: production code uses NVIDIA's ``pynvml`` (the
 ``nvidia-ml-py`` package), tests and demos pass a
-:class:`~kvpilot.core.hardware.fake_nvml.FakeNvml`.
+:class:`~kvpilot.core.hardware.recorded_nvml.RecordedNvml`.
 Setting the environment variable ``KVPILOT_FAKE_NVML`` to a snapshot file or shipped snapshot
 name makes :func:`default_module` return such a replay for the whole process.
 """
@@ -29,8 +29,8 @@ from types import TracebackType
 from typing import Any
 
 from kvpilot.core.errors import HardwareError
-from kvpilot.core.hardware.fake_nvml import FakeNvml, load_fake
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml, load_recorded
 
 log = logging.getLogger("kvpilot.hardware")
 
@@ -77,7 +77,7 @@ _SESSION_GONE = ("DRIVER_NOT_LOADED", "UNINITIALIZED", "LIB_RM_VERSION_MISMATCH"
 
 _logged_once: set[tuple[str, str]] = set()
 _logged_lock = threading.Lock()
-_fake_cache: dict[str, FakeNvml] = {}
+_fake_cache: dict[str, RecordedNvml] = {}
 _fake_lock = threading.Lock()
 
 
@@ -129,7 +129,7 @@ def default_module() -> Any:
     if fake:
         with _fake_lock:
             if fake not in _fake_cache:
-                _fake_cache[fake] = load_fake(fake)
+                _fake_cache[fake] = load_recorded(fake)
             return _fake_cache[fake]
     return import_pynvml()
 
@@ -141,12 +141,12 @@ def resolve_module(nvml_module: Any | None) -> Any:
 
 def is_fake(module: Any) -> bool:
     """True when ``module`` replays a snapshot rather than asking a driver."""
-    return isinstance(module, FakeNvml)
+    return isinstance(module, RecordedNvml)
 
 
 def describe_source(module: Any) -> str:
     """``"nvml"`` for the real library, ``"replay of <snapshot>"`` for a fake."""
-    if isinstance(module, FakeNvml):
+    if isinstance(module, RecordedNvml):
         return f"replay of {Path(module.source).name}"
     return "nvml"
 

@@ -22,9 +22,9 @@ import psutil
 
 from kvpilot.core.fit.budget_now import GpuMemoryNow
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.fake_nvml import FakeNvml
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot, read_system
 
 __all__ = [
@@ -246,7 +246,7 @@ def psutil_process_reader(pid: int) -> tuple[str | None, tuple[str, ...]] | None
 
 def process_reader_for(module: Any) -> ProcessReader:
     """The host-process reader matching an NVML module: the replay's table for a fake."""
-    if isinstance(module, FakeNvml):
+    if isinstance(module, RecordedNvml):
         fake = module
 
         def read(pid: int) -> tuple[str | None, tuple[str, ...]] | None:

@@ -1,7 +1,8 @@
-"""Stand-in for NVIDIA's ``pynvml`` in tests: the snapshot replay kvpilot ships.
+"""Stand-in for NVIDIA's ``pynvml`` in tests: a recorded snapshot plus the faults tests inject.
 
-The implementation lives in :mod:`kvpilot.core.hardware.fake_nvml` because ``kvpilot gpu
---fake-nvml`` and the GUI's ``--fake-gpu`` use it too; tests import it from here.
+The replay of a recording is the app's own (:mod:`kvpilot.core.hardware.recorded_nvml`, planner
+mode). What only tests need is here: ``"lost_after_calls": N`` on a device makes every call on it
+after its N-th raise ``NVMLError_GpuIsLost``, a GPU falling off the bus mid-session.
 """
 
 from __future__ import annotations
@@ -9,23 +10,46 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvpilot.core.hardware.fake_nvml import (
+from testpaths import DATA
+
+from kvpilot.core.hardware.recorded_nvml import (
     ERROR_CLASSES,
-    FakeNvml,
     NVMLError,
-    load_fake,
+    RecordedNvml,
+    load_recorded,
     snapshot_names,
 )
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "nvml"
+DATA_DIR: Path = DATA / "nvml"
 
-__all__ = ["DATA_DIR", "ERROR_CLASSES", "FakeNvml", "NVMLError", "load", "load_fake", "make"]
+__all__ = ["DATA_DIR", "ERROR_CLASSES", "FakeNvml", "NVMLError", "load", "make", "shipped"]
+
+
+class FakeNvml(RecordedNvml):
+    """A recorded snapshot whose devices may be lost after a number of calls."""
+
+    def _device(self, handle: Any, function: str) -> Any:
+        device = super()._device(handle, function)
+        lost_after = device.data.get("lost_after_calls")
+        if lost_after is not None and device.calls > int(lost_after):
+            self._raise("GPU_IS_LOST")
+        return device
+
+    def __repr__(self) -> str:
+        return f"<FakeNvml replaying {self.source}>"
 
 
 def load(name: str) -> FakeNvml:
     """A replay by name: a file in tests/data/nvml/ first, else a shipped snapshot."""
     path = DATA_DIR / f"{name}.json"
-    return load_fake(path if path.exists() else name)
+    recorded = load_recorded(path if path.exists() else name)
+    return FakeNvml(recorded.snapshot, source=recorded.source)
+
+
+def load_file(path: str | Path) -> FakeNvml:
+    """A replay of any snapshot file, faults included (``--fake-nvml FILE`` in a test)."""
+    recorded = load_recorded(path)
+    return FakeNvml(recorded.snapshot, source=recorded.source)
 
 
 def make(snapshot: dict[str, Any]) -> FakeNvml:

@@ -1,7 +1,7 @@
 """GUI test set-up: offscreen Qt, settings and data in temporary folders, recorded GPUs.
 
 NVML is replaced at the library boundary by the core's replay of recorded snapshots
-(``kvpilot.core.hardware.fake_nvml``), so every GUI test runs the production probe, sampler and
+(``kvpilot.core.hardware.recorded_nvml``), so every GUI test runs the production probe, sampler and
 launch-budget code. The end-to-end fixtures (real vLLM CPU server, tiny model) are re-exported
 from tests/e2e/conftest.py for test_gui_e2e.py.
 """

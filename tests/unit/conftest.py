@@ -31,7 +31,7 @@ from runtimes_kit import fake_vllm_wheel, make_wheel
 from testpaths import DATA
 
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.fake_nvml import FakeNvml
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.runtimes.releases import Release, find_release, load_releases
@@ -71,7 +71,7 @@ def _fresh_nvml_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def fake() -> Callable[[str], FakeNvml]:
+def fake() -> Callable[[str], RecordedNvml]:
     """``fake("rtx4090-desktop")`` -> a fresh replay."""
     return pynvml_stub.load
 

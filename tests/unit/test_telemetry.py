@@ -452,10 +452,10 @@ def test_series_tables_are_consistent():
 
 
 def test_real_gpu_samples_from_the_nvml_replay():
-    from kvpilot.core.hardware.fake_nvml import load_fake
+    from kvpilot.core.hardware.recorded_nvml import load_recorded
     from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
 
-    sampler = GpuSampler(nvml_module=load_fake("rtx4090-desktop"))
+    sampler = GpuSampler(nvml_module=load_recorded("rtx4090-desktop"))
     try:
         sample = sampler.sample_once()
     finally:

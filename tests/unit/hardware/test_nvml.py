@@ -14,7 +14,7 @@ from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.problems import ProblemKind
 
 
-def _one_gpu(**fields: object) -> pynvml_stub.FakeNvml:
+def _one_gpu(**fields: object) -> pynvml_stub.RecordedNvml:
     return pynvml_stub.make({"devices": [{"name": "NVIDIA GeForce RTX 4090", **fields}]})
 
 

@@ -10,7 +10,6 @@ import psutil
 import pytest
 from fakes import pynvml_stub
 
-from kvpilot.core.hardware.fake_nvml import FakeNvml
 from kvpilot.core.hardware.probe import (
     ProbeResult,
     cuda_version_text,
@@ -19,10 +18,11 @@ from kvpilot.core.hardware.probe import (
     psutil_process_reader,
 )
 from kvpilot.core.hardware.problems import ProblemKind
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot
 
 MiB = 1024**2
-Fake = Callable[[str], FakeNvml]
+Fake = Callable[[str], RecordedNvml]
 
 
 def test_rtx4090_desktop_every_field(fake: Fake, system: SystemSnapshot) -> None:

@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvpilot.core.fit.budget_now import launch_budget
-from kvpilot.core.hardware.fake_nvml import FakeNvml
 from kvpilot.core.hardware.probe import GpuProcess, GpuSnapshot, memory_holders, memory_now, probe
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot
 
 MiB = 1024**2
 GiB = 1024**3
 
 
-def _gpu(fake: Callable[[str], FakeNvml], system: SystemSnapshot, name: str) -> GpuSnapshot:
+def _gpu(fake: Callable[[str], RecordedNvml], system: SystemSnapshot, name: str) -> GpuSnapshot:
     return probe(fake(name), system=system).gpus[0]
 
 
-def test_4090_desktop_budget(fake: Callable[[str], FakeNvml], system: SystemSnapshot) -> None:
+def test_4090_desktop_budget(fake: Callable[[str], RecordedNvml], system: SystemSnapshot) -> None:
     gpu = _gpu(fake, system, "rtx4090-desktop")
     budget = launch_budget(memory_now(gpu))
     assert budget is not None
@@ -33,7 +33,7 @@ def test_4090_desktop_budget(fake: Callable[[str], FakeNvml], system: SystemSnap
 
 
 def test_wsl2_budget_says_per_process_is_not_reported(
-    fake: Callable[[str], FakeNvml], system: SystemSnapshot
+    fake: Callable[[str], RecordedNvml], system: SystemSnapshot
 ) -> None:
     budget = launch_budget(memory_now(_gpu(fake, system, "rtx4090-wsl2")))
     assert budget is not None and budget.per_process_reported is False
@@ -41,7 +41,7 @@ def test_wsl2_budget_says_per_process_is_not_reported(
     assert budget.max_utilization == 0.89
 
 
-def test_idle_gpu_message(fake: Callable[[str], FakeNvml], system: SystemSnapshot) -> None:
+def test_idle_gpu_message(fake: Callable[[str], RecordedNvml], system: SystemSnapshot) -> None:
     budget = launch_budget(memory_now(_gpu(fake, system, "rtx3090-idle")))
     assert budget is not None
     assert budget.message.startswith("23.6 GiB free: at most gpu_memory_utilization 0.97")

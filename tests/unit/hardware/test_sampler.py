@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from fakes import pynvml_stub
 
-from kvpilot.core.hardware.fake_nvml import FakeNvml
 from kvpilot.core.hardware.problems import ProblemKind
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
 
 MiB = 1024**2
-Fake = Callable[[str], FakeNvml]
+Fake = Callable[[str], RecordedNvml]
 
 
 def _wait_for(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -153,7 +153,7 @@ def test_unexpected_errors_become_error_samples(fake: Fake) -> None:
 
 
 def test_start_never_blocks_on_a_slow_driver() -> None:
-    class SlowInit(FakeNvml):
+    class SlowInit(RecordedNvml):
         def nvmlInit(self) -> None:
             time.sleep(0.5)
             super().nvmlInit()

@@ -24,7 +24,7 @@ UUID_4090 = "GPU-6f3a2c1e-8b4d-4e2a-9c71-0d5e3b7a9f12"
 UUID_3090 = "GPU-1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b"
 
 
-def test_fake_nvml_answers_topology_and_p2p_like_pynvml(fake):
+def test_recorded_nvml_answers_topology_and_p2p_like_pynvml(fake):
     nv = fake("rtx4090-rtx3090")
     nv.nvmlInit()
     a, b = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)

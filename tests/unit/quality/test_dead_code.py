@@ -2,7 +2,7 @@
 
 Uses by the tests, benchmarks and packaging scripts count (a test-only helper is alive). Qt calls
 the event handlers it overrides by name (logging its ``handleError``), and
-``core/hardware/fake_nvml.py`` mirrors pynvml's API (reached by attribute on the module); those
+``core/hardware/recorded_nvml.py`` mirrors pynvml's API (reached by attribute on the module); those
 are the only exceptions.
 """
 
@@ -33,7 +33,7 @@ QT_OVERRIDES = {
     "handleError",  # logging.Handler's, called by logging
 }
 #: files that implement an outside API whose callers are outside the project
-MIRRORS = {"core/hardware/fake_nvml.py"}
+MIRRORS = {"core/hardware/recorded_nvml.py"}
 
 
 def test_vulture_finds_no_unused_definitions() -> None:

@@ -113,7 +113,7 @@ def test_core_imports_neither_qt_nor_the_gui() -> None:
 def test_every_error_kvpilot_raises_joins_one_tree() -> None:
     """Each exception class defined in core derives from KvpilotError (one-line message, exit
     code 2 in the CLI, a message box in the GUI); only the stand-in for NVIDIA's own pynvml
-    errors (core/hardware/fake_nvml.py) mirrors that library instead."""
+    errors (core/hardware/recorded_nvml.py) mirrors that library instead."""
     import importlib
     import inspect
 
@@ -121,7 +121,7 @@ def test_every_error_kvpilot_raises_joins_one_tree() -> None:
 
     outside = []
     for name, path in _modules().items():
-        if not name.startswith("kvpilot.core") or name.endswith("fake_nvml"):
+        if not name.startswith("kvpilot.core") or name.endswith("recorded_nvml"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]

@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from kvpilot.core.errors import RuntimeInstallError
-from kvpilot.core.hardware.fake_nvml import load_fake
+from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.runtimes.releases import (
     choose_for_this_machine,
     choose_release,
@@ -74,11 +74,11 @@ def test_cpu_build_without_a_gpu_and_cuda_refused_without_one() -> None:
 def test_choice_from_recorded_machines() -> None:
     """Through NVML (the recorded snapshots): 12.8 driver -> 0.19.1; 12.4 -> refused;
     no driver -> the CPU build."""
-    rtx5090 = choose_for_this_machine(nvml_module=load_fake("rtx5090"))
+    rtx5090 = choose_for_this_machine(nvml_module=load_recorded("rtx5090"))
     assert rtx5090.release.runtime_id == "0.19.1-cuda"
     with pytest.raises(RuntimeInstallError, match=r"570\.26"):
-        choose_for_this_machine(nvml_module=load_fake("rtx4090-desktop"))
-    none = choose_for_this_machine(nvml_module=load_fake("no-driver"))
+        choose_for_this_machine(nvml_module=load_recorded("rtx4090-desktop"))
+    none = choose_for_this_machine(nvml_module=load_recorded("no-driver"))
     assert none.release.runtime_id == "0.32.0-cpu"
 
 

@@ -1,10 +1,13 @@
-"""A replay of recorded GPU snapshots that answers like NVIDIA's ``pynvml`` module.
+"""Planner mode: a recorded GPU snapshot, answering NVML's calls like NVIDIA's ``pynvml`` module.
 
-:class:`FakeNvml` has the functions, constants and ``NVMLError`` classes of ``pynvml``
-(nvidia-ml-py) that kvpilot uses, with the same names, error codes and return shapes, and answers
-from a JSON snapshot instead of a driver. It serves three purposes: tests run the production code
-path against it, ``kvpilot gpu --fake-nvml NAME`` and the GUI's ``--fake-gpu NAME`` show a chosen
-machine without having it, and documentation screenshots are reproducible.
+This is the app's only use of a stand-in for the driver: load a recorded snapshot
+(``resources/nvml_<name>.json`` or a file) and answer the functions, constants and
+``NVMLError`` classes of ``pynvml`` (nvidia-ml-py) that kvpilot uses, with the same names, error
+codes and return shapes. ``kvpilot gpu --fake-nvml NAME``, the GUI's ``--fake-gpu NAME`` and
+``KVPILOT_FAKE_NVML`` plan for a machine one does not have, and documentation screenshots are
+reproducible. The production NVML code (:mod:`kvpilot.core.hardware.nvml`) reads it exactly as it
+reads the real library. Injected faults (a GPU lost after N calls) are not recordings: the test
+double in ``tests/fakes/pynvml_stub.py`` adds them.
 
 Snapshot format (all sizes in bytes, powers in milliwatts as NVML reports them)::
 
@@ -21,8 +24,7 @@ Snapshot format (all sizes in bytes, powers in milliwatts as NVML reports them):
         "pcie": {"gen": 4, "width": 16}, "display_mode": 1, "display_active": 1,
         "ecc_mode": [0, 0], "mig_mode": [0, 0], "persistence_mode": 0,
         "compute_processes": [{"pid": 1, "used_bytes": 123 | null}], "graphics_processes": [...],
-        "errors": {"nvmlDeviceGetPowerUsage": "NOT_SUPPORTED"},
-        "lost_after_calls": null | N
+        "errors": {"nvmlDeviceGetPowerUsage": "NOT_SUPPORTED"}
       }],
       "host_processes": {"2211": {"name": "Xorg", "cmdline": ["/usr/lib/xorg/Xorg", "vt2"]}},
       "links": [{"devices": [0, 1], "topology": 30,
@@ -33,8 +35,7 @@ Snapshot format (all sizes in bytes, powers in milliwatts as NVML reports them):
 level) and ``nvmlDeviceGetP2PStatus`` (``NVML_P2P_STATUS_*`` per capability) for a pair.
 
 A dynamic scalar (utilization, temperature, power, clocks) may be a list: successive reads cycle
-through it. ``lost_after_calls: N`` makes every call on that device after its N-th raise
-``NVMLError_GpuIsLost``. A pid missing from ``host_processes`` behaves like a process that exited
+through it. A pid missing from ``host_processes`` behaves like a process that exited
 (or lives outside this PID namespace) before it could be read.
 """
 
@@ -173,7 +174,7 @@ SNAPSHOT_PREFIX = "nvml_"
 
 
 @dataclass(frozen=True)
-class FakeHostProcess:
+class RecordedHostProcess:
     """What the replay knows about a host process (stands in for psutil)."""
 
     pid: int
@@ -191,10 +192,10 @@ class _Handle:
         self.reads: dict[str, int] = {}
 
     def __repr__(self) -> str:
-        return f"<fake nvmlDevice {self.index}>"
+        return f"<recorded nvmlDevice {self.index}>"
 
 
-class FakeNvml:
+class RecordedNvml:
     """An object with the ``pynvml`` module interface, answering from one snapshot.
 
     Thread-safe (one lock around every call), like the real library. ``init_count`` and
@@ -216,7 +217,7 @@ class FakeNvml:
                 setattr(self, name, value)
 
     def __repr__(self) -> str:
-        return f"<FakeNvml replaying {self.source}>"
+        return f"<RecordedNvml replaying {self.source}>"
 
     # ---------------------------------------------------------------- plumbing
     def _raise(self, code_name: str) -> None:
@@ -232,9 +233,6 @@ class FakeNvml:
         if not isinstance(handle, _Handle):
             self._raise("INVALID_ARGUMENT")
         handle.calls += 1
-        lost_after = handle.data.get("lost_after_calls")
-        if lost_after is not None and handle.calls > int(lost_after):
-            self._raise("GPU_IS_LOST")
         error = handle.data.get("errors", {}).get(function)
         if error:
             self._raise(error)
@@ -493,12 +491,12 @@ class FakeNvml:
         )
 
     # ---------------------------------------------------------------- host side
-    def read_process(self, pid: int) -> FakeHostProcess | None:
+    def read_process(self, pid: int) -> RecordedHostProcess | None:
         """The host process ``pid`` as recorded, or None when it is gone (like NoSuchProcess)."""
         entry = self.snapshot.get("host_processes", {}).get(str(pid))
         if entry is None:
             return None
-        return FakeHostProcess(
+        return RecordedHostProcess(
             pid=pid, name=str(entry.get("name", "")), cmdline=tuple(entry.get("cmdline", ()))
         )
 
@@ -514,8 +512,8 @@ def snapshot_names() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def load_fake(path_or_name: str | Path) -> FakeNvml:
-    """A :class:`FakeNvml` replaying a snapshot file, or a shipped snapshot by name.
+def load_recorded(path_or_name: str | Path) -> RecordedNvml:
+    """A :class:`RecordedNvml` replaying a snapshot file, or a shipped snapshot by name.
 
     ``path_or_name`` is a path to a JSON file, or a name such as ``rtx4090-desktop`` (the file
     ``nvml_rtx4090-desktop.json`` among kvpilot's resources).
@@ -548,4 +546,4 @@ def load_fake(path_or_name: str | Path) -> FakeNvml:
         raise HardwareError(f"GPU snapshot {source} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise HardwareError(f"GPU snapshot {source} must be a JSON object")
-    return FakeNvml(data, source=source)
+    return RecordedNvml(data, source=source)

@@ -11,7 +11,7 @@ from testpaths import REPO
 
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.fake_nvml import load_fake, snapshot_names
+from kvpilot.core.hardware.recorded_nvml import load_recorded, snapshot_names
 
 HARDWARE_DIR = REPO / "core" / "hardware"
 
@@ -19,7 +19,7 @@ HARDWARE_DIR = REPO / "core" / "hardware"
 def _functions_called_by_production() -> set[str]:
     names: set[str] = set()
     for path in HARDWARE_DIR.glob("*.py"):
-        if path.name == "fake_nvml.py":
+        if path.name == "recorded_nvml.py":
             continue
         names.update(re.findall(r'"(nvml(?:Init|Shutdown|System|Device)\w*)"', path.read_text()))
         names.update(re.findall(r"module\.(nvml[A-Z]\w+)", path.read_text()))
@@ -153,7 +153,7 @@ def test_shipped_snapshots_cover_the_issue_cases() -> None:
 
 @pytest.mark.parametrize("name", snapshot_names())
 def test_every_shipped_snapshot_is_consistent(name: str) -> None:
-    fake = load_fake(name)
+    fake = load_recorded(name)
     for dev in fake.snapshot.get("devices", []):
         mem = dev["memory"]
         assert mem["total"] == mem["reserved"] + mem["used"] + mem["free"], name
@@ -167,10 +167,10 @@ def test_every_shipped_snapshot_is_consistent(name: str) -> None:
 
 def test_load_fake_rejects_unknown_names_and_bad_files(tmp_path: Path) -> None:
     with pytest.raises(HardwareError, match=r"unknown GPU snapshot 'nope'.*rtx4090-desktop"):
-        load_fake("nope")
+        load_recorded("nope")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(HardwareError, match="not valid JSON"):
-        load_fake(bad)
+        load_recorded(bad)
     with pytest.raises(HardwareError, match="cannot read"):
-        load_fake(tmp_path / "missing.json")
+        load_recorded(tmp_path / "missing.json")
