@@ -34,7 +34,6 @@ from kvpilot.core.fit.plan import (
     VERDICT_FITS,
     Capacity,
     PlanInputs,
-    settings_dict,
 )
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import launch_reference
@@ -103,17 +102,7 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
     device = device_from_args(args, version)
     settings = settings_for_device(settings_from_args(args), device)
     model = load_model_spec(args.model)
-    return PlanInputs(
-        model=model,
-        gpu_total_bytes=device.total_bytes,
-        gpu_free_bytes=device.free_bytes,
-        gpu_name=device.name,
-        compute_capability=device.compute_capability,
-        gpu_memory_holders=device.memory_holders,
-        vllm_version=version,
-        gpu_allreduce=device.allreduce,
-        **settings_dict(settings),
-    )
+    return device.plan_inputs(model, version, settings)
 
 
 def plan(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:

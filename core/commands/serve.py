@@ -305,16 +305,7 @@ def plan_inputs(
         model = load_local_model(spec.model, model_id=model_identity(args.model))
     except (KvpilotError, ImportError):
         return None
-    return PlanInputs(
-        model=model,
-        gpu_total_bytes=device.total_bytes,
-        gpu_free_bytes=device.free_bytes,
-        gpu_name=device.name,
-        compute_capability=device.compute_capability,
-        gpu_memory_holders=device.memory_holders,
-        vllm_version=args.vllm_version or version,
-        **settings_dict(spec),
-    )
+    return device.plan_inputs(model, args.vllm_version or version, spec)
 
 
 def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefusal | None:

@@ -13,7 +13,8 @@ import argparse
 from dataclasses import dataclass
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.fit.plan import CPU_DEVICE_NAME, PlanInputs, ServingSettings, settings_dict
+from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import MiB
 from kvpilot.core.vllm.versions import Release
 
@@ -168,6 +169,23 @@ class Device:
     @property
     def is_cpu(self) -> bool:
         return self.name == CPU_DEVICE_NAME
+
+    def plan_inputs(
+        self, model: ModelSpec, vllm_version: str, settings: ServingSettings
+    ) -> PlanInputs:
+        """The fit engine's inputs for ``model`` served with ``settings`` by ``vllm_version``
+        on this device (its memory now, what holds it, how its GPUs all-reduce)."""
+        return PlanInputs(
+            model=model,
+            gpu_total_bytes=self.total_bytes,
+            gpu_free_bytes=self.free_bytes,
+            gpu_name=self.name,
+            compute_capability=self.compute_capability,
+            gpu_memory_holders=self.memory_holders,
+            vllm_version=vllm_version,
+            gpu_allreduce=self.allreduce,
+            **settings_dict(settings),
+        )
 
 
 def cpu_device() -> Device:
