@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from kvpilot.core.vllm.metrics import ScrapeError, ScrapeErrorKind, parse_metric
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.fallback import FallbackBanner, FallbackChoice
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
-from kvpilot.gui.panels.gpu_panel import split_vram
 from kvpilot.gui.panels.server_panel import LogView
 from kvpilot.gui.workers import run_in_pool
 
@@ -120,47 +118,6 @@ def test_banner_buttons_carry_their_option(qtbot) -> None:
         banner.option_buttons[1].click()
     assert sig.args == [opts[1]]
     assert not any(b.isEnabled() for b in banner.option_buttons)  # no double relaunch
-
-
-class _Proc:
-    def __init__(self, pid: int, name: str, used: int | None) -> None:
-        self.pid, self.name, self.used_bytes = pid, name, used
-
-
-class _Gpu:
-    memory_total_bytes = 24 << 30
-    memory_used_bytes = 20 << 30
-    memory_free_bytes = 4 << 30
-    memory_reserved_bytes = 0
-
-    def __init__(self, procs: list[_Proc]) -> None:
-        self.processes = procs
-
-
-class _Cap:
-    weights_bytes = 9 << 30
-    available_kv_bytes = 8 << 30
-    requested_bytes = 19 << 30
-
-
-def test_vram_split_names_processes_and_splits_vllm() -> None:
-    gpu = _Gpu([_Proc(1, "/usr/lib/xorg/Xorg", 1 << 30), _Proc(2, "python3", 18 << 30)])
-    split = split_vram(gpu, {2}, _Cap())
-    assert dict(split.other) == {"Xorg": 1 << 30, "other (unattributed)": 1 << 30}
-    assert (split.weights, split.kv, split.activation) == (9 << 30, 8 << 30, 1 << 30)
-    total = (
-        sum(n for _, n in split.other) + split.weights + split.kv + split.activation + split.free
-    )
-    assert total == gpu.memory_total_bytes
-    assert not split.planned
-
-
-def test_vram_split_without_per_process_memory(qtbot) -> None:
-    """WSL2: the driver reports no per-process memory; vLLM's part comes from its budget."""
-    gpu = _Gpu([_Proc(1, "Xorg", None), _Proc(2, "python3", None)])
-    split = split_vram(gpu, {2}, _Cap())
-    assert split.weights == 9 << 30 and split.kv == 8 << 30
-    assert math.isclose(sum(n for _, n in split.other), 1 << 30)
 
 
 def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
