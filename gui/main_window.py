@@ -36,6 +36,7 @@ from kvpilot.core.fit.startup import StartupRefusedError
 from kvpilot.core.hardware.selection import describe_gpu, preferred_gpu
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm import supervisor as sv
+from kvpilot.core.vllm.loglevel import line_level
 from kvpilot.gui import theme
 from kvpilot.gui.attach_dialog import AttachDialog
 from kvpilot.gui.benchmark_dialog import BenchmarkDialog
@@ -928,20 +929,14 @@ class MainWindow(QMainWindow):
                  "file has every line")
             )
         for ev in lines:
-            level = logparse.parse_line(ev.line).level or (
-                "WARNING" if ev.stream == "stderr" and "Error" in ev.line else "INFO"
-            )
-            batch.append((level, ev.line))
+            batch.append((line_level(ev.line, ev.stream), ev.line))
         self.log_view.append_many(batch)
 
     def _on_server_event(self, ev: Any) -> None:
         if self.services.supervisor is None:
             return
         if isinstance(ev, sv.LogLineEvent):
-            level = logparse.parse_line(ev.line).level or (
-                "WARNING" if ev.stream == "stderr" and "Error" in ev.line else "INFO"
-            )
-            self.log_view.append(level, ev.line)
+            self.log_view.append(line_level(ev.line, ev.stream), ev.line)
         elif isinstance(ev, logparse.PhaseEvent):
             self.server_panel.show_phase(ev.phase)
         elif isinstance(ev, sv.StateEvent):
