@@ -54,7 +54,8 @@ class PlanRow:
 
     ``inputs``/``capacity`` are the fit engine's PlanInputs and Capacity; ``model_ref`` is what
     vLLM is given (a repo id or a local path); ``reason`` says why it does not fit or what to
-    watch; ``tokens_per_s`` is the engine's estimate (None when it has none).
+    watch; ``tokens_per_s`` is the engine's estimate (None when it has none); ``tight`` is the
+    fit engine's rule (:func:`kvpilot.core.fit.recommend.is_tight`), the CLI's too.
     """
 
     title: str
@@ -66,6 +67,7 @@ class PlanRow:
     model_ref: str
     tokens_per_s: float | None = None
     source: Any | None = None
+    tight: bool = False
 
     @property
     def borderline(self) -> bool:
@@ -87,10 +89,7 @@ class PlanRow:
             return theme.TIGHT
         if not self.fits:
             return theme.FAIL
-        h = self.headroom_bytes
-        if h is not None and h < theme.TIGHT_HEADROOM_BYTES:
-            return theme.TIGHT
-        return theme.OK
+        return theme.TIGHT if self.tight else theme.OK
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvpilot.core import paths
 from kvpilot.core.fit.plan import USE_CASE_LABELS
@@ -25,6 +25,9 @@ from kvpilot.core.telemetry import Telemetry
 from kvpilot.core.vllm.versions import release_number
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
+
+if TYPE_CHECKING:
+    from kvpilot.core.fit.plan import ServingSettings
 
 log = logging.getLogger("kvpilot.gui")
 
@@ -37,20 +40,6 @@ def _quant_label(method: str | None, bits: int) -> str:
     if not method:
         return f"{bits}-bit" if bits != 16 else "16-bit"
     return f"{method} {bits}-bit"
-
-
-def _capacity_reason(cap: Any, goal: Goal) -> str:
-    if not cap.fits:
-        if getattr(cap, "verdict", "") == "borderline":
-            from kvpilot.core.fit.budget import borderline_note
-
-            return str(borderline_note(cap))
-        return cap.failure.message if cap.failure else "does not fit"
-    return (
-        f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests "
-        f"({cap.kv_cache_dtype} KV, utilization {cap.gpu_memory_utilization:.2f})"
-        + ("" if cap.max_concurrency >= goal.users else f"; {goal.users} users wanted")
-    )
 
 
 @dataclass
@@ -396,6 +385,7 @@ class AppServices:
             KvpilotError: the named model cannot be read (message says where kvpilot looked).
         """
         from kvpilot.core.fit import recommend as rec
+        from kvpilot.core.fit.replan import fixed_settings, replan, user_fixed
         from kvpilot.core.models import catalog
 
         models = None
@@ -415,46 +405,38 @@ class AppServices:
             model_filter=model_filter,
             **({"vllm_version": release_number(goal.vllm_version)} if goal.vllm_version else {}),
         )
-        fixed = self.fixed_settings(goal)
-        result = rec.recommend(
-            self.core_target(target), fit_goal, models, fixed=fixed,
-            capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
+        chosen = fixed_settings(
+            kv_cache_dtype=goal.kv_cache_dtype,
+            gpu_memory_utilization=goal.gpu_memory_utilization,
+            enforce_eager=goal.enforce_eager,
         )
-        user_fixed = bool(self._fixed_knobs(goal))
+        _, plans = replan(
+            self.core_target(target), fit_goal, models, fixed=self.fixed_settings(goal),
+            capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
+            describe_fixed=user_fixed(chosen),  # plan_overrides are the backend's, not a choice
+        )
         rows: list[PlanRow] = []
-        for cand in result.candidates:
-            inputs, cap = cand.inputs, cand.capacity
-            fits = bool(cap.fits) and cap.max_concurrency >= 1
-            reason = cand.reason if not user_fixed else _capacity_reason(cap, goal)
+        for p in plans:
+            cand = p.candidate
+            title = p.model_id
+            quantization = ""
+            if cand is not None:
+                title += f" · {cand.gpus_label}" if cand.gpus_label else ""
+                quantization = _quant_label(cand.quantization, cand.weight_bits)
             rows.append(
                 PlanRow(
-                    title=cand.model_id + (f" · {cand.gpus_label}" if cand.gpus_label else ""),
-                    quantization=_quant_label(cand.quantization, cand.weight_bits),
-                    inputs=inputs,
-                    capacity=cap,
-                    fits=fits,
-                    reason=reason,
-                    model_ref=local_ref or cand.model_id,
-                    tokens_per_s=cand.decode_tokens_per_s,
-                    source=cand,
+                    title=title,
+                    quantization=quantization,
+                    inputs=p.inputs,
+                    capacity=p.capacity,
+                    fits=p.fits,
+                    reason=p.reason,
+                    model_ref=local_ref or p.model_id,
+                    tokens_per_s=cand.decode_tokens_per_s if cand is not None else None,
+                    source=cand if cand is not None else p.rejection,
+                    tight=p.tight,
                 )
             )
-        for rej in result.rejected:
-            plan = rej.borderline
-            rows.append(
-                PlanRow(
-                    title=rej.model_id,
-                    quantization="",
-                    inputs=plan[0] if plan is not None else None,
-                    capacity=plan[1] if plan is not None else None,
-                    fits=False,
-                    reason=rej.reason,
-                    model_ref=local_ref or rej.model_id,
-                    source=rej,
-                )
-            )
-        # stable: keeps the engine's ranking within fits / borderline / does not fit
-        rows.sort(key=lambda r: 0 if r.fits else 1 if r.borderline else 2)
         where = "measured free memory" if target.measured else "planner mode, nothing measured"
         label = USE_CASE_LABELS
         heading = (
@@ -463,12 +445,17 @@ class AppServices:
         )
         return PlanResult(rows, heading)
 
-    def fixed_settings(self, goal: Goal) -> Any:
-        """The serving settings the user fixed (goal knobs and :attr:`plan_overrides`), as a
-        ServingSettings: the recommender keeps them in every plan it ranks."""
-        from kvpilot.core.fit.plan import ServingSettings
+    def fixed_settings(self, goal: Goal) -> ServingSettings:
+        """The serving settings the user fixed (goal knobs and :attr:`plan_overrides`): the
+        recommender keeps them in every plan it ranks."""
+        from kvpilot.core.fit.replan import fixed_settings
 
-        return ServingSettings(**{**self._fixed_knobs(goal), **self.plan_overrides})
+        return fixed_settings(
+            kv_cache_dtype=goal.kv_cache_dtype,
+            gpu_memory_utilization=goal.gpu_memory_utilization,
+            enforce_eager=goal.enforce_eager,
+            overrides=self.plan_overrides,
+        )
 
     def planned_capacity(self, inputs: Any) -> Any:
         """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""
@@ -482,17 +469,6 @@ class AppServices:
         except SettingsError:
             log.warning("measurement file unreadable; planning without it", exc_info=True)
             return planned_capacity(inputs, None)
-
-    @staticmethod
-    def _fixed_knobs(goal: Goal) -> dict[str, Any]:
-        fixed: dict[str, Any] = {}
-        if goal.kv_cache_dtype != "auto":
-            fixed["kv_cache_dtype"] = goal.kv_cache_dtype
-        if goal.gpu_memory_utilization is not None:
-            fixed["gpu_memory_utilization"] = goal.gpu_memory_utilization
-        if goal.enforce_eager:
-            fixed["enforce_eager"] = True
-        return fixed
 
     @staticmethod
     def compute_capacity(inputs: Any) -> Any:

@@ -22,8 +22,6 @@ MEM_RESERVED = "#b0b0b0"
 #: plot pens
 PLOT_COLORS = ("#3a78c8", "#e07030", "#2e9d4f", "#c83a3a", "#8c6bb1")
 
-TIGHT_HEADROOM_BYTES = 1 << 30  # headroom below 1 GiB is "tight"
-
 
 def apply_theme(app: QApplication, theme: str) -> None:
     """Apply ``system`` (platform default), ``light`` or ``dark``."""

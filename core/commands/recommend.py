@@ -161,6 +161,8 @@ def to_json(result: Recommendation) -> dict[str, Any]:
                 "kv_cache_tokens": c.capacity.kv_cache_tokens,
                 "max_concurrency": round(c.capacity.max_concurrency, 2),
                 "headroom_bytes": c.capacity.headroom_bytes,
+                "kv_headroom_bytes": c.kv_headroom_bytes,
+                "tight": c.tight,
                 "decode_tokens_per_s": round(c.decode_tokens_per_s, 1)
                 if c.decode_tokens_per_s else None,
                 "ttft_s": round(c.ttft_s, 3) if c.ttft_s else None,

@@ -350,9 +350,8 @@ def _evaluate(
             tps *= gain / layout.pipeline_parallel_size
         if ttft is not None:
             ttft /= parallel.speedup(layout)
-    # ranked by the band's lower edge: headroom that holds even if vLLM takes more
-    kv_headroom = cap.available_kv_low_bytes - _kv_needed(cap, goal.users)
-    tight = kv_headroom < TIGHT_HEADROOM_BYTES
+    kv_headroom = kv_headroom_bytes(cap, goal.users)
+    tight = is_tight(cap, goal.users)
     short_context = cap.max_model_len < goal.context_tokens
     score = _score(goal, total, active, _weight_bits(model), cap, tps, ttft)
     if short_context:
@@ -404,6 +403,18 @@ def _score(
     if cap.kv_cache_dtype == "fp8":
         score -= 0.2
     return round(score, 4)
+
+
+def kv_headroom_bytes(cap: Capacity, users: int) -> int:
+    """KV bytes left over once ``users`` full-context requests have theirs, at the band's lower
+    edge (headroom that holds even if vLLM takes more than predicted); negative when short."""
+    return cap.available_kv_low_bytes - _kv_needed(cap, users)
+
+
+def is_tight(cap: Capacity, users: int) -> bool:
+    """The one "tight" rule (the CLI's reason and the GUI's amber mark): a plan whose KV
+    headroom for ``users`` (:func:`kv_headroom_bytes`) is below :data:`TIGHT_HEADROOM_BYTES`."""
+    return kv_headroom_bytes(cap, users) < TIGHT_HEADROOM_BYTES
 
 
 def _kv_needed(cap: Capacity, users: int) -> int:
