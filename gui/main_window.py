@@ -710,12 +710,14 @@ class MainWindow(QMainWindow):
 
     def launch_plan(self, row: PlanRow) -> bool:
         """Launch a plan from the table; False (with the reason shown) when it cannot start."""
-        if not row.launchable:
+        if not row.launchable or row.inputs is None:
             self.statusBar().showMessage(f"{row.title} does not fit: {row.reason}", 10_000)
             return False
         inputs = row.inputs
         if self.services.plan_overrides:
-            inputs = replace(inputs, **self.services.plan_overrides)
+            from kvpilot.core.fit.replan import with_settings
+
+            inputs = with_settings(inputs, self.services.plan_overrides)
         request = LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.profile)
         request.overrides.update(self._gpu_overrides(row))
         started = self.launch_request(request)

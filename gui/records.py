@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvpilot.gui import theme
+
+if TYPE_CHECKING:
+    from kvpilot.core.fit.parallel import GpuSet
+    from kvpilot.core.fit.plan import Capacity, PlanInputs
+    from kvpilot.core.fit.recommend import Candidate, Rejection
+    from kvpilot.core.hardware.probe import GpuSnapshot
+    from kvpilot.core.hardware.specs import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -20,13 +27,13 @@ class GpuTarget:
     total_bytes: int
     free_bytes: int | None
     compute_capability: tuple[int, int] | None
-    snapshot: Any | None = None
-    spec: Any | None = None
+    snapshot: GpuSnapshot | None = None
+    spec: GpuSpec | None = None
     #: this machine's GPUs the plans use (NVML indices, UUIDs) and, for two or more, the
     #: fit engine's GpuSet (the recommender then ranks single-card and parallel plans)
     gpu_indices: tuple[int, ...] = ()
     uuids: tuple[str, ...] = ()
-    gpu_set: Any | None = None
+    gpu_set: GpuSet | None = None
 
     @property
     def measured(self) -> bool:
@@ -60,19 +67,19 @@ class PlanRow:
 
     title: str
     quantization: str
-    inputs: Any
-    capacity: Any | None
+    inputs: PlanInputs | None
+    capacity: Capacity | None
     fits: bool
     reason: str
     model_ref: str
     tokens_per_s: float | None = None
-    source: Any | None = None
+    source: Candidate | Rejection | None = None
     tight: bool = False
 
     @property
     def borderline(self) -> bool:
         """The fit engine's verdict is "borderline": vLLM may or may not start this plan."""
-        return not self.fits and getattr(self.capacity, "verdict", "") == "borderline"
+        return not self.fits and self.capacity is not None and self.capacity.verdict == "borderline"
 
     @property
     def launchable(self) -> bool:
@@ -81,7 +88,7 @@ class PlanRow:
 
     @property
     def headroom_bytes(self) -> int | None:
-        return getattr(self.capacity, "headroom_bytes", None) if self.capacity else None
+        return self.capacity.headroom_bytes if self.capacity is not None else None
 
     @property
     def status_color(self) -> str:

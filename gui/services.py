@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kvpilot.core import paths
 from kvpilot.core.fit.plan import USE_CASE_LABELS
@@ -27,7 +27,26 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import ServingSettings
+    from kvpilot.core.fit.fallback import FailureLike, FallbackOption
+    from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
+    from kvpilot.core.fit.recommend import GpuTarget as FitTarget
+    from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
+    from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
+    from kvpilot.core.measurements import MeasurementKey, MeasurementStore
+    from kvpilot.core.models.spec import ModelSpec
+    from kvpilot.core.runtimes.installer import RuntimeInstaller
+    from kvpilot.core.vllm.command import LaunchSpec
+    from kvpilot.core.vllm.metrics import (
+        MetricsSample,
+        MetricsSampler,
+        MetricsScraper,
+        ScrapeError,
+    )
+    from kvpilot.core.vllm.orphans import OrphanServer
+    from kvpilot.core.vllm.proctree import StopReport
+    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.vllm.supervisor import LogLineEvent, Supervisor, SupervisorEvent
+    from kvpilot.core.vllm.watch import WatchSample
 
 log = logging.getLogger("kvpilot.gui")
 
@@ -42,15 +61,54 @@ def _quant_label(method: str | None, bits: int) -> str:
     return f"{method} {bits}-bit"
 
 
+#: a recorded NVML replay or the pynvml module: handed to the core untouched
+NvmlModule = object
+
+
+class SupervisorOptions(TypedDict, total=False):
+    """Keyword arguments passed through to :class:`~kvpilot.core.vllm.supervisor.Supervisor`
+    (timeouts; tests with a stand-in vllm)."""
+
+    health_interval_s: float
+    ready_health_interval_s: float
+    ready_timeout_s: float | None
+    measurements: tuple[MeasurementStore, MeasurementKey] | None
+    buffer_lines: int
+    keep_launches: int
+    log_max_bytes: int
+    settle_s: float
+    check_flags: bool
+    exit_grace_s: float
+    hung_after_s: float
+
+
+class InstallerOptions(TypedDict, total=False):
+    """Keyword arguments passed through to the managed-runtime installer (tests: wheel
+    folders, no index)."""
+
+    installer: str
+    index_url: str | None
+    no_index: bool
+    find_links: list[str]
+    python: str | None
+    check_gpu: bool
+    network_timeout_s: float
+    torch_index_url: str
+
+
 @dataclass
 class LaunchRequest:
-    """What to launch: plan inputs, the model reference vLLM gets, and the profile."""
+    """What to launch: plan inputs, the model reference vLLM gets, and the profile.
 
-    inputs: Any  # PlanInputs
+    ``predicted`` is the plan's capacity (set at launch); ``overrides`` replace
+    :class:`~kvpilot.core.vllm.command.LaunchSpec` fields (the GPUs, extra arguments).
+    """
+
+    inputs: PlanInputs
     model: str
     profile: Profile
-    predicted: Any | None = None  # Capacity
-    overrides: dict[str, Any] = field(default_factory=dict)
+    predicted: Capacity | None = None
+    overrides: dict[str, object] = field(default_factory=dict)
 
 
 #: planner-mode pairs offered after the single cards (spec-table names)
@@ -79,17 +137,18 @@ class AppServices:
         *,
         fake_gpu: str | None = None,
         data_dir: Path | None = None,
-        nvml_module: Any | None = None,
+        nvml_module: NvmlModule | None = None,
     ) -> None:
         self.bridge = bridge
         self.fake_gpu = fake_gpu
         self.data_dir = data_dir or paths.data_dir()
         self._nvml_module = nvml_module
         self.telemetry = Telemetry()
-        self.gpu_sampler: Any | None = None
-        self.metrics_sampler: Any | None = None
-        self.supervisor: Any | None = None
-        self.runtime: Any | None = None
+        self.gpu_sampler: GpuSampler | None = None
+        self.metrics_sampler: MetricsSampler | None = None
+        self._metrics_scraper: MetricsScraper | None = None
+        self.supervisor: Supervisor | None = None
+        self.runtime: VllmRuntime | None = None
         self.runtime_error: str | None = None
         self._lock = threading.Lock()
         #: set to cancel a model download that runs before a launch
@@ -97,26 +156,26 @@ class AppServices:
         self._downloading = False
         #: applied to a plan's PlanInputs when it is launched from the table (the CPU backend
         #: needs an explicit KV size); fallback relaunches keep what the fallback chose
-        self.plan_overrides: dict[str, Any] = {}
+        self.plan_overrides: dict[str, object] = {}
         #: applied to LaunchSpec before every launch (dtype, scratch env for the CPU backend)
-        self.launch_overrides: dict[str, Any] = {}
+        self.launch_overrides: dict[str, object] = {}
         #: extra keyword arguments for the Supervisor (timeouts; tests with a stand-in vllm)
-        self.supervisor_options: dict[str, Any] = {}
+        self.supervisor_options: SupervisorOptions = {}
         #: (total bytes, name) of the GPU in use, for predictions about an attached local server
         self.attach_gpu: tuple[int | None, str] = (None, "")
         #: extra keyword arguments for the managed-runtime installer (tests: wheel folders)
-        self.installer_options: dict[str, Any] = {}
+        self.installer_options: InstallerOptions = {}
         #: threads that finish stopping a sampler (joined by :meth:`shutdown`, never the GUI)
         self._reapers: list[threading.Thread] = []
         #: vLLM output lines not yet shown: the GUI takes them in batches (:meth:`take_log_lines`)
         #: instead of one queued signal per line, which a log flood would pile up without bound
-        self._log_lines: collections.deque[Any] = collections.deque(maxlen=LOG_BATCH_LINES)
+        self._log_lines: collections.deque[LogLineEvent] = collections.deque(maxlen=LOG_BATCH_LINES)
         self._log_dropped = 0
         self._log_lock = threading.Lock()
 
     # ----------------------------------------------------------------- hardware
 
-    def nvml_module(self) -> Any | None:
+    def nvml_module(self) -> NvmlModule | None:
         """The NVML module in use (a replay for ``--fake-gpu``), None for the default."""
         if self._nvml_module is None and self.fake_gpu:
             from kvpilot.core.hardware.recorded_nvml import load_recorded
@@ -124,7 +183,7 @@ class AppServices:
             self._nvml_module = load_recorded(self.fake_gpu)
         return self._nvml_module
 
-    def probe(self) -> Any:
+    def probe(self) -> ProbeResult:
         """Blocking: one NVML pass (run on the pool). Returns a ``ProbeResult``."""
         from kvpilot.core.hardware.probe import probe
 
@@ -141,7 +200,7 @@ class AppServices:
         return names + pairs + mixed
 
     @staticmethod
-    def target_from_snapshot(gpu: Any) -> GpuTarget:
+    def target_from_snapshot(gpu: GpuSnapshot) -> GpuTarget:
         from kvpilot.core.hardware.specs import lookup
 
         spec = lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
@@ -155,7 +214,7 @@ class AppServices:
         )
 
     @classmethod
-    def target_from_selection(cls, result: Any, indices: tuple[int, ...]) -> GpuTarget:
+    def target_from_selection(cls, result: ProbeResult, indices: tuple[int, ...]) -> GpuTarget:
         """The target for this machine's GPUs ``indices``: one GPU as it is, several as one
         per-GPU target (the smallest card bounds each rank) carrying their GpuSet.
 
@@ -226,7 +285,7 @@ class AppServices:
         raise KeyError(name)
 
     @staticmethod
-    def startup_limit(gpu: Any) -> tuple[str, bool]:
+    def startup_limit(gpu: GpuSnapshot) -> tuple[str, bool]:
         """The "at most gpu_memory_utilization X will start" line and whether to warn."""
         from kvpilot.core.fit.budget_now import launch_budget
         from kvpilot.core.hardware.probe import memory_now
@@ -250,7 +309,7 @@ class AppServices:
         emit = self.bridge.emitter("gpu_sample")
         telemetry = self.telemetry
 
-        def on_sample(sample: Any) -> None:
+        def on_sample(sample: GpuSample) -> None:
             if self.gpu_sampler is not sampler:
                 return  # the last sample of a sampler being stopped in the background
             if sample.ok:
@@ -261,7 +320,7 @@ class AppServices:
 
         rate = min(MAX_RATE_HZ, max(MIN_RATE_HZ, rate_hz))
         indices = index if isinstance(index, tuple) else (index,)
-        sampler: Any
+        sampler: GpuSampler
         if len(indices) > 1:
             sampler = GpuSetSampler(
                 indices, rate_hz=rate, nvml_module=self.nvml_module(), on_sample=on_sample
@@ -308,19 +367,19 @@ class AppServices:
 
     # ----------------------------------------------------------------- runtime
 
-    def discover_runtime(self, configured: str) -> Any:
+    def discover_runtime(self, configured: str) -> VllmRuntime:
         """Blocking: find vLLM (profile path, env, PATH, managed). Raises RuntimeNotFoundError."""
         from kvpilot.core.vllm.runtime import discover
 
         return discover(configured or None, data_dir=self.data_dir)
 
-    def list_runtimes(self, configured: str) -> list[Any]:
+    def list_runtimes(self, configured: str) -> list[VllmRuntime]:
         """Blocking: every working vLLM (for the settings dialog)."""
         from kvpilot.core.vllm.runtime import list_runtimes
 
         return list_runtimes(configured or None, data_dir=self.data_dir)
 
-    def runtime_installer_factory(self) -> Any:
+    def runtime_installer_factory(self) -> Callable[..., RuntimeInstaller]:
         """Builds :class:`~kvpilot.core.runtimes.installer.RuntimeInstaller` for the dialog
         (``installer_options`` are passed through: tests give wheel folders)."""
         from functools import partial
@@ -332,32 +391,13 @@ class AppServices:
     # ----------------------------------------------------------------- planning
 
     @staticmethod
-    def plan_inputs(target: GpuTarget, goal: Goal, model: Any, **extra: Any) -> Any:
-        """PlanInputs for ``model`` on ``target`` with the goal's knobs."""
-        from kvpilot.core.fit.plan import PlanInputs
-
-        return PlanInputs(
-            model=model,
-            gpu_total_bytes=target.total_bytes,
-            gpu_free_bytes=target.free_bytes,
-            gpu_name=target.name,
-            compute_capability=target.compute_capability,
-            gpu_memory_utilization=goal.gpu_memory_utilization,
-            max_model_len=goal.context_tokens,
-            max_num_seqs=goal.users,
-            kv_cache_dtype=goal.kv_cache_dtype,
-            enforce_eager=goal.enforce_eager,
-            **extra,
-        )
-
-    @staticmethod
-    def load_model(ref: str) -> Any:
+    def load_model(ref: str) -> ModelSpec:
         """Blocking: the ModelSpec of a local directory, catalog id or cached repo id."""
         from kvpilot.core.models.resolve import load_model_spec
 
         return load_model_spec(ref)
 
-    def core_target(self, target: GpuTarget) -> Any:
+    def core_target(self, target: GpuTarget) -> FitTarget:
         """The fit engine's GpuTarget (adds bandwidth and TFLOPS from the spec table)."""
         from kvpilot.core.fit.recommend import GpuTarget as FitTarget
         from kvpilot.core.hardware.probe import memory_holders
@@ -457,7 +497,7 @@ class AppServices:
             overrides=self.plan_overrides,
         )
 
-    def planned_capacity(self, inputs: Any) -> Any:
+    def planned_capacity(self, inputs: PlanInputs) -> Capacity:
         """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""
         from kvpilot.core.errors import SettingsError
         from kvpilot.core.fit.calibrate import planned_capacity
@@ -471,13 +511,13 @@ class AppServices:
             return planned_capacity(inputs, None)
 
     @staticmethod
-    def compute_capacity(inputs: Any) -> Any:
+    def compute_capacity(inputs: PlanInputs) -> Capacity:
         from kvpilot.core.fit.budget import compute_capacity
 
         return compute_capacity(inputs)
 
     def feasibility(
-        self, inputs: Any, contexts: list[int], dtypes: tuple[str, ...] = ("auto", "fp8")
+        self, inputs: PlanInputs, contexts: list[int], dtypes: tuple[str, ...] = ("auto", "fp8")
     ) -> dict[str, list[float]]:
         """Max concurrency at each context for each KV dtype (the planner's chart)."""
         from kvpilot.core.fit.recommend import feasibility
@@ -485,7 +525,7 @@ class AppServices:
         return feasibility(inputs, contexts, dtypes)
 
     @staticmethod
-    def launch_command_text(inputs: Any, model: str, profile: Profile) -> str:
+    def launch_command_text(inputs: PlanInputs, model: str, profile: Profile) -> str:
         """The exact ``vllm serve`` command for a plan (secrets as ***)."""
         from kvpilot.core.vllm.command import LaunchSpec, build_command, parse_extra_args
 
@@ -500,7 +540,12 @@ class AppServices:
         return build_command(spec).redacted()
 
     def export_text(
-        self, inputs: Any, model: str, profile: Profile, fmt: str, gpu_ids: tuple[str, ...] = ()
+        self,
+        inputs: PlanInputs,
+        model: str,
+        profile: Profile,
+        fmt: str,
+        gpu_ids: tuple[str, ...] = (),
     ) -> str:
         """The plan as ``fmt`` (``kvpilot export``'s formats), with the predicted capacity and
         the measured one when this GPU ran the plan; secrets only as references."""
@@ -527,12 +572,12 @@ class AppServices:
 
     # ----------------------------------------------------------------- server
 
-    def launch_spec(self, request: LaunchRequest) -> Any:
+    def launch_spec(self, request: LaunchRequest) -> LaunchSpec:
         """The LaunchSpec for a request (profile host/port/key/HF settings, extra args)."""
         from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
 
         p = request.profile
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "host": p.host,
             "port": p.port,
             "api_key": p.api_key or None,
@@ -544,7 +589,9 @@ class AppServices:
         values.update(request.overrides)
         return LaunchSpec.from_plan(request.inputs, request.model, **values)
 
-    def start_server(self, runtime: Any, spec: Any, inputs: Any | None = None) -> Any:
+    def start_server(
+        self, runtime: VllmRuntime, spec: LaunchSpec, inputs: PlanInputs | None = None
+    ) -> Supervisor:
         """Blocking (flag check, spawn): start a supervised server; events go to the bridge.
 
         With the plan's ``inputs``, what vLLM reports once ready is recorded in
@@ -574,7 +621,7 @@ class AppServices:
             )
         finally:
             self._downloading = False
-        options = dict(self.supervisor_options)
+        options = self.supervisor_options.copy()
         if inputs is not None and "measurements" not in options:
             store = MeasurementStore(self.data_dir / "measurements.json")
             options["measurements"] = (store, key_for(inputs))
@@ -591,7 +638,7 @@ class AppServices:
         sup.start()
         return sup
 
-    def check_startup_now(self, inputs: Any) -> None:
+    def check_startup_now(self, inputs: PlanInputs) -> None:
         """Blocking (one NVML pass): vLLM's free-memory check with the memory free right now on
         the sampled GPU; nothing to check without a sampled GPU.
 
@@ -616,13 +663,13 @@ class AppServices:
         if refusal is not None:
             raise StartupRefusedError(refusal)
 
-    def _supervisor_event_sink(self) -> Callable[[Any], None]:
+    def _supervisor_event_sink(self) -> Callable[[SupervisorEvent], None]:
         """The supervisor's ``on_event``: output lines to the batch buffer, the rest as signals."""
         from kvpilot.core.vllm.supervisor import LogLineEvent
 
         emit = self.bridge.emitter("server_event")
 
-        def sink(ev: Any) -> None:
+        def sink(ev: SupervisorEvent) -> None:
             if isinstance(ev, LogLineEvent):
                 with self._log_lock:
                     if len(self._log_lines) == self._log_lines.maxlen:
@@ -633,7 +680,7 @@ class AppServices:
 
         return sink
 
-    def take_log_lines(self) -> tuple[list[Any], int]:
+    def take_log_lines(self) -> tuple[list[LogLineEvent], int]:
         """The output lines since the last call, and how many were dropped before being taken."""
         with self._log_lock:
             lines = list(self._log_lines)
@@ -648,7 +695,7 @@ class AppServices:
             return set()
         return set(sample.process_used_bytes)
 
-    def stop_server(self) -> Any:
+    def stop_server(self) -> StopReport | None:
         """Blocking (up to ~20 s): stop the server tree. Returns the StopReport or None."""
         self.download_cancel.set()
         self.stop_metrics()
@@ -665,7 +712,9 @@ class AppServices:
             sup is not None and sup.state in ("starting", "ready", "stopping")
         )
 
-    def attach(self, url: str, api_key: str | None = None, log_path: str | None = None) -> Any:
+    def attach(
+        self, url: str, api_key: str | None = None, log_path: str | None = None
+    ) -> WatchSample:
         """Blocking (one or two HTTP requests): who serves at ``url`` and its first sample.
 
         Returns the :class:`~kvpilot.core.vllm.watch.WatchSample` (its ``identity`` names the
@@ -700,17 +749,18 @@ class AppServices:
             # a sampler being stopped in the background may finish one last scrape: drop it
             return self.metrics_sampler is sampler
 
-        def on_sample(sample: Any) -> None:
+        def on_sample(sample: MetricsSample) -> None:
             if current():
                 telemetry.add_vllm_sample(sample)
                 emit(sample)
 
-        def on_error(t_s: float, error: Any) -> None:
+        def on_error(t_s: float, error: ScrapeError) -> None:
             if current():
                 telemetry.add_scrape_error(t_s, error)
 
         sampler = MetricsSampler(scraper, on_sample, on_error, interval_s=1.0 / max(0.1, rate_hz))
         self.metrics_sampler = sampler
+        self._metrics_scraper = scraper
         sampler.start()
 
     def stop_metrics(self) -> None:
@@ -720,9 +770,12 @@ class AppServices:
         if sampler is not None:
             sampler.stop(timeout_s=0)  # asks the thread to end; does not wait
 
+            scraper, self._metrics_scraper = self._metrics_scraper, None
+
             def finish() -> None:
                 sampler.stop()
-                sampler.scraper.close()
+                if scraper is not None:
+                    scraper.close()
 
             self._reap(finish, "kvpilot-stop-metrics")
 
@@ -737,19 +790,19 @@ class AppServices:
 
     # ----------------------------------------------------------------- orphans
 
-    def find_orphans(self) -> list[Any]:
+    def find_orphans(self) -> list[OrphanServer]:
         """Blocking: servers started by an earlier kvpilot that is gone (pidfiles in data_dir)."""
         from kvpilot.core.vllm.orphans import find_orphans
 
         return find_orphans(self.data_dir)
 
-    def stop_orphan(self, orphan: Any) -> Any:
+    def stop_orphan(self, orphan: OrphanServer) -> StopReport:
         """Blocking: stop an orphaned server's whole process group. Returns the StopReport."""
         from kvpilot.core.vllm.orphans import stop_orphan
 
         return stop_orphan(orphan)
 
-    def adopt_orphan(self, orphan: Any) -> Any:
+    def adopt_orphan(self, orphan: OrphanServer) -> Supervisor:
         """Supervise an orphaned server from now on (events go to the bridge)."""
         from kvpilot.core.vllm.supervisor import Supervisor
 
@@ -763,16 +816,16 @@ class AppServices:
     # ----------------------------------------------------------------- fallback
 
     @staticmethod
-    def propose_fallbacks(failure: Any, inputs: Any, free_bytes: int | None = None) -> list[Any]:
+    def propose_fallbacks(
+        failure: FailureLike, inputs: PlanInputs, free_bytes: int | None = None
+    ) -> list[FallbackOption]:
         """Blocking: ranked fallback options for a failure of ``inputs`` (best first)."""
         from kvpilot.core.fit import fallback
 
         return list(fallback.propose(failure, inputs, free_bytes=free_bytes))
 
 
-def describe(mapping: Mapping[str, Any]) -> str:
+def describe(mapping: Mapping[str, object]) -> str:
     """``k=v, k=v`` for log lines (no secrets are ever passed here)."""
     return ", ".join(f"{k}={v}" for k, v in mapping.items())
 
-
-Callback = Callable[[Any], None]

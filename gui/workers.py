@@ -14,11 +14,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 log = logging.getLogger("kvpilot.gui")
+
+T = TypeVar("T")
 
 _live: set[_Carrier] = set()  # keeps carriers alive until their signal has been delivered
 
@@ -43,8 +45,8 @@ class _Task(QRunnable):
 
 
 def run_in_pool(
-    fn: Callable[[], Any],
-    on_result: Callable[[Any], None],
+    fn: Callable[[], T],
+    on_result: Callable[[T], None],
     on_error: Callable[[BaseException], None] | None = None,
 ) -> None:
     """Run ``fn()`` on a pool thread; deliver its result or exception on the GUI thread.
@@ -57,7 +59,7 @@ def run_in_pool(
 
 
 def _carrier_for(
-    on_result: Callable[[Any], None], on_error: Callable[[BaseException], None] | None
+    on_result: Callable[[T], None], on_error: Callable[[BaseException], None] | None
 ) -> _Carrier:
     carrier = _Carrier()
     _live.add(carrier)
@@ -80,8 +82,8 @@ _threads: set[threading.Thread] = set()
 
 
 def run_in_thread(
-    fn: Callable[[], Any],
-    on_result: Callable[[Any], None],
+    fn: Callable[[], T],
+    on_result: Callable[[T], None],
     on_error: Callable[[BaseException], None] | None = None,
     *,
     name: str = "kvpilot-task",

@@ -12,11 +12,17 @@ eager mode, a KV size the backend needs). :func:`fixed_settings` turns those cho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.fit.budget import borderline_note, compute_capacity
-from kvpilot.core.fit.plan import VERDICT_BORDERLINE, Capacity, PlanInputs, ServingSettings
+from kvpilot.core.fit.plan import (
+    VERDICT_BORDERLINE,
+    Capacity,
+    PlanInputs,
+    ServingSettings,
+    serving_field_names,
+)
 from kvpilot.core.fit.recommend import (
     Candidate,
     CapacityOf,
@@ -55,6 +61,19 @@ def fixed_settings(
         fixed["enforce_eager"] = True
     fixed.update(overrides or {})
     return ServingSettings(**fixed)
+
+
+def with_settings(inputs: PlanInputs, overrides: Mapping[str, object]) -> PlanInputs:
+    """``inputs`` with the serving settings in ``overrides`` (field -> value) replaced.
+
+    Raises:
+        TypeError: a key that is not a :class:`ServingSettings` field.
+    """
+    unknown = sorted(set(overrides) - set(serving_field_names()))
+    if unknown:
+        raise TypeError(f"not serving settings: {', '.join(unknown)}")
+    changes: dict[str, Any] = dict(overrides)
+    return replace(inputs, **changes)
 
 
 def user_fixed(settings: ServingSettings) -> bool:

@@ -20,6 +20,7 @@ from kvpilot.core.fit.replan import (
     ranked_plans,
     replan,
     user_fixed,
+    with_settings,
 )
 from kvpilot.core.units import GiB, MiB
 
@@ -107,3 +108,14 @@ def test_ranked_plans_mark_a_candidate_below_one_request_as_not_fitting(qwen7b) 
     plans = ranked_plans(replace(result, candidates=(starved,)), describe_fixed=True)
     assert not plans[0].fits and not plans[0].launchable
     assert plans[0].reason.endswith("; 2 users wanted")
+
+
+def test_with_settings_replaces_serving_settings_only(qwen7b) -> None:
+    from fitkit import rtx4090
+
+    inputs = rtx4090(qwen7b, max_model_len=4096)
+    changed = with_settings(inputs, {"kv_cache_memory_bytes": 64 * MiB, "enforce_eager": True})
+    assert changed.kv_cache_memory_bytes == 64 * MiB and changed.enforce_eager
+    assert changed.max_model_len == 4096 and changed.model is qwen7b
+    with pytest.raises(TypeError, match="gpu_name"):
+        with_settings(inputs, {"gpu_name": "other"})
