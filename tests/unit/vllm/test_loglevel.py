@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from testpaths import DATA
 
 from kvpilot.core.vllm.loglevel import LEVELS, line_level
 
-LOGS = Path(__file__).resolve().parents[2] / "data" / "vllm_logs" / "cpu_0.32"
+LOGS = DATA / "vllm_logs" / "cpu_0.32"
 
 
 def _line(name: str, needle: str) -> str:
