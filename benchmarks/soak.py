@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     window.settings = st.update_profile(
         window.settings, dataclasses.replace(window.profile, sampling_hz=args.rate_hz)
     )
-    window.set_runtime(runtime)
+    window.runtime_control.set_runtime(runtime)
     window.show()
     for sub in ("tmp", "cache", "config"):
         (scratch / "vllm" / sub).mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                    "VLLM_CACHE_ROOT": str(scratch / "vllm" / "cache"),
                    "VLLM_CONFIG_ROOT": str(scratch / "vllm" / "config")},
     )
-    window.started_by_us = True
+    window.server_control.started_by_us = True
     run_in_thread(lambda: services.start_server(runtime, spec), lambda _s: None,
                   lambda exc: print(f"soak: launch failed: {exc}", file=sys.stderr))
 

@@ -200,7 +200,7 @@ def show_panel(window: MainWindow, panel: str, failure_log: Path | None = None) 
     if panel == "fallback" and failure_log is not None:
         show_recorded_failure(window, failure_log)
     if panel == "settings":
-        dialog = window.make_settings_dialog()
+        dialog = window.profile_control.make_settings_dialog()
         dialog.show()
         return dialog
     return window
@@ -208,9 +208,10 @@ def show_panel(window: MainWindow, panel: str, failure_log: Path | None = None) 
 
 def loaded(window: MainWindow) -> bool:
     """True once the probe, the vLLM lookup and the first plans have arrived."""
-    probed = window.probe_result is not None or window.target is not None
-    runtime_known = window.runtime is not None or (
-        window.runtime_problem is not None and not window.runtime_problem.endswith("…")
+    gpus, runtimes = window.gpu_control, window.runtime_control
+    probed = gpus.probe_result is not None or gpus.target is not None
+    runtime_known = runtimes.runtime is not None or (
+        runtimes.runtime_problem is not None and not runtimes.runtime_problem.endswith("…")
     )
     planned = bool(window.planner.rows) or window.planner.status.text() not in ("", "planning…")
     return probed and runtime_known and planned
@@ -275,21 +276,22 @@ def show_recorded_failure(window: MainWindow, log_path: Path) -> bool:
     options come from the fit engine for the selected plan.
     """
     from kvpilot.core.vllm import logparse
+    from kvpilot.core.vllm.loglevel import line_level
     from kvpilot.gui.services import LaunchRequest
 
     path = Path(log_path)
     scanner = logparse.LogScanner()
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         scanner.feed(line)
-        window.log_view.append(logparse.parse_line(line).level or "INFO", line)
+        window.log_view.append(line_level(line), line)
     failure = scanner.failure  # the most specific failure of the whole log, as the supervisor's
     row = window.planner.selected()
     if failure is None or row is None or row.inputs is None:
         return False
-    window.current_request = LaunchRequest(
+    window.server_control.current_request = LaunchRequest(
         inputs=row.inputs, model=row.model_ref, profile=window.profile, predicted=row.capacity
     )
     window.server_panel.show_state("failed", model=row.model_ref)
-    window._on_failure(failure, after_ready=False)
+    window.fallback_control.on_failure(failure, after_ready=False)
     wait_until(lambda: bool(window.banner.option_buttons) or window.banner.note.text() == "", 10)
     return True

@@ -27,7 +27,8 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.fallback import FailureLike, FallbackOption
+    from kvpilot.core.failures import Failure
+    from kvpilot.core.fit.fallback import FallbackOption
     from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
     from kvpilot.core.fit.recommend import GpuTarget as FitTarget
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
@@ -817,7 +818,7 @@ class AppServices:
 
     @staticmethod
     def propose_fallbacks(
-        failure: FailureLike, inputs: PlanInputs, free_bytes: int | None = None
+        failure: Failure, inputs: PlanInputs, free_bytes: int | None = None
     ) -> list[FallbackOption]:
         """Blocking: ranked fallback options for a failure of ``inputs`` (best first)."""
         from kvpilot.core.fit import fallback

@@ -13,7 +13,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kvpilot.core.fit.budget import overhead_bytes
 from kvpilot.core.fit.plan import Capacity
 
 if TYPE_CHECKING:
@@ -144,6 +143,9 @@ def split_vram(
         others[UNATTRIBUTED] = others.get(UNATTRIBUTED, 0) + rest
     planned = False
     if not running and isinstance(capacity, Capacity):
+        # the budget module (and the hardware it imports) only once there is a plan to draw
+        from kvpilot.core.fit.budget import overhead_bytes
+
         planned = True
         weights = min(free, capacity.weights_bytes)
         activation = min(free - weights, overhead_bytes(capacity))

@@ -44,7 +44,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.fit.budget import overhead_bytes
 from kvpilot.core.fit.plan import USE_CASE_LABELS
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
@@ -85,6 +84,8 @@ def plan_segments(capacity: Any) -> list[Segment]:
     """The stacked bar of one plan: weights, activation + graphs + non-torch, KV, unused."""
     if capacity is None:
         return []
+    from kvpilot.core.fit.budget import overhead_bytes  # the fit engine: not before first paint
+
     act = overhead_bytes(capacity)
     kv = max(0, capacity.available_kv_bytes)
     return [

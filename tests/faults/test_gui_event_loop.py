@@ -97,12 +97,12 @@ def test_a_long_download_before_a_launch_holds_no_pool_thread(
 
     monkeypatch.setattr(download, "launchable_spec", slow_download)
     w = make_window("rtx4090-desktop")
-    w.set_runtime(VllmRuntime(("/bin/false",), "0.32.0", "env", "/bin/false"))
+    w.runtime_control.set_runtime(VllmRuntime(("/bin/false",), "0.32.0", "env", "/bin/false"))
     qtbot.waitUntil(lambda: w.planner.selected() is not None, timeout=15_000)
     progress: list[object] = []
     w.services.bridge.download_progress.connect(progress.append)
     qtbot.wait(300)  # the first plan's chart is drawn before the fault starts
-    w.launch_selected()
+    w.server_control.launch_selected()
     assert started.wait(5)
     loop_probe.ticks.clear()
     loop_probe.tick()
@@ -113,7 +113,7 @@ def test_a_long_download_before_a_launch_holds_no_pool_thread(
     # the pool is free for planning while the download runs: a replan completes
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     generation = w.planner.rows
-    w.replan()
+    w.plan_control.replan()
     qtbot.waitUntil(lambda: w.planner.rows is not generation, timeout=15_000)
     assert len(progress) > 10  # the progress flood reached the GUI thread meanwhile
     release.set()

@@ -68,7 +68,7 @@ def main() -> int:
         }
 
     measure("no-vllm")
-    window._show_launch_error(HUB_ERROR)
+    window.server_control.show_launch_error(HUB_ERROR)
     window.statusBar().showMessage(HUB_ERROR, 60_000)
     measure("hub-error")
     for log in sorted([*LOGS.glob("cpu_0.32/fail_*.log"), *LOGS.glob("gpu_excerpts/*.log")]):

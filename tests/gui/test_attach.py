@@ -20,11 +20,11 @@ def server(tmp_path: Path):
 
 def test_attach_feeds_the_dashboard_and_offers_no_stop(make_window, qtbot, server) -> None:
     w = make_window()
-    dialog = w.open_attach(modal=False)
+    dialog = w.attach_control.open_attach(modal=False)
     assert dialog.url.text() == "http://127.0.0.1:8000"
     dialog.url.setText(server.url + "/v1")
     dialog.accept()
-    qtbot.waitUntil(lambda: w.attached is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: w.attach_control.attached is not None, timeout=10_000)
     panel = w.server_panel
     assert panel.state == "attached"
     assert "tiny" in panel.status.text() and "vLLM 0.32.0" in panel.status.text()
@@ -38,40 +38,40 @@ def test_attach_feeds_the_dashboard_and_offers_no_stop(make_window, qtbot, serve
     qtbot.waitUntil(lambda: server.requests.count("/metrics") >= 3, timeout=10_000)
     assert w.services.telemetry.latest().cache_config["kv_cache_size_tokens"] == "1048576"
     # Stop does nothing to a server kvpilot does not own
-    assert w.stop_server() is False
+    assert w.server_control.stop_server() is False
     # a lost connection is a gap: the window stays attached, telemetry names the error
     server.die()
     qtbot.waitUntil(lambda: w.services.telemetry.latest().last_scrape_error is not None,
                     timeout=10_000)
-    assert w.attached is not None and panel.state == "attached"
+    assert w.attach_control.attached is not None and panel.state == "attached"
     # the load test targets the attached server
-    bench = w.open_benchmark(modal=False)
+    bench = w.benchmark_control.open(modal=False)
     assert bench is not None and server.url in bench.status.text()
     bench.close()
-    w.detach()
-    assert w.attached is None and w.services.metrics_sampler is None
+    w.attach_control.detach()
+    assert w.attach_control.attached is None and w.services.metrics_sampler is None
     assert panel.state is None and panel.stop_button.isVisibleTo(w)
 
 
 def test_attach_with_a_saved_log(make_window, qtbot, server) -> None:
     w = make_window()
-    dialog = w.open_attach(modal=False)
+    dialog = w.attach_control.open_attach(modal=False)
     dialog.url.setText(server.url)
     dialog.log_path.setText(str(DATA / "vllm_logs" / "cpu_0.32" / "startup.log"))
     assert dialog.values()[2].endswith("startup.log")
     dialog.accept()
-    qtbot.waitUntil(lambda: w.attached is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: w.attach_control.attached is not None, timeout=10_000)
     assert "vLLM reported 1,048,576 tok" in w.server_panel.capacity.text()
-    w.detach()
-    bad = w.attach(server.url, None, "/no/such.log")
+    w.attach_control.detach()
+    bad = w.attach_control.attach(server.url, None, "/no/such.log")
     assert bad
     qtbot.waitUntil(lambda: "cannot read the log" in w.statusBar().currentMessage(),
                     timeout=10_000)
-    assert w.attached is None
+    assert w.attach_control.attached is None
 
 
 def test_attach_to_nothing_is_one_message(make_window, qtbot) -> None:
     w = make_window()
-    assert w.attach("http://127.0.0.1:9")
+    assert w.attach_control.attach("http://127.0.0.1:9")
     qtbot.waitUntil(lambda: "cannot reach" in w.statusBar().currentMessage(), timeout=10_000)
-    assert w.attached is None and w.server_panel.state is None
+    assert w.attach_control.attached is None and w.server_panel.state is None

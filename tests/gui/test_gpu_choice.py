@@ -14,28 +14,30 @@ def test_two_gpus_default_to_the_card_without_the_display(make_window, qtbot) ->
     assert items[0].startswith("0: RTX 4090") and items[0].endswith("(display)")
     assert items[1].startswith("1: RTX 3090")
     assert items[2] == "0+1: all 2 (tensor parallel)"
-    assert w.gpu_indices == (1,) and combo.currentIndex() == 1
-    assert w.target.name == "NVIDIA GeForce RTX 3090" and w.target.uuids == (UUID_3090,)
+    assert w.gpu_control.gpu_indices == (1,) and combo.currentIndex() == 1
+    target = w.gpu_control.target
+    assert target.name == "NVIDIA GeForce RTX 3090" and target.uuids == (UUID_3090,)
     assert "3090" in w.gpu_panel.title.text()
     qtbot.waitUntil(lambda: w.services.gpu_sampler is not None, timeout=5000)
     assert w.services.gpu_sampler.index == 1
     # the launch of a plan goes to that card, by UUID
     row = next(r for r in w.planner.rows if r.fits)
-    assert w._gpu_overrides(row) == {"cuda_visible_devices": UUID_3090}
+    assert w.gpu_control.gpu_overrides(row) == {"cuda_visible_devices": UUID_3090}
 
 
 def test_both_gpus_rank_parallel_plans_and_sample_both(make_window, qtbot) -> None:
     w = make_window("rtx4090-rtx3090")
-    gen = w.plan_generation
-    assert w.select_gpus((0, 1))
+    gen = w.plan_control.plan_generation
+    assert w.gpu_control.select_gpus((0, 1))
     qtbot.waitUntil(
-        lambda: w.plan_generation > gen
+        lambda: w.plan_control.plan_generation > gen
         and any(r.inputs is not None and r.inputs.tensor_parallel_size == 2
                 for r in w.planner.rows),
         timeout=30_000,
     )
     assert w.gpu_combo.currentIndex() == 2
-    assert w.target.gpu_set is not None and w.target.name == "RTX 4090 + RTX 3090"
+    target = w.gpu_control.target
+    assert target.gpu_set is not None and target.name == "RTX 4090 + RTX 3090"
     sampler = w.services.gpu_sampler
     assert sampler is not None and sampler.indices == (0, 1)
     sample = sampler.sample_once()
@@ -47,17 +49,18 @@ def test_both_gpus_rank_parallel_plans_and_sample_both(make_window, qtbot) -> No
     assert parallel_rows and single_rows
     tp = parallel_rows[0]
     assert "RTX 4090 + RTX 3090" in tp.title and "no P2P" in tp.reason
-    assert w._gpu_overrides(tp) == {"cuda_visible_devices": f"{UUID_4090},{UUID_3090}"}
+    both = f"{UUID_4090},{UUID_3090}"
+    assert w.gpu_control.gpu_overrides(tp) == {"cuda_visible_devices": both}
     one = single_rows[0]
-    assert w._gpu_overrides(one) == {"cuda_visible_devices": UUID_3090}
-    assert w._plan_gpu_indices(one) == (1,)
+    assert w.gpu_control.gpu_overrides(one) == {"cuda_visible_devices": UUID_3090}
+    assert w.gpu_control.plan_gpu_indices(one) == (1,)
 
 
 def test_one_gpu_shows_no_combo(make_window) -> None:
     w = make_window("rtx4090-desktop")
     assert not w.gpu_combo.isVisibleTo(w)
-    assert w.gpu_indices == (0,)
-    assert w.select_gpus((3,)) is False
+    assert w.gpu_control.gpu_indices == (0,)
+    assert w.gpu_control.select_gpus((3,)) is False
     assert "there is no GPU 3" in w.statusBar().currentMessage()
 
 
@@ -67,16 +70,17 @@ def test_planner_mode_offers_pairs_of_cards(make_window, qtbot) -> None:
     names = [combo.itemText(i) for i in range(combo.count())]
     assert "2x NVIDIA GeForce RTX 4090" in names
     assert "NVIDIA GeForce RTX 4090 + NVIDIA GeForce RTX 3090" in names
-    gen = w.plan_generation
+    gen = w.plan_control.plan_generation
     combo.setCurrentText("NVIDIA GeForce RTX 4090 + NVIDIA GeForce RTX 3090")
     qtbot.waitUntil(
-        lambda: w.plan_generation > gen
+        lambda: w.plan_control.plan_generation > gen
         and any(r.inputs is not None and r.inputs.tensor_parallel_size == 2
                 for r in w.planner.rows),
         timeout=30_000,
     )
-    assert w.target.name == "RTX 4090 + RTX 3090" and w.target.gpu_set is not None
-    assert w.target.compute_capability == (8, 6)
+    target = w.gpu_control.target
+    assert target.name == "RTX 4090 + RTX 3090" and target.gpu_set is not None
+    assert target.compute_capability == (8, 6)
     tp = next(r for r in w.planner.rows if r.inputs is not None
               and r.inputs.tensor_parallel_size == 2)
     assert tp.title.endswith("· RTX 4090 + RTX 3090")

@@ -56,8 +56,8 @@ def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
         )
         port = find_free_port("127.0.0.1", 18600)
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=4.0))
-        w.set_runtime(vllm_runtime)
-        gen = w.plan_generation
+        w.runtime_control.set_runtime(vllm_runtime)
+        gen = w.plan_control.plan_generation
         w.planner.context.setEditText("1,024")
         w.planner.users.setValue(4)
         w.planner.enforce_eager.setChecked(True)
@@ -65,7 +65,8 @@ def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
         w.planner._debounce.stop()
         w.planner.goal_changed.emit(w.planner.goal())
         qtbot.waitUntil(
-            lambda: w.plan_generation > gen and "1,024 context" in w.planner.heading.text(),
+            lambda: w.plan_control.plan_generation > gen
+            and "1,024 context" in w.planner.heading.text(),
             timeout=30_000,
         )
         row = w.planner.selected()
@@ -93,7 +94,7 @@ def _traffic(base_url: str, model: str, stop: threading.Event) -> None:
 
 def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     w = tiny_window(64 << 20)
-    w.launch_selected()
+    w.server_control.launch_selected()
     wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
     sup = w.services.supervisor
@@ -126,7 +127,7 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
         for t in threads:
             t.join(60)
     # the benchmark action: the core load test against the running server, percentiles shown
-    dialog = w.open_benchmark(modal=False)
+    dialog = w.benchmark_control.open(modal=False)
     assert dialog is not None
     dialog.levels.setText("1, 2, 4")
     dialog.prompt_tokens.setValue(64)
@@ -142,7 +143,7 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     dialog.close()
     tree = sup.tree_pids()
     assert tree
-    w.stop_server()
+    w.server_control.stop_server()
     wait_for_state(qtbot, w, "stopped", timeout=60_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
     # the loop closes: a re-plan of the same settings uses what vLLM reported at that launch
@@ -163,11 +164,11 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
 def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) -> None:
     # the recorded failure: 1 KiB per token
     w = tiny_window(64 << 20, dtype="float32", launch_kv_bytes=262_144)
-    w.launch_selected()
+    w.server_control.launch_selected()
     wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "failed"
-    assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
-    assert w.last_failure.estimated_max_model_len == 128
+    assert w.fallback_control.last_failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert w.fallback_control.last_failure.estimated_max_model_len == 128
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=30_000)
     assert w.banner.isVisible()
     w.banner._details.click()  # "Details (log)": the log tab with vLLM's own error lines
@@ -175,14 +176,14 @@ def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) ->
     assert "To serve at least one request" in w.log_view.visible_text()
     qtbot.wait(200)
     _shot(w, "fallback.png")
-    first = w.fallback_options[0]
+    first = w.fallback_control.fallback_options[0]
     w.banner.option_buttons[0].click()
     assert w.server_panel.state == "starting"  # relaunched at once: the failed tree is gone
     assert not w.banner.isVisible()
     wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
-    assert w.current_request.inputs == first.inputs
+    assert w.server_control.current_request.inputs == first.inputs
     tree = w.services.supervisor.tree_pids()
-    w.stop_server()
+    w.server_control.stop_server()
     wait_for_state(qtbot, w, "stopped", timeout=60_000)
     qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)

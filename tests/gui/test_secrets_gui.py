@@ -66,9 +66,11 @@ def _window_with_secrets(make_window, qtbot):
     w.settings = st.update_profile(
         w.settings, replace(w.profile, api_key=KEY, hf_token=TOKEN, port=port)
     )
-    w._save()
-    w._apply_profile()
-    w.set_runtime(VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.32.0", "env", str(FAKE_VLLM)))
+    w.profile_control.save()
+    w.profile_control.apply_profile()
+    w.runtime_control.set_runtime(
+        VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.32.0", "env", str(FAKE_VLLM))
+    )
     qtbot.waitUntil(lambda: w.planner.selected() is not None, timeout=15_000)
     return w
 
@@ -81,14 +83,15 @@ def test_a_crashed_launch_reports_no_secret(
     monkeypatch.setenv("FAKE_VLLM_MODE", "fail")
     monkeypatch.setenv("FAKE_VLLM_LOG", str(FAIL_LOG))
     w = _window_with_secrets(make_window, qtbot)
-    w.launch_selected()
+    w.server_control.launch_selected()
     qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
-    assert w.last_failure is not None
+    failure = w.fallback_control.last_failure
+    assert failure is not None
     log_file = Path(w.services.supervisor.log_path).read_text()
     assert "VLLM_API_KEY=" in log_file
     for where, text in {
-        "failure report": repr(w.last_failure) + str(w.last_failure),
+        "failure report": repr(failure) + str(failure),
         "banner": "\n".join(_visible_texts(w.banner)),
         "launch log": log_file,
         "python logging": caplog.text,
@@ -109,7 +112,7 @@ def test_planted_secrets_appear_nowhere(
     assert TOKEN not in store.path.read_text() and KEY not in store.path.read_text()
     assert set(ring.passwords.values()) == {KEY, TOKEN}
 
-    copied = w.copy_command()
+    copied = w.plan_control.copy_command()
     assert copied is not None and "vllm serve" in copied
 
     w.launch_action.trigger()
@@ -129,7 +132,7 @@ def test_planted_secrets_appear_nowhere(
     log_file = Path(sup.log_path).read_text()
     assert "HF_TOKEN=" in log_file  # the leaky line arrived, redacted
     view = w.log_view.visible_text()
-    assert w.stop_server()
+    assert w.server_control.stop_server()
     qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
 
     dialog = SettingsDialog(w.settings, secrets_note=store.secrets.describe())

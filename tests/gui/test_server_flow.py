@@ -49,7 +49,7 @@ def server_window(make_window, fake_runtime, qtbot):
         w = make_window(supervisor_options=dict(FAST), **kw)
         port = find_free_port("127.0.0.1", 19400)
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=5.0))
-        w.set_runtime(fake_runtime)
+        w.runtime_control.set_runtime(fake_runtime)
         qtbot.waitUntil(
             lambda: (
                 w.planner.selected() is not None
@@ -91,7 +91,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     from kvpilot.core.measurements import SOURCE_LAUNCH, MeasurementStore
 
     store = MeasurementStore(w.services.data_dir / "measurements.json")
-    key = key_for(w.current_request.inputs)
+    key = key_for(w.server_control.current_request.inputs)
     qtbot.waitUntil(lambda: store.lookup(key) is not None, timeout=10_000)
     got = store.lookup(key)
     # the figures of the replayed log and /metrics payload, under this plan's key
@@ -132,22 +132,22 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     monkeypatch.setenv("FAKE_VLLM_LOG", str(FAIL_LOG))
     w = server_window()
     first_inputs = w.planner.selected().inputs
-    w.launch_selected()
+    w.server_control.launch_selected()
     wait_for_state(qtbot, w, "failed", timeout=30_000)
-    assert w.last_failure is not None
-    assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert w.fallback_control.last_failure is not None
+    assert w.fallback_control.last_failure.kind == failures.KV_CACHE_TOO_SMALL
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
     assert w.banner.isVisible()
     assert "max seq len" in w.banner.cause.text() or "KV cache" in w.banner.cause.text()
     labels = [b.text() for b in w.banner.option_buttons]
-    assert labels == [o.label for o in w.fallback_options]
+    assert labels == [o.label for o in w.fallback_control.fallback_options]
     tips = [b.toolTip() for b in w.banner.option_buttons]
     assert tips == [
         o.change + ("" if o.predicted_fits else " (predicted not to fit either)")
-        for o in w.fallback_options
+        for o in w.fallback_control.fallback_options
     ]
     assert all(tip for tip in tips)
-    first = w.fallback_options[0]
+    first = w.fallback_control.fallback_options[0]
     assert first.inputs != first_inputs
     # the next launch succeeds (the stand-in is told to start normally)
     monkeypatch.setenv("FAKE_VLLM_MODE", "ready")
@@ -155,8 +155,8 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     w.banner.option_buttons[0].click()
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert not w.banner.isVisible()
-    assert w.current_request.inputs == replace(first.inputs)
-    w.stop_server()
+    assert w.server_control.current_request.inputs == replace(first.inputs)
+    w.server_control.stop_server()
     wait_for_state(qtbot, w, "stopped", timeout=30_000)
 
 
@@ -171,13 +171,13 @@ def test_graph_capture_oom_banner_shows_each_fix_with_its_effect(
     monkeypatch.setenv("FAKE_VLLM_LOG", str(GRAPH_OOM_LOG))
     monkeypatch.setenv("FAKE_VLLM_FAIL_UNLESS", "--max-cudagraph-capture-size")
     w = server_window()
-    w.launch_selected()
+    w.server_control.launch_selected()
     qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
-    assert w.last_failure.kind == failures.CUDA_OOM_GRAPHS
+    assert w.fallback_control.last_failure.kind == failures.CUDA_OOM_GRAPHS
     assert "FULL, 20 of 35" in w.banner.cause.text()
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
     labels = [b.text() for b in w.banner.option_buttons]
-    kinds = [o.kind for o in w.fallback_options]
+    kinds = [o.kind for o in w.fallback_control.fallback_options]
     assert {"eager", "smaller_capture_sizes", "piecewise_graphs"} <= set(kinds)
     capture = labels[kinds.index("smaller_capture_sizes")]
     assert "--max-cudagraph-capture-size" in capture and "CUDA graphs" in capture
@@ -185,8 +185,8 @@ def test_graph_capture_oom_banner_shows_each_fix_with_its_effect(
     # one click on "smaller capture sizes" relaunches with it, and the stand-in then serves
     w.banner.option_buttons[kinds.index("smaller_capture_sizes")].click()
     qtbot.waitUntil(lambda: w.server_panel.state == "ready", timeout=30_000)
-    assert w.current_request.inputs.max_cudagraph_capture_size is not None
-    w.stop_server()
+    assert w.server_control.current_request.inputs.max_cudagraph_capture_size is not None
+    w.server_control.stop_server()
     qtbot.waitUntil(lambda: w.server_panel.state == "stopped", timeout=30_000)
 
 
@@ -196,15 +196,15 @@ def test_negative_budget_banner_offers_a_utilization_that_covers_it(
     monkeypatch.setenv("FAKE_VLLM_MODE", "fail")
     monkeypatch.setenv("FAKE_VLLM_LOG", str(NEGATIVE_LOG))
     w = server_window()
-    w.launch_selected()
+    w.server_control.launch_selected()
     qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
-    assert w.last_failure.kind == failures.NEGATIVE_KV_BUDGET
+    assert w.fallback_control.last_failure.kind == failures.NEGATIVE_KV_BUDGET
     assert "-1.25 GiB" in w.banner.cause.text()
     qtbot.waitUntil(
         lambda: bool(w.banner.option_buttons) or "working out" not in w.banner.note.text(),
         timeout=15_000,
     )
-    kinds = [o.kind for o in w.fallback_options]
+    kinds = [o.kind for o in w.fallback_control.fallback_options]
     assert "shorter_context" not in kinds
     assert kinds, w.banner.note.text()
     labels = [b.text() for b in w.banner.option_buttons]
@@ -221,9 +221,9 @@ def test_an_unrecognised_failure_shows_vllms_last_error_line(
         "FAKE_VLLM_LOG", str(TESTS / "data" / "supervisor" / "unknown_failure_newer_release.log")
     )
     w = server_window()
-    w.launch_selected()
+    w.server_control.launch_selected()
     qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
-    assert w.last_failure.kind == failures.UNKNOWN
+    assert w.fallback_control.last_failure.kind == failures.UNKNOWN
     qtbot.waitUntil(lambda: "working out" not in w.banner.note.text(), timeout=15_000)
     assert "PlannerError: the fused MoE planner needs 3 GiB of scratch space" in (
         w.banner.cause.text()
@@ -239,7 +239,7 @@ def test_closing_asks_then_stops_the_server(server_window, qtbot, monkeypatch) -
         return len(asked) > 1  # refuse the first time, accept the second
 
     w = server_window(confirm_stop=confirm)
-    w.launch_selected()
+    w.server_control.launch_selected()
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     tree = w.services.supervisor.tree_pids()
     w.close()
@@ -255,7 +255,7 @@ def test_closing_asks_then_stops_the_server(server_window, qtbot, monkeypatch) -
 def test_quitting_the_application_stops_the_server(server_window, qtbot, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     w = server_window()
-    w.launch_selected()
+    w.server_control.launch_selected()
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     tree = w.services.supervisor.tree_pids()
     QApplication.instance().aboutToQuit.emit()  # what app.quit() / Ctrl+C / SIGTERM lead to
@@ -350,7 +350,7 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     tree = set(json.loads(proc.stdout.strip().splitlines()[-1]))
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
-    assert w.adopt_orphan()
+    assert w.orphan_control.adopt_orphan()
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     assert w.server_panel.endpoint.text() == f"http://127.0.0.1:{port}/v1"
     # the log view says that the old log stream is gone (its output went to the dead kvpilot)
@@ -364,18 +364,18 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
 
 def test_pressure_fix_relaunches_with_the_suggested_setting(server_window, qtbot) -> None:
     w = server_window()
-    w.launch_selected()
+    w.server_control.launch_selected()
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     first_pid = w.services.supervisor.pid
-    users = w.current_request.inputs.max_num_seqs
-    assert w.apply_pressure_fix("preemptions")  # "One user fewer"
+    users = w.server_control.current_request.inputs.max_num_seqs
+    assert w.fallback_control.apply_pressure_fix("preemptions")  # "One user fewer"
     qtbot.waitUntil(
         lambda: w.services.supervisor.pid != first_pid and w.server_panel.state == "ready",
         timeout=30_000,
     )
-    assert w.current_request.inputs.max_num_seqs == users - 1
-    assert not w.apply_pressure_fix("cpu_bound")  # no one-click fix for that one
-    w.stop_server()
+    assert w.server_control.current_request.inputs.max_num_seqs == users - 1
+    assert not w.fallback_control.apply_pressure_fix("cpu_bound")  # no one-click fix for that one
+    w.server_control.stop_server()
     wait_for_state(qtbot, w, "stopped", timeout=30_000)
 
 
@@ -391,12 +391,16 @@ def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qt
     assert row is not None and row.inputs is not None
     stale = replace(row.inputs, gpu_free_bytes=24 * GiB, gpu_memory_utilization=0.95)
     assert w.services.compute_capacity(stale).failure is None  # fits by the stale reading
-    assert w.launch_request(LaunchRequest(inputs=stale, model=row.model_ref, profile=w.profile))
+    assert w.server_control.launch_request(
+        LaunchRequest(inputs=stale, model=row.model_ref, profile=w.profile)
+    )
     qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=15_000)
     assert w.services.supervisor is None  # nothing was started
-    assert w.last_failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
-    assert "firefox (0.8 GiB), Xorg (0.4 GiB), gnome-shell (0.3 GiB)" in w.last_failure.message
+    failure = w.fallback_control.last_failure
+    assert failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
+    assert "firefox (0.8 GiB), Xorg (0.4 GiB), gnome-shell (0.3 GiB)" in failure.message
     qtbot.waitUntil(lambda: bool(w.banner.option_buttons), timeout=15_000)
-    first = w.fallback_options[0]
+    first = w.fallback_control.fallback_options[0]
     assert first.inputs.gpu_memory_utilization < 0.95
-    assert first.inputs.gpu_free_bytes == w.current_request.inputs.gpu_free_bytes < 24 * GiB
+    request = w.server_control.current_request
+    assert first.inputs.gpu_free_bytes == request.inputs.gpu_free_bytes < 24 * GiB

@@ -18,7 +18,7 @@ def _ok(dialog: SettingsDialog):
 
 def test_settings_dialog_round_trip(make_window, store, qtbot) -> None:
     w = make_window()
-    dialog = w.make_settings_dialog()
+    dialog = w.profile_control.make_settings_dialog()
     qtbot.addWidget(dialog)
     dialog.host.setText("127.0.0.1")
     dialog.port.setValue(8123)
@@ -34,7 +34,7 @@ def test_settings_dialog_round_trip(make_window, store, qtbot) -> None:
     dialog.extra_args.setText("--max-cudagraph-capture-size 256")
     assert _ok(dialog).isEnabled() and dialog.problems.text() == ""
     dialog.accept()
-    w.accept_settings(dialog.result_settings())
+    w.profile_control.accept_settings(dialog.result_settings())
     saved = store.load()
     assert saved.warnings == ()
     p = saved.settings.active
@@ -50,7 +50,7 @@ def test_settings_dialog_round_trip(make_window, store, qtbot) -> None:
         "--max-cudagraph-capture-size 256",
     )
     # the dialog opened again shows what was saved; secrets are masked
-    again = w.make_settings_dialog()
+    again = w.profile_control.make_settings_dialog()
     qtbot.addWidget(again)
     assert again.port.value() == 8123 and again.api_key.text() == "sk-local"
     assert again.api_key.echoMode() == again.api_key.EchoMode.Password
@@ -59,7 +59,7 @@ def test_settings_dialog_round_trip(make_window, store, qtbot) -> None:
 
 def test_wide_host_needs_an_api_key(make_window, qtbot) -> None:
     w = make_window()
-    dialog = w.make_settings_dialog()
+    dialog = w.profile_control.make_settings_dialog()
     qtbot.addWidget(dialog)
     dialog.host.setText("0.0.0.0")
     assert not _ok(dialog).isEnabled()
@@ -91,7 +91,7 @@ def test_profiles_create_duplicate_rename_delete_switch(make_window, store, qtbo
     dialog.profiles.setCurrentRow(0)
     dialog.delete_button.click()
     dialog.accept()
-    new = w.accept_settings(dialog.result_settings())
+    new = w.profile_control.accept_settings(dialog.result_settings())
     assert new.names == ("Long docs", "Docs fp8")
     assert new.active_profile == "Docs fp8"
     assert store.load().settings.active.port == 8200
@@ -101,7 +101,7 @@ def test_profiles_create_duplicate_rename_delete_switch(make_window, store, qtbo
 
 def test_last_profile_cannot_be_deleted(make_window, qtbot) -> None:
     w = make_window()
-    dialog = w.make_settings_dialog()
+    dialog = w.profile_control.make_settings_dialog()
     qtbot.addWidget(dialog)
     assert not dialog.delete_button.isEnabled()
 
@@ -117,7 +117,7 @@ def test_profile_switch_restores_its_goal(make_window, store, qtbot) -> None:
     store.save(s)
     w = make_window()
     assert w.planner.goal().context_tokens == 8192
-    w.switch_profile("Batch 4k")
+    w.profile_control.switch_profile("Batch 4k")
     goal = w.planner.goal()
     assert (goal.use_case, goal.context_tokens, goal.users) == ("batch", 4096, 16)
     qtbot.waitUntil(lambda: "16 users" in w.planner.heading.text(), timeout=15_000)
@@ -142,7 +142,7 @@ def test_corrupted_settings_file_is_kept_aside_and_the_user_told(
     assert len(backups) == 1 and backups[0].read_text(encoding="utf-8") == content
     # the app works with defaults and can save again
     assert w.planner.rows
-    w.switch_profile("Default")
+    w.profile_control.switch_profile("Default")
     assert store.load().warnings == ()
 
 

@@ -20,7 +20,7 @@ def test_window_opens_on_a_recorded_rtx4090(make_window) -> None:
     assert {"Xorg", "firefox", "gnome-shell"} <= set(labels)
     assert labels[-1] == "free"
     assert "at most gpu_memory_utilization" in w.gpu_panel.warning.text()
-    assert w.target is not None and w.target.measured
+    assert w.gpu_control.target is not None and w.gpu_control.target.measured
     # ranked plans: fitting ones first, the first selected, its budget detailed
     rows = w.planner.rows
     assert rows and rows[0].fits
@@ -49,10 +49,11 @@ def test_feasibility_chart_marks_the_goal(make_window, qtbot) -> None:
 
 def test_goal_change_replans(make_window, qtbot) -> None:
     w = make_window()
-    gen = w.plan_generation
+    gen = w.plan_control.plan_generation
     w.planner.users.setValue(12)
     qtbot.waitUntil(
-        lambda: w.plan_generation > gen and "12 users" in w.planner.heading.text(), timeout=15_000
+        lambda: w.plan_control.plan_generation > gen and "12 users" in w.planner.heading.text(),
+        timeout=15_000,
     )
     fitting = [r for r in w.planner.rows if r.fits]
     assert all(r.capacity.max_num_seqs >= 12 for r in fitting)
@@ -62,7 +63,7 @@ def test_goal_change_replans(make_window, qtbot) -> None:
 
 def test_no_vllm_disables_launch_with_the_fix(make_window) -> None:
     w = make_window()
-    assert w.runtime is None
+    assert w.runtime_control.runtime is None
     assert not w.server_panel.launch_button.isEnabled()
     reason = w.server_panel.reason.text()
     assert "vLLM" in reason and "pip install vllm" in reason
@@ -77,8 +78,8 @@ def test_no_gpu_opens_in_planner_mode(make_window, qtbot) -> None:
     assert w.gpu_panel.spec_combo.isVisible()
     assert "No GPU" in w.gpu_panel.title.text()
     assert "driver" in w.gpu_panel.title.text().lower()
-    assert w.target is not None and not w.target.measured
-    assert w.target.name == "NVIDIA GeForce RTX 4090"
+    assert w.gpu_control.target is not None and not w.gpu_control.target.measured
+    assert w.gpu_control.target.name == "NVIDIA GeForce RTX 4090"
     assert "planner mode" in w.planner.heading.text()
     assert w.planner.rows
     # pick another card from the spec table: the plans follow
@@ -86,7 +87,7 @@ def test_no_gpu_opens_in_planner_mode(make_window, qtbot) -> None:
     other = next(n for n in names if "3090" in n)
     w.gpu_panel.spec_combo.setCurrentText(other)
     qtbot.waitUntil(lambda: "3090" in w.planner.heading.text(), timeout=15_000)
-    assert w.target.name == other
+    assert w.gpu_control.target.name == other
 
 
 def test_copy_command_has_the_plan_and_no_secret(make_window, store) -> None:
@@ -96,7 +97,7 @@ def test_copy_command_has_the_plan_and_no_secret(make_window, store) -> None:
 
     w = make_window()
     w.settings = st.update_profile(w.settings, replace(w.profile, api_key="sk-topsecret"))
-    text = w.copy_command()
+    text = w.plan_control.copy_command()
     assert text is not None
     assert QGuiApplication.clipboard().text() == text
     row = w.planner.selected()
@@ -125,10 +126,10 @@ def test_export_menu_copies_each_format_without_secrets(make_window) -> None:
     assert service["image"].startswith("vllm/vllm-openai:v")
     assert str(row.capacity.max_model_len) in service["command"]
     assert "# predicted: KV cache" in text
-    docker = w.export_plan("docker")
+    docker = w.plan_control.export_plan("docker")
     assert docker is not None and docker.startswith("# kvpilot plan")
     # the GPU in use, by UUID (docker parses --gpus as CSV: the inner quotes stay)
-    uuid = w.target.uuids[0]
+    uuid = w.gpu_control.target.uuids[0]
     assert f"""--gpus '"device={uuid}"'""" in docker
     assert "copied" in w.statusBar().currentMessage()
 
@@ -163,7 +164,7 @@ def test_a_recorded_failure_log_shows_its_most_specific_failure(make_window, qtb
         scanner.feed(line)
     w = make_window("rtx4090-desktop")
     assert gui_app.show_recorded_failure(w, log)
-    assert w.last_failure == scanner.failure
-    assert w.last_failure.kind == failures.KV_CACHE_TOO_SMALL
-    assert w.banner.isVisible() and w.last_failure.message in w.banner.cause.text()
+    assert w.fallback_control.last_failure == scanner.failure
+    assert w.fallback_control.last_failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert w.banner.isVisible() and w.fallback_control.last_failure.message in w.banner.cause.text()
     assert w.log_view.line_count() == len(log.read_text(encoding="utf-8").splitlines())

@@ -14,7 +14,7 @@ from kvpilot.core.fit.vram import (
 )
 from kvpilot.core.hardware.probe import GpuProcess, GpuSnapshot
 from kvpilot.core.hardware.sampler import GpuSample
-from kvpilot.core.vllm.supervisor import ServerCapacity
+from kvpilot.core.measurements import ReportedCapacity
 
 GiB = 1 << 30
 
@@ -42,7 +42,7 @@ def _sum(split: VramSplit) -> int:
     )
 
 
-REPORTED = ServerCapacity(weights_bytes=9 * GiB, available_kv_bytes=8 * GiB, sources=("log",))
+REPORTED = ReportedCapacity(weights_bytes=9 * GiB, available_kv_bytes=8 * GiB, sources=("log",))
 
 
 def test_running_server_splits_its_processes_memory_as_reported() -> None:
@@ -87,7 +87,7 @@ def test_a_server_that_reported_nothing_yet_is_all_overhead() -> None:
 
 
 def test_negative_reported_kv_draws_no_kv() -> None:
-    over = ServerCapacity(weights_bytes=17 * GiB, available_kv_bytes=-GiB, sources=("log",))
+    over = ReportedCapacity(weights_bytes=17 * GiB, available_kv_bytes=-GiB, sources=("log",))
     split = split_vram(_gpu(_proc(2, "python3", 18 * GiB), used=18 * GiB), {2}, over)
     assert split is not None
     assert (split.weights_bytes, split.kv_bytes, split.activation_bytes) == (17 * GiB, 0, GiB)

@@ -1,0 +1,46 @@
+"""The main window's controllers: each turns one part of the window's events into core calls.
+
+:class:`~kvpilot.gui.window_widgets.WindowWidgets` builds the widgets and
+:class:`~kvpilot.gui.main_window.MainWindow` wires their signals to these; a controller gets the
+controllers it asks things of in its constructor and tells the others of its events through
+callbacks the window sets, so that imports only go one way (no cycle). A controller asks
+:class:`~kvpilot.gui.services.AppServices` (on the pool or in core threads) and updates the
+widgets with what comes back, on the GUI thread. None computes what the core decides.
+
+- :mod:`.gpus`: the probe, the GPU choice, planner mode (no GPU), the process names.
+- :mod:`.runtimes`: finding vLLM, the "Install vLLM" dialog.
+- :mod:`.profiles`: the active profile, the settings dialog, saving the goal.
+- :mod:`.planner`: planning for the goal, the feasibility chart, copying a command or export.
+- :mod:`.server`: launch, stop, the supervisor's events and the log.
+- :mod:`.fallback`: after a failure, what would fit; the one-click relaunch.
+- :mod:`.attach`: watching a server kvpilot did not start.
+- :mod:`.benchmark`: the load test of the running or watched server.
+- :mod:`.orphans`: a server an earlier kvpilot left running (keep it or stop it).
+
+Heavy core modules (fit engine, log parser, supervisor, HTTP) are imported inside the functions
+that use them, so that importing the window stays cheap before its first paint.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvpilot.gui.window_widgets import WindowWidgets
+
+
+def _nothing(*_args: object, **_kwargs: object) -> None:
+    """A callback nobody has set yet."""
+
+
+class Controller:
+    """Base: the window's widgets a controller drives, and the services."""
+
+    def __init__(self, window: WindowWidgets) -> None:
+        self.window = window
+        self.services = window.services
+
+    def say(self, text: str, timeout_ms: int = 0) -> None:
+        """A status-bar message (``timeout_ms`` 0: until the next one)."""
+        self.window.say(text, timeout_ms)
+

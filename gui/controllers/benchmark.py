@@ -1,0 +1,55 @@
+"""The load test of the server in view: this window's once ready, else the watched one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvpilot.gui.controllers import Controller
+
+if TYPE_CHECKING:
+    from kvpilot.gui.benchmark_dialog import BenchmarkDialog
+    from kvpilot.gui.controllers.attach import AttachController
+    from kvpilot.gui.controllers.server import ServerController
+    from kvpilot.gui.window_widgets import WindowWidgets
+
+
+class BenchmarkController(Controller):
+    """Opens the load-test dialog for the server there is."""
+
+    def __init__(
+        self, window: WindowWidgets, server: ServerController, attach: AttachController
+    ) -> None:
+        super().__init__(window)
+        self.server = server
+        self.attach = attach
+
+    def open(self, *, modal: bool = True) -> BenchmarkDialog | None:
+        """The load-test dialog for the watched or running server (None, with a message, when
+        there is none)."""
+        from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
+        from kvpilot.gui.benchmark_dialog import BenchmarkDialog
+
+        attached = self.attach.attached
+        if attached is not None:
+            base_url, model = attached.base_url, attached.model_id or ""
+            api_key = self.attach.api_key
+        else:
+            serving = self.server.serving()
+            if serving is None:
+                self.say("start a server first: the benchmark needs it ready", 8000)
+                return None
+            base_url, model, api_key = serving
+        dialog = BenchmarkDialog(
+            base_url,
+            model,
+            self.services.bridge,
+            run_load_test,
+            LoadTestConfig,
+            self.window,
+            api_key=api_key or None,
+        )
+        if modal:
+            dialog.exec()
+        else:
+            dialog.show()
+        return dialog

@@ -1,0 +1,222 @@
+"""The GPUs: the probe, which of this machine's GPUs the window uses, planner mode without one.
+
+The first probe fills the GPU choice (several GPUs: each, and all together) and selects the one
+:func:`~kvpilot.core.hardware.selection.preferred_gpu` names; selecting GPUs sets the planner's
+target, starts the sampler and calls ``target_changed``. Without a GPU the window plans for a card
+from the spec table. Later probes only refresh the process names the sampler cannot read. Which
+of the selected GPUs a plan runs on (a set's single card, or all) is answered here too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QTimer
+
+from kvpilot.core.errors import KvpilotError
+from kvpilot.gui.controllers import Controller, _nothing
+from kvpilot.gui.workers import run_in_pool
+
+if TYPE_CHECKING:
+    from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
+    from kvpilot.core.hardware.sampler import GpuSample
+    from kvpilot.gui.records import GpuTarget, PlanRow
+    from kvpilot.gui.window_widgets import WindowWidgets
+
+log = logging.getLogger("kvpilot.gui")
+
+DEFAULT_PLANNER_GPU = "NVIDIA GeForce RTX 4090"
+#: how often the process names of unknown pids are looked up again (ms)
+NAMES_REFRESH_MS = 5000
+
+
+class GpuController(Controller):
+    """Owns the probe result, the planner's target and the GPUs in use."""
+
+    def __init__(self, window: WindowWidgets) -> None:
+        super().__init__(window)
+        #: called when the planner's target changed (a GPU selected, a spec-table card picked)
+        self.target_changed: Callable[[], None] = _nothing
+        self.probe_result: ProbeResult | None = None
+        self.target: GpuTarget | None = None
+        #: this machine's GPUs in use (NVML indices; empty in planner mode)
+        self.gpu_indices: tuple[int, ...] = ()
+        self._probe_in_flight = False
+        self.names_refresh = QTimer(window)
+        self.names_refresh.setObjectName("gpu-process-names")
+        self.names_refresh.setInterval(NAMES_REFRESH_MS)
+        self.names_refresh.timeout.connect(self.refresh_names)
+
+    def probe(self) -> None:
+        """One NVML pass on the pool."""
+        self._probe_in_flight = True
+        run_in_pool(self.services.probe, self.on_probe, self.on_probe_error)
+
+    def on_probe(self, result: ProbeResult) -> None:
+        self._probe_in_flight = False
+        first = self.probe_result is None
+        self.probe_result = result
+        gpus = [g for g in result.gpus if not g.lost] if result.ok else []
+        if not gpus:
+            if first:
+                self.enter_planner_mode(result)
+            return
+        if first:
+            from kvpilot.core.hardware.selection import preferred_gpu
+
+            self._fill_gpu_combo(gpus)
+            chosen = preferred_gpu(gpus) or gpus[0]
+            self.gpu_indices = (chosen.index,)
+        gpu = next((g for g in gpus if g.index == self.gpu_indices[0]), gpus[0])
+        self._show_gpu(result, gpu)
+        if first:
+            self.select_gpus(self.gpu_indices)
+            self.names_refresh.start()
+            self.say(f"{gpu.name}: ready to plan", 5000)
+
+    def _show_gpu(self, result: ProbeResult, gpu: GpuSnapshot) -> None:
+        panel = self.window.gpu_panel
+        panel.show_probe(result, gpu)
+        text, warn = self.services.startup_limit(gpu)
+        panel.set_startup_limit(text, warn)
+
+    def _fill_gpu_combo(self, gpus: list[GpuSnapshot]) -> None:
+        """Every GPU NVML reports, plus all of them together when there are several."""
+        from kvpilot.core.hardware.selection import describe_gpu
+
+        combo = self.window.gpu_combo
+        combo.blockSignals(True)
+        combo.clear()
+        for g in gpus:
+            combo.addItem(describe_gpu(g), (g.index,))
+        if len(gpus) > 1:
+            indices = tuple(g.index for g in gpus)
+            names = "+".join(str(i) for i in indices)
+            combo.addItem(f"{names}: all {len(gpus)} (tensor parallel)", indices)
+        combo.blockSignals(False)
+        several = len(gpus) > 1
+        combo.setVisible(several)
+        self.window.gpu_combo_label.setVisible(several)
+
+    def on_gpu_combo(self, index: int) -> None:
+        indices = self.window.gpu_combo.itemData(index)
+        if indices and tuple(indices) != self.gpu_indices:
+            self.select_gpus(tuple(indices))
+
+    def select_gpus(self, indices: tuple[int, ...]) -> bool:
+        """Plan for, launch on and sample exactly this machine's GPUs ``indices``.
+
+        False (with the reason shown) while a server runs or for a GPU NVML does not report.
+        """
+        result = self.probe_result
+        if result is None or not result.ok:
+            return False
+        if self.services.server_running() and indices != self.gpu_indices:
+            self.say("stop the server before switching GPUs", 8000)
+            self._sync_gpu_combo()
+            return False
+        try:
+            target = self.services.target_from_selection(result, indices)
+        except KvpilotError as exc:
+            self.say(exc.message, 10_000)
+            self._sync_gpu_combo()
+            return False
+        self.gpu_indices = indices
+        self.target = target
+        self._sync_gpu_combo()
+        self._show_gpu(result, {g.index: g for g in result.gpus}[indices[0]])
+        self.sample(indices)
+        self.target_changed()
+        return True
+
+    def sample(self, indices: tuple[int, ...]) -> None:
+        """Sample exactly the GPUs ``indices`` (one, or several combined) from now on."""
+        self.services.start_gpu_sampler(
+            indices if len(indices) > 1 else indices[0], self.window.profile.sampling_hz
+        )
+
+    def _sync_gpu_combo(self) -> None:
+        combo = self.window.gpu_combo
+        for i in range(combo.count()):
+            if tuple(combo.itemData(i) or ()) == self.gpu_indices:
+                combo.setCurrentIndex(i)
+                return
+
+    def on_probe_error(self, exc: BaseException) -> None:
+        self._probe_in_flight = False
+        log.error("GPU probe failed", exc_info=exc)
+        if self.probe_result is None:
+            self.enter_planner_mode(None, str(exc))
+
+    def enter_planner_mode(self, result: ProbeResult | None, why: str = "") -> None:
+        """No GPU: plan for a card of the spec table (launch stays possible only with vLLM)."""
+        panel = self.window.gpu_panel
+        panel.show_probe(result, None)
+        names = self.services.spec_names()
+        pick = DEFAULT_PLANNER_GPU if DEFAULT_PLANNER_GPU in names else (names[0] if names else "")
+        panel.set_spec_names(names, pick)
+        panel.set_startup_limit("", False)
+        problem = result.error if result is not None else None
+        reason = problem.message if problem is not None else (why or "no NVIDIA GPU found")
+        self.say(f"planner mode: {reason}", 15_000)
+        if pick:
+            self.on_planner_gpu(pick)
+
+    def on_planner_gpu(self, name: str) -> None:
+        try:
+            self.target = self.services.target_from_spec(name)
+        except KeyError:
+            return
+        self.target_changed()
+
+    def refresh_names(self) -> None:
+        """Probe again when the sampler shows pids whose process name is not known yet."""
+        if self.window.gpu_panel.unknown_pids() and not self._probe_in_flight:
+            self.probe()
+
+    def on_gpu_sample(self, sample: GpuSample) -> None:
+        if sample.ok:
+            self.window.gpu_panel.update_sample(sample)
+
+    # ----------------------------------------------------------------- a plan's GPUs
+
+    def _plan_positions(self, row: PlanRow) -> tuple[int, ...] | None:
+        """Positions in the target's GPUs that a plan runs on: the plan's cards of a set, else
+        all of them (None: the target is not this machine's GPUs)."""
+        target = self.target
+        if target is None or not target.gpu_indices:
+            return None
+        positions = getattr(row.source, "gpu_positions", ()) or ()
+        if target.gpu_set is not None and positions:
+            return tuple(positions)
+        return tuple(range(len(target.gpu_indices)))
+
+    def plan_gpu_indices(self, row: PlanRow) -> tuple[int, ...]:
+        """NVML indices of the GPUs a plan runs on (the selection unless the plan is one card
+        of a set)."""
+        positions = self._plan_positions(row)
+        if self.target is None or positions is None:
+            return ()
+        return tuple(self.target.gpu_indices[i] for i in positions)
+
+    def gpu_overrides(self, row: PlanRow) -> dict[str, object]:
+        """The launch's GPUs by UUID (the plan's cards of a set, else the selection) and the
+        pipeline stages vLLM needs to be told about."""
+        target = self.target
+        positions = self._plan_positions(row)
+        if target is None or positions is None or not target.uuids:
+            return {}
+        out: dict[str, object] = {
+            "cuda_visible_devices": ",".join(target.uuids[i] for i in positions)
+        }
+        pp = row.inputs.pipeline_parallel_size if row.inputs is not None else 1
+        if pp > 1:
+            from kvpilot.core.vllm.command import parse_extra_args
+
+            out["extra_args"] = (
+                *parse_extra_args(self.window.profile.extra_args),
+                "--pipeline-parallel-size", str(pp),
+            )
+        return out
