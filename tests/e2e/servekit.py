@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .conftest import scratch_env
+
 #: serving flags that let the tiny test model start in seconds on two CPU cores
 TINY_SERVING_FLAGS = (
     "--max-model-len", "1024",
@@ -45,17 +47,9 @@ def serve_argv(
 
 
 def serve_env(vllm_scratch: Path, data_dir: Path) -> dict[str, str]:
-    """This environment with vLLM's temporary, cache and config folders in ``vllm_scratch``."""
-    env = dict(os.environ)
-    for sub in ("tmp", "cache", "config"):
-        (vllm_scratch / sub).mkdir(parents=True, exist_ok=True)
-    env.update(
-        TMPDIR=str(vllm_scratch / "tmp"),
-        VLLM_CACHE_ROOT=str(vllm_scratch / "cache"),
-        VLLM_CONFIG_ROOT=str(vllm_scratch / "config"),
-        KVPILOT_DATA_DIR=str(data_dir),
-    )
-    return env
+    """This environment with vLLM's temporary, cache and config folders in ``vllm_scratch``
+    (:func:`~e2e.conftest.scratch_env`) and kvpilot's files in ``data_dir``."""
+    return {**os.environ, **scratch_env(vllm_scratch), "KVPILOT_DATA_DIR": str(data_dir)}
 
 
 def start_serve(

@@ -18,11 +18,11 @@ import pytest
 
 from kvpilot.core.vllm.runtime import VllmRuntime
 
+from .conftest import READY_TIMEOUT_S
 from .servekit import TINY_SERVING_FLAGS, kvpilot_argv, serve_env, start_serve, wait_event
 
 pytestmark = pytest.mark.e2e
 
-START_TIMEOUT_S = 240.0
 REPO_ID = "kvpilot-test/tiny-llama"
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 SERVING_FLAGS = TINY_SERVING_FLAGS
@@ -69,7 +69,7 @@ def test_serve_by_hub_id_then_plan_says_measured(
         env, keep_stderr=True,
     )
     try:
-        events = wait_event(proc, "ready", START_TIMEOUT_S)
+        events = wait_event(proc, "ready", READY_TIMEOUT_S)
         launch = next(e for e in events if e["event"] == "launch")
         assert str(snapshot) in launch["command"]  # vLLM got the cached snapshot, offline
         store_file = data_dir / "measurements.json"

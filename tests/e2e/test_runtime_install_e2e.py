@@ -14,15 +14,8 @@ import pytest
 from kvpilot.core.runtimes import store
 from kvpilot.core.vllm.runtime import VllmRuntime, discover
 
+from .conftest import MANAGED_RUNTIME_ID, e2e_data_dir
 from .servekit import kvpilot_argv
-
-MANAGED_RUNTIME_ID = "0.32.0-cpu"  # what tests/run installs (see conftest.py)
-
-
-def e2e_data_dir() -> Path:
-    """The data dir tests/run installs into (same rule as conftest.py)."""
-    root = Path(__file__).resolve().parents[2]
-    return Path(os.environ.get("KVPILOT_TEST_DATA_DIR") or root / ".cache" / "e2e-data")
 
 
 def _managed() -> store.InstalledRuntime:

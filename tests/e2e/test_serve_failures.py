@@ -23,9 +23,8 @@ from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, Supervisor
 
+from .conftest import READY_TIMEOUT_S
 from .servekit import serve_argv, serve_env, start_serve, wait_event
-
-START_TIMEOUT_S = 240.0
 
 
 def _run_failing(runtime: VllmRuntime, spec: LaunchSpec, data_dir: Path, **kw: Any) -> Supervisor:
@@ -34,7 +33,7 @@ def _run_failing(runtime: VllmRuntime, spec: LaunchSpec, data_dir: Path, **kw: A
     kw.setdefault("exit_grace_s", 60.0)
     sup = Supervisor(runtime, spec, data_dir=data_dir, **kw)
     sup.start()
-    state = sup.wait_for((READY,), START_TIMEOUT_S)
+    state = sup.wait_for((READY,), READY_TIMEOUT_S)
     assert sup.wait_stopped(60)
     report = sup.stop_report
     assert report is not None and report.clean, report
@@ -119,7 +118,7 @@ def test_kv_cache_too_small_then_auto_fallback_serves_at_the_estimated_length(
                       "--kv-cache-memory-bytes", "262144", "--auto-fallback")
     proc = start_serve(argv, serve_env(vllm_scratch, tmp_path), keep_stderr=True)
     try:
-        events = wait_event(proc, "ready", 2 * START_TIMEOUT_S)
+        events = wait_event(proc, "ready", 2 * READY_TIMEOUT_S)
         failure = next(e for e in events if e["event"] == "failure")
         assert failure["kind"] == failures.KV_CACHE_TOO_SMALL
         assert failure["estimated_max_model_len"] == 128

@@ -22,9 +22,8 @@ from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, StateEvent, Supervisor
 from kvpilot.core.vllm.versions import Release
 
+from .conftest import READY_TIMEOUT_S
 from .servekit import kill_cli, serve_argv, serve_env, start_serve, wait_event
-
-START_TIMEOUT_S = 240.0
 
 
 def test_kvpilot_killed_orphan_found_adopted_then_engine_killed(
@@ -33,7 +32,7 @@ def test_kvpilot_killed_orphan_found_adopted_then_engine_killed(
     proc = start_serve(
         serve_argv(vllm_runtime.location, tiny_model, tmp_path), serve_env(vllm_scratch, tmp_path)
     )
-    events = wait_event(proc, "ready", START_TIMEOUT_S)
+    events = wait_event(proc, "ready", READY_TIMEOUT_S)
     server_pid = events[-1]["pid"]
     base_url = events[-1]["base_url"]
     kill_cli(proc)  # kvpilot crashes; vLLM lives on in its own session
@@ -81,7 +80,7 @@ def test_orphan_left_after_kvpilot_is_killed_is_stopped_by_stop_orphan(
         serve_argv(vllm_runtime.location, tiny_model, tmp_path, "--load-format", "dummy"),
         serve_env(vllm_scratch, tmp_path),
     )
-    events = wait_event(proc, "ready", START_TIMEOUT_S)
+    events = wait_event(proc, "ready", READY_TIMEOUT_S)
     server_pid = events[-1]["pid"]
     tree = {server_pid, *(c.pid for c in psutil.Process(server_pid).children(recursive=True))}
     kill_cli(proc)
@@ -103,7 +102,7 @@ def test_measured_dry_run_stores_what_vllm_reported(
     store = MeasurementStore(tmp_path / "measurements.json")
     spec = launch_spec()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    measured = run_measurement(vllm_runtime, spec, store, START_TIMEOUT_S, data_dir=tmp_path)
+    measured = run_measurement(vllm_runtime, spec, store, READY_TIMEOUT_S, data_dir=tmp_path)
     assert measured.source == SOURCE_DRY_RUN
     assert measured.kv_cache_tokens == 65_536
     assert measured.available_kv_bytes == 64 << 20

@@ -10,9 +10,8 @@ import time
 
 from kvpilot.core.vllm.watch import ServerWatch
 
+from .conftest import READY_TIMEOUT_S
 from .servekit import kvpilot_argv
-
-READY_TIMEOUT_S = 240.0
 
 
 def _watch_cli(url: str, seconds: float) -> subprocess.Popen[str]:
