@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
 
 from kvpilot.core.hardware.nvml import Nvml, NvmlInitError, import_pynvml
 from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.sampler import GpuSampler
 
 
-def cost_per_sample(module: Any, samples: int) -> tuple[float, float, float]:
+def cost_per_sample(module: object, samples: int) -> tuple[float, float, float]:
     """(median wall µs, p99 wall µs, CPU µs per sample) of ``sample_once`` in a loop."""
     sampler = GpuSampler(nvml_module=module)
     sampler.sample_once()  # open the session outside the measurement
@@ -40,7 +39,7 @@ def cost_per_sample(module: Any, samples: int) -> tuple[float, float, float]:
     )
 
 
-def cpu_share(module: Any, rate_hz: float, duration_s: float) -> tuple[float, int]:
+def cpu_share(module: object, rate_hz: float, duration_s: float) -> tuple[float, int]:
     """(percent of one core, samples taken) for a running sampler; the caller thread sleeps."""
     sampler = GpuSampler(rate_hz=rate_hz, nvml_module=module)
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -51,7 +50,7 @@ def cpu_share(module: Any, rate_hz: float, duration_s: float) -> tuple[float, in
     return cpu / wall * 100.0, len(sampler.history())
 
 
-def report(label: str, module: Any, args: argparse.Namespace) -> None:
+def report(label: str, module: object, args: argparse.Namespace) -> None:
     median_us, p99_us, cpu_us = cost_per_sample(module, args.samples)
     share, taken = cpu_share(module, args.rate, args.duration)
     verdict = "ok" if share < 1.0 else "OVER GOAL"

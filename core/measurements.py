@@ -17,13 +17,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kvpilot.core.errors import SettingsError
 from kvpilot.core.fit.plan import ServingSettings, settings_dict, settings_from_dict
 from kvpilot.core.models.identity import model_identity
 from kvpilot.core.paths import atomic_write_text, write_failure
 from kvpilot.core.vllm.versions import Release
+
+_T = TypeVar("_T")
 
 #: 2: the serving settings nested under ``key.settings``, release numbers normalised
 SCHEMA_VERSION = 2
@@ -153,11 +155,11 @@ class ReportedCapacity:
     kv_cache_memory_bytes: int | None = None
     sources: tuple[str, ...] = ()
 
-    def merged(self, source: str, **values: Any) -> ReportedCapacity:
+    def merged(self, source: str, **values: object) -> ReportedCapacity:
         """A copy with the non-None ``values`` (named as the fields here) applied and
         ``source`` noted; names that are no field here are ignored."""
         known = {f.name for f in fields(self)}
-        update = {k: v for k, v in values.items() if k in known and v is not None}
+        update: dict[str, Any] = {k: v for k, v in values.items() if k in known and v is not None}
         if not update:
             return self
         srcs = self.sources if source in self.sources else (*self.sources, source)
@@ -215,8 +217,9 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
+def _from_dict(cls: type[_T], data: dict[str, Any]) -> _T:
+    """A ``cls`` dataclass from the keys of ``data`` it has (others are ignored)."""
+    names = {f.name for f in fields(cast(Any, cls))}
     return cls(**{k: v for k, v in data.items() if k in names})
 
 

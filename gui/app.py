@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
@@ -115,7 +114,7 @@ def build_window(
 def _install_signal_handlers(app: QApplication) -> QTimer:
     """Ctrl+C / SIGTERM quit through Qt (so aboutToQuit stops the server)."""
 
-    def quit_(*_: Any) -> None:
+    def quit_(*_: object) -> None:
         app.quit()
 
     signal.signal(signal.SIGINT, quit_)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -32,6 +32,9 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.workers import run_in_pool
+
+if TYPE_CHECKING:
+    from kvpilot.core.vllm.client import LoadTestProgress, LoadTestReport
 
 RESULT_COLUMNS = (
     "users",
@@ -170,7 +173,7 @@ class BenchmarkDialog(QDialog):
             self._cancel.set()
             self._set_status("cancelling…", theme.TIGHT)
 
-    def _on_progress(self, p: Any) -> None:
+    def _on_progress(self, p: LoadTestProgress) -> None:
         per_level = self.requests.value()
         self.progress.setValue(
             min(self.progress.maximum(), p.level_index * per_level + p.completed)
@@ -181,7 +184,7 @@ class BenchmarkDialog(QDialog):
             theme.INFO,
         )
 
-    def _on_done(self, report: Any) -> None:
+    def _on_done(self, report: LoadTestReport) -> None:
         self.report = report
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)

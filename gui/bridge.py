@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -33,11 +32,11 @@ class CoreBridge(QObject):
     download_progress = Signal(object)
     message = Signal(str, str)
 
-    def emitter(self, signal_name: str) -> Callable[[Any], None]:
+    def emitter(self, signal_name: str) -> Callable[[object], None]:
         """A thread-safe callback that emits ``signal_name`` with its one argument."""
         signal = getattr(self, signal_name)
 
-        def emit(payload: Any) -> None:
+        def emit(payload: object) -> None:
             # the bridge may be deleted while a core thread still runs
             with contextlib.suppress(RuntimeError):
                 signal.emit(payload)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
@@ -43,6 +43,12 @@ from kvpilot.core.runtimes.releases import (
 )
 from kvpilot.gui.screen_fit import wrap_anywhere
 from kvpilot.gui.workers import run_in_pool
+
+if TYPE_CHECKING:
+    from PySide6.QtGui import QCloseEvent
+
+    from kvpilot.core.runtimes.installer import InstallResult
+    from kvpilot.core.runtimes.progress import InstallProgress
 
 InstallerFactory = Callable[..., RuntimeInstaller]
 
@@ -138,7 +144,7 @@ class InstallRuntimeDialog(QDialog):
         choose: Callable[[], Choice] | None = None,
         factory: InstallerFactory = RuntimeInstaller,
         data_dir: Path | None = None,
-        nvml_module: Any | None = None,
+        nvml_module: object | None = None,
         releases: tuple[Release, ...] | None = None,
         profiles: Callable[[], Sequence[Any]] | None = None,
         confirm: Callable[[str, str], bool] | None = None,
@@ -306,7 +312,7 @@ class InstallRuntimeDialog(QDialog):
             self.status.setText("cancelling…")
             self.controller.cancel()
 
-    def _on_progress(self, p: Any) -> None:
+    def _on_progress(self, p: InstallProgress) -> None:
         if p.packages_total:
             self.progress_bar.setRange(0, p.packages_total)
             self.progress_bar.setValue(min(p.packages_done, p.packages_total))
@@ -314,10 +320,10 @@ class InstallRuntimeDialog(QDialog):
             self.progress_bar.setValue(p.packages_total)
         self.status.setText(p.describe())
 
-    def _on_finished(self, result: Any, exc: BaseException | None) -> None:
+    def _on_finished(self, result: InstallResult | None, exc: BaseException | None) -> None:
         self.cancel_button.setEnabled(False)
         self.release_box.setEnabled(True)
-        if exc is None:
+        if exc is None and result is not None:
             rt = result.runtime
             self.result_runtime = rt
             self.progress_bar.setRange(0, 1)
@@ -331,6 +337,7 @@ class InstallRuntimeDialog(QDialog):
             self.refresh_installed()
             self.installed.emit(rt)
             return
+        exc = exc or RuntimeError("the installer returned nothing")
         self.error = exc
         self.progress_bar.setRange(0, 1)
         self.progress_bar.setValue(0)
@@ -418,7 +425,7 @@ class InstallRuntimeDialog(QDialog):
         self.log.setVisible(shown)
         self.log_toggle.setText("Hide log" if shown else "Show log")
 
-    def closeEvent(self, event: Any) -> None:
+    def closeEvent(self, event: QCloseEvent) -> None:
         if self.controller is not None and self.controller.running:
             if not self._confirm(
                 "Cancel the install?",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -35,6 +35,10 @@ from PySide6.QtWidgets import (
 from kvpilot.core import settings as st
 from kvpilot.core.errors import SettingsError
 from kvpilot.gui import theme
+
+if TYPE_CHECKING:
+    from kvpilot.core.runtimes.store import InstalledRuntime
+    from kvpilot.gui.runtime_install import InstallRuntimeDialog
 
 AUTO_RUNTIME = "auto-detect"
 
@@ -267,7 +271,7 @@ class SettingsDialog(QDialog):
         if name is not None:
             self._apply(
                 lambda: st.create_profile(self._settings, name, activate=False),
-                lambda s: name.strip(),
+                lambda _s: name.strip(),
             )
 
     def _duplicate(self) -> None:
@@ -276,7 +280,7 @@ class SettingsDialog(QDialog):
             src = self._current
             self._apply(
                 lambda: st.duplicate_profile(self._settings, src, name, activate=False),
-                lambda s: name.strip(),
+                lambda _s: name.strip(),
             )
 
     def _rename(self) -> None:
@@ -284,7 +288,7 @@ class SettingsDialog(QDialog):
         if name is not None:
             old = self._current
             self._apply(
-                lambda: st.rename_profile(self._settings, old, name), lambda s: name.strip()
+                lambda: st.rename_profile(self._settings, old, name), lambda _s: name.strip()
             )
 
     def _delete(self) -> None:
@@ -293,7 +297,7 @@ class SettingsDialog(QDialog):
 
     def _activate(self) -> None:
         name = self._current
-        self._apply(lambda: st.switch_profile(self._settings, name), lambda s: name)
+        self._apply(lambda: st.switch_profile(self._settings, name), lambda _s: name)
 
     # ----------------------------------------------------------------- fields
 
@@ -382,7 +386,7 @@ class SettingsDialog(QDialog):
             dialog.installed.connect(self._on_runtime_installed)
             dialog.show()
 
-    def _on_runtime_installed(self, rt: Any) -> None:
+    def _on_runtime_installed(self, rt: InstalledRuntime) -> None:
         self.runtime_status.setText(
             f"installed vLLM {rt.vllm_version or rt.version} ({rt.runtime_id}); auto-detect "
             f"finds it, or pick it here to pin this profile to it"
@@ -424,7 +428,7 @@ class SettingsDialog(QDialog):
         self.runtime_status.setText(f"could not list vLLM installations: {exc}")
 
 
-def _default_open_install(parent: QWidget) -> Any:
+def _default_open_install(parent: QWidget) -> InstallRuntimeDialog:
     """The "Install vLLM" dialog (not shown yet) for kvpilot's default data folder."""
     from kvpilot.gui.runtime_install import InstallRuntimeDialog
 

@@ -71,7 +71,7 @@ class StackedBar(QWidget):
             x += sw
         return out
 
-    def paintEvent(self, event: QPaintEvent) -> None:
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: ARG002 - Qt override
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         p.fillRect(self.rect(), QColor("#efefef"))

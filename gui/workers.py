@@ -64,7 +64,7 @@ def _carrier_for(
     carrier = _Carrier()
     _live.add(carrier)
 
-    def deliver(result: Any, exc: BaseException | None) -> None:
+    def deliver(result: T, exc: BaseException | None) -> None:
         _live.discard(carrier)
         carrier.deleteLater()
         if exc is None:

@@ -14,8 +14,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.vllm.client import (
     LoadTestConfig,
     LoadTestError,
@@ -37,7 +37,7 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``bench`` on the top-level parser."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "bench",

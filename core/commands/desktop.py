@@ -7,12 +7,12 @@ path of the executable that runs kvpilot now; ``--uninstall`` removes them.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from kvpilot.core import desktop
+from kvpilot.core.commands import Subparsers
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``install-desktop-entry`` on the top-level parser."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "install-desktop-entry",

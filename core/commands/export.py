@@ -18,9 +18,9 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from typing import Any
 
 from kvpilot.core import paths
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments, inputs_from_args, plan
 from kvpilot.core.commands.serving_args import (
     detected_gpu,
@@ -37,7 +37,7 @@ from kvpilot.core.vllm.export import FORMATS, build_export_plan, render
 API_KEY_ENV = "KVPILOT_API_KEY"
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``kvpilot export``."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "export", help="print the plan as a command, docker run, compose file or Helm values",

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.fit.budget_now import (
     CUDA_CONTEXT_BYTES,
@@ -28,7 +29,7 @@ from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.units import GiB, MiB
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``gpu`` on the top-level parser."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "gpu",
@@ -135,7 +136,7 @@ def _gib(n: int | None) -> str:
     return "n/a" if n is None else f"{n / GiB:.2f} GiB"
 
 
-def _na(value: Any, unit: str = "") -> str:
+def _na(value: object, unit: str = "") -> str:
     return "n/a" if value is None else f"{value}{unit}"
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Any
+
+from kvpilot.core.commands import Subparsers
 
 PANELS = ("planner", "dashboard", "log", "fallback", "settings")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``gui`` and its options."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "gui",

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvpilot.core import paths
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     add_serving_arguments,
@@ -43,6 +44,9 @@ from kvpilot.core.units import GiB
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
+if TYPE_CHECKING:
+    from kvpilot.core.vllm.runtime import VllmRuntime
+
 #: the release planned for when none is given and none is installed
 DEFAULT_VLLM_VERSION = NEWEST_KNOWN
 
@@ -58,7 +62,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser, *, model_required: bool 
                         f"else {DEFAULT_VLLM_VERSION})")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan", help="predict vLLM's memory budget for one configuration",
         description="Predict, term by term, how vLLM will size memory for one configuration.",
@@ -141,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(
-    args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore, rt: Any
+    args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore, rt: VllmRuntime
 ) -> None:
     """Launch with dummy weights and store what vLLM reported (needs a vLLM runtime)."""
     from kvpilot.core.fit.calibrate import key_for

@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from kvpilot.core import paths
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     add_serving_arguments,
@@ -49,7 +50,7 @@ from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "recommend", help="rank complete deployments for a GPU and a goal",
         description="Rank checkpoint x context x sequences x KV dtype x utilization for a GPU.",

@@ -17,15 +17,19 @@ import json
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.errors import RuntimeInstallCancelled, RuntimeInstallError, SettingsError
 from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.progress import InstallProgress
 from kvpilot.core.runtimes.releases import format_bytes
 
+if TYPE_CHECKING:
+    from kvpilot.core.settings import Settings
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``runtime`` on the top-level parser."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "runtime",
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _load_settings() -> Any | None:
+def _load_settings() -> Settings | None:
     from kvpilot.core.settings import SettingsStore
 
     try:

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from kvpilot.core import failures, paths
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.commands.serving_args import (
     Device,
@@ -60,7 +61,7 @@ API_KEY_ENV = "KVPILOT_API_KEY"
 DEFAULT_PORT = 8000
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``kvpilot serve``."""
     p = subparsers.add_parser(
         "serve",
@@ -331,7 +332,7 @@ class _Signals:
         self.event = threading.Event()
         self._old: dict[int, Any] = {}
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
         self.event.set()
 
     def __enter__(self) -> _Signals:

@@ -20,14 +20,14 @@ import json
 import os
 import sys
 import time
-from typing import Any
 
+from kvpilot.core.commands import Subparsers
 from kvpilot.core.errors import FitError
 from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm.watch import ServerWatch, WatchSample, is_local_url, normalize_url
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``kvpilot watch``."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "watch", help="watch any running vLLM server",

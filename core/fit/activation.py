@@ -417,7 +417,7 @@ FORWARD_INTERMEDIATE_FACTOR = 3.0
 FORWARD_HIDDEN_FACTOR = 3.0
 
 
-def activation_bytes_per_element(model: ModelSpec, serve_dtype: str | None = None) -> int:
+def activation_bytes_per_element(serve_dtype: str | None = None) -> int:
     """Bytes of one activation element: 4 when serving in float32 (explicit), else 2.
 
     ``serve_dtype`` None means ``--dtype auto``, which serves float32 checkpoints in 16 bits.
@@ -480,7 +480,7 @@ def sampler_peak_bytes(
     model: ModelSpec,
     num_seqs: int,
     profile: VersionProfile,
-    tensor_parallel_size: int = 1,
+    tensor_parallel_size: int = 1,  # noqa: ARG001 - every rank samples the full vocabulary
     constants: FittedConstants | None = None,
 ) -> int:
     """The dummy sampler's peak: logit units alive x ``num_seqs x vocab x 4`` (bytes)."""
@@ -506,7 +506,7 @@ def activation_peak_bytes(
     the larger of the two wins; the hidden states of all batched tokens stay alive through the
     sampler. Under the V2 runner the forward's buffers are still held: they add.
     """
-    elem = activation_bytes_per_element(model, serve_dtype)
+    elem = activation_bytes_per_element(serve_dtype)
     forward = forward_peak_bytes(model, max_num_batched_tokens, tensor_parallel_size, elem)
     hidden = max_num_batched_tokens * model.hidden_size * elem
     sampler = sampler_peak_bytes(
@@ -549,7 +549,7 @@ def cudagraph_bytes(
     *,
     max_num_seqs: int,
     max_num_batched_tokens: int,
-    tensor_parallel_size: int = 1,
+    tensor_parallel_size: int = 1,  # noqa: ARG001 - the fitted pool has no per-rank term yet
     enforce_eager: bool = False,
     constants: FittedConstants | None = None,
     largest_default: int = 512,

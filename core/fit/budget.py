@@ -223,7 +223,7 @@ def compute_capacity(
         limit_mm_per_prompt=inputs.limit_mm_per_prompt,
         language_peak_bytes=act,
         tensor_parallel_size=tp,
-        elem_bytes=activation.activation_bytes_per_element(model, inputs.dtype),
+        elem_bytes=activation.activation_bytes_per_element(inputs.dtype),
         engine=profile.engine,
     )
     encoder_bytes = encoder.bytes if encoder is not None else 0

@@ -191,7 +191,7 @@ def propose(
 
     # the CUDA-graph capture ran out of memory / vLLM's KV budget came out negative
     for extra in (
-        *_graph_oom_options(failure, inputs, original, free, plan, users),
+        *_graph_oom_options(failure, inputs, original, plan, users),
         *_negative_budget_options(failure, inputs, original, free, plan, users),
     ):
         if check_support(extra.inputs) is None:
@@ -266,7 +266,6 @@ def _graph_oom_options(
     failure: Failure,
     inputs: PlanInputs,
     original: Capacity,
-    free: int | None,
     plan: Callable[[PlanInputs], Capacity],
     users: int | None,
 ) -> list[FallbackOption]:

@@ -146,7 +146,7 @@ def _params(model: ModelSpec) -> tuple[int, int]:
 
 
 def decode_tokens_per_s(
-    model: ModelSpec, capacity: Capacity, gpu: GpuTarget, context_tokens: int, active_frac: float
+    capacity: Capacity, gpu: GpuTarget, context_tokens: int, active_frac: float
 ) -> float | None:
     """Single-stream decode speed: bytes read per token over effective bandwidth."""
     if not gpu.bandwidth_bytes_per_s:
@@ -339,7 +339,7 @@ def _evaluate(
     inputs, cap = best
     total, active = _params(model)
     frac = active / total if total else 1.0
-    tps = decode_tokens_per_s(model, cap, gpu, goal.context_tokens, frac)
+    tps = decode_tokens_per_s(cap, gpu, goal.context_tokens, frac)
     prompt = min(TYPICAL_PROMPT_TOKENS[goal.use_case], cap.max_model_len)
     ttft = ttft_seconds(active, prompt, gpu)
     if layout is not None and layout.world_size > 1:

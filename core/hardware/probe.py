@@ -244,7 +244,7 @@ def psutil_process_reader(pid: int) -> tuple[str | None, tuple[str, ...]] | None
     return (name, cmdline)
 
 
-def process_reader_for(module: Any) -> ProcessReader:
+def process_reader_for(module: object) -> ProcessReader:
     """The host-process reader matching an NVML module: the replay's table for a fake."""
     if isinstance(module, RecordedNvml):
         fake = module
@@ -257,7 +257,7 @@ def process_reader_for(module: Any) -> ProcessReader:
     return psutil_process_reader
 
 
-def _bool(value: Any) -> bool | None:
+def _bool(value: object) -> bool | None:
     return None if value is None else bool(value)
 
 
@@ -268,7 +268,7 @@ _PROCESS_FUNCTIONS = {
 
 
 def running_processes(
-    nv: Nvml, handle: Any, kind: str, missing: list[str] | None = None
+    nv: Nvml, handle: object, kind: str, missing: list[str] | None = None
 ) -> list[Any]:
     """NVML's process entries (``pid``, ``usedGpuMemory``) of one kind: compute or graphics.
 
@@ -291,7 +291,7 @@ def running_processes(
 
 
 def read_processes(
-    nv: Nvml, handle: Any, reader: ProcessReader, missing: list[str]
+    nv: Nvml, handle: object, reader: ProcessReader, missing: list[str]
 ) -> tuple[GpuProcess, ...]:
     """Compute and graphics processes of one GPU, merged by pid (largest report wins).
 
@@ -408,7 +408,7 @@ def read_links(nv: Nvml, count: int) -> tuple[GpuLink, ...]:
     return tuple(links)
 
 
-def read_memory(nv: Nvml, handle: Any, missing: list[str] | None = None) -> dict[str, Any]:
+def read_memory(nv: Nvml, handle: object, missing: list[str] | None = None) -> dict[str, Any]:
     """Memory via the v2 query (reserved separated) with a fallback to v1.
 
     Raises:
@@ -438,7 +438,7 @@ def read_memory(nv: Nvml, handle: Any, missing: list[str] | None = None) -> dict
     }
 
 
-def read_dynamic(nv: Nvml, handle: Any, missing: list[str] | None = None) -> dict[str, Any]:
+def read_dynamic(nv: Nvml, handle: object, missing: list[str] | None = None) -> dict[str, Any]:
     """Utilization, temperature, power and clocks (the sampler's fields besides memory).
 
     Raises:
@@ -476,7 +476,7 @@ def read_dynamic(nv: Nvml, handle: Any, missing: list[str] | None = None) -> dic
 
 
 def probe(
-    nvml_module: Any | None = None,
+    nvml_module: object | None = None,
     *,
     model_dir: str | os.PathLike[str] | None = None,
     process_reader: ProcessReader | None = None,

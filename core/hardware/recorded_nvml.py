@@ -260,7 +260,7 @@ class RecordedNvml:
     def nvmlInit(self) -> None:
         self.nvmlInitWithFlags(0)
 
-    def nvmlInitWithFlags(self, flags: int) -> None:
+    def nvmlInitWithFlags(self, flags: int) -> None:  # noqa: ARG002 - pynvml's signature
         with self._lock:
             self.call_count += 1
             error = self.snapshot.get("init_error")

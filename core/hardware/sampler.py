@@ -17,7 +17,7 @@ import time
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
@@ -33,6 +33,7 @@ MAX_RATE_HZ = 10.0
 REINIT_INTERVAL_S = 5.0
 
 _EMPTY: Mapping[int, int | None] = types.MappingProxyType({})
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class GpuSampler:
         self,
         index: int = 0,
         rate_hz: float = 2.0,
-        nvml_module: Any | None = None,
+        nvml_module: object | None = None,
         on_sample: Callable[[GpuSample], None] | None = None,
         history_len: int = 1200,
     ) -> None:
@@ -294,7 +295,7 @@ class GpuSampler:
             self.close()
 
 
-def _process_memory(nv: Nvml, handle: Any) -> dict[int, int | None]:
+def _process_memory(nv: Nvml, handle: object) -> dict[int, int | None]:
     """pid -> used bytes (None: not reported) over compute and graphics processes."""
     out: dict[int, int | None] = {}
     for kind in ("compute", "graphics"):
@@ -308,8 +309,9 @@ def _process_memory(nv: Nvml, handle: Any) -> dict[int, int | None]:
     return out
 
 
-def _sum(values: list[Any]) -> Any:
-    return None if not values or any(v is None for v in values) else sum(values)
+def _sum(values: list[_N | None]) -> _N | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if values and len(known) == len(values) else None
 
 
 def combine_samples(samples: list[GpuSample]) -> GpuSample:
@@ -334,7 +336,7 @@ def combine_samples(samples: list[GpuSample]) -> GpuSample:
             read_s=sum(s.read_s for s in samples), gpu_indices=indices,
         )
 
-    def mean(name: str) -> Any:
+    def mean(name: str) -> int | None:
         values = [getattr(s, name) for s in samples]
         if any(v is None for v in values):
             return None
@@ -377,7 +379,7 @@ class GpuSetSampler(GpuSampler):
         self,
         indices: tuple[int, ...],
         rate_hz: float = 2.0,
-        nvml_module: Any | None = None,
+        nvml_module: object | None = None,
         on_sample: Callable[[GpuSample], None] | None = None,
         history_len: int = 1200,
     ) -> None:

@@ -261,7 +261,7 @@ def choose_for_this_machine(
     version: str | None = None,
     variant: str | None = None,
     releases: Sequence[Release] | None = None,
-    nvml_module: Any | None = None,
+    nvml_module: object | None = None,
 ) -> Choice:
     """:func:`choose_release` for what NVML detects now (no GPU or no driver: the CPU build).
 

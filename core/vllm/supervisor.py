@@ -124,7 +124,7 @@ class _LaunchLogHandler(logging.handlers.RotatingFileHandler):
 
     failure: str | None = None
 
-    def handleError(self, record: logging.LogRecord) -> None:
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002 - logging override
         if self.failure is None:
             exc = sys.exc_info()[1]
             self.failure = str(exc) if exc is not None else "unknown error"

@@ -178,7 +178,7 @@ class ServerController(Controller):
             if then is not None:
                 then()
 
-        run_in_pool(self.services.stop_server, done, lambda exc: done())
+        run_in_pool(self.services.stop_server, done, lambda _exc: done())
         return True
 
     def relaunch(self, request: LaunchRequest) -> bool:

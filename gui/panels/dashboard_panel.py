@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -32,6 +32,9 @@ from PySide6.QtWidgets import (
 from kvpilot.core.units import GiB
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
+
+if TYPE_CHECKING:
+    from kvpilot.core.telemetry import Telemetry
 
 WINDOWS_MIN: tuple[int, ...] = (1, 5, 15, 60)
 REDRAW_HZ = 5.0
@@ -108,7 +111,7 @@ class DashboardPanel(QWidget):
 
     def __init__(
         self,
-        telemetry: Any,
+        telemetry: Telemetry,
         parent: QWidget | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -51,6 +51,9 @@ from kvpilot.gui import theme
 from kvpilot.gui.records import Goal, PlanRow
 from kvpilot.gui.widgets import Segment, StackedBar
 
+if TYPE_CHECKING:
+    from kvpilot.core.fit.plan import Capacity, PlanInputs
+
 #: the export menu: format -> label (the formats of ``kvpilot export --format``)
 EXPORT_FORMATS = (
     ("command", "vllm serve command"),
@@ -80,7 +83,7 @@ COLUMNS = (
 )
 
 
-def plan_segments(capacity: Any) -> list[Segment]:
+def plan_segments(capacity: Capacity | None) -> list[Segment]:
     """The stacked bar of one plan: weights, activation + graphs + non-torch, KV, unused."""
     if capacity is None:
         return []
@@ -363,7 +366,7 @@ class PlannerPanel(QWidget):
             i = self.model.count() - 1
         self.model.setCurrentIndex(i)
 
-    def _changed(self, *_: Any) -> None:
+    def _changed(self, *_: object) -> None:
         if not self._suppress:
             self._debounce.start()
 
@@ -508,7 +511,7 @@ class PlannerPanel(QWidget):
         self.chart_note.setText(note)
 
 
-def _kv_label(dtype: str, inputs: Any) -> str:
+def _kv_label(dtype: str, inputs: PlanInputs | None) -> str:
     if dtype in ("auto", None, ""):
         model = getattr(inputs, "model", None)
         return (
@@ -523,7 +526,7 @@ def _times(x: float) -> str:
     return f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"
 
 
-def verdict_text(cap: Any) -> str:
+def verdict_text(cap: Capacity) -> str:
     """``fits: KV 7.19-7.55 GiB (validation band)`` for the detail table."""
     low, high = cap.available_kv_band_bytes
     words = {"fits": "fits", "borderline": "borderline", "does_not_fit": "does not fit"}

@@ -17,7 +17,7 @@ import collections
 import html
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
@@ -386,7 +386,7 @@ class LogView(QWidget):
         self._lines.clear()
         self.text.clear()
 
-    def set_log_path(self, path: Any) -> None:
+    def set_log_path(self, path: str | Path | None) -> None:
         self.path_label.setText(f"full log: {path}" if path else "")
 
     def line_count(self) -> int:

@@ -75,7 +75,7 @@ def test_kv_usage_and_running_rise_while_requests_run(vllm_server):
 def test_sampler_thread_stops_cleanly(vllm_server):
     got = []
     scraper = MetricsScraper(vllm_server.base_url, timeout_s=5.0)
-    sampler = MetricsSampler(scraper, got.append, lambda t, e: got.append(e), interval_s=0.5)
+    sampler = MetricsSampler(scraper, got.append, lambda _t, e: got.append(e), interval_s=0.5)
     sampler.start()
     time.sleep(1.2)
     sampler.stop()

@@ -194,7 +194,8 @@ class _Server(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    # socketserver's override: its signature, arguments unused
+    def handle_error(self, request: Any, client_address: Any) -> None:  # noqa: ARG002
         return  # clients that reset a connection are part of the tests
 
 
@@ -208,7 +209,8 @@ class _Handler(BaseHTTPRequestHandler):
     hub: FakeHub
     server_name: str
 
-    def log_message(self, format: str, *args: object) -> None:
+    # http.server's override: its signature, arguments unused (no request log)
+    def log_message(self, format: str, *args: object) -> None:  # noqa: ARG002
         return
 
     def do_HEAD(self) -> None:

@@ -44,7 +44,7 @@ def test_pool_work_reports_results_and_errors_on_the_gui_thread(qtbot) -> None:
         return "done"
 
     run_in_pool(work, lambda r: results.append((r, QThread.currentThread() is gui_thread)))
-    run_in_pool(lambda: 1 / 0, lambda r: None, lambda e: results.append(type(e).__name__))
+    run_in_pool(lambda: 1 / 0, lambda _r: None, lambda e: results.append(type(e).__name__))
     qtbot.waitUntil(lambda: len(results) == 2, timeout=5000)
     assert ("done", True) in results and "ZeroDivisionError" in results
 

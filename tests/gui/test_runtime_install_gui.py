@@ -114,7 +114,7 @@ def test_settings_dialog_offers_the_install(qtbot, store) -> None:
             opened.append(self)
 
     fake = FakeDialog()
-    dialog = SettingsDialog(store.load().settings, open_install=lambda parent: fake)
+    dialog = SettingsDialog(store.load().settings, open_install=lambda _parent: fake)
     qtbot.addWidget(dialog)
     qtbot.mouseClick(dialog.runtime_install, Qt.MouseButton.LeftButton)
     assert opened == [fake]

@@ -71,7 +71,7 @@ def test_wide_host_needs_an_api_key(make_window, qtbot) -> None:
 def test_profiles_create_duplicate_rename_delete_switch(make_window, store, qtbot) -> None:
     w = make_window()
     names = iter(["Long docs", "Long docs fp8", "Docs fp8"])
-    dialog = SettingsDialog(w.settings, w, ask_name=lambda title, initial: next(names))
+    dialog = SettingsDialog(w.settings, w, ask_name=lambda *_: next(names))
     qtbot.addWidget(dialog)
     dialog.new_button.click()
     assert dialog.profiles.currentItem().text() == "Long docs"

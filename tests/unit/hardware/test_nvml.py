@@ -101,7 +101,7 @@ def test_lost_gpu_raises(code: str) -> None:
 
 def test_bytes_are_decoded() -> None:
     fake = _one_gpu()
-    fake.nvmlDeviceGetName = lambda h: b"NVIDIA GeForce RTX 4090"  # type: ignore[method-assign]
+    fake.nvmlDeviceGetName = lambda _h: b"NVIDIA GeForce RTX 4090"  # type: ignore[method-assign]
     with Nvml(fake) as nv:
         assert nv.call("nvmlDeviceGetName", nv.handle(0)) == "NVIDIA GeForce RTX 4090"
 

@@ -249,8 +249,8 @@ def test_cli_prints_each_format(hub_cache, capsys, fmt):
 
 
 def test_cli_without_gpu_exports_without_capacity(hub_cache, capsys, monkeypatch):
-    monkeypatch.setattr("kvpilot.core.commands.serving_args.detected_gpu", lambda *a: None)
-    monkeypatch.setattr("kvpilot.core.commands.plan.detected_vllm_version", lambda *a: None)
+    monkeypatch.setattr("kvpilot.core.commands.serving_args.detected_gpu", lambda *_: None)
+    monkeypatch.setattr("kvpilot.core.commands.plan.detected_vllm_version", lambda *_: None)
     rc = main(["export", "--model", "Qwen/Qwen3-8B", "--format", "compose"])
     out = capsys.readouterr().out
     assert rc == 0 and "predicted" not in out

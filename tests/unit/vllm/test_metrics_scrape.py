@@ -101,7 +101,7 @@ def test_nothing_listening_is_connect_error():
 
 
 def test_not_utf8_is_malformed():
-    transport = httpx.MockTransport(lambda req: httpx.Response(200, content=b"\xff\xfe\x00bad\n"))
+    transport = httpx.MockTransport(lambda _req: httpx.Response(200, content=b"\xff\xfe\x00bad\n"))
     scraper = MetricsScraper("http://127.0.0.1:1", transport=transport)
     with pytest.raises(ScrapeError) as info:
         scraper.scrape()
@@ -190,7 +190,7 @@ def test_sampler_rate_against_http_server(local_server, payload):
     local_server.serve_text(payload("after"))
     scraper = MetricsScraper(local_server.base_url, timeout_s=2.0)
     got: list[MetricsSample] = []
-    sampler = MetricsSampler(scraper, got.append, lambda t, e: None, interval_s=0.05)
+    sampler = MetricsSampler(scraper, got.append, lambda *_: None, interval_s=0.05)
     sampler.start()
     time.sleep(0.6)
     sampler.stop()
@@ -199,4 +199,4 @@ def test_sampler_rate_against_http_server(local_server, payload):
     times = [s.t_monotonic_s for s in got]
     assert times == sorted(times)
     with pytest.raises(ValueError, match="interval_s"):
-        MetricsSampler(scraper, got.append, lambda t, e: None, interval_s=0)
+        MetricsSampler(scraper, got.append, lambda *_: None, interval_s=0)

@@ -119,7 +119,7 @@ def test_api_key_is_sent_and_required(model_dir, monkeypatch, capsys):
 
 
 def test_cli_json_one_object_per_sample_ends_after_seconds(server, capsys, monkeypatch):
-    monkeypatch.setattr("kvpilot.core.commands.watch._gpu", lambda args, url: (None, ""))
+    monkeypatch.setattr("kvpilot.core.commands.watch._gpu", lambda *_: (None, ""))
     rc = main(["watch", "--url", server.url, "--json", "--seconds", "1", "--interval", "0.25"])
     lines = capsys.readouterr().out.splitlines()
     assert rc == 0
@@ -132,7 +132,7 @@ def test_cli_json_one_object_per_sample_ends_after_seconds(server, capsys, monke
 
 
 def test_cli_text_names_the_server_and_keeps_going_through_a_gap(server, capsys, monkeypatch):
-    monkeypatch.setattr("kvpilot.core.commands.watch._gpu", lambda args, url: (None, ""))
+    monkeypatch.setattr("kvpilot.core.commands.watch._gpu", lambda *_: (None, ""))
     timer = threading.Timer(0.45, server.die)
     timer.start()
     rc = main(["watch", "--url", server.url, "--seconds", "1.2", "--interval", "0.2"])
