@@ -8,29 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.gui.controllers import Controller
+from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.panels.server_panel import ATTACHED
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.vllm.watch import ServerIdentity, WatchSample
     from kvpilot.gui.attach_dialog import AttachDialog
-    from kvpilot.gui.controllers.gpus import GpuController
-    from kvpilot.gui.controllers.server import ServerController
-    from kvpilot.gui.window_widgets import WindowWidgets
 
 
-class AttachController(Controller):
+class AttachController(ServerAware):
     """Owns the watched server's identity (``attached``) and its API key."""
 
-    def __init__(
-        self, window: WindowWidgets, gpus: GpuController, server: ServerController
-    ) -> None:
-        super().__init__(window)
-        self.gpus = gpus
-        self.server = server
-        self.attached: ServerIdentity | None = None
-        self.api_key: str | None = None
+    attached: ServerIdentity | None = None
+    api_key: str | None = None
 
     def open_attach(self, *, modal: bool = True) -> AttachDialog:
         """Ask for a server's URL (and key), then :meth:`attach` to it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.gui.controllers import Controller
+from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.fallback import FallbackChoice
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool
@@ -18,9 +18,6 @@ from kvpilot.gui.workers import run_in_pool
 if TYPE_CHECKING:
     from kvpilot.core.failures import Failure
     from kvpilot.core.fit.fallback import FallbackOption
-    from kvpilot.gui.controllers.gpus import GpuController
-    from kvpilot.gui.controllers.server import ServerController
-    from kvpilot.gui.window_widgets import WindowWidgets
 
 STOPPED_TITLE = "the server stopped:"
 
@@ -32,17 +29,11 @@ def option_tooltip(option: FallbackOption) -> str:
     return f"{option.change} (predicted not to fit either)"
 
 
-class FallbackController(Controller):
-    """Owns the last failure and the options offered for it."""
+class FallbackController(ServerAware):
+    """Owns the last failure and the options offered for it (``fallback_options``)."""
 
-    def __init__(
-        self, window: WindowWidgets, gpus: GpuController, server: ServerController
-    ) -> None:
-        super().__init__(window)
-        self.gpus = gpus
-        self.server = server
-        self.last_failure: Failure | None = None
-        self.fallback_options: list[FallbackOption] = []
+    last_failure: Failure | None = None
+    fallback_options: tuple[FallbackOption, ...] = ()
 
     def reset(self) -> None:
         """A new launch: the last failure is over."""
@@ -78,7 +69,7 @@ class FallbackController(Controller):
     ) -> None:
         if failure is not self.last_failure:
             return
-        self.fallback_options = list(options)
+        self.fallback_options = tuple(options)
         choices = [
             FallbackChoice(label=o.label, tooltip=option_tooltip(o), payload=o) for o in options
         ]

@@ -276,3 +276,14 @@ class ServerController(Controller):
             return None
         api_key = self.current_request.profile.api_key if self.current_request else ""
         return sup.base_url, sup.model_name, api_key or None
+
+
+class ServerAware(Controller):
+    """Base of the controllers that act on this window's server and the GPUs it runs on."""
+
+    def __init__(
+        self, window: WindowWidgets, gpus: GpuController, server: ServerController
+    ) -> None:
+        super().__init__(window)
+        self.gpus = gpus
+        self.server = server
