@@ -121,7 +121,7 @@ class LaunchSpec(ServingSettings):
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_plan(cls, inputs: PlanInputs, model: str, **overrides: Any) -> LaunchSpec:
+    def from_plan(cls, inputs: PlanInputs, model: str, **overrides: object) -> LaunchSpec:
         """The spec that launches ``inputs`` with ``model`` (a local path or repo id).
 
         The serving settings are the plan's; ``--quantization`` is only added when the plan

@@ -539,7 +539,7 @@ class Supervisor:
         return report
 
     # ----------------------------------------------------------------- internals
-    def _spawn(self, target: Callable[..., None], *args: Any, name: str) -> None:
+    def _spawn(self, target: Callable[..., None], *args: object, name: str) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
         self._threads.append(t)
         t.start()
@@ -648,7 +648,7 @@ class Supervisor:
         for ev in parsed:
             self._on_parsed(ev)
 
-    def _on_parsed(self, ev: Any) -> None:
+    def _on_parsed(self, ev: logparse.Event) -> None:
         if isinstance(ev, logparse.PhaseEvent):
             with self._lock:
                 self._phase = ev.phase
