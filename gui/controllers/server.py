@@ -24,8 +24,8 @@ from kvpilot.gui.workers import run_in_pool, run_in_thread
 if TYPE_CHECKING:
     from kvpilot.core.failures import Failure
     from kvpilot.core.fit.plan import Capacity
+    from kvpilot.core.hub.download import DownloadProgress
     from kvpilot.core.measurements import ReportedCapacity
-    from kvpilot.core.vllm.download import DownloadProgress
     from kvpilot.core.vllm.supervisor import StateEvent, Supervisor
     from kvpilot.gui.controllers.gpus import GpuController
     from kvpilot.gui.controllers.runtimes import RuntimeController
