@@ -11,19 +11,33 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from kvpilot.core.fit.plan import Capacity
-
-if TYPE_CHECKING:
-    from kvpilot.core.hardware.probe import GpuSnapshot
-    from kvpilot.core.hardware.sampler import GpuSample
 
 #: parts smaller than this would read "0.0 GiB": unattributed memory below it is left out of the
 #: split and a legend leaves such parts out
 MIN_SHOWN_BYTES = 48 << 20
 #: the name of used memory no process accounts for (contexts, WSL2, other namespaces)
 UNATTRIBUTED = "other (unattributed)"
+
+
+class GpuMemoryReading(Protocol):
+    """One reading of a GPU's memory (bytes; None: not reported): a probe's ``GpuSnapshot``
+    (its ``processes`` carry pid, name and bytes) or a sampler's ``GpuSample`` (its
+    ``process_used_bytes`` maps pid -> bytes). The fit engine reads no device itself."""
+
+    @property
+    def memory_total_bytes(self) -> int | None: ...
+
+    @property
+    def memory_used_bytes(self) -> int | None: ...
+
+    @property
+    def memory_free_bytes(self) -> int | None: ...
+
+    @property
+    def memory_reserved_bytes(self) -> int | None: ...
 
 
 class ReportedMemory(Protocol):
@@ -64,7 +78,7 @@ class VramSplit:
         return self.weights_bytes + self.activation_bytes + self.kv_bytes
 
 
-def process_bytes(gpu: GpuSnapshot | GpuSample) -> dict[int, int | None]:
+def process_bytes(gpu: GpuMemoryReading) -> dict[int, int | None]:
     """pid -> bytes the process holds on ``gpu`` (None: the driver does not say, as on WSL2)."""
     procs = getattr(gpu, "processes", None)
     if procs is not None:
@@ -81,7 +95,7 @@ def short_process_name(name: str | None, pid: int) -> str:
 
 
 def split_vram(
-    gpu: GpuSnapshot | GpuSample,
+    gpu: GpuMemoryReading,
     vllm_pids: Collection[int] = (),
     capacity: Capacity | ReportedMemory | None = None,
     names: Mapping[int, str] | None = None,
