@@ -3,7 +3,7 @@
 NVML is replaced at the library boundary by the core's replay of recorded snapshots
 (``kvpilot.core.hardware.recorded_nvml``), so every GUI test runs the production probe, sampler and
 launch-budget code. The end-to-end fixtures (real vLLM CPU server, tiny model) are re-exported
-from tests/e2e/conftest.py for test_gui_e2e.py.
+from tests/e2e/conftest.py for test_main_window_e2e.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e.conftest import (  # noqa: F401 - re-exported for test_gui_e2e.py
+from e2e.conftest import (  # noqa: F401 - re-exported for test_main_window_e2e.py
     launch_spec,
     tiny_model,
     vllm_runtime,

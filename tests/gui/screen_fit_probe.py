@@ -1,7 +1,7 @@
 """Drive the main window through every state on the screen this process was given and print,
 as JSON, the window's frame and minimum size and where Launch / Stop are, per state.
 
-Run by test_small_screen.py under ``QT_QPA_PLATFORM=offscreen:configfile=<1366x768 screen>``
+Run by test_screen_fit.py under ``QT_QPA_PLATFORM=offscreen:configfile=<1366x768 screen>``
 (a fresh process: the screen is chosen when the QApplication starts).
 """
 

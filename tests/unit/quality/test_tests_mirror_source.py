@@ -3,7 +3,8 @@
 ``tests/unit/<package>/test_<module>.py`` tests ``core/<package>/<module>.py``; a second file for
 one module adds an aspect after the module's name (``test_logparse_formats.py``). Tests of the
 benchmark scripts mirror ``benchmarks/`` under ``tests/unit/benchmarks/``; ``quality/`` (whole-tree
-checks like this one) and ``fuzz/`` (every parser at once) test no single module.
+checks like this one) and ``fuzz/`` (every parser at once) test no single module. The GUI's tests
+mirror ``gui/`` the same way under ``tests/gui/`` (``tests/gui/panels/test_planner_panel.py``).
 
 A module with no test file of its own must say here where it is exercised instead; the table is
 checked both ways, so it cannot go stale.
@@ -18,6 +19,7 @@ from testpaths import REPO
 from kvpilot.core.cli import SUBCOMMANDS
 
 UNIT = REPO / "tests" / "unit"
+GUI_TESTS = REPO / "tests" / "gui"
 WHOLE_TREE = {"quality", "fuzz"}
 
 #: module (relative to core/) -> (the test file that exercises it, why it has none of its own)
@@ -30,7 +32,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/commands/test_plan.py", "the flags plan, recommend and serve share"),
     "commands/watch.py": ("tests/unit/vllm/test_watch.py", "the CLI face of the watcher"),
     "commands/desktop.py": ("tests/unit/test_desktop.py", "the CLI face of the desktop entry"),
-    "commands/gui.py": ("tests/gui/test_cli_gui.py", "needs Qt; tested with the GUI"),
+    "commands/gui.py": ("tests/gui/test_app_cli.py", "needs Qt; tested with the GUI"),
     "errors.py": ("tests/unit/quality/test_import_cycles.py", "the error tree is checked whole"),
     "failures.py": ("tests/unit/vllm/test_logparse.py", "failure kinds come from the log scanner"),
     "fit/calibrate.py": ("tests/unit/fit/test_plan_serving_settings.py",
@@ -48,9 +50,12 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
 
 
 def _module_for(test: Path) -> Path | None:
-    """The module a unit test file mirrors, or None when no such module exists."""
-    rel = test.relative_to(UNIT)
-    root = REPO / "benchmarks" if rel.parts[0] == "benchmarks" else REPO / "core" / rel.parent
+    """The module a unit or GUI test file mirrors, or None when no such module exists."""
+    if test.is_relative_to(GUI_TESTS):
+        root = REPO / "gui" / test.parent.relative_to(GUI_TESTS)
+    else:
+        rel = test.relative_to(UNIT)
+        root = REPO / "benchmarks" if rel.parts[0] == "benchmarks" else REPO / "core" / rel.parent
     name = test.stem.removeprefix("test_")
     cuts = [len(name)] + [i for i, c in enumerate(name) if c == "_"]
     for cut in sorted(cuts, reverse=True):
@@ -71,6 +76,17 @@ def test_every_unit_test_file_names_the_module_it_mirrors() -> None:
     stray = [str(t.relative_to(REPO)) for t in _unit_tests() if _module_for(t) is None]
     assert not stray, (
         "these test files do not sit where their module does (tests/unit/<package>/"
+        f"test_<module>[_<aspect>].py): {stray}"
+    )
+
+
+def test_every_gui_test_file_names_the_module_it_mirrors() -> None:
+    stray = [
+        str(t.relative_to(REPO)) for t in sorted(GUI_TESTS.rglob("test_*.py"))
+        if _module_for(t) is None
+    ]
+    assert not stray, (
+        "these GUI test files do not sit where their module does (tests/gui/<package>/"
         f"test_<module>[_<aspect>].py): {stray}"
     )
 

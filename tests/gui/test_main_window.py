@@ -6,6 +6,7 @@ import math
 
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
+from testpaths import DATA
 
 from kvpilot.gui import app as gui_app
 
@@ -153,12 +154,11 @@ def test_loaded_predicate_needs_all_three(make_window) -> None:
 
 def test_a_recorded_failure_log_shows_its_most_specific_failure(make_window, qtbot) -> None:
     """``--panel fallback``: the whole log is classified as during a launch (no guessed API)."""
-    from pathlib import Path
 
     from kvpilot.core import failures
     from kvpilot.core.vllm import logparse
 
-    log = Path(__file__).resolve().parents[1] / "data/vllm_logs/cpu_0.32/fail_b1_kvbytes_tiny.log"
+    log = DATA / "vllm_logs/cpu_0.32/fail_b1_kvbytes_tiny.log"
     scanner = logparse.LogScanner()
     for line in log.read_text(encoding="utf-8").splitlines():
         scanner.feed(line)

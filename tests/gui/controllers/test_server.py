@@ -3,18 +3,18 @@
 The stand-in (tests/e2e/fake_vllm.py) is a real child process: it prints recorded vLLM 0.32 log
 lines, serves /health and a recorded /metrics payload, and exits on SIGINT. The supervisor,
 log scanner, metrics scraper, telemetry and fit engine are the real ones. The same flows run
-against the real vLLM CPU engine in test_gui_e2e.py.
+against the real vLLM CPU engine in test_main_window_e2e.py.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from guikit import wait_for_state
 from PySide6.QtWidgets import QApplication
+from testpaths import TESTS as TESTS_DIR
 
 from kvpilot.core import failures
 from kvpilot.core import settings as st
@@ -23,7 +23,7 @@ from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = TESTS_DIR
 FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
 FAIL_LOG = TESTS / "data" / "supervisor" / "fail_b1_kvbytes_tiny.log"
 FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 from fitkit import rtx4090
+from testpaths import DATA
 
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.models.local import spec_from_config
@@ -14,7 +14,7 @@ from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui.panels.planner_panel import PlannerPanel
 from kvpilot.gui.records import PlanRow
 
-MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+MODELS = DATA / "models"
 
 
 def _row(architecture: str) -> PlanRow:

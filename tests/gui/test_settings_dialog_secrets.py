@@ -15,13 +15,14 @@ import psutil
 import pytest
 from fakes.memory_keyring import MemoryKeyring
 from PySide6.QtWidgets import QLabel, QLineEdit, QPlainTextEdit, QTextEdit
+from testpaths import TESTS as TESTS_DIR
 
 from kvpilot.core import settings as st
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.gui.settings_dialog import SettingsDialog
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = TESTS_DIR
 FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
 FAIL_LOG = TESTS / "data" / "supervisor" / "fail_b1_kvbytes_tiny.log"
 TOKEN = "hf_PLANTEDsecret9f8e7d6c5b4a"

@@ -1,0 +1,37 @@
+"""A borderline plan in the planner table: marked, and launchable."""
+
+from __future__ import annotations
+
+from testpaths import DATA
+
+METRICS = DATA / "metrics"
+
+
+def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
+    from fitkit import fixture_spec, rtx4090
+
+    from kvpilot.core.fit.budget import compute_capacity
+    from kvpilot.gui.panels.planner_panel import PlannerPanel
+    from kvpilot.gui.records import PlanRow
+
+    model = fixture_spec("qwen2.5-7b-instruct", 15_231_233_024)
+    inputs = rtx4090(model, max_model_len=32768, max_num_seqs=1, gpu_memory_utilization=0.7)
+    cap = compute_capacity(inputs)
+    assert cap.verdict == "borderline"
+    row = PlanRow(title="Qwen/Qwen2.5-7B-Instruct", quantization="", inputs=inputs,
+                  capacity=cap, fits=False, reason="borderline: ...", model_ref="q")
+    refused = PlanRow(title="x", quantization="", inputs=None, capacity=None, fits=False,
+                      reason="does not fit", model_ref="x")
+    assert row.borderline and row.launchable and not refused.launchable
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.set_plans([row, refused], "plans")
+    assert panel.table.item(0, 0).text() == "≈" and panel.table.item(1, 0).text() == "✗"
+    with qtbot.waitSignal(panel.launch_requested, timeout=2_000) as got:
+        panel._on_double_click(0, 0)
+    assert got.args == [row]
+    panel.table.selectRow(0)
+    detail = {panel.detail.item(r, 0).text(): panel.detail.item(r, 3).text()
+              for r in range(panel.detail.rowCount()) if panel.detail.item(r, 0) is not None}
+    low, high = (b / (1 << 30) for b in cap.available_kv_band_bytes)
+    assert detail["verdict"].startswith(f"borderline: vLLM's KV memory {low:.2f} to {high:.2f}")
