@@ -75,6 +75,8 @@ class PlanRow:
     tokens_per_s: float | None = None
     source: Candidate | Rejection | None = None
     tight: bool = False
+    #: KV bytes left once the goal's users have theirs (what ``tight`` judges); None: no fit
+    kv_headroom_bytes: int | None = None
 
     @property
     def borderline(self) -> bool:
@@ -85,10 +87,6 @@ class PlanRow:
     def launchable(self) -> bool:
         """A plan that fits, or a borderline one (the user may try it; a failure is caught)."""
         return self.inputs is not None and (self.fits or self.borderline)
-
-    @property
-    def headroom_bytes(self) -> int | None:
-        return self.capacity.headroom_bytes if self.capacity is not None else None
 
     @property
     def status_color(self) -> str:

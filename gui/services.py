@@ -476,6 +476,7 @@ class AppServices:
                     tokens_per_s=cand.decode_tokens_per_s if cand is not None else None,
                     source=cand if cand is not None else p.rejection,
                     tight=p.tight,
+                    kv_headroom_bytes=p.kv_headroom_bytes,
                 )
             )
         where = "measured free memory" if target.measured else "planner mode, nothing measured"

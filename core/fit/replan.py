@@ -31,6 +31,7 @@ from kvpilot.core.fit.recommend import (
     Recommendation,
     Rejection,
     is_tight,
+    kv_headroom_bytes,
     recommend,
 )
 
@@ -88,7 +89,9 @@ class RankedPlan:
     ``inputs``/``capacity`` are None for a checkpoint that does not fit at all; ``fits`` means
     vLLM starts it and serves at least one full-context request; ``borderline`` that vLLM may or
     may not start it (the user may try); ``tight`` that it fits with little KV headroom for the
-    goal's users. ``candidate`` or ``rejection`` is the recommender's own record.
+    goal's users, ``kv_headroom_bytes`` (bytes, negative when short; None for a plan that does
+    not fit) the KV left over that rule judges. ``candidate`` or ``rejection`` is the
+    recommender's own record.
     """
 
     model_id: str
@@ -100,6 +103,7 @@ class RankedPlan:
     reason: str
     candidate: Candidate | None = None
     rejection: Rejection | None = None
+    kv_headroom_bytes: int | None = None
 
     @property
     def launchable(self) -> bool:
@@ -139,6 +143,7 @@ def ranked_plans(result: Recommendation, describe_fixed: bool = False) -> list[R
                 tight=is_tight(cap, users),
                 reason=capacity_reason(cap, users) if describe_fixed else cand.reason,
                 candidate=cand,
+                kv_headroom_bytes=kv_headroom_bytes(cap, users),
             )
         )
     for rej in result.rejected:

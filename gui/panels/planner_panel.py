@@ -78,7 +78,7 @@ COLUMNS = (
     "KV tokens",
     "users @ ctx",
     "tok/s",
-    "headroom",
+    "KV spare",
     "memory",
 )
 
@@ -218,6 +218,12 @@ class PlannerPanel(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("plansTable")
         self.table.setHorizontalHeaderLabels(COLUMNS)
+        spare = self.table.horizontalHeaderItem(COLUMNS.index("KV spare"))
+        assert spare is not None  # set by setHorizontalHeaderLabels just above
+        spare.setToolTip(
+            "KV cache left once every user has a full-context request, at the low edge of the "
+            "prediction's band; amber below 1 GiB (the same rule as `kvpilot recommend`)"
+        )
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -404,7 +410,7 @@ class PlannerPanel(QWidget):
                     fmt.tokens(cap.kv_cache_tokens) if cap and shown else "–",
                     _times(cap.max_concurrency) if cap and shown else "–",
                     f"~{row.tokens_per_s:,.0f}" if row.tokens_per_s else "–",
-                    fmt.gib(row.headroom_bytes) if row.headroom_bytes is not None else "–",
+                    _spare(row.kv_headroom_bytes),
                 ]
             for c, text in enumerate(cells, start=2):
                 item = QTableWidgetItem(text)
@@ -520,6 +526,15 @@ def _kv_label(dtype: str, inputs: PlanInputs | None) -> str:
             .replace("float16", "fp16")
         )
     return str(dtype)
+
+
+def _spare(kv_headroom_bytes: int | None) -> str:
+    """The KV cache left once the goal's users have theirs: ``"3.20 GiB"``, ``"short 1.10 GiB"``."""
+    if kv_headroom_bytes is None:
+        return "–"
+    if kv_headroom_bytes < 0:
+        return f"short {fmt.gib(-kv_headroom_bytes)}"
+    return fmt.gib(kv_headroom_bytes)
 
 
 def _times(x: float) -> str:

@@ -27,6 +27,8 @@ def test_gui_and_cli_flag_the_same_plans_tight(qtbot, capsys, monkeypatch) -> No
     )
     rows = [r for r in result.rows if r.source is not None and hasattr(r.source, "tight")]
     gui_tight = [(r.source.model_id, r.capacity.kv_cache_dtype, r.tight) for r in rows]
+    # the "KV spare" figure of each row is the CLI's kv_headroom_bytes, the one the rule judges
+    assert [r.kv_headroom_bytes for r in rows] == [c["kv_headroom_bytes"] for c in cli]
 
     assert gui_tight == cli_tight
     tight = [m for m, _, t in cli_tight if t]

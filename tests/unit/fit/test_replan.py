@@ -87,6 +87,8 @@ def test_tight_is_the_recommenders_rule(qwen7b, llama8b, gptoss) -> None:
         assert p.tight == cand.tight == is_tight(p.capacity, 4)
         assert cand.kv_headroom_bytes == kv_headroom_bytes(p.capacity, 4)
         assert p.tight == (cand.kv_headroom_bytes < TIGHT_HEADROOM_BYTES)
+        # the planner's "KV spare" column shows the figure the rule judges
+        assert p.kv_headroom_bytes == cand.kv_headroom_bytes
 
 
 def test_the_tight_threshold_sits_at_one_gib_of_kv_headroom(qwen7b) -> None:
