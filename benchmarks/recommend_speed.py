@@ -13,7 +13,8 @@ import argparse
 import statistics
 import time
 
-from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
+from kvpilot.core.fit.plan import GpuTarget
+from kvpilot.core.fit.recommend import Goal, recommend
 from kvpilot.core.hardware import specs
 from kvpilot.core.models.catalog import all_checkpoint_specs
 from kvpilot.core.units import MiB

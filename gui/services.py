@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from kvpilot.core.failures import Failure
     from kvpilot.core.fit.fallback import FallbackOption
     from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
-    from kvpilot.core.fit.recommend import GpuTarget as FitTarget
+    from kvpilot.core.fit.plan import GpuTarget as FitTarget
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
     from kvpilot.core.measurements import MeasurementKey, MeasurementStore
@@ -400,7 +400,7 @@ class AppServices:
 
     def core_target(self, target: GpuTarget) -> FitTarget:
         """The fit engine's GpuTarget (adds bandwidth and TFLOPS from the spec table)."""
-        from kvpilot.core.fit.recommend import GpuTarget as FitTarget
+        from kvpilot.core.fit.plan import GpuTarget as FitTarget
         from kvpilot.core.hardware.probe import memory_holders
 
         spec = target.spec

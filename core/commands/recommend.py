@@ -37,14 +37,8 @@ from kvpilot.core.fit.parallel import (
     gpu_set_from_names,
     parse_gpu_names,
 )
-from kvpilot.core.fit.recommend import (
-    USE_CASES,
-    Goal,
-    GpuTarget,
-    Recommendation,
-    recommend,
-    target_of,
-)
+from kvpilot.core.fit.plan import GpuTarget
+from kvpilot.core.fit.recommend import USE_CASES, Goal, Recommendation, recommend, target_of
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import NEWEST_KNOWN

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit import activation
+from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import MiB
 
@@ -42,25 +43,6 @@ ALLREDUCE_EFFICIENCY = {"nvlink": 0.90, "p2p": 0.80, "host": 0.60}
 
 
 @dataclass(frozen=True)
-class Card:
-    """One GPU of a set. Bytes, bytes/s, TFLOPS; ``index``/``uuid`` for this machine's GPUs."""
-
-    name: str
-    total_bytes: int
-    free_bytes: int | None = None
-    compute_capability: tuple[int, int] | None = None
-    bandwidth_bytes_per_s: float | None = None
-    bf16_dense_tflops: float | None = None
-    drives_display: bool = False
-    index: int | None = None
-    uuid: str | None = None
-
-    @property
-    def short_name(self) -> str:
-        return self.name.replace("NVIDIA ", "").replace("GeForce ", "")
-
-
-@dataclass(frozen=True)
 class GpuSet:
     """The GPUs a machine has (or a planner-mode pick), and how they reach each other.
 
@@ -68,7 +50,7 @@ class GpuSet:
     mode, the card family) says there is none, None when unknown; ``nvlink`` likewise.
     """
 
-    cards: tuple[Card, ...]
+    cards: tuple[GpuTarget, ...]
     p2p: bool | None = None
     nvlink: bool | None = None
 
@@ -88,7 +70,7 @@ class GpuSet:
         return "host"
 
 
-def label_of(cards: Sequence[Card]) -> str:
+def label_of(cards: Sequence[GpuTarget]) -> str:
     """``2x RTX 4090`` for identical cards, ``RTX 4090 + RTX 3090`` otherwise."""
     names = [c.short_name for c in cards]
     if len(set(names)) == 1:
@@ -112,7 +94,7 @@ class Layout:
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
-def per_gpu(cards: Sequence[Card]) -> Card:
+def per_gpu(cards: Sequence[GpuTarget]) -> GpuTarget:
     """What each rank can count on: the smallest memory, free memory, capability, bandwidth
     and compute of ``cards`` (the smaller card bounds per-GPU memory)."""
     if not cards:
@@ -121,7 +103,7 @@ def per_gpu(cards: Sequence[Card]) -> Card:
     caps = [c.compute_capability for c in cards if c.compute_capability]
     bws = [c.bandwidth_bytes_per_s for c in cards]
     tfs = [c.bf16_dense_tflops for c in cards]
-    return Card(
+    return GpuTarget(
         name=label_of(cards),
         total_bytes=min(c.total_bytes for c in cards),
         free_bytes=None if any(f is None for f in frees) else min(int(f or 0) for f in frees),
@@ -320,7 +302,7 @@ def gpu_set_from_names(text: str) -> GpuSet:
         if spec is None:
             known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
             raise FitError(f"unknown GPU '{name}'; known: {known}")
-        cards.append(Card(spec.name, spec.memory_total_bytes, None, spec.compute_capability,
+        cards.append(GpuTarget(spec.name, spec.memory_total_bytes, None, spec.compute_capability,
                           spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops))
     consumer = all(is_consumer(c.name) for c in cards)
     return GpuSet(tuple(cards), p2p=False if consumer else None,

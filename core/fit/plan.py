@@ -10,7 +10,7 @@ came from, so that a user interface can show and explain it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from kvpilot.core.failures import Failure
@@ -161,6 +161,34 @@ class PlanInputs(ServingSettings):
 CPU_DEVICE_NAME = "cpu"
 
 _SERVING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ServingSettings))
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """A GPU to plan for: bytes, bytes/s, TFLOPS (None: unknown).
+
+    One card of this machine or of the spec table, or what each rank of several can count on
+    (:func:`kvpilot.core.fit.parallel.per_gpu`). ``memory_holders`` are (process name, bytes)
+    holding memory when ``free_bytes`` was read, largest first; ``index``/``uuid`` name this
+    machine's GPU for NVML and ``CUDA_VISIBLE_DEVICES``.
+    """
+
+    name: str
+    total_bytes: int
+    free_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    bandwidth_bytes_per_s: float | None = None
+    bf16_dense_tflops: float | None = None
+    _: KW_ONLY
+    memory_holders: tuple[tuple[str, int], ...] = ()
+    drives_display: bool = False
+    index: int | None = None
+    uuid: str | None = None
+
+    @property
+    def short_name(self) -> str:
+        """``RTX 4090`` for ``NVIDIA GeForce RTX 4090``."""
+        return self.name.replace("NVIDIA ", "").replace("GeForce ", "")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from kvpilot.core.fit.plan import (
     USE_CASES,
     VERDICT_BORDERLINE,
     Capacity,
+    GpuTarget,
     PlanInputs,
     ServingSettings,
 )
@@ -44,20 +45,6 @@ UNKNOWN_FREE_UTILIZATION = 0.90
 MAX_UTILIZATION = 0.95
 #: headroom below which a plan is flagged "tight" (GUI: amber)
 TIGHT_HEADROOM_BYTES = 1 * GiB
-
-
-@dataclass(frozen=True)
-class GpuTarget:
-    """The GPU to plan for. Bytes, bytes/s, TFLOPS."""
-
-    name: str
-    total_bytes: int
-    free_bytes: int | None = None
-    compute_capability: tuple[int, int] | None = None
-    bandwidth_bytes_per_s: float | None = None
-    bf16_dense_tflops: float | None = None
-    #: (process name, bytes) holding memory when ``free_bytes`` was read, largest first
-    memory_holders: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -287,11 +274,9 @@ def recommend(
     return Recommendation(gpu, goal, tuple(candidates), tuple(rejected))
 
 
-def target_of(cards: Sequence[parallel.Card]) -> GpuTarget:
+def target_of(cards: Sequence[GpuTarget]) -> GpuTarget:
     """The per-GPU target of some cards of a set (the smallest card bounds each rank)."""
-    c = parallel.per_gpu(cards)
-    return GpuTarget(c.name, c.total_bytes, c.free_bytes, c.compute_capability,
-                     c.bandwidth_bytes_per_s, c.bf16_dense_tflops)
+    return parallel.per_gpu(cards)
 
 
 def _evaluate(

@@ -19,6 +19,7 @@ from kvpilot.core.fit.budget import borderline_note, compute_capacity
 from kvpilot.core.fit.plan import (
     VERDICT_BORDERLINE,
     Capacity,
+    GpuTarget,
     PlanInputs,
     ServingSettings,
     serving_field_names,
@@ -27,7 +28,6 @@ from kvpilot.core.fit.recommend import (
     Candidate,
     CapacityOf,
     Goal,
-    GpuTarget,
     Recommendation,
     Rejection,
     is_tight,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvpilot.core.errors import HardwareError
-from kvpilot.core.fit.parallel import Card, GpuSet
+from kvpilot.core.fit.parallel import GpuSet
+from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.hardware import specs
 from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
 
@@ -113,7 +114,7 @@ def gpu_set_from_probe(result: ProbeResult, indices: Sequence[int] | None = None
     cards = []
     for g in chosen:
         spec = specs.lookup(g.pci_device_id, g.name, memory_total_bytes=g.memory_total_bytes)
-        cards.append(Card(
+        cards.append(GpuTarget(
             name=g.name or "GPU", total_bytes=int(g.cuda_total_bytes or 0),
             free_bytes=g.memory_free_bytes, compute_capability=g.compute_capability,
             bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s if spec else None,

@@ -207,7 +207,8 @@ def test_shorter_context_fallback_fits_at_the_lower_edge(llama8b):
 
 
 def test_recommender_ranks_by_the_lower_edge(qwen7b, llama8b):
-    from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
+    from kvpilot.core.fit.plan import GpuTarget
+    from kvpilot.core.fit.recommend import Goal, recommend
 
     gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)
     result = recommend(gpu, Goal(context_tokens=16384, users=4), [qwen7b, llama8b])

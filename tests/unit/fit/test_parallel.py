@@ -11,6 +11,7 @@ from fitkit import fixture_spec, rtx4090
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit import activation, parallel
 from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.fit.recommend import Goal, recommend, target_of
 
 QWEN3_8B_BYTES = 16_381_470_720
@@ -69,9 +70,9 @@ def test_pipeline_parallel_splits_layers(qwen3):
 
 def test_layouts_prefer_the_card_without_the_display_and_fall_back_to_pp(qwen3):
     cards = (
-        parallel.Card("NVIDIA GeForce RTX 4090", 24 << 30, 22 << 30, (8, 9), 1.0e12, 165.0,
+        GpuTarget("NVIDIA GeForce RTX 4090", 24 << 30, 22 << 30, (8, 9), 1.0e12, 165.0,
                       drives_display=True, index=0),
-        parallel.Card("NVIDIA GeForce RTX 3090", 24 << 30, 23 << 30, (8, 6), 0.9e12, 71.0,
+        GpuTarget("NVIDIA GeForce RTX 3090", 24 << 30, 23 << 30, (8, 6), 0.9e12, 71.0,
                       index=1),
     )
     gpus = parallel.GpuSet(cards, p2p=False, nvlink=False)

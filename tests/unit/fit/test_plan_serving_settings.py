@@ -111,7 +111,8 @@ def test_launch_time_check_uses_the_free_memory_now(qwen7b, monkeypatch) -> None
 def test_a_borderline_plan_travels_with_its_rejection(qwen7b) -> None:
     """vLLM may or may not start it: the recommender does not rank it, but keeps the plan so
     that the GUI can offer it (and the dry run that settles it)."""
-    from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
+    from kvpilot.core.fit.plan import GpuTarget
+    from kvpilot.core.fit.recommend import Goal, recommend
 
     gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 << 20, None, (8, 9))
     fixed = ServingSettings(gpu_memory_utilization=0.7, kv_cache_dtype="bfloat16")

@@ -12,7 +12,8 @@ from kvpilot.core.failures import Failure
 from kvpilot.core.fit import fallback
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-from kvpilot.core.fit.recommend import Goal, GpuTarget, recommend
+from kvpilot.core.fit.plan import GpuTarget
+from kvpilot.core.fit.recommend import Goal, recommend
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.measurements import Measured, MeasurementRecord
 from kvpilot.core.units import GiB, MiB

@@ -6,14 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from kvpilot.core.fit.plan import VERDICT_BORDERLINE, ServingSettings
-from kvpilot.core.fit.recommend import (
-    TIGHT_HEADROOM_BYTES,
-    Goal,
-    GpuTarget,
-    is_tight,
-    kv_headroom_bytes,
-)
+from kvpilot.core.fit.plan import VERDICT_BORDERLINE, GpuTarget, ServingSettings
+from kvpilot.core.fit.recommend import TIGHT_HEADROOM_BYTES, Goal, is_tight, kv_headroom_bytes
 from kvpilot.core.fit.replan import (
     capacity_reason,
     fixed_settings,
