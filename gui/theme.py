@@ -20,6 +20,8 @@ MEM_FREE = "#d8d8d8"
 MEM_RESERVED = "#b0b0b0"
 
 #: plot pens
+#: the dashboard's grid lines: opaque (lines with alpha are blended pixel by pixel in software)
+PLOT_GRID = "#e4e4e4"
 PLOT_COLORS = ("#3a78c8", "#e07030", "#2e9d4f", "#c83a3a", "#8c6bb1")
 
 

@@ -1,8 +1,10 @@
 """Live dashboard: pyqtgraph plots redrawn by ONE timer from the telemetry ring buffers.
 
 Producers (metrics and hardware samplers) write into :class:`kvpilot.core.telemetry.Telemetry`
-on their threads; this panel only reads it, on a single ``QTimer`` at 5 Hz, with ``setData`` on
-pre-created curves (NaN = gap, ``clipToView`` and peak downsampling for the 60-minute window).
+on their threads; this panel only reads it, on a single ``QTimer`` at 5 Hz and only while it is
+visible, with ``setData`` on pre-created curves (NaN = gap, ``clipToView`` and peak downsampling
+to about one min/max pair per pixel). Paint cost is kept low on purpose (software rendering
+while vLLM uses every core): opaque grid lines and 1 px curves; see benchmarks/gui_event_loop.py.
 The x axis is minutes relative to now (0 = the newest sample).
 
 Signals:
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
     QHBoxLayout,
@@ -163,7 +166,7 @@ class DashboardPanel(QWidget):
         self.timer = QTimer(self)
         self.timer.setObjectName("dashboard-redraw")
         self.timer.setInterval(int(1000 / REDRAW_HZ))
-        self.timer.timeout.connect(self.redraw)
+        self.timer.timeout.connect(self._on_timer)
         self.timer.start()
 
     # ----------------------------------------------------------------- building
@@ -173,9 +176,9 @@ class DashboardPanel(QWidget):
         for i, spec in enumerate(PLOTS):
             plot = self.graphics.addPlot(row=i // grid_cols, col=i % grid_cols)
             plot.setTitle(f"{spec.title} ({spec.unit})", size="9pt")
-            plot.showGrid(x=True, y=True, alpha=0.2)
+            _opaque_grid(plot)
             plot.setClipToView(True)
-            plot.setDownsampling(auto=True, mode="peak")
+            plot.setDownsampling(ds=1, auto=False, mode="peak")  # set per frame: _downsample
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.setLabel("bottom", "minutes")
@@ -187,7 +190,8 @@ class DashboardPanel(QWidget):
                 plot.enableAutoRange(axis="y")
             curves = []
             for j, c in enumerate(spec.curves):
-                pen = pg.mkPen(theme.PLOT_COLORS[j % len(theme.PLOT_COLORS)], width=1.5)
+                # 1 px: a wider line goes through Qt's slow path stroker (twice the paint time)
+                pen = pg.mkPen(theme.PLOT_COLORS[j % len(theme.PLOT_COLORS)], width=1)
                 item = plot.plot([], [], pen=pen, name=c.label, connect="finite")
                 curves.append((c, item))
             self._curves[spec.key] = curves
@@ -211,6 +215,16 @@ class DashboardPanel(QWidget):
 
     # ----------------------------------------------------------------- the one redraw
 
+    def _on_timer(self) -> None:
+        # a hidden dashboard (another tab, a minimized window) is not redrawn; it catches up
+        # the moment it is shown again (showEvent)
+        if self.isVisible():
+            self.redraw()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.redraw()
+
     def redraw(self) -> None:
         """Copy the visible window of every series into its curve (called by the timer)."""
         started = time.perf_counter()
@@ -224,10 +238,20 @@ class DashboardPanel(QWidget):
                 x = (t - now) / 60.0
                 if spec.scale != 1.0:
                     y = y * spec.scale
+                self._downsample(item, t.size)
                 item.setData(x, y, connect="finite")
         self._update_summary()
         self.frames += 1
         self.last_redraw_s = time.perf_counter() - started
+
+    def _downsample(self, item: pg.PlotDataItem, points: int) -> None:
+        """Peak-downsample ``item`` to about one min/max pair per pixel of its plot's width
+        (pyqtgraph's automatic choice keeps about ten points per pixel, each drawn)."""
+        view = item.getViewBox()
+        width_px = max(1, int(view.width())) if view is not None else 1
+        factor = max(1, -(-points // width_px))  # ceil: at most width_px bins
+        if item.opts.get("downsample") != factor:
+            item.setDownsampling(ds=factor, auto=False, method="peak")
 
     def point_count(self, key: str) -> int:
         """Finite points handed to plot ``key`` (all its curves, before downsampling)."""
@@ -284,6 +308,17 @@ class DashboardPanel(QWidget):
                 h.addWidget(b)
             self.pressure_box.addWidget(row)
             self._pressure_widgets.append(row)
+
+
+def _opaque_grid(plot: pg.PlotItem) -> None:
+    """Grid lines in one opaque light colour: ``showGrid(alpha=…)`` draws translucent lines
+    that the software rasterizer blends pixel by pixel, which made each paint of the six plots
+    take 25-45 ms (benchmarks/gui_event_loop.py); opaque lines take about a quarter of that."""
+    plot.showGrid(x=True, y=True, alpha=1.0)
+    for name in ("left", "bottom"):
+        axis = plot.getAxis(name)
+        axis.setStyle(tickAlpha=255)
+        axis.setTickPen(pg.mkPen(theme.PLOT_GRID))
 
 
 def _int(value: float | None) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from testpaths import DATA
 
-from kvpilot.core.telemetry import Telemetry
+from kvpilot.core.telemetry import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.metrics import ScrapeError, ScrapeErrorKind, parse_metrics
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
 
@@ -47,3 +49,37 @@ def test_dashboard_draws_recorded_metrics_with_gaps(qtbot) -> None:
     assert dash.point_count("kv") == 3
     assert dash.point_count("vram") == 0
     assert dash.last_redraw_s < 0.5
+
+
+def test_dashboard_keeps_paint_cheap_downsampled_opaque_and_idle_when_hidden(qtbot) -> None:
+    now = [10_000.0]
+    tel = Telemetry(TelemetryConfig(capacity=40_000), clock=lambda: now[0])
+    base = parse_metrics((METRICS / "metrics_during.txt").read_text(), 0.0)
+    for i in range(36_000):  # 60 minutes at 10 Hz
+        tel.add_vllm_sample(replace(base, t_monotonic_s=now[0] - 3600 + i * 0.1, running=i % 5))
+    dash = DashboardPanel(tel, clock=tel._clock)
+    qtbot.addWidget(dash)
+    dash.timer.stop()
+    dash.resize(1400, 700)
+    dash.set_window_minutes(60)
+    dash.show()
+    qtbot.waitExposed(dash)
+    dash.redraw()
+    plot = dash.plots["queue"]
+    width_px = int(plot.getViewBox().width())
+    for _, item in dash._curves["queue"]:
+        assert item.xData.size == 36_000  # all the data is handed over ...
+        drawn = item.curve.xData.size  # ... and drawn as about one min/max pair per pixel
+        assert width_px <= drawn <= 2 * width_px + 2, (drawn, width_px)
+        assert item.opts["pen"].widthF() == 1.0
+    for name in ("left", "bottom"):
+        grid = plot.getAxis(name)
+        assert grid.grid == 255 and grid.style["tickAlpha"] == 255  # opaque grid lines
+    frames = dash.frames
+    dash._on_timer()
+    assert dash.frames == frames + 1
+    dash.hide()
+    dash._on_timer()
+    assert dash.frames == frames + 1  # hidden: no redraw
+    dash.show()
+    assert dash.frames == frames + 2  # shown again: caught up at once
