@@ -209,6 +209,9 @@ class BenchmarkDialog(QDialog):
                 f" · goal first missed at {report.slo_break_concurrency} users "
                 f"({report.slo_break_reason})"
             )
+        if report.server_lost is not None:
+            self._set_status(f"stopped early: {report.server_lost}", theme.FAIL)
+            return
         self._set_status(note, theme.OK)
 
     def _on_error(self, exc: BaseException) -> None:

@@ -4,8 +4,9 @@ Prints, per level, TTFT / TPOT / end-to-end latency P50/P90/P99, output tokens/s
 errors and goodput, then the first concurrency whose P99 breaks a goal. ``--json`` prints the
 full report as one JSON document instead. Progress goes to stderr.
 
-Exit status: 0 when the run finished, 1 when every request failed, 2 for user errors (bad
-settings, a remote URL without ``--allow-remote``, an unreachable server).
+Exit status: 0 when the run finished, 1 when every request failed or the server went away
+during the run (the results so far are printed, then one line on stderr saying so), 2 for user
+errors (bad settings, a remote URL without ``--allow-remote``, an unreachable server).
 """
 
 from __future__ import annotations
@@ -169,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(file=sys.stderr)
         print(format_report(report))
+    if report.server_lost is not None:
+        print(f"kvpilot bench: {report.server_lost}", file=sys.stderr)
+        return 1
     if report.levels and all(lv.requests_ok == 0 for lv in report.levels):
         return 1
     return 0

@@ -18,6 +18,7 @@ and output token counts reported are the server's own (the ``usage`` of each str
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import math
@@ -134,6 +135,7 @@ class RequestResult:
     tpot_s: float | None
     prompt_tokens: int | None
     output_tokens: int
+    connect_failed: bool = False  # no connection could be opened (refused, reset at connect)
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,8 @@ class LoadTestReport:
     slo_break_reason: str | None
     warmup_output_tokens: int
     cancelled: bool
+    #: why the run stopped early because the server went away (one sentence), or None
+    server_lost: str | None = None
 
     @property
     def output_tokens_total(self) -> int:
@@ -371,9 +375,9 @@ async def _one_request(
     chunks = 0
     usage: dict[str, Any] = {}
 
-    def failed(message: str) -> RequestResult:
+    def failed(message: str, *, connect: bool = False) -> RequestResult:
         out = int(usage.get("completion_tokens") or chunks)
-        return RequestResult(False, message[:300], ttft, None, None, None, out)
+        return RequestResult(False, message[:300], ttft, None, None, None, out, connect)
 
     try:
         async with client.stream("POST", base_url + path, json=body) as response:
@@ -400,6 +404,8 @@ async def _one_request(
                         ttft = time.perf_counter() - start
     except httpx.TimeoutException:
         return failed(f"no answer within {cfg.request_timeout_s:g} s")
+    except httpx.ConnectError as exc:
+        return failed(f"{type(exc).__name__}: {exc}", connect=True)
     except httpx.HTTPError as exc:
         return failed(f"{type(exc).__name__}: {exc}")
     e2e = time.perf_counter() - start
@@ -509,6 +515,7 @@ class _Runner:
         self.on_progress = on_progress
         self.cancel_event = cancel_event
         self.cancelled = False
+        self.server_lost: str | None = None
 
     def _progress(self, p: LoadTestProgress) -> None:
         if self.on_progress is not None:
@@ -521,6 +528,27 @@ class _Runner:
         self.cancelled = True
         for task in tasks:
             task.cancel()
+
+    async def _check_server(self, concurrency: int, error: str) -> None:
+        """After a refused connection: if a fresh TCP connection is refused too, the server is
+        gone; record why (``server_lost``) so that every worker stops after its request."""
+        url = httpx.URL(self.base_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(url.host, port), timeout=2.0
+            )
+        except (OSError, TimeoutError):
+            self.server_lost = (
+                f"the server at {self.base_url} stopped accepting connections during the "
+                f"concurrency {concurrency} level ({error}); the load test stopped there and "
+                "keeps the requests that finished: check why the server ended (kvpilot serve "
+                "or the GUI log says) and run it again"
+            )
+            return
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
     async def _level(
         self,
@@ -556,13 +584,19 @@ class _Runner:
 
         async def worker() -> None:
             nonlocal next_index, last_end
-            while next_index < planned and time.perf_counter() < deadline:
+            while (
+                next_index < planned
+                and time.perf_counter() < deadline
+                and self.server_lost is None
+            ):
                 prompt = prompts[next_index]
                 next_index += 1
                 result = await _one_request(client, self.base_url, cfg, model, prompt)
                 results.append(result)
                 last_end = time.perf_counter()
                 report()
+                if result.connect_failed and self.server_lost is None:
+                    await self._check_server(concurrency, result.error or "")
 
         report()
         tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
@@ -600,7 +634,7 @@ class _Runner:
             for index, concurrency in enumerate(cfg.concurrency_levels):
                 if self.cancel_event is not None and self.cancel_event.is_set():
                     self.cancelled = True
-                if self.cancelled:
+                if self.cancelled or self.server_lost is not None:
                     break
                 results, duration = await self._level(client, model, words, index, concurrency)
                 level = _level_result(cfg, concurrency, results, duration)
@@ -623,6 +657,7 @@ class _Runner:
             slo_break_reason=brk[1] if brk else None,
             warmup_output_tokens=warm_tokens,
             cancelled=self.cancelled,
+            server_lost=self.server_lost,
         )
 
 
@@ -635,7 +670,9 @@ def run_load_test(
 
     ``on_progress`` is called from the calling thread after each finished request. Setting
     ``cancel_event`` stops the run within ~0.1 s; the report then holds the finished levels
-    (the interrupted one with the requests that completed) and ``cancelled=True``.
+    (the interrupted one with the requests that completed) and ``cancelled=True``. A server
+    that goes away mid-run (a refused connection, confirmed by a fresh connect) stops it the
+    same way, with ``server_lost`` saying so in one sentence.
 
     Raises:
         LoadTestError: bad settings, a remote target without ``allow_remote``, an unreachable
@@ -680,6 +717,8 @@ def format_report(report: LoadTestReport) -> str:
         )
     else:
         lines.append("P99 met both goals at every level tested")
-    if report.cancelled:
+    if report.server_lost is not None:
+        lines.append(f"stopped: {report.server_lost}")
+    elif report.cancelled:
         lines.append("cancelled: the last level is incomplete")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from kvpilot.core.vllm.client import (
     LoadTestError,
     check_target,
     detect_model,
+    format_report,
     run_load_test,
 )
 
@@ -175,6 +176,52 @@ def test_cancel_and_progress(fake_openai):
     assert len(report.levels) == 1 and report.levels[0].requests_sent < 50
     assert seen[0].completed == 0 and seen[0].planned == 50 and seen[0].levels_total == 3
     assert [p.completed for p in seen] == sorted(p.completed for p in seen)
+
+
+def test_a_server_that_goes_away_stops_the_run_with_what_finished(fake_openai):
+    fake_openai.token_s = 0.005
+
+    def progress(p):
+        if p.completed >= 3 and fake_openai.httpd.socket.fileno() != -1:
+            fake_openai.close()  # the server goes away mid-level: connections are refused
+
+    t0 = time.monotonic()
+    report = run_load_test(
+        config(fake_openai, requests_per_level=200, output_tokens=4), on_progress=progress
+    )
+    assert time.monotonic() - t0 < 5.0
+    assert not report.cancelled
+    assert report.server_lost is not None and "stopped accepting connections" in (
+        report.server_lost
+    )
+    assert "concurrency 1 level" in report.server_lost
+    (level,) = report.levels  # the next levels are not tried
+    assert level.requests_ok >= 3 and level.errors >= 1 and level.requests_sent < 200
+    assert "stopped: the server at" in format_report(report)
+
+
+def test_a_refused_connection_alone_does_not_stop_the_run(fake_openai, monkeypatch):
+    import httpx
+
+    from kvpilot.core.vllm import client as client_module
+
+    real = client_module._one_request
+    calls = [0]
+
+    async def first_refused(client, base_url, cfg, model, prompt):
+        calls[0] += 1
+        if calls[0] == 2:  # one transient refusal while the server still accepts connections
+            error = f"{httpx.ConnectError.__name__}: refused once"
+            return client_module.RequestResult(
+                False, error, None, None, None, None, 0, connect_failed=True
+            )
+        return await real(client, base_url, cfg, model, prompt)
+
+    monkeypatch.setattr(client_module, "_one_request", first_refused)
+    report = run_load_test(config(fake_openai, concurrency_levels=(1, 2), requests_per_level=4))
+    assert report.server_lost is None
+    assert [lv.requests_sent for lv in report.levels] == [4, 4]
+    assert report.levels[0].errors == 1
 
 
 def test_api_key_and_unknown_model(fake_openai):
