@@ -936,10 +936,36 @@ def _model_label(ctx: _Context, fallback: str | None = None) -> str:
 
 def _not_found_path(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     name = m[1]
+    folder = name.startswith(("/", "~", "./", "../"))  # a folder, not a repo id: not there
+    if folder and ctx.phase in (LOADING_WEIGHTS, PROFILING, COMPILING):
+        return Failure(
+            fk.MODEL_NOT_FOUND,
+            f"The model folder '{name}' was removed (or moved) while vLLM was loading it; put "
+            "the model back or pick another one, and start again.",
+            details={"model": name, "reason": "removed_while_loading"},
+        )
+    if folder:
+        return Failure(
+            fk.MODEL_NOT_FOUND,
+            f"The model folder '{name}' does not exist or has no config.json (removed, moved or "
+            "mistyped); put the model back or pick another one.",
+            details={"model": name, "reason": "missing_folder"},
+        )
     return Failure(
         fk.MODEL_NOT_FOUND,
         f"'{name}' is neither a local folder with a config.json nor a Hugging Face repo id.",
         details={"model": name, "reason": "invalid"},
+    )
+
+
+def _weights_unreadable(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+    name = m[1]
+    return Failure(
+        fk.MODEL_NOT_FOUND,
+        f"vLLM found no readable weights in the model folder '{name}' while loading it (the "
+        "folder was emptied or made unreadable after vLLM had started); put the weights back "
+        "or give them read permission, and start again.",
+        details={"model": name, "reason": "weights_unreadable"},
     )
 
 
@@ -1312,6 +1338,9 @@ _OTHER_FAIL_RULES: tuple[tuple[re.Pattern[str], _Builder], ...] = (
     (re.compile(r"GatedRepoError|Cannot access gated repo|gated repo|40[13] Client Error"), _gated),
     (re.compile(r"Invalid repository ID or local directory specified: '([^']*)'"), _not_found_path),
     (re.compile(r"HFValidationError: Repo id must be in the form .*?: '([^']*)'"), _not_found_path),
+    # pydantic's wording of the same HFValidationError (ModelConfig built from a vanished folder)
+    (re.compile(r"Value error, Repo id must be in the form .*?: '([^']*)'"), _not_found_path),
+    (re.compile(r"Cannot find any model weights with `([^`]*)`"), _weights_unreadable),
     (re.compile(r"outgoing traffic has been disabled"), _not_found_offline),
     (
         re.compile(

@@ -76,6 +76,18 @@ CASES = [
     (CPU / "fail_c_nonexistent_path.log", fk.MODEL_NOT_FOUND, None, "'/data/no_such_model'"),
     (CPU / "fail_c2_hub_id_offline.log", fk.MODEL_NOT_FOUND, None, "offline mode"),
     (CPU / "fail_c3_hub_id_online_nonet.log", fk.MODEL_NOT_FOUND, None, "could not be reached"),
+    (
+        CPU / "model_folder_removed_loading.log",
+        fk.MODEL_NOT_FOUND,
+        None,
+        "The model folder '/models/tiny copy' was removed (or moved) while vLLM was loading it",
+    ),
+    (
+        CPU / "model_folder_unreadable_loading.log",
+        fk.MODEL_NOT_FOUND,
+        None,
+        "no readable weights in the model folder '/models/tiny copy' while loading it",
+    ),
     (CPU / "fail_d_port_in_use.log", fk.PORT_IN_USE, None, "Port 8765"),
     (CPU / "fail_e_unknown_flag.log", fk.UNKNOWN_FLAG, None, "--no-such-flag"),
     (CPU / "hd16_request.log", fk.ENGINE_DIED, None, "head_dim=16"),
