@@ -71,7 +71,8 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
             os.close(dfd)
 
 
-def _mount_point(path: Path) -> Path:
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds ``path`` (its nearest existing parent)."""
     p = path.resolve()
     while not p.exists():
         p = p.parent
@@ -88,7 +89,7 @@ def write_failure(path: Path, exc: OSError, needed_bytes: int, *, env_var: str) 
     import shutil
 
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        mount = _mount_point(path.parent)
+        mount = mount_point(path.parent)
         try:
             free = f"{shutil.disk_usage(mount).free:,} bytes are free"
         except OSError:

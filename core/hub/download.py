@@ -28,6 +28,7 @@ stable ``kind`` string (see the ``KIND_*`` constants).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import math
@@ -56,6 +57,7 @@ from huggingface_hub.utils import WeakFileLock, build_hf_headers
 from kvpilot.core import failures
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.hub.cache import complete_snapshot, hub_cache_dir, is_repo_id, repo_folder
+from kvpilot.core.paths import mount_point
 
 if TYPE_CHECKING:
     from kvpilot.core.vllm.command import LaunchSpec
@@ -139,9 +141,28 @@ class NotEnoughDiskError(DownloadError):
 
 
 class DiskFullError(DownloadError):
-    """Writing a file failed because the disk filled up during the download."""
+    """Writing a file failed because the disk filled up during the download.
+
+    ``needed_bytes``: what the download still has to write; ``free_bytes``: free on that disk
+    now; ``mount``: its mount point; ``partial_path``: the partial file, kept for the resume.
+    """
 
     kind = KIND_DISK_FULL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        needed_bytes: int,
+        free_bytes: int | None,
+        mount: Path,
+        partial_path: Path,
+    ) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes
+        self.mount = mount
+        self.partial_path = partial_path
 
 
 class DownloadInterruptedError(DownloadError):
@@ -699,18 +720,46 @@ class Downloader:
                     self._done_bytes += len(chunk)
                     self._fetched += len(chunk)
                     self._emit("downloading")
+                fh.close()  # a full disk may show only here, when the buffer is flushed
             except OSError as exc:
+                with contextlib.suppress(OSError):
+                    fh.close()  # what the buffer still held is lost; the file keeps the rest
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFullError(
-                        f"the disk holding {self.plan.cache_dir} filled up while downloading "
-                        f"{partial.name} ({_size(size - have)} still to come); free space and "
-                        "start the download again, it resumes where it stopped"
-                    ) from exc
+                    raise self._disk_full(partial, have, exc) from exc
                 raise DownloadError(f"cannot write {partial}: {exc.strerror or exc}") from exc
             finally:
-                fh.close()
+                with contextlib.suppress(OSError):
+                    fh.close()
         self._check_cancel()
         return have
+
+    def _disk_full(self, partial: Path, have: int, exc: OSError) -> DiskFullError:
+        """The one sentence for a disk that filled up mid-download: which disk, how much the
+        download still needs and how much is free, and that the partial file is kept.
+        ``have``: the bytes of ``partial`` counted so far (some may not have reached the disk)."""
+        mount = mount_point(self.plan.cache_dir)
+        kept = partial.stat().st_size if partial.exists() else 0
+        self._done_bytes += kept - have  # the disk holds what it holds: a buffer lost, a chunk cut
+        needed = max(0, self.plan.total_bytes - self._done_bytes)
+        try:
+            free: int | None = int(self._disk_usage(str(mount)).free)
+        except OSError:
+            free = None
+        free_text = "an unknown amount" if free is None else _size(free)
+        short = needed if free is None else max(0, needed - free)
+        fix = f"free at least {_size(short)}" if short else "free some space"
+        return DiskFullError(
+            f"the disk holding the Hugging Face cache {self.plan.cache_dir} (mounted at "
+            f"{mount}) is full ({exc.strerror or 'no space left'}): {self.plan.repo_id} still "
+            f"needs {_size(needed)} and {free_text} is free there; {fix} there "
+            f"or set another cache folder (Settings, or HF_HUB_CACHE), then start "
+            f"the download again: the {_size(kept)} already written are kept in {partial} and "
+            "it resumes from there",
+            needed_bytes=needed,
+            free_bytes=free,
+            mount=mount,
+            partial_path=partial,
+        )
 
     def _check_cancel(self) -> None:
         if self.cancel_event.is_set():

@@ -1,6 +1,7 @@
-"""A full disk while writing settings, measurements or a launch log: the previous file
-survives (atomic writes), the user is told which disk is full and how much is needed, and a
-launch log that cannot be written is reported once while supervision goes on.
+"""A full disk while writing settings, measurements or a launch log, or while downloading a
+model from the Hub: the previous file survives (atomic writes), the user is told which disk is
+full and how much is needed, a launch log that cannot be written is reported once while
+supervision goes on, and a download keeps its partial file and resumes from it.
 
 The disk is a real 256 KiB tmpfs where the tests may mount one (root); elsewhere the write's
 ``fsync`` is made to fail with ENOSPC, which exercises the same paths.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import subprocess
@@ -49,14 +51,15 @@ class Disk:
                 fh.write(b"\0" * 4096)
 
 
-@pytest.fixture
-def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
-    root = tmp_path / "disk"
+@contextlib.contextmanager
+def _small_disk(
+    root: Path, size: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Disk]:
     root.mkdir()
     real = False
     if os.geteuid() == 0:
         proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(root)],
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)],
             capture_output=True,
             check=False,
         )
@@ -66,6 +69,19 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
     finally:
         if real:
             subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+@pytest.fixture
+def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+    with _small_disk(tmp_path / "disk", "256k", monkeypatch) as d:
+        yield d
+
+
+@pytest.fixture
+def download_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+    """An 8 MiB disk: room for the 6 MiB download below, until something else fills it."""
+    with _small_disk(tmp_path / "disk", "8m", monkeypatch) as d:
+        yield d
 
 
 def test_settings_on_a_full_disk_keep_the_old_file_and_name_the_disk(disk: Disk) -> None:
@@ -137,3 +153,73 @@ def test_a_launch_log_on_a_full_disk_is_reported_once_and_serving_goes_on(
         assert len(failures) == 1
     finally:
         sup.stop(sigint_wait_s=2, sigterm_wait_s=2)
+
+
+def test_a_download_on_a_disk_that_fills_up_names_it_and_resumes(
+    download_disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not download_disk.real:
+        pytest.skip("needs a real small disk (tmpfs mount as root); tests/unit/vllm simulates it")
+    from fakes.fake_hub import FakeHub, isolate_hf
+
+    from kvpilot.core.vllm.download import DiskFullError, Downloader, plan_download
+
+    root = download_disk.root
+    weights = hashlib.sha256(b"weights").digest() * (6 * 2**20 // 32)  # 6 MiB
+    files = {"config.json": b'{"architectures": ["LlamaForCausalLM"]}',
+             "model.safetensors": weights}
+    # settings and measurements live on the same disk: the failed download must not touch them
+    settings_store = st.SettingsStore(root / "config")
+    settings_store.save(st.Settings())
+    measurements = MeasurementStore(root / "data" / "measurements.json")
+    key = measurement_key(
+        gpu_name="cpu", gpu_total_bytes=1 << 30, model="m", vllm_version="0.32.0",
+        settings=ServingSettings(), weights_bytes=1,
+    )
+    measurements.record(key, Measured(measured_at="2026-12-01T00:00:00Z", source="launch",
+                                      kv_cache_tokens=1))
+    before = {p: p.read_bytes() for p in (settings_store.path, measurements.path)}
+    written = [0]
+
+    class FilledMidway:
+        """The real partial file; once 2 MiB of it are written another program fills the
+        disk, so the following writes meet the real ENOSPC of the tmpfs."""
+
+        def __init__(self, path: Path) -> None:
+            self._fh = path.open("ab")
+
+        def write(self, data: bytes) -> int:
+            if written[0] <= 2 * 2**20 < written[0] + len(data):
+                self._fh.flush()
+                download_disk.fill()
+            written[0] += len(data)
+            return self._fh.write(data)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._fh, name)
+
+    with FakeHub() as hub:
+        isolate_hf(monkeypatch, root, hub.endpoint)
+        hub.add_repo("acme/tiny", files)
+        plan = plan_download("acme/tiny")
+        with pytest.raises(DiskFullError) as err:
+            Downloader(plan, lambda _e: None, open_file=FilledMidway).run()  # type: ignore[arg-type]
+        error = err.value
+        print(f"download on a full disk: {error.message}")
+        partial = error.partial_path
+        kept = partial.stat().st_size
+        assert partial.name.endswith(".incomplete") and 2**20 < kept < len(weights)
+        assert f"(mounted at {root})" in error.message and error.mount == root
+        assert error.needed_bytes == len(weights) - kept
+        assert error.free_bytes is not None and error.free_bytes < 64 * 1024
+        assert f"kept in {partial}" in error.message and "HF_HUB_CACHE" in error.message
+        assert {p: p.read_bytes() for p in before} == before  # settings, measurements intact
+
+        (root / "filler").unlink()  # the user frees space and starts again: it resumes
+        hub.requests.clear()
+        snapshot = Downloader(plan_download("acme/tiny"), lambda _e: None).run()
+        assert (snapshot / "model.safetensors").read_bytes() == weights
+        ranges = [r.range_header for r in hub.settled() if r.method == "GET" and r.range_header]
+        assert ranges == [f"bytes={kept}-"], ranges
+        assert not partial.exists()
+    assert {p: p.read_bytes() for p in before} == before

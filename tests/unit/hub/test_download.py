@@ -465,9 +465,14 @@ def test_disk_full_during_download(hub: FakeHub) -> None:
 
     plan = plan_download(REPO)
     events = Events()
-    with pytest.raises(DiskFullError, match="filled up") as err:
+    with pytest.raises(DiskFullError, match="is full") as err:
         Downloader(plan, events, open_file=opener).run()
     assert err.value.kind == dl.KIND_DISK_FULL
+    assert err.value.needed_bytes == plan.total_bytes - 3_000_000 - sum(
+        size_of(f.filename) for f in plan.files if f.filename != WEIGHTS
+    )
+    assert err.value.partial_path == _partial(plan)
+    assert f"kept in {_partial(plan)}" in str(err.value)
     assert events.items[-1].state == "failed"
     assert _partial(plan).stat().st_size == 3_000_000  # what was written stays for the resume
 
