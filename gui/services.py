@@ -608,6 +608,7 @@ class AppServices:
             old = self.supervisor
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
+        self.refuse_next_to_orphans(spec.port)
         if inputs is not None:
             self.check_startup_now(inputs)
         self.telemetry.clear()
@@ -797,6 +798,29 @@ class AppServices:
         from kvpilot.core.vllm.orphans import find_orphans
 
         return find_orphans(self.data_dir)
+
+    def refuse_next_to_orphans(self, port: int | None) -> None:
+        """Blocking (reads the pidfiles): refuse a launch while a server an earlier kvpilot left
+        runs. It may hold ``port`` without listening yet (still loading), and on this one
+        workstation GPU a second server would fight it for memory.
+
+        Raises:
+            CommandError: such a server runs (the sentence names it and the way out).
+        """
+        from kvpilot.core.errors import CommandError
+        from kvpilot.core.vllm.orphans import find_orphans
+
+        orphans = find_orphans(self.data_dir)
+        if not orphans:
+            return
+        held = next((o for o in orphans if o.record.port == port), orphans[0])
+        rec = held.record
+        where = f"port {rec.port}" + (", the port this plan asks for" if rec.port == port else "")
+        raise CommandError(
+            f"a vLLM server an earlier kvpilot left running still runs (pid {rec.pid}, "
+            f"{rec.model}, {where}); keep it and watch it, or stop it, with the bar at the top "
+            "of the window before starting another"
+        )
 
     def stop_orphan(self, orphan: OrphanServer) -> StopReport:
         """Blocking: stop an orphaned server's whole process group. Returns the StopReport."""
