@@ -32,11 +32,17 @@ class ModelSpecError(KvpilotError):
     """A model description could not be read: names the file and the field."""
 
     def __init__(self, message: str, *, path: str | None = None, field: str | None = None) -> None:
-        where = f"{path}: " if path else ""
-        what = f"field '{field}': " if field else ""
+        where = f"{_one_line(path)}: " if path else ""
+        what = f"field '{_one_line(field)}': " if field else ""
         super().__init__(f"{where}{what}{message}")
         self.path = path
         self.field = field
+
+
+def _one_line(text: str) -> str:
+    """``text`` as typed when it prints on one line, else quoted with escapes (a pasted path
+    with a newline must not break the one-line message)."""
+    return text if text.isprintable() else repr(text)
 
 
 class FitError(KvpilotError):

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.errors import KvpilotError
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
@@ -151,6 +152,12 @@ class BenchmarkDialog(QDialog):
                 requests_per_level=self.requests.value(),
                 api_key=self._api_key,
             )
+            validate = getattr(config, "validate", None)
+            if validate is not None:
+                validate()  # bad settings are told here, before anything runs
+        except KvpilotError as exc:
+            self._set_status(exc.message, theme.FAIL)
+            return False
         except (ValueError, TypeError) as exc:
             self._set_status(str(exc), theme.FAIL)
             return False

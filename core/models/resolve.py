@@ -31,10 +31,26 @@ def load_model_spec(ref: str, *, offline: bool = True) -> ModelSpec:
     ref = ref.strip()
     if not ref:
         raise ModelSpecError("no model given; name a model directory, repo id or catalog id")
-    path = Path(ref).expanduser()
-    if path.is_file() and path.name == CONFIG_FILE:
-        path = path.parent
-    if path.is_dir():
+    if "\x00" in ref:
+        raise ModelSpecError("a model path or id cannot contain a NUL character", path=ref[:200])
+    try:
+        path = Path(ref).expanduser()
+    except RuntimeError as exc:  # "~user/…" of a user this system does not know
+        raise ModelSpecError(
+            f"cannot expand the home folder in {ref[:200]!r} ({exc}); give the full path",
+            path=ref[:200],
+        ) from exc
+    try:
+        if path.is_file() and path.name == CONFIG_FILE:
+            path = path.parent
+        is_dir = path.is_dir()
+    except OSError as exc:  # too long a name, too deep a path
+        raise ModelSpecError(
+            f"cannot look at this path ({exc.strerror or exc}); give a model directory, repo id "
+            "or catalog id",
+            path=ref[:200],
+        ) from exc
+    if is_dir:
         return load_local_model(path)
     if path.exists():
         raise ModelSpecError(

@@ -71,6 +71,22 @@ river garden stone cloud summer
 _WORDS = tuple(_WORD_TEXT.split())
 
 
+def api_key_problem(api_key: str | None) -> str | None:
+    """Why ``api_key`` cannot go into an ``Authorization: Bearer`` header (HTTP headers are
+    printable ASCII; a pasted key with a space, a newline or an accent cannot be sent), or
+    None when it can (or there is none)."""
+    if not api_key or all("!" <= ch <= "~" for ch in api_key):
+        return None
+    return (
+        "the API key may hold only printable ASCII characters without spaces (it is sent as a "
+        "Bearer token); check what was pasted"
+    )
+
+
+#: the most concurrent requests one level may hold open (each is a connection and a task)
+MAX_CONCURRENCY = 4096
+
+
 class LoadTestError(KvpilotError):
     """A load test that cannot run: bad settings, remote target, unreachable server, no model."""
 
@@ -104,6 +120,10 @@ class LoadTestConfig:
         """Raises LoadTestError naming the first bad setting."""
         if not self.concurrency_levels or any(c < 1 for c in self.concurrency_levels):
             raise LoadTestError("concurrency levels must be integers >= 1, e.g. 1,2,4")
+        if any(c > MAX_CONCURRENCY for c in self.concurrency_levels):
+            raise LoadTestError(
+                f"concurrency levels must be at most {MAX_CONCURRENCY:,} (one connection each)"
+            )
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise LoadTestError("prompt and output tokens must be >= 1")
         if self.requests_per_level is not None and self.requests_per_level < 1:
@@ -116,6 +136,9 @@ class LoadTestConfig:
             raise LoadTestError(f"api must be 'completions' or 'chat', not {self.api!r}")
         if self.warmup_requests < 0:
             raise LoadTestError("warmup requests must be >= 0")
+        problem = api_key_problem(self.api_key)
+        if problem is not None:
+            raise LoadTestError(problem)
 
     def requests_for(self, concurrency: int) -> int:
         """Requests sent at one level."""

@@ -174,6 +174,12 @@ def normalize_url(url: str) -> str:
         raise WatchError(f"{url!r} is not a URL; give one like http://127.0.0.1:8000") from exc
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise WatchError(f"{url!r} is not an http URL; give one like http://127.0.0.1:8000")
+    try:
+        parsed.host.encode("idna")  # what the resolver needs: labels of at most 63 characters
+    except UnicodeError as exc:
+        raise WatchError(
+            f"{url[:100]!r} does not name a host ({exc}); give one like http://127.0.0.1:8000"
+        ) from exc
     text = str(parsed.copy_with(query=None, fragment=None)).rstrip("/")
     return text[: -len("/v1")] if text.endswith("/v1") else text
 
@@ -268,8 +274,9 @@ def capacity_from_log(path: str | Path) -> dict[str, Any]:
         with Path(path).expanduser().open(encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 scanner.feed(line.rstrip("\n"))
-    except OSError as exc:
-        raise WatchError(f"cannot read the log {path}: {exc.strerror or exc}") from exc
+    except (OSError, ValueError, RuntimeError) as exc:  # also a NUL in the name, "~nobody/…"
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise WatchError(f"cannot read the log {str(path)[:200]!r}: {reason}") from exc
     return scanner.capacity.figures()
 
 
@@ -381,7 +388,12 @@ class ServerWatch:
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        from kvpilot.core.vllm.client import api_key_problem
+
         self.base_url = normalize_url(base_url)
+        problem = api_key_problem(api_key)
+        if problem is not None:
+            raise WatchError(problem)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.telemetry = telemetry or Telemetry(clock=clock)
         self.gpu_total_bytes = gpu_total_bytes

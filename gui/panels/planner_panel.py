@@ -63,6 +63,10 @@ EXPORT_FORMATS = (
 )
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+DEFAULT_CONTEXT = 8192
+MIN_CONTEXT = 16
+#: above any model's context (10M tokens); a bigger number is a typo
+MAX_CONTEXT = 16 * 1024 * 1024
 USE_CASES = tuple(USE_CASE_LABELS.items())
 #: chart x grid (contexts), log-spaced powers of two
 CHART_CONTEXTS = [1 << k for k in range(10, 18)]
@@ -139,7 +143,14 @@ class PlannerPanel(QWidget):
         self.context.setCurrentIndex(2)
         self.context.setToolTip("Tokens per request (prompt + answer): vLLM's --max-model-len")
         self.context.currentTextChanged.connect(self._changed)
+        self.context.currentTextChanged.connect(self._show_context_problem)
         form.addRow("Context", self.context)
+        self.context_problem = QLabel("")  # says why a typed context is not used
+        self.context_problem.setObjectName("contextProblem")
+        self.context_problem.setWordWrap(True)
+        self.context_problem.setStyleSheet(f"color: {theme.FAIL}")
+        self.context_problem.setVisible(False)
+        form.addRow("", self.context_problem)
         self.users = QSpinBox()
         self.users.setRange(1, 1024)
         self.users.setValue(4)
@@ -310,15 +321,33 @@ class PlannerPanel(QWidget):
 
     # ----------------------------------------------------------------- goal
 
-    def goal(self) -> Goal:
-        """The goal as currently entered."""
+    def context_tokens(self) -> tuple[int, str | None]:
+        """The context typed or picked (tokens) and, when the text is not a usable number of
+        tokens, the sentence saying so (the goal then uses the default, 8,192)."""
         ctx = self.context.currentData()
-        text = self.context.currentText().replace(",", "").replace("_", "").strip().lower()
-        if ctx is None or f"{ctx:,}" != self.context.currentText():
-            try:
-                ctx = int(float(text[:-1]) * 1024) if text.endswith("k") else int(text)
-            except ValueError:
-                ctx = 8192
+        shown = self.context.currentText()
+        if isinstance(ctx, int) and f"{ctx:,}" == shown:
+            return ctx, None
+        text = shown.replace(",", "").replace("_", "").strip().lower()
+        try:
+            value = float(text[:-1]) * 1024 if text.endswith("k") else float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not MIN_CONTEXT <= value <= MAX_CONTEXT:
+            return DEFAULT_CONTEXT, (
+                f"Context {shown.strip()[:40]!r} is not a number of tokens from {MIN_CONTEXT} to "
+                f"{MAX_CONTEXT:,} (e.g. 8192 or 32k); planning with {DEFAULT_CONTEXT:,}."
+            )
+        return int(value), None
+
+    def _show_context_problem(self, *_: Any) -> None:
+        problem = self.context_tokens()[1]
+        self.context_problem.setText(problem or "")
+        self.context_problem.setVisible(problem is not None)
+
+    def goal(self) -> Goal:
+        """The goal as currently entered (a context that is not a number: the default)."""
+        ctx, _ = self.context_tokens()
         use_case = USE_CASES[max(0, self.use_case_group.checkedId())][0]
         model_ref = self.model.currentData() if self.model.currentIndex() == 0 else None
         if model_ref is None or self.model.currentText() != self.model.itemText(0):
@@ -327,7 +356,7 @@ class PlannerPanel(QWidget):
                 model_ref = ""
         return Goal(
             use_case=use_case,
-            context_tokens=max(16, ctx),
+            context_tokens=ctx,
             users=self.users.value(),
             allow_4bit=self.allow_4bit.isChecked(),
             kv_cache_dtype=self.kv_dtype.currentData() or "auto",
