@@ -7,9 +7,13 @@ the dashboard; NVML is a recorded RTX 4090 (``--fake-gpu``). A load thread runs 
 test at one request at a time with a pause between runs.
 
 Reported after the warm-up (the first ``--warmup-s`` seconds): kvpilot's RSS growth (goal: flat
-within 5 %), /metrics samples dropped (goal: none), event-loop lateness P99 of a 5 ms precise
-timer on the GUI thread (goal <= 30 ms), and open file descriptors and threads at the start and
-at the end (goal: equal).
+within 5 %), /metrics samples dropped (failed scrapes and ticks the sampler had to skip; goal:
+none), event-loop lateness P99 of a 5 ms precise timer on the GUI thread (goal <= 30 ms), open
+file descriptors and threads at the start and at the end (goal: equal), and the time of each
+paint of the dashboard's plots (the longest block the GUI thread sees while vLLM is busy).
+
+Exit status: 0 when every goal is met, 1 when one is missed (the line says which), 2 when the
+server did not start.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/soak.py --minutes 30
     QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/soak.py --minutes 2   # CI-sized
@@ -71,9 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     from kvpilot.core.vllm.runtime import discover
     from kvpilot.gui import app as gui_app
     from kvpilot.gui.bridge import CoreBridge
+    from kvpilot.gui.panels.dashboard_panel import pg  # pyqtgraph, on PySide6
     from kvpilot.gui.services import AppServices
     from kvpilot.gui.workers import run_in_thread, wait_for_pool
 
+    paints: list[float] = []
+    original_paint = pg.GraphicsLayoutWidget.paintEvent
+
+    def timed_paint(view: object, event: object) -> None:  # every paint of the plots
+        started = time.perf_counter()
+        original_paint(view, event)
+        paints.append(time.perf_counter() - started)
+
+    # before any window exists: Qt resolves a Python override once per class, at first use
+    pg.GraphicsLayoutWidget.paintEvent = timed_paint  # type: ignore[method-assign]
     runtime = discover(str(args.vllm))
     model = tiny_model(args.vllm)
     app = gui_app.ensure_app()
@@ -112,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     if sup is None or sup.state != "ready":
         print("soak: the server did not become ready", file=sys.stderr)
         services.shutdown()
-        return 1
+        return 2
     startup_s = (sup.ready_monotonic_s or 0) - (sup._started_mono or 0)
     pump(10, lambda: services.metrics_sampler is not None)  # the window starts it once ready
 
     stop_load = threading.Event()
+    hold = threading.Event()  # set: the loader pauses between two runs (and says so in idle)
+    idle = threading.Event()
     load_runs = [0, 0]  # ok, failed
 
     def load() -> None:
@@ -124,12 +141,26 @@ def main(argv: list[str] | None = None) -> int:
                              concurrency_levels=(1,), prompt_tokens=32, output_tokens=16,
                              requests_per_level=4, duration_s=30.0, warmup_requests=0)
         while not stop_load.is_set():
+            if hold.is_set():
+                idle.set()
+                stop_load.wait(0.05)
+                continue
+            idle.clear()
             try:
                 run_load_test(cfg, cancel_event=stop_load)
                 load_runs[0] += 1
             except LoadTestError:
                 load_runs[1] += 1
             stop_load.wait(2.0)
+
+    def resources() -> tuple[int, int]:
+        """Open fds and threads with the load test between two runs (a run holds sockets and
+        the resolver's worker thread for a moment): the same phase at the start and the end."""
+        hold.set()
+        idle.wait(120)
+        counts = me.num_fds(), me.num_threads()
+        hold.clear()
+        return counts
 
     loader = threading.Thread(target=load, name="soak-load", daemon=True)
     loader.start()
@@ -149,28 +180,38 @@ def main(argv: list[str] | None = None) -> int:
 
         while not stop_load.is_set():
             time.sleep(args.blocks_ms / 2000)
-            if ticks and time.perf_counter() - ticks[-1] > args.blocks_ms / 1000:
+            late = ticks and time.perf_counter() - ticks[-1] > args.blocks_ms / 1000
+            if measuring.is_set() and late:
                 frame = sys._current_frames().get(main_id)
                 if frame is not None:
                     where = "".join(traceback.format_stack(frame, limit=6)[-4:])
                     blocks[where] = blocks.get(where, 0) + 1
 
+    measuring = threading.Event()  # the watchdog counts only the measured minutes
     threading.Thread(target=watchdog, name="soak-watchdog", daemon=True).start()
+    window.tabs.setCurrentWidget(window.dashboard)  # the plots are on screen, as a user sees
     pump(args.warmup_s)
+    fds0, threads0 = resources()  # may wait for a load run to end: before the clock starts
+    rss0 = me.memory_info().rss
     ticks.clear()
+    paints.clear()
     sampler = services.metrics_sampler
     ok0, failed0 = sampler.samples_ok, sampler.samples_failed
-    rss0, fds0, threads0 = me.memory_info().rss, me.num_fds(), me.num_threads()
+    skipped0 = sampler.samples_skipped
     t0 = time.monotonic()
+    measuring.set()
     rss_samples = [rss0]
     end = t0 + args.minutes * 60
     while time.monotonic() < end:
         pump(min(10.0, end - time.monotonic()))
         rss_samples.append(me.memory_info().rss)
     elapsed = time.monotonic() - t0
+    measuring.clear()
     ok, failed = sampler.samples_ok - ok0, sampler.samples_failed - failed0
+    skipped = sampler.samples_skipped - skipped0
     gaps = np.diff(np.array(ticks)) - 0.005 if len(ticks) > 1 else np.zeros(1)
-    rss1, fds1, threads1 = me.memory_info().rss, me.num_fds(), me.num_threads()  # load still on
+    rss1 = me.memory_info().rss
+    fds1, threads1 = resources()  # the loader is still running, between two of its runs
     stop_load.set()
     loader.join(60)
     expected = int(elapsed * args.rate_hz)
@@ -183,20 +224,36 @@ def main(argv: list[str] | None = None) -> int:
 
     growth = (rss1 - rss0) / rss0
     p99 = float(np.percentile(gaps, 99))
+    dropped = failed + skipped
+    misses = [
+        name
+        for name, met in (
+            ("RSS growth", abs(growth) <= GOAL_RSS_GROWTH),
+            ("samples dropped", dropped == 0),
+            ("event-loop P99", p99 <= GOAL_P99_S),
+            ("open fds", fds0 == fds1),
+            ("threads", threads0 == threads1),
+        )
+        if not met
+    ]
     print(f"soak: {elapsed / 60:.1f} min after a {args.warmup_s:.0f} s warm-up; server start "
           f"{startup_s:.0f} s; state at the end: {state_at_end}; load runs {load_runs[0]} ok, "
           f"{load_runs[1]} failed")
     print(f"RSS: {rss0 / 2**20:.1f} MB -> {rss1 / 2**20:.1f} MB ({growth * 100:+.1f} %; "
           f"max {max(rss_samples) / 2**20:.1f} MB)  goal: within {GOAL_RSS_GROWTH * 100:.0f} %")
-    print(f"/metrics samples: {ok} ok, {failed} failed, {max(0, expected - ok - failed)} missed "
-          f"of ~{expected} expected at {args.rate_hz:g} Hz  goal: none dropped")
+    print(f"/metrics samples: {ok} ok, {failed} failed, {skipped} skipped (of ~{expected} "
+          f"expected at {args.rate_hz:g} Hz)  goal: none dropped")
     print(f"event loop lateness: P50 {np.percentile(gaps, 50) * 1000:.1f} ms, P99 "
           f"{p99 * 1000:.1f} ms, max {gaps.max() * 1000:.1f} ms  goal: P99 <= "
           f"{GOAL_P99_S * 1000:.0f} ms")
     print(f"open fds: {fds0} -> {fds1}; threads: {threads0} -> {threads1}  goal: equal")
+    pnt = np.array(paints or [0.0]) * 1000
+    print(f"dashboard paint: P50 {np.percentile(pnt, 50):.1f} ms, P99 "
+          f"{np.percentile(pnt, 99):.1f} ms, max {pnt.max():.1f} ms ({len(paints)} paints)")
     for where, n in sorted(blocks.items(), key=lambda kv: -kv[1])[:3]:
         print(f"GUI thread seen blocked > {args.blocks_ms:.0f} ms {n}x at:\n{where}")
-    return 0
+    print("goals: all met" if not misses else f"goals MISSED: {', '.join(misses)}")
+    return 1 if misses else 0
 
 
 if __name__ == "__main__":

@@ -578,6 +578,7 @@ class MetricsSampler:
         self._thread: threading.Thread | None = None
         self.samples_ok = 0
         self.samples_failed = 0
+        self.samples_skipped = 0  # ticks skipped because a scrape ran past its slot
         #: warnings logged: one when scrapes start failing, none more until one succeeds
         self.warnings_logged = 0
         self._failing_since: int | None = None  # samples_failed when the streak began
@@ -645,4 +646,5 @@ class MetricsSampler:
             if next_t < now:  # fell behind (slow server): skip missed ticks, keep the phase
                 missed = math.ceil((now - next_t) / self.interval_s)
                 next_t += missed * self.interval_s
+                self.samples_skipped += missed
             self._stop.wait(next_t - now)

@@ -97,40 +97,30 @@ def _fault_while_loading(
         sup.stop(sigint_wait_s=1, sigterm_wait_s=1)
 
 
-def test_model_folder_removed_while_loading(
+@pytest.mark.parametrize(
+    ("fault", "told"),
+    [
+        ("removed", "was removed (or moved) while vLLM was loading it"),
+        ("made unreadable", "was emptied or made unreadable after vLLM had started"),
+    ],
+)
+def test_model_folder_fault_while_loading(
     vllm_runtime: VllmRuntime,
     launch_spec: Callable[..., LaunchSpec],
     model_copy: Path,
     tmp_path: Path,
+    fault: str,
+    told: str,
 ) -> None:
+    if fault == "removed":
+        runtime, act = vllm_runtime, lambda: shutil.rmtree(model_copy)
+    else:
+        runtime, act = _without_root_read_override(vllm_runtime), lambda: model_copy.chmod(0)
     spec = launch_spec(model=str(model_copy))
-    sup, detect_s = _fault_while_loading(
-        vllm_runtime, spec, tmp_path / "data", lambda: shutil.rmtree(model_copy)
-    )
+    sup, detect_s = _fault_while_loading(runtime, spec, tmp_path / "data", act)
     failure = sup.failure
     assert failure is not None
-    print(f"model folder removed while loading -> {failure.kind} after {detect_s:.1f} s: "
+    print(f"model folder {fault} while loading -> {failure.kind} after {detect_s:.1f} s: "
           f"{failure.message}")
     assert failure.kind == failures.MODEL_NOT_FOUND
-    assert f"model folder '{model_copy}'" in failure.message
-    assert "removed" in failure.message and "while vLLM was loading it" in failure.message
-
-
-def test_model_folder_made_unreadable_while_loading(
-    vllm_runtime: VllmRuntime,
-    launch_spec: Callable[..., LaunchSpec],
-    model_copy: Path,
-    tmp_path: Path,
-) -> None:
-    runtime = _without_root_read_override(vllm_runtime)
-    spec = launch_spec(model=str(model_copy))
-    sup, detect_s = _fault_while_loading(
-        runtime, spec, tmp_path / "data", lambda: model_copy.chmod(0)
-    )
-    failure = sup.failure
-    assert failure is not None
-    print(f"model folder made unreadable while loading -> {failure.kind} after "
-          f"{detect_s:.1f} s: {failure.message}")
-    assert failure.kind == failures.MODEL_NOT_FOUND
-    assert f"model folder '{model_copy}'" in failure.message
-    assert "unreadable" in failure.message and "while loading it" in failure.message
+    assert f"model folder '{model_copy}'" in failure.message and told in failure.message
