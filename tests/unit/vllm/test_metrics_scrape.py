@@ -200,3 +200,25 @@ def test_sampler_rate_against_http_server(local_server, payload):
     assert times == sorted(times)
     with pytest.raises(ValueError, match="interval_s"):
         MetricsSampler(scraper, got.append, lambda *_: None, interval_s=0)
+
+
+def test_sampler_counts_the_ticks_a_slow_scrape_skipped(payload):
+    from kvpilot.core.vllm.metrics import parse_metrics
+
+    good = parse_metrics(payload("during"), 0.0)
+
+    class Slow(_ScriptedScraper):
+        def scrape(self) -> MetricsSample:
+            if self.calls == 1:
+                time.sleep(0.35)  # the second scrape takes 3.5 slots of 0.1 s
+            return super().scrape()
+
+    scraper = Slow([good, good, good])
+    got: list[MetricsSample] = []
+    sampler = MetricsSampler(scraper, got.append, lambda *_: None, interval_s=0.1)
+    sampler.start()
+    assert scraper.done.wait(5.0)
+    sampler.stop()
+    assert len(got) == 3
+    # the slots at 0.2, 0.3 and 0.4 s passed unused (one or two more on a stalled machine)
+    assert 3 <= sampler.samples_skipped <= 5
