@@ -664,7 +664,7 @@ class Downloader:
             before = have
             problem = "the server ended the transfer early"
             try:
-                self._stream(client, url, request_headers, partial, have, size)
+                self._stream(client, url, request_headers, partial, have)
             except _NETWORK_ERRORS as exc:
                 problem = _short(exc)
             have = partial.stat().st_size if partial.exists() else 0
@@ -694,7 +694,6 @@ class Downloader:
         headers: dict[str, str],
         partial: Path,
         have: int,
-        size: int,
     ) -> int:
         """One GET from byte ``have``; append to ``partial``; return the bytes now on disk."""
         if have:

@@ -340,7 +340,7 @@ class PlannerPanel(QWidget):
             )
         return int(value), None
 
-    def _show_context_problem(self, *_: Any) -> None:
+    def _show_context_problem(self, *_: object) -> None:
         problem = self.context_tokens()[1]
         self.context_problem.setText(problem or "")
         self.context_problem.setVisible(problem is not None)

@@ -154,7 +154,7 @@ def test_planner_inputs(
         if problem is not None:
             assert planner.context_problem.text() == problem
         try:
-            result = window.services.plan(window.target, goal)
+            result = window.services.plan(window.gpu_control.target, goal)
         except KvpilotError as exc:  # the documented error: shown as one line
             assert exc.message.strip() and "\n" not in exc.message.strip()
         else:

@@ -38,7 +38,7 @@ from dataclasses import replace
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QCoreApplication
 from kvpilot.core import settings as st
-from kvpilot.core.vllm import download
+from kvpilot.core.hub import download
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.gui import app as gui_app
 from kvpilot.gui.bridge import CoreBridge
@@ -64,10 +64,10 @@ def pump(until, seconds=60.0):
 pump(lambda: gui_app.loaded(window))
 window.settings = st.update_profile(window.settings, replace(window.profile, port=port,
                                                              sampling_hz=5.0))
-window.set_runtime(VllmRuntime((sys.executable, fake), "0.32.0", "env", fake))
+window.runtime_control.set_runtime(VllmRuntime((sys.executable, fake), "0.32.0", "env", fake))
 pump(lambda: window.planner.selected() is not None
      and window.planner.selected().inputs.vllm_version == "0.32.0")
-window.launch_selected()
+window.server_control.launch_selected()
 pump(lambda: services.supervisor is not None and services.supervisor.state == "ready")
 pump(lambda: services.metrics_sampler is not None and services.metrics_sampler.samples_ok >= 2)
 sup = services.supervisor
@@ -80,7 +80,7 @@ pump(lambda: False, 3600)  # until the test kills this process
 def test_a_sigkilled_gui_leaves_an_orphan_the_next_window_offers_and_never_doubles(
     make_window, qtbot, isolated_dirs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvpilot.core.vllm import download
+    from kvpilot.core.hub import download
 
     monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
@@ -118,14 +118,14 @@ def test_a_sigkilled_gui_leaves_an_orphan_the_next_window_offers_and_never_doubl
         # a launch while the orphan runs is refused: never a second server on its port / GPU
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port,
                                                            sampling_hz=5.0))
-        w.set_runtime(VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.32.0", "env",
+        w.runtime_control.set_runtime(VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.32.0", "env",
                                   str(FAKE_VLLM)))
         qtbot.waitUntil(
             lambda: w.planner.selected() is not None
             and w.planner.selected().inputs.vllm_version == "0.32.0",
             timeout=15_000,
         )
-        w.launch_selected()
+        w.server_control.launch_selected()
         qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=15_000)
         refusal = w.statusBar().currentMessage()
         print(f"a launch next to the orphan: {refusal}")
@@ -136,7 +136,7 @@ def test_a_sigkilled_gui_leaves_an_orphan_the_next_window_offers_and_never_doubl
         assert alive(tree) == tree
 
         # adopted: telemetry goes on and the log view says the old stream is gone
-        assert w.adopt_orphan()
+        assert w.orphan_control.adopt_orphan()
         wait_for_state(qtbot, w, "ready", timeout=30_000)
         assert w.server_panel.endpoint.text() == f"http://127.0.0.1:{port}/v1"
         qtbot.waitUntil(
