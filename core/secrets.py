@@ -223,6 +223,35 @@ def file_fallback_available() -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class FallbackChoice:
+    """What the settings dialog offers about keyring's file fallback, and where secrets are.
+
+    ``offered``: no system keyring is in use (and ``KVPILOT_SECRETS`` does not force a store),
+    so the choice between the file fallback and the settings file matters; ``available``:
+    ``keyrings.alt`` is installed; ``accepted``: the user's recorded consent;
+    ``kind`` / ``description``: the store in use (:meth:`SecretStore.describe`).
+    """
+
+    offered: bool
+    available: bool
+    accepted: bool
+    kind: str
+    description: str
+
+
+def fallback_choice(store: SecretStore, config_dir: Path) -> FallbackChoice:
+    """The file-fallback choice for ``config_dir`` while ``store`` holds the secrets."""
+    forced = os.environ.get(BACKEND_ENV, "auto").strip().lower() == KIND_SETTINGS_FILE
+    return FallbackChoice(
+        offered=store.kind != KIND_KEYRING and not forced,
+        available=file_fallback_available(),
+        accepted=fallback_accepted(config_dir),
+        kind=store.kind,
+        description=store.describe(),
+    )
+
+
 def hydrate_json(data: dict[str, Any], store: SecretStore) -> list[str]:
     """Fill the secrets of each profile object of a parsed settings file from ``store``, in
     place (before the profiles are validated: a wide host needs its API key); secrets found in

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
@@ -49,6 +49,9 @@ from kvpilot.core.fit.plan import (
     settings_from_dict,
 )
 from kvpilot.core.paths import atomic_write_text, write_failure
+
+if TYPE_CHECKING:
+    from kvpilot.core.secrets import FallbackChoice
 
 log = logging.getLogger("kvpilot.settings")
 
@@ -644,6 +647,50 @@ class SettingsStore:
             log.warning("settings: %s", w.message)
         return LoadResult(settings, tuple(warnings), self.path)
 
+
+    def file_fallback_choice(self) -> FallbackChoice:
+        """The keyring file-fallback choice and the store in use
+        (:class:`kvpilot.core.secrets.FallbackChoice`)."""
+        from kvpilot.core.secrets import fallback_choice
+
+        return fallback_choice(self.secrets, self.config_dir)
+
+    def set_file_fallback(self, accepted: bool, settings: Settings) -> FallbackChoice:
+        """Accept (or withdraw) keyring's file fallback and move the secrets of ``settings``
+        (the saved ones) to the store that follows from it: into ``keyrings.alt``'s file, or
+        back into the 0600 settings file, removing them from the store they leave.
+
+        Returns the new :class:`kvpilot.core.secrets.FallbackChoice`.
+
+        Raises:
+            SettingsError: the settings file cannot be written (the consent and the store are
+                left as they were).
+        """
+        from kvpilot.core import secrets as sec
+
+        old = self.secrets
+        was_accepted = sec.fallback_accepted(self.config_dir)
+        try:
+            sec.accept_file_fallback(self.config_dir, accepted)
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot record the choice in {self.config_dir}: {exc.strerror or exc}; check "
+                f"the directory permissions or set {CONFIG_DIR_ENV} to a writable directory"
+            ) from exc
+        new = sec.default_store(self.config_dir)
+        if new.kind != old.kind:
+            self._secrets = new
+            try:
+                self.save(settings)
+            except SettingsError:
+                self._secrets = old
+                with contextlib.suppress(OSError):
+                    sec.accept_file_fallback(self.config_dir, was_accepted)
+                raise
+            if not old.in_settings_file:
+                old.forget_profiles((), settings.names)
+            log.info("settings: secrets moved from the %s to the %s", old.kind, new.kind)
+        return self.file_fallback_choice()
 
     def _fill_secrets(self, data: dict[str, Any]) -> list[str]:
         from kvpilot.core.secrets import hydrate_json

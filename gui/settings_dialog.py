@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -33,14 +34,26 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.core import settings as st
-from kvpilot.core.errors import SettingsError
+from kvpilot.core.errors import KvpilotError, SettingsError
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
     from kvpilot.core.runtimes.store import InstalledRuntime
+    from kvpilot.core.secrets import FallbackChoice
     from kvpilot.gui.runtime_install import InstallRuntimeDialog
 
 AUTO_RUNTIME = "auto-detect"
+#: the keyring file-fallback choice, in words that say what that backend is
+FILE_FALLBACK_TEXT = (
+    "Keep the API key and HF token in keyring's file fallback (keyrings.alt): a plain-text "
+    "file, not encrypted, readable only by you"
+)
+FILE_FALLBACK_TIP = (
+    "No system keyring (Secret Service) is available. Without this, the secrets stay in the "
+    "settings file (permissions 0600). With it, they move to keyrings.alt's PlaintextKeyring "
+    "file secrets.cfg next to the settings (also 0600, also not encrypted), so the settings "
+    "file you copy or share holds none. Applies at once."
+)
 
 
 class SettingsDialog(QDialog):
@@ -56,6 +69,8 @@ class SettingsDialog(QDialog):
         ask_name: Callable[[str, str], str | None] | None = None,
         open_install: Callable[[QWidget], Any] | None = None,
         secrets_note: str | None = None,
+        secrets_choice: FallbackChoice | None = None,
+        set_file_fallback: Callable[[bool], FallbackChoice] | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("kvpilot settings")
@@ -65,6 +80,8 @@ class SettingsDialog(QDialog):
         self._list_runtimes = list_runtimes
         self._ask_name = ask_name or self._ask_name_dialog
         self._open_install = open_install or _default_open_install
+        self._set_file_fallback = set_file_fallback
+        self._config_path = config_path
         self._loading = False
 
         # --- profiles
@@ -171,19 +188,36 @@ class SettingsDialog(QDialog):
         self.problems.setObjectName("settingsProblems")
         self.problems.setWordWrap(True)
         self.problems.setStyleSheet(f"color: {theme.FAIL}")
-        self.storage = QLabel(
-            f"{secrets_note or st.SECRETS_STORAGE}"
-            + (f"<br>Settings file: {config_path}" if config_path else "")
-        )
+        self.storage = QLabel()
         self.storage.setObjectName("secretsStorage")
         self.storage.setWordWrap(True)
         self.storage.setStyleSheet(f"color: {theme.MUTED}")
         self.storage.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._show_storage(
+            secrets_choice.description if secrets_choice is not None else secrets_note
+        )
+        # keyring's file fallback: offered only when no system keyring holds the secrets
+        self.file_fallback = QCheckBox(FILE_FALLBACK_TEXT)
+        self.file_fallback.setObjectName("secretsFileFallback")
+        self.file_fallback.setToolTip(FILE_FALLBACK_TIP)
+        offered = secrets_choice is not None and secrets_choice.offered
+        self.file_fallback.setVisible(offered and set_file_fallback is not None)
+        if secrets_choice is not None:
+            self.file_fallback.setChecked(
+                secrets_choice.accepted and secrets_choice.kind == "keyring-file"
+            )
+            if not secrets_choice.available:
+                self.file_fallback.setEnabled(False)
+                self.file_fallback.setText(
+                    f"{FILE_FALLBACK_TEXT} (not available: keyrings.alt is not installed)"
+                )
+        self.file_fallback.toggled.connect(self._on_file_fallback)
 
         right = QVBoxLayout()
         right.addLayout(form)
         right.addWidget(self.problems)
         right.addStretch(1)
+        right.addWidget(self.file_fallback)
         right.addWidget(self.storage)
 
         self.buttons = QDialogButtonBox(
@@ -208,6 +242,32 @@ class SettingsDialog(QDialog):
         self._reload_list(select=self._current)
         if list_runtimes is not None:
             self._detect_runtimes()
+
+    # ----------------------------------------------------------------- secrets
+
+    def _show_storage(self, note: str | None) -> None:
+        self.storage.setText(
+            f"{note or st.SECRETS_STORAGE}"
+            + (f"<br>Settings file: {self._config_path}" if self._config_path else "")
+        )
+
+    def _on_file_fallback(self, checked: bool) -> None:
+        """Apply the choice at once (the saved secrets move) and say where they are now."""
+        if self._set_file_fallback is None:
+            return
+        try:
+            choice = self._set_file_fallback(checked)
+        except KvpilotError as exc:
+            self.problems.setText(f"Secrets not moved: {exc.message}")
+            self.file_fallback.blockSignals(True)
+            self.file_fallback.setChecked(not checked)
+            self.file_fallback.blockSignals(False)
+            return
+        self._show_storage(choice.description)
+        if checked and choice.kind != "keyring-file":  # consent recorded, backend unusable
+            self.problems.setText(
+                "keyring's file fallback could not be used; the secrets stay where they were"
+            )
 
     # ----------------------------------------------------------------- results
 

@@ -118,6 +118,8 @@ class ProfileController(Controller):
             list_runtimes=self.services.list_runtimes,
             open_install=self.runtimes.make_install_dialog,
             secrets_note=window.store.secrets.describe(),
+            secrets_choice=window.store.file_fallback_choice(),
+            set_file_fallback=lambda on: window.store.set_file_fallback(on, window.settings),
         )
 
     def accept_settings(self, new: st.Settings) -> st.Settings:

@@ -161,3 +161,64 @@ def test_planted_secrets_appear_nowhere(
     for png in ("settings.png", "window.png"):
         data = (tmp_path / png).read_bytes()
         assert data and TOKEN.encode() not in data and KEY.encode() not in data
+
+
+@pytest.fixture
+def no_system_keyring(monkeypatch: pytest.MonkeyPatch):
+    from keyring.backends import fail
+
+    monkeypatch.delenv("KVPILOT_SECRETS", raising=False)
+    before = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    yield
+    keyring.set_keyring(before)
+
+
+def test_file_fallback_choice_moves_the_secrets_and_says_where(
+    make_window, store, qtbot, no_system_keyring
+) -> None:
+    w = make_window()
+    w.settings = st.update_profile(w.settings, replace(w.profile, api_key=KEY, hf_token=TOKEN))
+    w.profile_control.save()
+    assert store.secrets.kind == "settings-file"
+    assert TOKEN in store.path.read_text()
+
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    box = dialog.file_fallback
+    assert box.isVisible() and box.isEnabled() and not box.isChecked()
+    assert "plain-text file, not encrypted" in box.text()
+    assert "stored in the settings file" in dialog.storage.text()
+
+    box.setChecked(True)  # applies at once
+    assert store.secrets.kind == "keyring-file"
+    assert "keyring's file fallback" in dialog.storage.text()
+    assert "stored in the settings file" not in dialog.storage.text()
+    ring_file = store.config_dir / "secrets.cfg"
+    assert TOKEN not in store.path.read_text() and KEY not in store.path.read_text()
+    assert ring_file.stat().st_mode & 0o777 == 0o600
+    # keyrings.alt's plain-text file holds them (base64, so not greppable as such)
+    again = st.SettingsStore(store.config_dir).load().settings.active
+    assert (again.api_key, again.hf_token) == (KEY, TOKEN)
+    assert TOKEN not in "\n".join(_visible_texts(dialog))
+
+    box.setChecked(False)  # withdrawn: back into the 0600 settings file, out of secrets.cfg
+    assert store.secrets.kind == "settings-file"
+    assert "stored in the settings file" in dialog.storage.text()
+    assert TOKEN in store.path.read_text()
+    from keyrings.alt.file import PlaintextKeyring
+
+    leftover = PlaintextKeyring()
+    leftover.file_path = str(ring_file)
+    assert leftover.get_password("kvpilot", "Default/hf_token") is None
+    assert not (store.config_dir / "secrets-file-fallback-accepted").exists()
+
+
+def test_file_fallback_is_not_offered_with_a_system_keyring(make_window, qtbot, ring) -> None:
+    w = make_window()
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert not dialog.file_fallback.isVisible()
+    assert "system keyring (MemoryKeyring)" in dialog.storage.text()
