@@ -123,7 +123,9 @@ def test_frozen_executable(smoke_context: object, check: str) -> None:
 
 def test_tarball_unpacks_into_a_runnable_app(frozen_exe: Path, tmp_path: Path) -> None:
     """The release tarball holds one ``kvpilot/`` folder whose executable runs where unpacked."""
-    tarball = build_mod.make_tarball(frozen_exe.parent, tmp_path / "kvpilot.tar.gz")
+    tarball = build_mod.make_tarball(
+        frozen_exe.parent, tmp_path / f"kvpilot{build_mod.TARBALL_SUFFIX}"
+    )
     with tarfile.open(tarball) as tar:
         tops = {m.name.split("/", 1)[0] for m in tar.getmembers()}
         assert tops == {"kvpilot"}
