@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer
+from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
@@ -25,6 +25,7 @@ from kvpilot.core import logsetup
 from kvpilot.core import settings as st
 from kvpilot.gui import crash, theme
 from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.first_paint import FirstPaint
 from kvpilot.gui.main_window import MainWindow
 from kvpilot.gui.services import AppServices
 from kvpilot.gui.workers import drain, wait_for_pool
@@ -34,36 +35,6 @@ log = logging.getLogger("kvpilot.gui")
 #: when set, the wall-clock time (``time.time()``, seconds) of the main window's first paint is
 #: written to this file: how benchmarks/packaging_footprint.py times "start to first window"
 SHOWN_MARK_ENV = "KVPILOT_SHOWN_MARK"
-
-
-class FirstPaint(QObject):
-    """Calls ``done`` once, from the event loop, after a widget of ``window`` (the window itself
-    or any child) was painted for the first time: the window is on screen.
-
-    Watches the application's events until then (one filter, removed after the first paint).
-    """
-
-    def __init__(self, window: QWidget, done: Callable[[], None]) -> None:
-        super().__init__(window)
-        self._window = window
-        self._done: Callable[[], None] | None = done
-        app = QCoreApplication.instance()
-        if app is not None:
-            app.installEventFilter(self)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if (
-            self._done is not None
-            and event.type() == QEvent.Type.Paint
-            and isinstance(watched, QWidget)
-            and watched.window() is self._window
-        ):
-            done, self._done = self._done, None
-            app = QCoreApplication.instance()
-            if app is not None:
-                app.removeEventFilter(self)
-            QTimer.singleShot(0, done)
-        return False
 
 
 def _mark_shown() -> None:

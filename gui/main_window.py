@@ -28,6 +28,7 @@ from kvpilot.gui.controllers.planner import PlannerController
 from kvpilot.gui.controllers.profiles import ProfileController
 from kvpilot.gui.controllers.runtimes import RuntimeController
 from kvpilot.gui.controllers.server import ServerController
+from kvpilot.gui.first_paint import FirstPaint
 from kvpilot.gui.services import AppServices
 from kvpilot.gui.window_widgets import WindowWidgets
 
@@ -75,9 +76,13 @@ class MainWindow(WindowWidgets):
         self._restore_geometry()
         profiles.show_load_warnings(load.warnings)
         self.server_panel.set_launch_blocked(runtimes.runtime_problem)
-        # from the event loop, i.e. once the window is shown: the probe, the vLLM lookup and
-        # the planning they start must not hold up the first paint (they share the GIL)
-        QTimer.singleShot(0, self, self.start)
+        # once the window is painted: the probe, the vLLM lookup and the planning they start
+        # must not hold up the first paint (they share the GIL); from the event loop when the
+        # window is not shown, and at the latest after a second (a window shown minimized)
+        self._started = False
+        self._first_paint = FirstPaint(self, self._start_once)
+        QTimer.singleShot(0, self, lambda: None if self.isVisible() else self._start_once())
+        QTimer.singleShot(1000, self, self._start_once)
 
     def _wire(self) -> None:
         """Every signal of the widgets and the core bridge to the controller that handles it,
@@ -133,6 +138,11 @@ class MainWindow(WindowWidgets):
         b.message.connect(lambda _level, text: self.say(text, 10_000))
 
     # =================================================================== start-up
+
+    def _start_once(self) -> None:
+        if not self._started:
+            self._started = True
+            self.start()
 
     def start(self) -> None:
         """Kick off the background work: GPU probe, vLLM discovery, orphaned servers."""

@@ -31,12 +31,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from typing import TYPE_CHECKING, Protocol
 
 from kvpilot.core.errors import KvpilotError
+
+if TYPE_CHECKING:  # httpx and prometheus_client load when first used (not at the app's start)
+    import httpx
 
 log = logging.getLogger("kvpilot.metrics")
 
@@ -338,6 +338,8 @@ class _Acc:
 
 
 def _parse_samples(text: str) -> Iterable[tuple[str, Mapping[str, str], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -469,6 +471,8 @@ class MetricsScraper:
         self.timeout_s = timeout_s
         self.fast = fast
         self._clock = clock
+        import httpx
+
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout_s),
             headers=dict(headers or {}),
@@ -482,6 +486,8 @@ class MetricsScraper:
         Raises:
             ScrapeError: any failure; the kind tells which.
         """
+        import httpx
+
         deadline = self._clock() + self.timeout_s
         try:
             with self._client.stream("GET", self.url) as response:

@@ -150,7 +150,9 @@ class DashboardPanel(QWidget):
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")
-        self._build_plots()
+        # the six plots are made when first needed (shown, redrawn or asked for their points),
+        # not while the app starts with another tab in front
+        self._plots_built = False
 
         self.pressure_box = QVBoxLayout()
         self.pressure_box.setSpacing(2)
@@ -170,6 +172,11 @@ class DashboardPanel(QWidget):
         self.timer.start()
 
     # ----------------------------------------------------------------- building
+
+    def _ensure_plots(self) -> None:
+        if not self._plots_built:
+            self._plots_built = True
+            self._build_plots()
 
     def _build_plots(self) -> None:
         grid_cols = 3
@@ -206,6 +213,7 @@ class DashboardPanel(QWidget):
     def set_window_minutes(self, minutes: int) -> None:
         """Show the last ``minutes`` minutes (1, 5, 15 or 60)."""
         self.window_s = minutes * 60.0
+        self._ensure_plots()
         button = self.window_buttons.button(minutes)
         if button is not None:
             button.setChecked(True)
@@ -228,6 +236,7 @@ class DashboardPanel(QWidget):
     def redraw(self) -> None:
         """Copy the visible window of every series into its curve (called by the timer)."""
         started = time.perf_counter()
+        self._ensure_plots()
         now = self._clock()
         for curves in self._curves.values():
             for spec, item in curves:
@@ -256,6 +265,7 @@ class DashboardPanel(QWidget):
     def point_count(self, key: str) -> int:
         """Finite points handed to plot ``key`` (all its curves, before downsampling)."""
         total = 0
+        self._ensure_plots()
         for _, item in self._curves[key]:
             y = item.yData
             if y is not None:

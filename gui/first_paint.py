@@ -1,0 +1,48 @@
+"""Run something once a window is on screen: after its first paint.
+
+Used by the composition root (:mod:`kvpilot.gui.app` logs and marks the moment) and by the main
+window, whose background start-up work (GPU probe, vLLM lookup, planning) shares the GIL with
+the first paint and so waits for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer
+from PySide6.QtWidgets import QWidget
+
+
+class FirstPaint(QObject):
+    """Calls ``done`` once, from the event loop, after a widget of ``window`` (the window itself
+    or any child) was painted for the first time: the window is on screen.
+
+    Watches the application's events until then (one filter, removed after the first paint).
+    """
+
+    def __init__(self, window: QWidget, done: Callable[[], None]) -> None:
+        super().__init__(window)
+        self._window = window
+        self._done: Callable[[], None] | None = done
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.installEventFilter(self)
+
+    @property
+    def pending(self) -> bool:
+        """True until the first paint was seen."""
+        return self._done is not None
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            self._done is not None
+            and event.type() == QEvent.Type.Paint
+            and isinstance(watched, QWidget)
+            and watched.window() is self._window
+        ):
+            done, self._done = self._done, None
+            app = QCoreApplication.instance()
+            if app is not None:
+                app.removeEventFilter(self)
+            QTimer.singleShot(0, done)
+        return False
