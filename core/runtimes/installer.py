@@ -46,6 +46,7 @@ from kvpilot.core.errors import (
     RuntimeNotFoundError,
 )
 from kvpilot.core.runtimes import store
+from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
 from kvpilot.core.runtimes.releases import Release, format_bytes
 
@@ -196,8 +197,8 @@ class RuntimeInstaller:
         data_dir: kvpilot's data directory (default :func:`kvpilot.core.paths.data_dir`).
         cache_dir: where :mod:`kvpilot.core.vllm.runtime` caches versions and flag tables.
         installer: ``auto`` (uv when found, else pip), ``uv`` or ``pip``.
-        index_url: the package index (None: the installer's own configuration; the reachability
-            check then asks ``PIP_INDEX_URL`` / ``UV_INDEX_URL`` or PyPI).
+        index_url: the package index (None: the installer's own configuration, which the
+            reachability check reads too: pip's or uv's, see :mod:`.indexconf`; else PyPI).
         no_index: use only ``find_links`` (no index at all).
         find_links: local wheel folders or pages (``PIP_FIND_LINKS`` is passed to uv too).
         python: the interpreter for the venv (None: search, see :func:`python_candidates`).
@@ -255,6 +256,7 @@ class RuntimeInstaller:
         self.parser = OutputParser()
         self.log_path: Path | None = None
         self.extra_index_urls: list[str] = []
+        self._index_config: IndexConfig | None = None
         self._python: PythonCandidate | None = None
         self._cancel = threading.Event()
         self._lock = threading.Lock()
@@ -393,15 +395,35 @@ class RuntimeInstaller:
             "(e.g. python3.12 with its venv package) and put it on PATH"
         )
 
+    def installer_index_config(self) -> IndexConfig:
+        """What pip's or uv's own configuration says about the index (read once)."""
+        if self._index_config is None:
+            python = self._python.path if self._python else self.python
+            self._index_config = installer_config(self.installer, python)
+        return self._index_config
+
     def _index_for_check(self) -> str | None:
+        """The index the install will use; None when it uses no index (wheel folders only)."""
         if self.no_index:
             return None
-        return (
-            self.index_url
-            or os.environ.get("UV_INDEX_URL" if self.uv else "PIP_INDEX_URL")
-            or os.environ.get("UV_DEFAULT_INDEX" if self.uv else "PIP_INDEX_URL")
-            or DEFAULT_INDEX
-        )
+        if self.index_url:
+            return self.index_url
+        conf = self.installer_index_config()
+        if conf.no_index:
+            return None
+        return conf.index_url or DEFAULT_INDEX
+
+    def _index_source(self) -> str:
+        """`` (set by ...)`` for an index that comes from the installer's configuration."""
+        if self.index_url or self.no_index:
+            return ""
+        source = self.installer_index_config().source
+        return f" (set by {source})" if source else ""
+
+    def _all_find_links(self) -> tuple[str, ...]:
+        if self.index_url or self.no_index:
+            return self.find_links
+        return tuple(dict.fromkeys([*self.find_links, *self.installer_index_config().find_links]))
 
     def _reach(self, url: str) -> tuple[int | None, str]:
         try:
@@ -415,7 +437,7 @@ class RuntimeInstaller:
 
     def _local_has(self, name: str) -> bool:
         prefix = name.replace("-", "_").lower()
-        for link in self.find_links:
+        for link in self._all_find_links():
             folder = Path(link.removeprefix("file://"))
             if folder.is_dir() and any(
                 p.name.lower().replace("-", "_").startswith(prefix + "-")
@@ -429,40 +451,42 @@ class RuntimeInstaller:
         problems: list[str] = []
         pkg = self.release.package
         index = self._index_for_check()
+        source = self._index_source()
         if index is None:
             if not self._local_has(pkg):
-                where = ", ".join(self.find_links) or "no folder"
+                where = ", ".join(self._all_find_links()) or "no folder"
                 problems.append(
-                    f"no index is used and the wheel folders ({where}) hold no {pkg} package; "
-                    "add the folder with --find-links or allow the index"
+                    f"no index is used{source} and the wheel folders ({where}) hold no {pkg} "
+                    "package; add the folder with --find-links or allow the index"
                 )
         elif index.startswith("file://") or index.startswith("/"):
             folder = Path(index.removeprefix("file://"))
             if not folder.is_dir():
+                fix = source[len(" (set by ") : -1] if source else "--index-url"
                 problems.append(
-                    f"the package index folder {folder} does not exist; fix --index-url"
+                    f"the package index folder {folder}{source} does not exist; fix {fix}"
                 )
         else:
             status, why = self._reach(index.rstrip("/") + f"/{pkg}/")
             if status is None:
                 problems.append(
-                    f"cannot reach the package index {index} ({why}); check the network "
+                    f"cannot reach the package index {index}{source} ({why}); check the network "
                     "connection or proxy, or point kvpilot at a reachable index with --index-url "
                     "or at a wheel folder with --find-links"
                 )
             elif status == 404 and not self._local_has(pkg):
                 problems.append(
-                    f"the package index {index} has no package {pkg}; use an index that has it "
-                    "(PyPI does) with --index-url"
+                    f"the package index {index}{source} has no package {pkg}; use an index that "
+                    "has it (PyPI does) with --index-url"
                 )
             elif status >= 400 and status != 404:
                 problems.append(
-                    f"the package index {index} answered HTTP {status}; check the index URL, "
-                    "proxy or credentials"
+                    f"the package index {index}{source} answered HTTP {status}; check the index "
+                    "URL, proxy or credentials"
                 )
         if self.release.variant == "cpu" and "+cpu" in self.release.torch:
             torch_pin = self.release.torch
-            if self._local_has("torch") or self.no_index:
+            if self._local_has("torch") or index is None:
                 return problems
             status, why = self._reach(self.torch_index_url.rstrip("/") + "/torch/")
             if status is not None and status < 400:
