@@ -11,6 +11,10 @@ It answers only what ``huggingface_hub`` and kvpilot's downloader actually call:
 * the Hub's error answers: ``X-Error-Code`` RepoNotFound / RevisionNotFound / EntryNotFound /
   GatedRepo and a 401 "Invalid credentials in Authorization header" for a rejected token.
 
+``xet=True`` also sends the Xet headers (``X-Xet-Hash``, ``X-Xet-Refresh-Route``) the Hub sends
+for files in Xet storage, so that ``huggingface_hub`` takes its Xet path when ``hf_xet`` is
+installed and its plain-HTTP fallback when it is not.
+
 Faults for tests: ``drop_after`` cuts the connection after N body bytes of a file (one shot),
 ``ignore_range`` answers 200 with the whole file to a ``Range`` request. Every request is
 recorded (``requests``) with its ``Range`` and ``Authorization`` headers and the body bytes sent.
@@ -78,8 +82,11 @@ class RequestRecord:
 class FakeHub:
     """Hub + CDN servers in daemon threads; use as a context manager."""
 
-    def __init__(self, *, cdn: bool = True, valid_tokens: set[str] | None = None) -> None:
+    def __init__(
+        self, *, cdn: bool = True, valid_tokens: set[str] | None = None, xet: bool = False
+    ) -> None:
         self.repos: dict[str, FakeRepo] = {}
+        self.xet = xet
         self.valid_tokens: set[str] = set(valid_tokens or ())
         self.drop_after: dict[str, int] = {}  # file path -> body bytes sent before the cut
         self.ignore_range = False
@@ -324,6 +331,11 @@ class _Handler(BaseHTTPRequestHandler):
         if repo.is_lfs(path):
             headers["X-Linked-Etag"] = f'"{hashlib.sha256(content).hexdigest()}"'
             headers["X-Linked-Size"] = str(len(content))
+            if self.hub.xet:
+                headers["X-Xet-Hash"] = hashlib.sha256(b"xet" + content).hexdigest()
+                headers["X-Xet-Refresh-Route"] = (
+                    f"{self.hub.endpoint}/api/models/{repo.repo_id}/xet-read-token/{repo.sha}"
+                )
             if self.hub._use_cdn:
                 headers["Location"] = self.hub.cdn_endpoint + self.hub.cdn_path(repo, path)
                 self._send(302, b"", headers)
