@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kvpilot.core import __version__, logsetup
+from kvpilot.core import logsetup
 from kvpilot.core.errors import KvpilotError
 
 #: subcommand name -> (module under kvpilot.core.commands, one-line help)
@@ -40,13 +40,27 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from kvpilot.core import __version__
+
+        print(f"kvpilot {__version__}")
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported (the others are listed by name)."""
     parser = argparse.ArgumentParser(
         prog="kvpilot",
         description="Plan, launch and watch a local vLLM server on one GPU.",
     )
-    parser.add_argument("--version", action="version", version=f"kvpilot {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         if name != command:

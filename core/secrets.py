@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -52,10 +53,13 @@ def prefetch_keyring() -> None:
     for the Security framework with ``ctypes.util.find_library``, which runs ``ldconfig``,
     ``gcc`` and ``ld`` (0.3-1 s). The desktop app calls this first thing, so that the search
     waits on those programs while Qt loads; :func:`default_store` waits for the thread.
-    Does nothing when ``KVPILOT_SECRETS=settings-file`` or a prefetch already ran.
+    Does nothing when ``KVPILOT_SECRETS=settings-file``, when there is no session bus
+    (:func:`no_session_bus`) or a prefetch already ran.
     """
     global _prefetch
     if os.environ.get(BACKEND_ENV, "").strip().lower() == KIND_SETTINGS_FILE:
+        return
+    if no_session_bus():
         return
     with _prefetch_lock:
         if _prefetch is not None:
@@ -64,6 +68,25 @@ def prefetch_keyring() -> None:
             target=_usable_keyring, name="kvpilot-keyring-prefetch", daemon=True
         )
         _prefetch.start()
+
+
+def no_session_bus() -> bool:
+    """True on Linux when keyring could only confirm that there is no system keyring: no D-Bus
+    session bus (no ``DBUS_SESSION_BUS_ADDRESS``, no ``$XDG_RUNTIME_DIR/bus``), over which
+    Secret Service and KWallet are reached, and keyring not configured otherwise in this
+    process or by the user (not imported yet; no ``PYTHON_KEYRING_BACKEND``, no
+    ``keyringrc.cfg``). Headless sessions, SSH and WSL2 without systemd look like this; the
+    search costs 0.1-0.3 s of imports at start-up there.
+    """
+    if not sys.platform.startswith("linux") or "keyring" in sys.modules:
+        return False
+    if os.environ.get("DBUS_SESSION_BUS_ADDRESS") or os.environ.get("PYTHON_KEYRING_BACKEND"):
+        return False
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir and Path(runtime_dir, "bus").exists():
+        return False
+    config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return not Path(config_home, "python_keyring", "keyringrc.cfg").exists()
 
 
 def _wait_for_prefetch() -> None:
@@ -75,6 +98,8 @@ def _wait_for_prefetch() -> None:
 
 def _usable_keyring() -> Any | None:
     """The active keyring backend when it is a real one (not fail / null / empty chainer)."""
+    if no_session_bus():
+        return None
     try:
         import keyring
         from keyring.backends import chainer, fail

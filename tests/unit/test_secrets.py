@@ -135,3 +135,32 @@ def test_exported_commands_carry_no_secret(
     assert KEY not in out.out + out.err and TOKEN not in out.out + out.err
     if fmt != "helm":
         assert "VLLM_API_KEY" in out.out  # a reference to the secret, never its value
+
+
+def test_no_session_bus_means_no_keyring_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    for name in ("DBUS_SESSION_BUS_ADDRESS", "PYTHON_KEYRING_BACKEND", sec.BACKEND_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
+    (tmp_path / "run").mkdir()
+    # a keyring already imported (and maybe set up) in this process is always asked
+    assert not sec.no_session_bus()
+    monkeypatch.delitem(sys.modules, "keyring")
+    assert sec.no_session_bus()
+    store = sec.default_store(tmp_path / "config")
+    assert store.kind == "settings-file"
+    assert "keyring" not in sys.modules  # the search was not even imported
+    (tmp_path / "run" / "bus").touch()  # a session bus: Secret Service may answer on it
+    assert not sec.no_session_bus()
+    (tmp_path / "run" / "bus").unlink()
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent")
+    assert not sec.no_session_bus()
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS")
+    rc = tmp_path / "config-home" / "python_keyring" / "keyringrc.cfg"
+    rc.parent.mkdir(parents=True)
+    rc.write_text("[backend]\ndefault-keyring=keyrings.alt.file.PlaintextKeyring\n")
+    assert not sec.no_session_bus()  # the user configured keyring: keyring decides
