@@ -48,9 +48,9 @@ class _VersionAction(argparse.Action):
                          help="show program's version number and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        from kvpilot.core import __version__
+        from kvpilot.core import version
 
-        print(f"kvpilot {__version__}")
+        print(f"kvpilot {version()}")
         parser.exit()
 
 

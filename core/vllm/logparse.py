@@ -60,6 +60,17 @@ from kvpilot.core import failures as fk
 from kvpilot.core.failures import Failure
 from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm import versions
+from kvpilot.core.vllm.phases import (  # re-exported: logparse.PROFILING and the others
+    CAPTURING_CUDA_GRAPHS,
+    COMPILING,
+    DOWNLOADING,
+    KV_CACHE_ALLOCATED,
+    LOADING_WEIGHTS,
+    PHASES,
+    PROFILING,
+    RESOLVING,
+    STARTING_API,
+)
 from kvpilot.core.vllm.runtime import normalize_flag, removed_flag_message
 
 KiB = 1 << 10
@@ -67,25 +78,7 @@ KiB = 1 << 10
 GIB_ROUNDING_BYTES = GiB // 200
 
 # ------------------------------------------------------------------------------ phases
-RESOLVING = "resolving"
-DOWNLOADING = "downloading"
-LOADING_WEIGHTS = "loading_weights"
-PROFILING = "profiling"
-KV_CACHE_ALLOCATED = "kv_cache_allocated"
-COMPILING = "compiling"
-CAPTURING_CUDA_GRAPHS = "capturing_cuda_graphs"
-STARTING_API = "starting_api"
-
-PHASES: tuple[str, ...] = (
-    RESOLVING,
-    DOWNLOADING,
-    LOADING_WEIGHTS,
-    PROFILING,
-    KV_CACHE_ALLOCATED,
-    COMPILING,
-    CAPTURING_CUDA_GRAPHS,
-    STARTING_API,
-)
+# the names live in kvpilot.core.vllm.phases (imported above, re-exported from here)
 #: phases after loading that vLLM may interleave (V2 captures graphs twice, warm-up compiles)
 _ENGINE_PHASES = frozenset({PROFILING, KV_CACHE_ALLOCATED, COMPILING, CAPTURING_CUDA_GRAPHS})
 

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm import phases as logparse  # the phase names, not the parser
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere

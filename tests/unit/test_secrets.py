@@ -164,3 +164,24 @@ def test_no_session_bus_means_no_keyring_search(
     rc.parent.mkdir(parents=True)
     rc.write_text("[backend]\ndefault-keyring=keyrings.alt.file.PlaintextKeyring\n")
     assert not sec.no_session_bus()  # the user configured keyring: keyring decides
+
+
+def test_file_fallback_choice_that_cannot_be_recorded_changes_nothing(tmp_path: Path) -> None:
+    from keyring.backends import fail
+
+    from kvpilot.core.errors import SettingsError
+
+    before = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    try:
+        blocked = tmp_path / "not-a-dir"
+        blocked.write_text("a file where the config directory should be\n")
+        store = st.SettingsStore(blocked)
+        choice = store.file_fallback_choice()
+        assert choice.offered and choice.kind == "settings-file" and not choice.accepted
+        with pytest.raises(SettingsError, match="cannot record the choice in"):
+            store.set_file_fallback(True, _with_secrets(st.Settings()))
+        assert store.secrets.kind == "settings-file"
+        assert not sec.fallback_accepted(blocked)
+    finally:
+        keyring.set_keyring(before)
