@@ -32,7 +32,7 @@ except importlib.metadata.PackageNotFoundError:
 else:
     raise AssertionError("hf_xet's metadata is still there")
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
-from kvpilot.core.vllm import download as dl
+from kvpilot.core.hub import download as dl
 meta = get_hf_file_metadata(hf_hub_url(sys.argv[2], "model.safetensors"))
 snapshot = dl.ensure_downloaded(sys.argv[2])
 print(json.dumps({"snapshot": str(snapshot), "xet_stored": meta.xet_file_data is not None}))
