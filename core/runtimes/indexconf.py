@@ -213,7 +213,7 @@ def _uv_file_index(settings: Mapping[str, Any]) -> tuple[str | None, bool | None
     )
 
 
-def _default_index(indexes: Any) -> str | None:
+def _default_index(indexes: object) -> str | None:
     if not isinstance(indexes, list):
         return None
     for entry in indexes:
