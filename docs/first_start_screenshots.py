@@ -79,7 +79,7 @@ def main() -> int:
         services.installer_options = {
             "index_url": index.url, "installer": "pip", "find_links": [str(torch_dir)],
         }
-        dialog = window.open_runtime_install(modal=False)
+        dialog = window.runtime_control.open_install(modal=False)
         gui_app.wait_until(lambda: dialog.install_button.isEnabled(), 15)
         dialog.install_button.click()
         gui_app.wait_until(lambda: index.stalled.is_set(), 60)
@@ -102,11 +102,11 @@ def main() -> int:
     services.supervisor_options = {"check_flags": False, "settle_s": 0.1,
                                    "health_interval_s": 0.1}
     window.settings = st.update_profile(
-        window.settings, replace(window.profile, port=find_free_port("127.0.0.1", 19700))
+        window.settings, replace(window.settings.active, port=find_free_port("127.0.0.1", 19700))
     )
-    window.set_runtime(VllmRuntime((sys.executable, str(fake)), "0.32.0", "env", str(fake)))
+    window.runtime_control.set_runtime(VllmRuntime((sys.executable, str(fake)), "0.32.0", "env", str(fake)))
     gui_app.wait_until(lambda: window.planner.selected() is not None, 15)
-    window.launch_selected()
+    window.server_control.launch_selected()
     window.server_panel.show_download(3 << 30, 5 << 30)  # as the model download reports it
     window.statusBar().showMessage("downloading the model before vLLM starts…")
     pump(app)
@@ -116,7 +116,7 @@ def main() -> int:
     window.statusBar().showMessage("vLLM is serving; copy the URL into your OpenAI client")
     pump(app, 1.0)
     window.grab().save(str(OUT / "first-start-5-serving.png"))
-    window.stop_server()
+    window.server_control.stop_server()
     gui_app.wait_until(lambda: window.server_panel.state == "stopped", 30)
     window.close()
     services.shutdown()
