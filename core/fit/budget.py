@@ -182,8 +182,7 @@ def compute_capacity(
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
-    sampler_seqs = multimodal.profile_num_seqs(
-        model,
+    batch = multimodal.ProfileBatch(
         vllm_version=inputs.vllm_version,
         max_model_len=max_len,
         max_num_batched_tokens=batched,
@@ -191,6 +190,7 @@ def compute_capacity(
         limit_mm_per_prompt=inputs.limit_mm_per_prompt,
         engine=profile.engine,
     )
+    sampler_seqs = multimodal.profile_num_seqs(model, batch)
     act = activation.activation_peak_bytes(
         model,
         max_num_batched_tokens=batched,
@@ -216,15 +216,10 @@ def compute_capacity(
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
     encoder = multimodal.encoder_profile(
         model,
-        vllm_version=inputs.vllm_version,
-        max_model_len=max_len,
-        max_num_batched_tokens=batched,
-        max_num_seqs=seqs,
-        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        batch,
         language_peak_bytes=act,
         tensor_parallel_size=tp,
         elem_bytes=activation.activation_bytes_per_element(inputs.dtype),
-        engine=profile.engine,
     )
     encoder_bytes = encoder.bytes if encoder is not None else 0
     if encoder is not None and encoder.tower_weights_bytes:

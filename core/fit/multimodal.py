@@ -42,7 +42,7 @@ encoder profile, and from the release each family's tower became optional (see
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvpilot.core.fit import activation
 from kvpilot.core.models.spec import ModelSpec, VisionSpec
@@ -62,6 +62,20 @@ ITEM_RULE_SINCE = "0.10"
 #: (qwen3_vl.py ``get_max_video_tokens`` at 0.20.2): 12,288 tokens with the published
 #: 25,165,824, fewer than its 16,384-token image, so the image is what it profiles
 _QWEN_VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+
+
+@dataclass(frozen=True)
+class ProfileBatch:
+    """The dummy batch vLLM profiles with: tokens and sequences per step, the longest request
+    and ``--limit-mm-per-prompt`` (None: the release's default; 0: text only). ``engine``
+    (``V0``/``V1``) is the engine the plan runs on, None for the release's own."""
+
+    vllm_version: str | None
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    limit_mm_per_prompt: int | None
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,32 +134,22 @@ def _engine(model: ModelSpec, vllm_version: str | None, engine: str | None) -> s
     return engine or activation.profile_for(vllm_version).engine
 
 
-def profile_num_seqs(
-    model: ModelSpec,
-    *,
-    vllm_version: str | None,
-    max_model_len: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-    limit_mm_per_prompt: int | None,
-    engine: str | None = None,
-) -> int:
+def profile_num_seqs(model: ModelSpec, batch: ProfileBatch) -> int:
     """Dummy sequences of the profile run (the sampler's rows).
 
     The V0 engine gives a vision-language model only
     ``max(1, min(max_num_seqs, max_num_batched_tokens // max_mm_tokens))`` sequences, so that
-    each holds its images; V1 always samples ``max_num_seqs`` rows. ``engine`` (``V0``/``V1``)
-    is the engine the plan runs on (default: the release's).
+    each holds its images; V1 always samples ``max_num_seqs`` rows.
     """
-    if model.vision is None or limit_mm_per_prompt == 0 or _engine(
-        model, vllm_version, engine
+    if model.vision is None or batch.limit_mm_per_prompt == 0 or _engine(
+        model, batch.vllm_version, batch.engine
     ) != "V0":
-        return max_num_seqs
+        return batch.max_num_seqs
     if model.vision.cross_attention_layers:
-        return max_num_seqs  # the encoder-decoder runner keeps every sequence
-    limit = DEFAULT_LIMIT_V0 if limit_mm_per_prompt is None else limit_mm_per_prompt
-    mm_tokens = _v0_mm_tokens(model.vision, max_model_len, limit)
-    return max(1, min(max_num_seqs, max_num_batched_tokens // max(1, mm_tokens)))
+        return batch.max_num_seqs  # the encoder-decoder runner keeps every sequence
+    limit = DEFAULT_LIMIT_V0 if batch.limit_mm_per_prompt is None else batch.limit_mm_per_prompt
+    mm_tokens = _v0_mm_tokens(model.vision, batch.max_model_len, limit)
+    return max(1, min(batch.max_num_seqs, batch.max_num_batched_tokens // max(1, mm_tokens)))
 
 
 def _positions_per_token(vision: VisionSpec) -> float:
@@ -154,27 +158,25 @@ def _positions_per_token(vision: VisionSpec) -> float:
 
 def encoder_profile(
     model: ModelSpec,
+    batch: ProfileBatch,
     *,
-    vllm_version: str | None,
-    max_model_len: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-    limit_mm_per_prompt: int | None,
     language_peak_bytes: int,
     tensor_parallel_size: int = 1,
     elem_bytes: int = 2,
-    engine: str | None = None,
 ) -> EncoderProfile | None:
     """The encoder's budget term for a vision-language ``model``; None for other models.
 
-    ``engine`` (``V0``/``V1``) is the engine the plan runs on (default: the release's; the
-    V0 fallback below compute capability 8.0 is the caller's to pass).
+    ``batch.engine`` is the engine the plan runs on (the V0 fallback below compute capability
+    8.0 is the caller's to pass).
     """
     vision = model.vision
     if vision is None:
         return None
+    vllm_version, max_model_len = batch.vllm_version, batch.max_model_len
+    max_num_batched_tokens, max_num_seqs = batch.max_num_batched_tokens, batch.max_num_seqs
+    limit_mm_per_prompt = batch.limit_mm_per_prompt
     version = Release.parse(vllm_version)
-    engine = _engine(model, vllm_version, engine)
+    engine = _engine(model, vllm_version, batch.engine)
     if limit_mm_per_prompt == 0:
         skippable = vision.tower_skippable_since
         tower = (
@@ -194,11 +196,7 @@ def encoder_profile(
         modality = "image"
         tokens = per_item["image"]
         mm_tokens = _v0_mm_tokens(vision, max_model_len, limit)
-        seqs = profile_num_seqs(
-            model, vllm_version=vllm_version, max_model_len=max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            limit_mm_per_prompt=limit_mm_per_prompt, engine=engine,
-        )
+        seqs = profile_num_seqs(model, replace(batch, engine=engine))
         items = seqs * limit
         budget = seqs * mm_tokens
         rule = f"V0: {seqs} dummy sequence{'s' if seqs != 1 else ''} x {limit} image"

@@ -39,17 +39,24 @@ def _terms(cap):
     return {t.name: t for t in cap.terms}
 
 
-def _profile(model: ModelSpec, version: str, max_model_len: int, **kw: object):
+def _batch(version: str, max_model_len: int, **kw: object) -> multimodal.ProfileBatch:
     args: dict[str, object] = {
         "vllm_version": version,
         "max_model_len": max_model_len,
         "max_num_batched_tokens": 2048,
         "max_num_seqs": 256,
         "limit_mm_per_prompt": None,
-        "language_peak_bytes": 0,
     }
     args.update(kw)
-    prof = multimodal.encoder_profile(model, **args)  # type: ignore[arg-type]
+    return multimodal.ProfileBatch(**args)  # type: ignore[arg-type]
+
+
+def _profile(
+    model: ModelSpec, version: str, max_model_len: int, language_peak_bytes: int = 0,
+    **kw: object,
+):
+    prof = multimodal.encoder_profile(model, _batch(version, max_model_len, **kw),
+                                      language_peak_bytes=language_peak_bytes)
     assert prof is not None
     return prof
 
@@ -92,14 +99,10 @@ def test_v0_gives_each_dummy_sequence_its_image(qwen2vl):
     prof = _profile(small, "0.6.6", 8192, max_num_batched_tokens=8192)
     assert (prof.items, prof.tokens_per_item) == (1, 2700)
     assert multimodal.profile_num_seqs(
-        small, vllm_version="0.6.6", max_model_len=8192, max_num_batched_tokens=8192,
-        max_num_seqs=256, limit_mm_per_prompt=None,
-    ) == 1
+        small, _batch("0.6.6", 8192, max_num_batched_tokens=8192)) == 1
     # V1 samples every sequence
     assert multimodal.profile_num_seqs(
-        small, vllm_version="0.32.0", max_model_len=8192, max_num_batched_tokens=8192,
-        max_num_seqs=256, limit_mm_per_prompt=None,
-    ) == 256
+        small, _batch("0.32.0", 8192, max_num_batched_tokens=8192)) == 256
 
 
 @pytest.mark.parametrize(("version", "tower"), [("0.10.0", 0), ("0.10.2", QWEN2VL_TOWER_BYTES),
@@ -120,9 +123,7 @@ def test_gemma3_tower_is_optional_from_0_16():
 
 def test_text_models_have_no_encoder_term(qwen7b):
     assert multimodal.encoder_profile(
-        qwen7b, vllm_version="0.32.0", max_model_len=8192, max_num_batched_tokens=2048,
-        max_num_seqs=256, limit_mm_per_prompt=None, language_peak_bytes=0,
-    ) is None
+        qwen7b, _batch("0.32.0", 8192), language_peak_bytes=0) is None
     assert ENCODER_PROFILE_TERM not in _terms(compute_capacity(rtx4090(qwen7b)))
 
 
@@ -314,9 +315,7 @@ def test_mllama_encoder_decoder_profile_gives_every_sequence_an_image():
     assert (prof.items, prof.tokens_per_item) == (16, 6404)
     assert prof.encoder_peak_bytes == 16 * 6432 * (3 * 5120 + 3 * 1280) * 2
     assert multimodal.profile_num_seqs(
-        mllama, vllm_version="0.10.2", max_model_len=4096, max_num_batched_tokens=4096,
-        max_num_seqs=16, limit_mm_per_prompt=None,
-    ) == 16
+        mllama, _batch("0.10.2", 4096, max_num_batched_tokens=4096, max_num_seqs=16)) == 16
     # the default 256 sequences cost far more than a 24 GB card: why Llama 3.2 Vision is
     # started with a small --max-num-seqs
     default = compute_capacity(rtx4090(mllama, max_model_len=4096, vllm_version="0.10.2"))
