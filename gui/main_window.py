@@ -140,7 +140,9 @@ class MainWindow(WindowWidgets):
     # =================================================================== start-up
 
     def _start_once(self) -> None:
-        if not self._started:
+        # a window closed before its deferred start (a quick quit, a test) starts nothing: the
+        # samplers it would start have no window left to feed
+        if not self._started and not self._closing:
             self._started = True
             self.start()
 
