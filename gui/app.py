@@ -147,6 +147,8 @@ def dispose(window: MainWindow) -> None:
     from shiboken6 import Shiboken
 
     window.dashboard.timer.stop()
+    window.services.stop_metrics()  # no more samples for widgets about to go
+    window.services.stop_gpu_sampler()
     drain(30_000)  # deliver every pending result (and those of the tasks they start) first
     if Shiboken.isValid(window):
         Shiboken.delete(window)

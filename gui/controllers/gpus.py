@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
+from shiboken6 import Shiboken
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.gui.controllers import Controller, _nothing
@@ -177,7 +178,9 @@ class GpuController(Controller):
             self.probe()
 
     def on_gpu_sample(self, sample: GpuSample) -> None:
-        if sample.ok:
+        # the sampler thread stops in the background: a last sample may arrive after the
+        # window's widgets were deleted
+        if sample.ok and Shiboken.isValid(self.window.gpu_panel):
             self.window.gpu_panel.update_sample(sample)
 
     # ----------------------------------------------------------------- a plan's GPUs
