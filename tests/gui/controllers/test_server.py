@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from guikit import wait_for_state
@@ -294,29 +295,24 @@ os._exit(0)  # this kvpilot "crashes": the server lives on in its own session
 """
 
 
-def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
-    make_window, qtbot, isolated_dirs, monkeypatch
-) -> None:
+def _make_orphan(data_dir: Path, port: int) -> set[int]:
+    """Start the stand-in server from a kvpilot process that then exits: the pids it leaves."""
     import json
     import subprocess
 
+    proc = subprocess.run(
+        [sys.executable, "-c", ORPHAN_MAKER, str(FAKE_VLLM), str(data_dir), str(port)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
+    make_window, qtbot, isolated_dirs, monkeypatch
+) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     port = find_free_port("127.0.0.1", 19700)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            ORPHAN_MAKER,
-            str(FAKE_VLLM),
-            str(isolated_dirs / "data"),
-            str(port),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    tree = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    tree = _make_orphan(isolated_dirs / "data", port)
     assert _alive(tree) == tree
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
@@ -329,25 +325,8 @@ def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
 def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     make_window, qtbot, isolated_dirs, monkeypatch
 ) -> None:
-    import json
-    import subprocess
-
     port = find_free_port("127.0.0.1", 19750)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            ORPHAN_MAKER,
-            str(FAKE_VLLM),
-            str(isolated_dirs / "data"),
-            str(port),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    tree = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    tree = _make_orphan(isolated_dirs / "data", port)
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
     assert w.orphan_control.adopt_orphan()
