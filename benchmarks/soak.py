@@ -39,6 +39,82 @@ GOAL_RSS_GROWTH = 0.05
 GOAL_P99_S = 0.030
 
 
+class Lateness:
+    """How late each tick of a periodic timer came, kept in fixed bins (0.05 ms up to 5 s).
+
+    A list of every tick grows by 200 floats a second at 5 ms and would itself be the RSS
+    growth the soak looks for (about 11 MB in 30 minutes); the bins are allocated and touched
+    once, before the first RSS reading.
+    """
+
+    BIN_S = 0.000_05
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.bins = np.ones(int(5.0 / self.BIN_S) + 1, dtype=np.int64)  # touched: resident
+        self.clear()
+        self.last_s = 0.0
+
+    def clear(self) -> None:
+        self.bins.fill(0)
+        self.max_s = 0.0
+        self.last_s = 0.0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.last_s:
+            late = max(0.0, now - self.last_s - self.period_s)
+            self.max_s = max(self.max_s, late)
+            self.bins[min(int(late / self.BIN_S), len(self.bins) - 1)] += 1
+        self.last_s = now
+
+    def percentile_s(self, q: float) -> float:
+        total = int(self.bins.sum())
+        if total == 0:
+            return 0.0
+        index = int(np.searchsorted(np.cumsum(self.bins), q / 100 * total))
+        return index * self.BIN_S
+
+
+def heap_report(before: object, after: object, top: int = 12) -> str:
+    """Where the traced Python heap grew between two tracemalloc snapshots."""
+    stats = after.compare_to(before, "lineno")  # type: ignore[attr-defined]
+    lines = [f"  {s.size_diff / 2**20:+7.2f} MB {s.count_diff:+8d} blocks  {s.traceback}"
+             for s in stats[:top]]
+    total = sum(s.size_diff for s in stats)
+    return f"traced Python heap: {total / 2**20:+.2f} MB in all; largest changes:\n" + \
+        "\n".join(lines)
+
+
+def memory_breakdown() -> str:
+    """Resident kinds from /proc/self/smaps_rollup (Linux), in MB."""
+    try:
+        text = Path("/proc/self/smaps_rollup").read_text()
+    except OSError:
+        return "n/a"
+    fields = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[-1] == "kB":
+            fields[parts[0].rstrip(":")] = int(parts[1]) / 1024
+    keys = ("Rss", "Anonymous", "Shared_Clean", "Private_Clean", "Private_Dirty")
+    return ", ".join(f"{k} {fields.get(k, 0):.1f}" for k in keys)
+
+
+def trimmed_rss(me: psutil.Process) -> int:
+    """RSS after glibc returns its free heap pages to the system (malloc_trim); the same
+    RSS where that call does not exist. The difference is memory freed but kept by malloc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    return me.memory_info().rss
+
+
 def tiny_model(vllm: Path) -> Path:
     python = vllm.parent / "python"
     proc = subprocess.run(
@@ -59,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-hz", type=float, default=2.0, help="telemetry sampling rate")
     parser.add_argument("--blocks-ms", type=float, default=50.0,
                         help="print where the GUI thread was when a tick is this late")
+    parser.add_argument("--trace", action="store_true",
+                        help="also trace Python allocations and print where the heap grew")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     scratch = Path(tempfile.mkdtemp(prefix="kvpilot-soak-"))
@@ -165,10 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     loader = threading.Thread(target=load, name="soak-load", daemon=True)
     loader.start()
 
-    ticks: list[float] = []
+    lateness = Lateness(0.005)
     timer = QTimer()
     timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.timeout.connect(lateness.tick)
     timer.start(5)
     me = psutil.Process()
     blocks: dict[str, int] = {}
@@ -180,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
 
         while not stop_load.is_set():
             time.sleep(args.blocks_ms / 2000)
-            late = ticks and time.perf_counter() - ticks[-1] > args.blocks_ms / 1000
+            last = lateness.last_s
+            late = last and time.perf_counter() - last > args.blocks_ms / 1000
             if measuring.is_set() and late:
                 frame = sys._current_frames().get(main_id)
                 if frame is not None:
@@ -192,8 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     window.tabs.setCurrentWidget(window.dashboard)  # the plots are on screen, as a user sees
     pump(args.warmup_s)
     fds0, threads0 = resources()  # may wait for a load run to end: before the clock starts
+    if args.trace:
+        import tracemalloc
+
+        tracemalloc.start(8)
+        heap0 = tracemalloc.take_snapshot()
+    parts0 = memory_breakdown()
     rss0 = me.memory_info().rss
-    ticks.clear()
+    lateness.clear()
     paints.clear()
     sampler = services.metrics_sampler
     ok0, failed0 = sampler.samples_ok, sampler.samples_failed
@@ -209,8 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     measuring.clear()
     ok, failed = sampler.samples_ok - ok0, sampler.samples_failed - failed0
     skipped = sampler.samples_skipped - skipped0
-    gaps = np.diff(np.array(ticks)) - 0.005 if len(ticks) > 1 else np.zeros(1)
     rss1 = me.memory_info().rss
+    parts1 = memory_breakdown()
+    heap = ""
+    if args.trace:
+        heap = heap_report(heap0, tracemalloc.take_snapshot())
+        tracemalloc.stop()
+    rss_trimmed = trimmed_rss(me)
     fds1, threads1 = resources()  # the loader is still running, between two of its runs
     stop_load.set()
     loader.join(60)
@@ -223,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     del app
 
     growth = (rss1 - rss0) / rss0
-    p99 = float(np.percentile(gaps, 99))
+    p99 = lateness.percentile_s(99)
     dropped = failed + skipped
     misses = [
         name
@@ -241,10 +331,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{load_runs[1]} failed")
     print(f"RSS: {rss0 / 2**20:.1f} MB -> {rss1 / 2**20:.1f} MB ({growth * 100:+.1f} %; "
           f"max {max(rss_samples) / 2**20:.1f} MB)  goal: within {GOAL_RSS_GROWTH * 100:.0f} %")
+    per_minute = rss_samples[:: max(1, round(60 / 10))]
+    print("  RSS each minute (MB): " + " ".join(f"{r / 2**20:.0f}" for r in per_minute))
     print(f"/metrics samples: {ok} ok, {failed} failed, {skipped} skipped (of ~{expected} "
           f"expected at {args.rate_hz:g} Hz)  goal: none dropped")
-    print(f"event loop lateness: P50 {np.percentile(gaps, 50) * 1000:.1f} ms, P99 "
-          f"{p99 * 1000:.1f} ms, max {gaps.max() * 1000:.1f} ms  goal: P99 <= "
+    print(f"  resident at the start: {parts0}\n  resident at the end:   {parts1}\n"
+          f"  after malloc_trim: {rss_trimmed / 2**20:.1f} MB (freed memory malloc had kept: "
+          f"{(rss1 - rss_trimmed) / 2**20:.1f} MB)")
+    if heap:
+        print(heap)
+    print(f"event loop lateness: P50 {lateness.percentile_s(50) * 1000:.1f} ms, P99 "
+          f"{p99 * 1000:.1f} ms, max {lateness.max_s * 1000:.1f} ms  goal: P99 <= "
           f"{GOAL_P99_S * 1000:.0f} ms")
     print(f"open fds: {fds0} -> {fds1}; threads: {threads0} -> {threads1}  goal: equal")
     pnt = np.array(paints or [0.0]) * 1000

@@ -389,6 +389,30 @@ def build_argv_tail(spec: LaunchSpec, vllm_version: str | None = None) -> list[s
     return tail
 
 
+#: the endpoints kvpilot itself polls while a server runs (readiness, hang check, telemetry)
+POLLED_ENDPOINTS = ("/health", "/metrics")
+ACCESS_LOG_FILTER_FLAG = "--disable-access-log-for-endpoints"
+_ACCESS_LOG_FLAGS = (ACCESS_LOG_FILTER_FLAG, "--disable-uvicorn-access-log",
+                     "--enable-uvicorn-access-log", "--no-disable-uvicorn-access-log")
+
+
+def quiet_polling_argv(extra_args: Iterable[str], flags: FlagSet | None) -> list[str]:
+    """``--disable-access-log-for-endpoints /health,/metrics`` where the runtime has that flag.
+
+    kvpilot polls ``/health`` and ``/metrics`` several times a second; uvicorn logs each poll,
+    which buried the user's own requests (six lines in ten of a served log) and filled the
+    log view with them. Only a runtime whose learned flag table lists the filter gets it (the
+    flag is recent, and an older vLLM refuses unknown flags); nothing is added when the
+    user's extra arguments already set an access-log flag.
+    """
+    if flags is None or ACCESS_LOG_FILTER_FLAG not in flags.flags:
+        return []
+    for token in extra_args:
+        if token.split("=", 1)[0] in _ACCESS_LOG_FLAGS:
+            return []
+    return [ACCESS_LOG_FILTER_FLAG, ",".join(POLLED_ENDPOINTS)]
+
+
 def build_env(spec: LaunchSpec) -> dict[str, str]:
     """The environment variables to add for ``spec`` (secrets included; never log this dict)."""
     env: dict[str, str] = dict(spec.extra_env)
@@ -438,6 +462,7 @@ def build_command(
         if known and (spec.cudagraph_size_flag or CAPTURE_SIZE_FLAGS[0]) not in known:
             spec = replace(spec, cudagraph_size_flag=known[0])
     tail = build_argv_tail(spec, runtime.version if runtime is not None else None)
+    tail += quiet_polling_argv(spec.extra_args, flags)
     if flags is not None:
         check_flags(flags, tail)
     prefix = runtime.argv_prefix if runtime is not None else ("vllm",)

@@ -19,15 +19,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QPlainTextEdit,
+    QListView,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -312,10 +320,77 @@ class ServerPanel(QWidget):
 
 LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _LEVEL_RANK = {name: i for i, name in enumerate(LEVELS)}
+_ROOT = QModelIndex()
+
+
+#: characters of one line drawn in a row; the rest is in the row's tooltip, a copy and the file
+ROW_CHARS = 2000
+TOOLTIP_CHARS = 8000
+
+
+class LogLinesModel(QAbstractListModel):
+    """The shown lines as a list model: one row per line, the oldest dropped past ``max_rows``.
+
+    A text document lays out and keeps every appended line (about 4 KB per 70-character line
+    while it is on screen, 22 MB for 5,000 lines); a list view draws only the rows in sight and
+    keeps nothing but the strings.
+    """
+
+    def __init__(self, max_rows: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._rows: collections.deque[str] = collections.deque(maxlen=max_rows)
+
+    @property
+    def max_rows(self) -> int:
+        return self._rows.maxlen or 0
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = _ROOT) -> int:
+        return 0 if parent.isValid() else len(self._rows)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = 0) -> object:
+        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+            return None
+        line = self._rows[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return line if len(line) <= ROW_CHARS else line[:ROW_CHARS] + " …"
+        if role == Qt.ItemDataRole.ToolTipRole and len(line) > 120:
+            return line if len(line) <= TOOLTIP_CHARS else line[:TOOLTIP_CHARS] + " …"
+        return None
+
+    def lines(self) -> list[str]:
+        return list(self._rows)
+
+    def line(self, row: int) -> str:
+        return self._rows[row]
+
+    def extend(self, lines: list[str]) -> None:
+        """Append ``lines``, first dropping the oldest rows that would not fit."""
+        lines = lines[-self.max_rows :]
+        if not lines:
+            return
+        drop = len(self._rows) + len(lines) - self.max_rows
+        if drop > 0:
+            self.beginRemoveRows(_ROOT, 0, drop - 1)
+            for _ in range(drop):
+                self._rows.popleft()
+            self.endRemoveRows()
+        first = len(self._rows)
+        self.beginInsertRows(_ROOT, first, first + len(lines) - 1)
+        self._rows.extend(lines)
+        self.endInsertRows()
+
+    def replace_all(self, lines: list[str]) -> None:
+        self.beginResetModel()
+        self._rows.clear()
+        self._rows.extend(lines[-self.max_rows :])
+        self.endResetModel()
 
 
 class LogView(QWidget):
-    """The server log: bounded, filter by minimum level, search, follow the tail."""
+    """The server log: bounded, filter by minimum level, search, follow the tail.
+
+    Rows are selectable; Ctrl+C (or the context menu) copies the selected lines whole.
+    """
 
     def __init__(self, parent: QWidget | None = None, *, max_lines: int = 5000) -> None:
         super().__init__(parent)
@@ -332,14 +407,25 @@ class LogView(QWidget):
         self.follow.setChecked(True)
         self.path_label = QLabel()
         self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.text = QPlainTextEdit()
-        self.text.setReadOnly(True)
-        self.text.setMaximumBlockCount(max_lines)
-        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-        font = self.text.font()
+        self.model = LogLinesModel(max_lines, self)
+        self.rows = QListView()
+        self.rows.setModel(self.model)
+        self.rows.setUniformItemSizes(True)  # row heights are not measured line by line
+        self.rows.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.rows.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.rows.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.rows.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        font = self.rows.font()
         font.setFamily("monospace")
         font.setStyleHint(font.StyleHint.Monospace)
-        self.text.setFont(font)
+        self.rows.setFont(font)
+        copy = QAction("Copy", self.rows)
+        copy.setShortcut(QKeySequence.StandardKey.Copy)
+        copy.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        copy.triggered.connect(self.copy_selection)
+        copy_all = QAction("Copy all shown lines", self.rows)
+        copy_all.triggered.connect(lambda: self._to_clipboard(self.visible_text()))
+        self.rows.addActions([copy, copy_all])
         top = QHBoxLayout()
         top.addWidget(QLabel("level"))
         top.addWidget(self.level)
@@ -348,7 +434,7 @@ class LogView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
-        lay.addWidget(self.text, 1)
+        lay.addWidget(self.rows, 1)
         lay.addWidget(self.path_label)
 
     def _min_rank(self) -> int:
@@ -361,30 +447,27 @@ class LogView(QWidget):
         needle = self.search.text().strip().lower()
         return not needle or needle in line.lower()
 
+    def _follow_tail(self) -> None:
+        if self.follow.isChecked():
+            self.rows.scrollToBottom()
+
     def append(self, level: str, line: str) -> None:
         """Add one line (``level`` one of :data:`LEVELS`)."""
-        self._lines.append((level, line))
-        if self._visible(level, line):
-            self.text.appendPlainText(line)
-            if self.follow.isChecked():
-                self.text.moveCursor(QTextCursor.MoveOperation.End)
-                self.text.ensureCursorVisible()
+        self.append_many([(level, line)])
 
     def append_many(self, items: list[tuple[str, str]]) -> None:
-        """Add ``(level, line)`` pairs at once (one text update for the whole batch)."""
+        """Add ``(level, line)`` pairs at once (one model update for the whole batch)."""
         if not items:
             return
         self._lines.extend(items)
         shown = [line for level, line in items if self._visible(level, line)]
         if shown:
-            self.text.appendPlainText("\n".join(shown[-self.text.maximumBlockCount() :]))
-            if self.follow.isChecked():
-                self.text.moveCursor(QTextCursor.MoveOperation.End)
-                self.text.ensureCursorVisible()
+            self.model.extend(shown)
+            self._follow_tail()
 
     def clear(self) -> None:
         self._lines.clear()
-        self.text.clear()
+        self.model.replace_all([])
 
     def set_log_path(self, path: str | Path | None) -> None:
         self.path_label.setText(f"full log: {path}" if path else "")
@@ -393,11 +476,28 @@ class LogView(QWidget):
         """Lines kept (bounded by ``max_lines``)."""
         return len(self._lines)
 
+    def shown_count(self) -> int:
+        """Rows the view holds now (the lines that pass the level filter and search)."""
+        return self.model.rowCount()
+
     def visible_text(self) -> str:
-        return self.text.toPlainText()
+        """The shown lines, whole, one per line."""
+        return "\n".join(self.model.lines())
+
+    def copy_selection(self) -> None:
+        """Put the selected lines (whole, in log order) on the clipboard."""
+        rows = sorted(i.row() for i in self.rows.selectionModel().selectedIndexes())
+        if rows:
+            self._to_clipboard("\n".join(self.model.line(r) for r in rows))
+
+    @staticmethod
+    def _to_clipboard(text: str) -> None:
+        clipboard = QGuiApplication.clipboard()
+        if clipboard is not None:
+            clipboard.setText(text)
 
     def _refilter(self) -> None:
-        shown = [line for level, line in self._lines if self._visible(level, line)]
-        self.text.setPlainText("\n".join(shown))
-        if self.follow.isChecked():
-            self.text.moveCursor(QTextCursor.MoveOperation.End)
+        self.model.replace_all(
+            [line for level, line in self._lines if self._visible(level, line)]
+        )
+        self._follow_tail()

@@ -297,3 +297,39 @@ def test_port_probe_and_free_port_search() -> None:
     assert port_is_free("127.0.0.1", port)
     with pytest.raises(CommandError, match="out of range"):
         port_is_free("127.0.0.1", 0)
+
+
+@pytest.fixture
+def flags032_cpu(data_dir: Path) -> FlagSet:
+    """The flag table of the recorded ``vllm serve --help=all`` of the CPU build 0.32.0."""
+    return FlagSet(
+        "0.32.0+cpu",
+        parse_help_flags((data_dir / "serve_help_0.32.0_cpu.txt").read_text()),
+    )
+
+
+def test_polled_endpoints_leave_the_access_log_where_the_runtime_can(
+    flags032_cpu: FlagSet, flags033: FlagSet
+) -> None:
+    spec = LaunchSpec(model="/m", port=8001)
+    argv = build_command(spec, flags=flags032_cpu).argv
+    at = argv.index("--disable-access-log-for-endpoints")
+    assert argv[at + 1] == "/health,/metrics"
+    # a flag table without the filter (an older vLLM would refuse it), or none at all
+    assert "--disable-access-log-for-endpoints" not in build_command(spec, flags=flags033).argv
+    assert "--disable-access-log-for-endpoints" not in build_command(spec).argv
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--disable-uvicorn-access-log",),
+        ("--disable-access-log-for-endpoints", "/ping"),
+        ("--disable-access-log-for-endpoints=/ping",),
+    ],
+)
+def test_users_own_access_log_flag_wins(flags032_cpu: FlagSet, extra: tuple[str, ...]) -> None:
+    spec = LaunchSpec(model="/m", port=8001, extra_args=extra)
+    argv = build_command(spec, flags=flags032_cpu).argv
+    assert argv[-len(extra) :] == extra
+    assert argv.count("/health,/metrics") == 0
