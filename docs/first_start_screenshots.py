@@ -104,7 +104,9 @@ def main() -> int:
     window.settings = st.update_profile(
         window.settings, replace(window.settings.active, port=find_free_port("127.0.0.1", 19700))
     )
-    window.runtime_control.set_runtime(VllmRuntime((sys.executable, str(fake)), "0.32.0", "env", str(fake)))
+    window.runtime_control.set_runtime(
+        VllmRuntime((sys.executable, str(fake)), "0.32.0", "env", str(fake))
+    )
     gui_app.wait_until(lambda: window.planner.selected() is not None, 15)
     window.server_control.launch_selected()
     window.server_panel.show_download(3 << 30, 5 << 30)  # as the model download reports it

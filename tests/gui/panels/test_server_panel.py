@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from testpaths import DATA
-
 from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtGui import QGuiApplication
+from testpaths import DATA
 
 from kvpilot.gui.panels.server_panel import ROW_CHARS, LogView
 
@@ -63,7 +62,7 @@ def test_log_view_long_line_drawn_cut_copied_whole(qtbot) -> None:
         selection.select(model.index(row, 0), QItemSelectionModel.SelectionFlag.Select)
     view.copy_selection()
     assert QGuiApplication.clipboard().text() == long_line + "\nafter"
-    copy_all = [a for a in view.rows.actions() if a.text().startswith("Copy all")][0]
+    copy_all = next(a for a in view.rows.actions() if a.text().startswith("Copy all"))
     copy_all.trigger()
     assert QGuiApplication.clipboard().text() == "\n".join(["short", long_line, "after"])
     view.clear()
