@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import metrics_stub_server  # benchmarks/, beside this script
 import numpy as np
 from PySide6.QtCore import QCoreApplication, Qt, QTimer
 from PySide6.QtWidgets import QApplication
@@ -40,27 +39,6 @@ REPO = Path(__file__).resolve().parents[1]
 PAYLOAD = REPO / "tests" / "data" / "metrics" / "metrics_during.txt"
 GOAL_P99_S = 0.030
 
-SERVER_CODE = r"""
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-body = open(sys.argv[1], "rb").read()
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), H).serve_forever()
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prefill(tel: Telemetry, minutes: float, hz: float, now: float) -> int:
@@ -111,8 +89,7 @@ def main() -> int:
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app = QApplication.instance() or QApplication([])
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", SERVER_CODE, str(PAYLOAD), str(port)])
+    server, port = metrics_stub_server.start(PAYLOAD)
     try:
         return run(app, port, args)
     finally:

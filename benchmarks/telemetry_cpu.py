@@ -13,12 +13,11 @@ Only this process's CPU time is counted (the child server's is not).
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+import metrics_stub_server  # benchmarks/, beside this script
 import psutil
 
 from kvpilot.core.hardware.recorded_nvml import load_recorded
@@ -29,26 +28,6 @@ from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper
 PAYLOAD = Path(__file__).resolve().parents[1] / "tests" / "data" / "metrics" / "metrics_after.txt"
 GOAL_PERCENT = 1.0
 
-SERVER = r"""
-import http.server, sys
-text = open(sys.argv[1], encoding="utf-8").read()
-marker = 'vllm:generation_tokens_total{engine="0",model_name="/data/tinymodel"} '
-n = [0]
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        n[0] += 1
-        body = text.replace(marker + "32961.0", marker + f"{32961 + 400 * n[0]}.0").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(srv.server_address[1], flush=True)
-srv.serve_forever()
-"""
 
 
 def _cpu_s(proc: psutil.Process) -> float:
@@ -61,12 +40,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rate-hz", type=float, default=2.0)
     args = parser.parse_args()
-    child = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(PAYLOAD)], stdout=subprocess.PIPE, text=True
-    )
+    child, port = metrics_stub_server.start(PAYLOAD, grow_generation=True)
     try:
-        assert child.stdout is not None
-        port = int(child.stdout.readline())
         url = f"http://127.0.0.1:{port}"
         tel = Telemetry()
         scraper = MetricsScraper(url, timeout_s=2.0)

@@ -105,16 +105,12 @@ def measurement_key(
 
 
 @dataclass(frozen=True)
-class Measured:
-    """What vLLM reported for one key. Memory in bytes; None when vLLM did not print it.
+class ReportedFigures:
+    """The memory and KV-cache figures vLLM prints at start-up (bytes, tokens; None: not
+    printed). ``kv_cache_tokens`` and ``max_concurrency`` are vLLM's "KV cache size: N tokens,
+    Maximum concurrency for L tokens per request: Cx" (``concurrency_for_len`` is that L).
+    Both what a server reported and what was stored of it carry them."""
 
-    ``kv_cache_tokens`` and ``max_concurrency`` are vLLM's "KV cache size: N tokens, Maximum
-    concurrency for L tokens per request: Cx" (``concurrency_for_len`` is that L).
-    ``measured_at`` is an ISO-8601 UTC timestamp; ``source`` is ``dry_run`` or ``launch``.
-    """
-
-    measured_at: str
-    source: str
     weights_bytes: int | None = None
     available_kv_bytes: int | None = None
     kv_cache_tokens: int | None = None
@@ -123,6 +119,17 @@ class Measured:
     cudagraph_bytes: int | None = None
     num_blocks: int | None = None
     block_size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured(ReportedFigures):
+    """What vLLM reported for one key, as stored: the :class:`ReportedFigures` plus when, how
+    (``source``: ``dry_run`` or ``launch``) and the start-up time in seconds.
+    ``measured_at`` is an ISO-8601 UTC timestamp.
+    """
+
+    measured_at: str
+    source: str
     startup_s: float | None = None
 
     @property
@@ -136,7 +143,7 @@ _LOG_NAMES = {"max_concurrency_at_len": "concurrency_for_len", "num_gpu_blocks":
 
 
 @dataclass(frozen=True)
-class ReportedCapacity:
+class ReportedCapacity(ReportedFigures):
     """What a running vLLM server reported about its memory and KV cache (bytes, tokens): its
     log lines and, from 0.25, ``vllm:cache_config_info`` on ``/metrics``.
 
@@ -144,14 +151,6 @@ class ReportedCapacity:
     (``log``, ``metrics``). :func:`measured_from_reported` stores it as a :class:`Measured`.
     """
 
-    weights_bytes: int | None = None
-    available_kv_bytes: int | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    concurrency_for_len: int | None = None
-    cudagraph_bytes: int | None = None
-    num_blocks: int | None = None
-    block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     sources: tuple[str, ...] = ()
 
@@ -189,19 +188,9 @@ def measured_from_reported(
 ) -> Measured:
     """The :class:`Measured` record of what a server reported (``source``: ``launch`` or
     ``dry_run``; ``startup_s``: seconds from start to ready)."""
-    return Measured(
-        measured_at=now_iso(),
-        source=source,
-        weights_bytes=cap.weights_bytes,
-        available_kv_bytes=cap.kv_bytes,
-        kv_cache_tokens=cap.kv_cache_tokens,
-        max_concurrency=cap.max_concurrency,
-        concurrency_for_len=cap.concurrency_for_len,
-        cudagraph_bytes=cap.cudagraph_bytes,
-        num_blocks=cap.num_blocks,
-        block_size=cap.block_size,
-        startup_s=startup_s,
-    )
+    figures = {f.name: getattr(cap, f.name) for f in fields(ReportedFigures)}
+    figures["available_kv_bytes"] = cap.kv_bytes  # the exact figure where there is one
+    return Measured(measured_at=now_iso(), source=source, startup_s=startup_s, **figures)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
 
 if TYPE_CHECKING:
+    from kvpilot.core.background import BackgroundLoop
     from kvpilot.core.failures import Failure
     from kvpilot.core.fit.fallback import FallbackOption
     from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
@@ -337,10 +338,25 @@ class AppServices:
 
     def stop_gpu_sampler(self) -> None:
         """Stop the GPU sampler without waiting (the thread ends in the background)."""
-        sampler = self.gpu_sampler
-        self.gpu_sampler = None
-        if sampler is not None:
-            self._reap(sampler.stop, "kvpilot-stop-gpu-sampler")
+        sampler, self.gpu_sampler = self.gpu_sampler, None
+        self._stop_loop(sampler, "kvpilot-stop-gpu-sampler")
+
+    def _stop_loop(
+        self, loop: BackgroundLoop | None, name: str, then: Callable[[], None] | None = None
+    ) -> None:
+        """Tell ``loop`` to stop now; wait for its thread, then run ``then``, on a reaper."""
+        if loop is None:
+            if then is not None:
+                then()
+            return
+        loop.stop(timeout_s=0)
+
+        def finish() -> None:
+            loop.stop()
+            if then is not None:
+                then()
+
+        self._reap(finish, name)
 
     def _reap(self, finish: Callable[[], None], name: str) -> None:
         """Run ``finish`` (a blocking join or close) on a short-lived thread, never the caller's.
@@ -770,19 +786,9 @@ class AppServices:
 
     def stop_metrics(self) -> None:
         """Stop scraping /metrics without waiting (the thread ends in the background)."""
-        sampler = self.metrics_sampler
-        self.metrics_sampler = None
-        if sampler is not None:
-            sampler.stop(timeout_s=0)  # asks the thread to end; does not wait
-
-            scraper, self._metrics_scraper = self._metrics_scraper, None
-
-            def finish() -> None:
-                sampler.stop()
-                if scraper is not None:
-                    scraper.close()
-
-            self._reap(finish, "kvpilot-stop-metrics")
+        sampler, self.metrics_sampler = self.metrics_sampler, None
+        scraper, self._metrics_scraper = self._metrics_scraper, None
+        self._stop_loop(sampler, "kvpilot-stop-metrics", scraper.close if scraper else None)
 
     def shutdown(self) -> None:
         """Blocking: stop the server this session started, the samplers and scrapers."""

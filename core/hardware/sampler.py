@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kvpilot.core.background import BackgroundLoop
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.probe import read_dynamic, read_memory, running_processes
@@ -78,7 +79,7 @@ def _check_rate(rate_hz: float) -> float:
     return float(rate_hz)
 
 
-class GpuSampler:
+class GpuSampler(BackgroundLoop):
     """Samples GPU ``index`` at ``rate_hz`` in a daemon thread.
 
     Args:
@@ -110,9 +111,7 @@ class GpuSampler:
         self._lock = threading.Lock()
         self._history: collections.deque[GpuSample] = collections.deque(maxlen=history_len)
         self._latest: GpuSample | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()  # set by stop() and set_rate() to end the current wait
-        self._thread: threading.Thread | None = None
+        super().__init__(f"kvpilot-gpu{index}-sampler")  # set_rate() wakes it too
         self._nv: Nvml | None = None
         self._handle: Any = None
         self._next_init_s = 0.0
@@ -132,31 +131,6 @@ class GpuSampler:
         """
         self._rate_hz = _check_rate(rate_hz)
         self._wake.set()
-
-    @property
-    def running(self) -> bool:
-        """True while the sampling thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        """Start the sampling thread (no-op when running). Returns immediately."""
-        if self.running:
-            return
-        self._stop.clear()
-        self._wake.clear()
-        self._thread = threading.Thread(
-            target=self._run, name=f"kvpilot-gpu{self.index}-sampler", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 2.0) -> None:
-        """Stop the thread and wait up to ``timeout_s`` for it; closes the NVML session."""
-        self._stop.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
-        self._thread = None
 
     def __enter__(self) -> GpuSampler:
         self.start()

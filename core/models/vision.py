@@ -255,88 +255,105 @@ def _vit_layer(hidden: int, inter: int) -> int:
     )
 
 
+@dataclass(frozen=True)
+class _ViT:
+    """The fields a fixed-resolution ViT tower (SigLIP, CLIP, Pixtral) reads from its config."""
+
+    hidden: int
+    inter: int
+    layers: int
+    heads: int
+    patch: int
+    image: int
+    channels: int
+
+    @classmethod
+    def read(cls, f: _VisionFields, *, image: int, sizes: tuple[int, ...] = ()) -> _ViT:
+        """``sizes``: defaults for hidden, intermediate, layers and heads (none: required)."""
+        hidden, inter, layers, heads = sizes or (None, None, None, None)
+        return cls(
+            hidden=f.int("hidden_size", default=hidden),
+            inter=f.int("intermediate_size", default=inter),
+            layers=f.int("num_hidden_layers", default=layers),
+            heads=f.int("num_attention_heads", default=heads),
+            patch=f.int("patch_size", default=14),
+            image=f.int("image_size", default=image),
+            channels=f.int("num_channels", default=3),
+        )
+
+    @property
+    def grid(self) -> int:
+        """Patches along one side of the image."""
+        return self.image // self.patch
+
+    @property
+    def patch_embed_params(self) -> int:
+        """The patch embedding: one conv over ``patch`` x ``patch`` pixels, with its bias."""
+        return self.channels * self.patch * self.patch * self.hidden + self.hidden
+
+    def spec(
+        self, family: str, *, tokens: int, patches: int, params: int, text_hidden: int
+    ) -> VisionSpec:
+        return VisionSpec(
+            family=family, hidden_size=self.hidden, intermediate_size=self.inter,
+            num_layers=self.layers, num_heads=self.heads, patch_size=self.patch,
+            max_image_tokens=tokens, max_image_patches=patches, params=params,
+            text_hidden_size=text_hidden, tower_skippable_since=TOWER_SKIPPABLE_SINCE[family],
+        )
+
+
 def _gemma3(
     f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
     pre: Mapping[str, Any] | None,
 ) -> VisionSpec:
-    hidden = f.int("hidden_size")
-    inter = f.int("intermediate_size")
-    layers = f.int("num_hidden_layers")
-    heads = f.int("num_attention_heads")
-    patch = f.int("patch_size", default=14)
-    image = f.int("image_size", default=896)
-    channels = f.int("num_channels", default=3)
-    grid = image // patch
-    positions = grid * grid
+    vit = _ViT.read(f, image=896)
+    positions = vit.grid * vit.grid
     tokens_raw = config.get("mm_tokens_per_image", 256)
     tokens = int(tokens_raw) if isinstance(tokens_raw, int) and tokens_raw > 0 else 256
-    params = channels * patch * patch * hidden + hidden + positions * hidden
-    params += layers * _vit_layer(hidden, inter) + 2 * hidden  # post layernorm
+    hidden = vit.hidden
+    params = vit.patch_embed_params + positions * hidden
+    params += vit.layers * _vit_layer(hidden, vit.inter) + 2 * hidden  # post layernorm
     params += hidden * text_hidden + hidden  # mm_input_projection + mm_soft_emb_norm
-    return VisionSpec(
-        family="gemma3", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
-        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=positions,
-        params=params, text_hidden_size=text_hidden,
-        tower_skippable_since=TOWER_SKIPPABLE_SINCE["gemma3"],
-    )
+    return vit.spec("gemma3", tokens=tokens, patches=positions, params=params,
+                    text_hidden=text_hidden)
 
 
 def _mistral3(
     f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
     pre: Mapping[str, Any] | None,
 ) -> VisionSpec:
-    hidden = f.int("hidden_size")
-    inter = f.int("intermediate_size")
-    layers = f.int("num_hidden_layers")
-    heads = f.int("num_attention_heads")
-    patch = f.int("patch_size", default=14)
-    image = f.int("image_size", default=1540)
-    channels = f.int("num_channels", default=3)
+    vit = _ViT.read(f, image=1540)
     merge_raw = config.get("spatial_merge_size", 2)
     merge = int(merge_raw) if isinstance(merge_raw, int) and merge_raw > 0 else 2
-    grid = image // patch
-    cols = rows = grid // merge
+    cols = rows = vit.grid // merge
     tokens = (cols + 1) * rows  # one [IMG_BREAK] per row, [IMG_END] after the last
     # Pixtral: conv without bias, RMS ln_pre, per layer 2 RMS norms, q/k/v/o and a gated MLP
     # without biases
-    layer = 2 * hidden + 4 * hidden * hidden + 3 * hidden * inter
+    hidden = vit.hidden
+    layer = 2 * hidden + 4 * hidden * hidden + 3 * hidden * vit.inter
     bias = 1 if config.get("multimodal_projector_bias") else 0
     projector = hidden + (hidden * merge * merge) * hidden  # norm + patch merger
     projector += hidden * text_hidden + bias * text_hidden
     projector += text_hidden * text_hidden + bias * text_hidden
-    params = channels * patch * patch * hidden + hidden + layers * layer + projector
-    return VisionSpec(
-        family="mistral3", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
-        num_heads=heads, patch_size=patch, max_image_tokens=tokens,
-        max_image_patches=grid * grid, params=params, text_hidden_size=text_hidden,
-        tower_skippable_since=TOWER_SKIPPABLE_SINCE["mistral3"],
-    )
+    params = vit.patch_embed_params + vit.layers * layer + projector
+    return vit.spec("mistral3", tokens=tokens, patches=vit.grid * vit.grid, params=params,
+                    text_hidden=text_hidden)
 
 
 def _llava(
     f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
     pre: Mapping[str, Any] | None,
 ) -> VisionSpec:
-    hidden = f.int("hidden_size", default=1024)
-    inter = f.int("intermediate_size", default=4096)
-    layers = f.int("num_hidden_layers", default=24)
-    heads = f.int("num_attention_heads", default=16)
-    patch = f.int("patch_size", default=14)
-    image = f.int("image_size", default=336)
-    channels = f.int("num_channels", default=3)
-    grid = image // patch
-    positions = grid * grid + 1  # CLS
+    vit = _ViT.read(f, image=336, sizes=(1024, 4096, 24, 16))  # CLIP ViT-L/14-336
+    positions = vit.grid * vit.grid + 1  # CLS
     strategy = str(config.get("vision_feature_select_strategy", "default"))
-    tokens = grid * grid if strategy == "default" else positions
-    params = channels * patch * patch * hidden + hidden + positions * hidden
-    params += 2 * hidden + layers * _vit_layer(hidden, inter) + 2 * hidden  # pre/post norms
+    tokens = vit.grid * vit.grid if strategy == "default" else positions
+    hidden = vit.hidden
+    params = vit.patch_embed_params + positions * hidden
+    params += 2 * hidden + vit.layers * _vit_layer(hidden, vit.inter) + 2 * hidden  # norms
     params += (hidden * text_hidden + text_hidden) + (text_hidden * text_hidden + text_hidden)
-    return VisionSpec(
-        family="llava", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
-        num_heads=heads, patch_size=patch, max_image_tokens=tokens, max_image_patches=positions,
-        params=params, text_hidden_size=text_hidden,
-        tower_skippable_since=TOWER_SKIPPABLE_SINCE["llava"],
-    )
+    return vit.spec("llava", tokens=tokens, patches=positions, params=params,
+                    text_hidden=text_hidden)
 
 
 def _mllama(

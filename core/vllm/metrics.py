@@ -27,12 +27,12 @@ import enum
 import logging
 import math
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from kvpilot.core.background import BackgroundLoop
 from kvpilot.core.errors import KvpilotError
 
 if TYPE_CHECKING:  # httpx and prometheus_client load when first used (not at the app's start)
@@ -553,7 +553,7 @@ class Scraper(Protocol):
         ...
 
 
-class MetricsSampler:
+class MetricsSampler(BackgroundLoop):
     """Scrapes at a fixed rate in a daemon thread and hands results to callbacks.
 
     ``on_sample(sample)`` gets each good sample, ``on_error(t_monotonic_s, error)`` each failed
@@ -580,33 +580,13 @@ class MetricsSampler:
         self._on_sample = on_sample
         self._on_error = on_error
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("kvpilot-metrics")
         self.samples_ok = 0
         self.samples_failed = 0
         self.samples_skipped = 0  # ticks skipped because a scrape ran past its slot
         #: warnings logged: one when scrapes start failing, none more until one succeeds
         self.warnings_logged = 0
         self._failing_since: int | None = None  # samples_failed when the streak began
-
-    @property
-    def running(self) -> bool:
-        """True while the sampling thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        """Start the thread (idempotent)."""
-        if self.running:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kvpilot-metrics", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Ask the thread to end and wait up to ``timeout_s`` seconds for it."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
 
     def poll_once(self) -> None:
         """One scrape, delivered to the callbacks; never raises."""
@@ -653,4 +633,4 @@ class MetricsSampler:
                 missed = math.ceil((now - next_t) / self.interval_s)
                 next_t += missed * self.interval_s
                 self.samples_skipped += missed
-            self._stop.wait(next_t - now)
+            self._wake.wait(next_t - now)

@@ -1,0 +1,53 @@
+"""BackgroundLoop: one thread at a time, stop without waiting, a stuck thread is kept."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kvpilot.core.background import BackgroundLoop
+
+
+class _Loop(BackgroundLoop):
+    def __init__(self, release: threading.Event | None = None) -> None:
+        super().__init__("kvpilot-test-loop")
+        self.ticks = 0
+        self.release = release
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.ticks += 1
+            self._wake.wait(0.01)
+        if self.release is not None:  # a thread slow to finish after it was told to stop
+            self.release.wait(5)
+
+
+def test_start_is_idempotent_and_stop_ends_the_thread() -> None:
+    loop = _Loop()
+    loop.start()
+    first = loop._thread
+    loop.start()
+    assert loop._thread is first and loop.running
+    assert sum(t.name == "kvpilot-test-loop" for t in threading.enumerate()) == 1
+    loop.stop()
+    assert not loop.running and loop._thread is None
+    assert first is not None and not first.is_alive()
+
+
+def test_stop_without_waiting_keeps_a_live_thread_for_the_next_stop() -> None:
+    release = threading.Event()
+    loop = _Loop(release)
+    loop.start()
+    loop.stop(timeout_s=0)
+    assert loop.running  # told to stop, still finishing
+    loop.start()  # no second thread beside the one still alive
+    assert sum(t.name == "kvpilot-test-loop" for t in threading.enumerate()) == 1
+    release.set()
+    loop.stop(timeout_s=5)
+    assert not loop.running
+
+
+def test_subclass_without_a_loop_is_an_error() -> None:
+    with pytest.raises(NotImplementedError):
+        BackgroundLoop("kvpilot-empty")._run()
