@@ -175,15 +175,8 @@ class Device:
     ) -> PlanInputs:
         """The fit engine's inputs for ``model`` served with ``settings`` by ``vllm_version``
         on this device (its memory now, what holds it, how its GPUs all-reduce)."""
-        return PlanInputs(
-            model=model,
-            gpu_total_bytes=self.total_bytes,
-            gpu_free_bytes=self.free_bytes,
-            gpu_name=self.name,
-            compute_capability=self.compute_capability,
-            gpu_memory_holders=self.memory_holders,
-            vllm_version=vllm_version,
-            gpu_allreduce=self.allreduce,
+        return PlanInputs.on_gpu(
+            model, self, vllm_version=vllm_version, gpu_allreduce=self.allreduce,
             **settings_dict(settings),
         )
 

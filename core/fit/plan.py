@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kvpilot.core.failures import Failure
 from kvpilot.core.models.spec import ModelSpec
@@ -154,6 +154,37 @@ class PlanInputs(ServingSettings):
     #: tensor-parallel ranks all-reduce (``nvlink``, ``p2p``, ``host``; None: not known)
     pipeline_parallel_size: int = 1
     gpu_allreduce: str | None = None
+
+    @classmethod
+    def on_gpu(
+        cls, model: ModelSpec, gpu: GpuMemoryView, **values: Any  # noqa: ANN401 - fields, typed below
+    ) -> PlanInputs:
+        """The inputs for ``model`` on ``gpu`` (its size, free memory now, what holds it,
+        compute capability); ``values`` are the other fields (settings, vLLM version)."""
+        return cls(
+            model=model,
+            gpu_total_bytes=gpu.total_bytes,
+            gpu_free_bytes=gpu.free_bytes,
+            gpu_name=gpu.name,
+            compute_capability=gpu.compute_capability,
+            gpu_memory_holders=gpu.memory_holders,
+            **values,
+        )
+
+
+class GpuMemoryView(Protocol):
+    """What :meth:`PlanInputs.on_gpu` reads of a GPU (a :class:`GpuTarget`, the CLI's device)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def total_bytes(self) -> int: ...
+    @property
+    def free_bytes(self) -> int | None: ...
+    @property
+    def compute_capability(self) -> tuple[int, int] | None: ...
+    @property
+    def memory_holders(self) -> tuple[tuple[str, int], ...]: ...
 
 
 

@@ -167,13 +167,9 @@ def _plan_one(
 ) -> tuple[PlanInputs, Capacity]:
     context = min(goal.context_tokens, model.derived_max_model_len)
     seqs = max(1, goal.users if goal.use_case != "batch" else max(goal.users, 16))
-    inputs = PlanInputs(
-        model=model,
-        gpu_total_bytes=gpu.total_bytes,
-        gpu_free_bytes=gpu.free_bytes,
-        gpu_name=gpu.name,
-        compute_capability=gpu.compute_capability,
-        gpu_memory_holders=gpu.memory_holders,
+    inputs = PlanInputs.on_gpu(
+        model,
+        gpu,
         gpu_memory_utilization=util,
         max_model_len=context,
         max_num_seqs=seqs,
