@@ -101,6 +101,28 @@ def memory_breakdown() -> str:
     return ", ".join(f"{k} {fields.get(k, 0):.1f}" for k in keys)
 
 
+def mappings_rss() -> dict[str, float]:
+    """Resident MB by kind of mapping (Linux /proc/self/smaps): the main heap, anonymous
+    mappings (thread arenas, large allocations) and files; empty where that file is absent."""
+    kinds: dict[str, float] = {}
+    try:
+        text = Path("/proc/self/smaps").read_text()
+    except OSError:
+        return kinds
+    kind = "other"
+    for line in text.splitlines():
+        head = line.split()
+        if not head:
+            continue
+        if "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+            name = head[5] if len(head) > 5 else ""
+            kind = "heap" if name == "[heap]" else "anonymous" if not name else (
+                "stack" if name.startswith("[stack") else "files")
+        elif head[0] == "Rss:":
+            kinds[kind] = kinds.get(kind, 0.0) + int(head[1]) / 1024
+    return kinds
+
+
 def trimmed_rss(me: psutil.Process) -> int:
     """RSS after glibc returns its free heap pages to the system (malloc_trim); the same
     RSS where that call does not exist. The difference is memory freed but kept by malloc."""
@@ -133,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=30.0)
     parser.add_argument("--vllm", type=Path, default=REPO / ".venv-vllm" / "bin" / "vllm")
     parser.add_argument("--rate-hz", type=float, default=2.0, help="telemetry sampling rate")
+    parser.add_argument("--port", type=int, default=18500,
+                        help="first port to try for the server (two soaks side by side)")
     parser.add_argument("--blocks-ms", type=float, default=50.0,
                         help="print where the GUI thread was when a tick is this late")
     parser.add_argument("--trace", action="store_true",
@@ -180,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     for sub in ("tmp", "cache", "config"):
         (scratch / "vllm" / sub).mkdir(parents=True, exist_ok=True)
     spec = LaunchSpec(
-        model=str(model), port=find_free_port("127.0.0.1", 18500), max_model_len=1024,
+        model=str(model), port=find_free_port("127.0.0.1", args.port), max_model_len=1024,
         max_num_seqs=4, kv_cache_memory_bytes=64 << 20, enforce_eager=True, dtype="float32",
         hf_offline=True,
         extra_env={"TMPDIR": str(scratch / "vllm" / "tmp"),
@@ -277,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         tracemalloc.start(8)
         heap0 = tracemalloc.take_snapshot()
     parts0 = memory_breakdown()
+    maps0 = mappings_rss()
     rss0 = me.memory_info().rss
     lateness.clear()
     paints.clear()
@@ -296,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = sampler.samples_skipped - skipped0
     rss1 = me.memory_info().rss
     parts1 = memory_breakdown()
+    maps1 = mappings_rss()
     heap = ""
     if args.trace:
         heap = heap_report(heap0, tracemalloc.take_snapshot())
@@ -338,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  resident at the start: {parts0}\n  resident at the end:   {parts1}\n"
           f"  after malloc_trim: {rss_trimmed / 2**20:.1f} MB (freed memory malloc had kept: "
           f"{(rss1 - rss_trimmed) / 2**20:.1f} MB)")
+    print("  resident by mapping (MB, start -> end): " + ", ".join(
+        f"{k} {maps0.get(k, 0):.1f} -> {v:.1f}" for k, v in sorted(maps1.items())))
     if heap:
         print(heap)
     print(f"event loop lateness: P50 {lateness.percentile_s(50) * 1000:.1f} ms, P99 "

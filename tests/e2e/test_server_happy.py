@@ -82,6 +82,10 @@ def test_log_file_and_pidfile(vllm_server: Any) -> None:
     text = sup.log_path.read_text()
     assert "Starting vLLM server on" in text
     assert text.splitlines()[0].startswith("# ")  # the redacted command
+    # kvpilot's own readiness and telemetry polls stay out of the access log (0.32 has the
+    # filter), while the server did answer them
+    assert "--disable-access-log-for-endpoints /health,/metrics" in text.splitlines()[0]
+    assert "GET /health" not in text and "GET /metrics" not in text
     pid = json.loads((vllm_server.data_dir / "servers" / f"{vllm_server.port}.json").read_text())
     assert pid["pid"] == vllm_server.pid and pid["port"] == vllm_server.port
     assert len(sup.tree_pids()) >= 3  # API server, EngineCore, Worker (+ resource tracker)
