@@ -169,8 +169,10 @@ def show_panel(window: MainWindow, panel: str, failure_log: Path | None = None) 
         window.tabs.setCurrentWidget(window.log_view)
     else:
         window.tabs.setCurrentWidget(window.planner)
-    if panel == "fallback" and failure_log is not None:
+    if panel in ("fallback", "log") and failure_log is not None:
         show_recorded_failure(window, failure_log)
+        if panel == "log":
+            window.tabs.setCurrentWidget(window.log_view)
     if panel == "settings":
         dialog = window.profile_control.make_settings_dialog()
         dialog.show()

@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--failure-log",
         metavar="PATH",
-        help="with --panel fallback: classify this recorded vLLM log and show its failure banner",
+        help="with --panel fallback or log: classify this recorded vLLM log, show its failure "
+        "banner and its lines in the log view",
     )
     parser.add_argument(
         "--screenshot-timeout",

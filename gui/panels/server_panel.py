@@ -27,7 +27,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QAction, QFontMetrics, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QColor, QFontMetrics, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -322,6 +322,7 @@ class ServerPanel(QWidget):
 LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _LEVEL_RANK = {name: i for i, name in enumerate(LEVELS)}
 _ROOT = QModelIndex()
+_LEVEL_COLORS = {"WARNING": theme.TIGHT, "ERROR": theme.FAIL, "CRITICAL": theme.FAIL}
 
 
 #: characters of one line drawn in a row; the rest is in the row's tooltip, a copy and the file
@@ -340,6 +341,7 @@ class LogLinesModel(QAbstractListModel):
     def __init__(self, max_rows: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._rows: collections.deque[str] = collections.deque(maxlen=max_rows)
+        self._levels: collections.deque[str] = collections.deque(maxlen=max_rows)
 
     @property
     def max_rows(self) -> int:
@@ -356,6 +358,9 @@ class LogLinesModel(QAbstractListModel):
             return line if len(line) <= ROW_CHARS else line[:ROW_CHARS] + " …"
         if role == Qt.ItemDataRole.ToolTipRole and len(line) > 120:
             return line if len(line) <= TOOLTIP_CHARS else line[:TOOLTIP_CHARS] + " …"
+        if role == Qt.ItemDataRole.ForegroundRole:
+            color = _LEVEL_COLORS.get(self._levels[index.row()])
+            return QColor(color) if color else None
         return None
 
     def lines(self) -> list[str]:
@@ -364,26 +369,30 @@ class LogLinesModel(QAbstractListModel):
     def line(self, row: int) -> str:
         return self._rows[row]
 
-    def extend(self, lines: list[str]) -> None:
-        """Append ``lines``, first dropping the oldest rows that would not fit."""
-        lines = lines[-self.max_rows :]
-        if not lines:
+    def extend(self, items: list[tuple[str, str]]) -> None:
+        """Append ``(level, line)`` pairs, first dropping the oldest rows that would not fit."""
+        items = items[-self.max_rows :]
+        if not items:
             return
-        drop = len(self._rows) + len(lines) - self.max_rows
+        drop = len(self._rows) + len(items) - self.max_rows
         if drop > 0:
             self.beginRemoveRows(_ROOT, 0, drop - 1)
             for _ in range(drop):
                 self._rows.popleft()
+                self._levels.popleft()
             self.endRemoveRows()
         first = len(self._rows)
-        self.beginInsertRows(_ROOT, first, first + len(lines) - 1)
-        self._rows.extend(lines)
+        self.beginInsertRows(_ROOT, first, first + len(items) - 1)
+        self._levels.extend(level for level, _ in items)
+        self._rows.extend(line for _, line in items)
         self.endInsertRows()
 
-    def replace_all(self, lines: list[str]) -> None:
+    def replace_all(self, items: list[tuple[str, str]]) -> None:
         self.beginResetModel()
         self._rows.clear()
-        self._rows.extend(lines[-self.max_rows :])
+        self._levels.clear()
+        self._levels.extend(level for level, _ in items[-self.max_rows :])
+        self._rows.extend(line for _, line in items[-self.max_rows :])
         self.endResetModel()
 
 
@@ -471,7 +480,7 @@ class LogView(QWidget):
         if not items:
             return
         self._lines.extend(items)
-        shown = [line for level, line in items if self._visible(level, line)]
+        shown = [(level, line) for level, line in items if self._visible(level, line)]
         if shown:
             self.model.extend(shown)
             self._follow_tail()
@@ -508,7 +517,5 @@ class LogView(QWidget):
             clipboard.setText(text)
 
     def _refilter(self) -> None:
-        self.model.replace_all(
-            [line for level, line in self._lines if self._visible(level, line)]
-        )
+        self.model.replace_all([item for item in self._lines if self._visible(*item)])
         self._follow_tail()

@@ -6,6 +6,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtGui import QGuiApplication
 from testpaths import DATA
 
+from kvpilot.gui import theme
 from kvpilot.gui.panels.server_panel import ROW_CHARS, LogView
 
 METRICS = DATA / "metrics"
@@ -56,6 +57,9 @@ def test_log_view_long_line_drawn_cut_copied_whole(qtbot) -> None:
     tip = model.data(model.index(1, 0), Qt.ItemDataRole.ToolTipRole)
     assert isinstance(tip, str) and tip.startswith("x" * 100)
     assert model.data(model.index(0, 0), Qt.ItemDataRole.ToolTipRole) is None  # short: no tip
+    assert model.data(model.index(0, 0), Qt.ItemDataRole.ForegroundRole) is None  # INFO: plain
+    error_color = model.data(model.index(1, 0), Qt.ItemDataRole.ForegroundRole)
+    assert error_color.name() == theme.FAIL
     assert model.data(model.index(7, 0), Qt.ItemDataRole.DisplayRole) is None  # no such row
     selection = view.rows.selectionModel()
     for row in (2, 1):  # selected out of order: copied in log order
