@@ -258,35 +258,34 @@ class AppServices:
         """
         from kvpilot.core.hardware.specs import all_specs
 
+        gpu_set = None
         if "+" in name or name.startswith(tuple(f"{n}x " for n in range(2, 17))):
             from kvpilot.core.errors import FitError
-            from kvpilot.core.fit.parallel import gpu_set_from_names, per_gpu
+            from kvpilot.core.fit.parallel import gpu_set_from_names
 
             try:
                 gpu_set = gpu_set_from_names(name)
             except FitError as exc:
                 raise KeyError(name) from exc
-            per = per_gpu(gpu_set.cards)
-            first = next((s for s in all_specs() if s.name == gpu_set.cards[0].name), None)
-            return GpuTarget(
-                name=gpu_set.label,
-                total_bytes=per.total_bytes,
-                free_bytes=None,
-                compute_capability=per.compute_capability,
-                spec=first,
-                gpu_set=gpu_set,
-            )
+        card = gpu_set.cards[0].name if gpu_set is not None else name
+        spec = next((s for s in all_specs() if s.name == card), None)
+        if gpu_set is not None:
+            from kvpilot.core.fit.parallel import per_gpu
 
-        for spec in all_specs():
-            if spec.name == name:
-                return GpuTarget(
-                    name=spec.name,
-                    total_bytes=spec.memory_total_bytes,
-                    free_bytes=None,
-                    compute_capability=spec.compute_capability,
-                    spec=spec,
-                )
-        raise KeyError(name)
+            per = per_gpu(gpu_set.cards)  # what each rank can count on
+            label, total, capability = gpu_set.label, per.total_bytes, per.compute_capability
+        elif spec is not None:
+            label, total, capability = spec.name, spec.memory_total_bytes, spec.compute_capability
+        else:
+            raise KeyError(name)
+        return GpuTarget(
+            name=label,
+            total_bytes=total,
+            free_bytes=None,
+            compute_capability=capability,
+            spec=spec,
+            gpu_set=gpu_set,
+        )
 
     @staticmethod
     def startup_limit(gpu: GpuSnapshot) -> tuple[str, bool]:
