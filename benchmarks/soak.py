@@ -53,7 +53,6 @@ class Lateness:
         self.period_s = period_s
         self.bins = np.ones(int(5.0 / self.BIN_S) + 1, dtype=np.int64)  # touched: resident
         self.clear()
-        self.last_s = 0.0
 
     def clear(self) -> None:
         self.bins.fill(0)

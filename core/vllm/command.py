@@ -408,7 +408,13 @@ def quiet_polling_argv(extra_args: Iterable[str], flags: FlagSet | None) -> list
     if flags is None or ACCESS_LOG_FILTER_FLAG not in flags.flags:
         return []
     for token in extra_args:
-        if token.split("=", 1)[0] in _ACCESS_LOG_FLAGS:
+        if token == "--":
+            break
+        # the flag the token names, as validate_extra_args reads it (underscores, "=value",
+        # an abbreviation the runtime would expand)
+        if token.startswith("--") and (flags.resolve(token) or normalize_flag(token)) in (
+            _ACCESS_LOG_FLAGS
+        ):
             return []
     return [ACCESS_LOG_FILTER_FLAG, ",".join(POLLED_ENDPOINTS)]
 

@@ -340,8 +340,7 @@ class LogLinesModel(QAbstractListModel):
 
     def __init__(self, max_rows: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._rows: collections.deque[str] = collections.deque(maxlen=max_rows)
-        self._levels: collections.deque[str] = collections.deque(maxlen=max_rows)
+        self._rows: collections.deque[tuple[str, str]] = collections.deque(maxlen=max_rows)
 
     @property
     def max_rows(self) -> int:
@@ -353,21 +352,21 @@ class LogLinesModel(QAbstractListModel):
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = 0) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
-        line = self._rows[index.row()]
+        level, line = self._rows[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
             return line if len(line) <= ROW_CHARS else line[:ROW_CHARS] + " …"
         if role == Qt.ItemDataRole.ToolTipRole and len(line) > 120:
             return line if len(line) <= TOOLTIP_CHARS else line[:TOOLTIP_CHARS] + " …"
         if role == Qt.ItemDataRole.ForegroundRole:
-            color = _LEVEL_COLORS.get(self._levels[index.row()])
+            color = _LEVEL_COLORS.get(level)
             return QColor(color) if color else None
         return None
 
     def lines(self) -> list[str]:
-        return list(self._rows)
+        return [line for _, line in self._rows]
 
     def line(self, row: int) -> str:
-        return self._rows[row]
+        return self._rows[row][1]
 
     def extend(self, items: list[tuple[str, str]]) -> None:
         """Append ``(level, line)`` pairs, first dropping the oldest rows that would not fit."""
@@ -379,20 +378,16 @@ class LogLinesModel(QAbstractListModel):
             self.beginRemoveRows(_ROOT, 0, drop - 1)
             for _ in range(drop):
                 self._rows.popleft()
-                self._levels.popleft()
             self.endRemoveRows()
         first = len(self._rows)
         self.beginInsertRows(_ROOT, first, first + len(items) - 1)
-        self._levels.extend(level for level, _ in items)
-        self._rows.extend(line for _, line in items)
+        self._rows.extend(items)
         self.endInsertRows()
 
     def replace_all(self, items: list[tuple[str, str]]) -> None:
         self.beginResetModel()
         self._rows.clear()
-        self._levels.clear()
-        self._levels.extend(level for level, _ in items[-self.max_rows :])
-        self._rows.extend(line for _, line in items[-self.max_rows :])
+        self._rows.extend(items[-self.max_rows :])
         self.endResetModel()
 
 

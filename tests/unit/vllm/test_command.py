@@ -326,6 +326,7 @@ def test_polled_endpoints_leave_the_access_log_where_the_runtime_can(
         ("--disable-uvicorn-access-log",),
         ("--disable-access-log-for-endpoints", "/ping"),
         ("--disable-access-log-for-endpoints=/ping",),
+        ("--disable_uvicorn_access_log",),  # underscores, as argparse also accepts
     ],
 )
 def test_users_own_access_log_flag_wins(flags032_cpu: FlagSet, extra: tuple[str, ...]) -> None:
