@@ -267,5 +267,5 @@ def show_recorded_failure(window: MainWindow, log_path: Path) -> bool:
     )
     window.server_panel.show_state("failed", model=row.model_ref)
     window.fallback_control.on_failure(failure, after_ready=False)
-    wait_until(lambda: bool(window.banner.option_buttons) or window.banner.note.text() == "", 10)
+    wait_until(lambda: not window.fallback_control.proposing, 10)
     return True

@@ -534,7 +534,14 @@ class RuntimeInstaller:
         for link in self.find_links:
             index_args += ["--find-links", link]
         if self.uv:
-            argv = [self.uv, "pip", "install", "--python", str(py_env), *index_args]
+            # uv writes no bytecode unless asked; without it every vLLM start compiles its
+            # modules again in each of its processes where .pyc files cannot be written
+            # (PYTHONDONTWRITEBYTECODE, a read-only folder): 46 s instead of 26 s to ready on
+            # two cores for the CPU build. pip compiles by default.
+            argv = [
+                self.uv, "pip", "install", "--python", str(py_env), "--compile-bytecode",
+                *index_args,
+            ]
             if self.extra_index_urls:
                 argv += ["--index-strategy", "unsafe-best-match"]
             argv.append(self.release.requirement)

@@ -46,6 +46,7 @@ _UV_DOWNLOADED = re.compile(r"^\s*Downloaded (?P<what>\S+)\s*$")
 _UV_PREPARED = re.compile(r"^Prepared (?P<n>\d+) packages?")
 _UV_INSTALLED = re.compile(r"^Installed (?P<n>\d+) packages?")
 _UV_PLUS = re.compile(r"^ \+ (?P<name>\S+)")
+_UV_COMPILED = re.compile(r"^Bytecode compiled (?P<n>\d+) files?")
 _ERROR = re.compile(r"^\s*(?:ERROR:|error:|×|\s*╰─▶|\s*cause:|\s*hint:)")
 
 
@@ -188,6 +189,9 @@ class OutputParser:
                 p, phase="installing", packages_done=n, packages_total=p.packages_total or n,
                 line=stripped,
             )
+            return True
+        if _UV_COMPILED.match(line):  # after "Installed N packages" (--compile-bytecode)
+            self.progress = replace(p, line=stripped)
             return True
         if _UV_PLUS.match(line) and p.phase == "installing":
             return False  # the per-package list after "Installed N packages"

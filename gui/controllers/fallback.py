@@ -30,14 +30,17 @@ def option_tooltip(option: FallbackOption) -> str:
 
 
 class FallbackController(ServerAware):
-    """Owns the last failure and the options offered for it (``fallback_options``)."""
+    """Owns the last failure and the options offered for it (``fallback_options``);
+    ``proposing`` is True while the pool works them out."""
 
     last_failure: Failure | None = None
     fallback_options: tuple[FallbackOption, ...] = ()
+    proposing: bool = False
 
     def reset(self) -> None:
         """A new launch: the last failure is over."""
         self.last_failure = None
+        self.proposing = False
 
     def on_failure(self, failure: Failure | None, after_ready: bool) -> None:
         """Show ``failure`` and work out, on the pool, what would fit instead."""
@@ -47,8 +50,10 @@ class FallbackController(ServerAware):
         request = self.server.current_request
         inputs = request.inputs if request is not None else None
         if failure is None or inputs is None:
+            self.proposing = False
             window.banner.show_failure(message, [])
             return
+        self.proposing = True
         window.banner.show_failure(message, [], note="working out what would fit…")
         if after_ready:
             window.banner.set_title(STOPPED_TITLE)
@@ -69,6 +74,7 @@ class FallbackController(ServerAware):
     ) -> None:
         if failure is not self.last_failure:
             return
+        self.proposing = False
         self.fallback_options = tuple(options)
         choices = [
             FallbackChoice(label=o.label, tooltip=option_tooltip(o), payload=o) for o in options

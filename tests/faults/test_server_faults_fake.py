@@ -163,7 +163,10 @@ def test_port_taken_between_the_check_and_the_launch_is_port_in_use(run_fake) ->
     port = find_free_port("127.0.0.1", 19850)
     assert port_is_free("127.0.0.1", port)  # the check passes ...
     with socket.socket() as thief:
-        thief.bind(("127.0.0.1", port))  # ... then another program takes the port
+        # ... then another program takes the port (SO_REUSEADDR as a server binds: a socket of
+        # an earlier test in TIME_WAIT on this port must not make the bind itself fail)
+        thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        thief.bind(("127.0.0.1", port))
         thief.listen(1)
         t0 = time.monotonic()
         sup = run_fake({"FAKE_VLLM_LINE_DELAY_S": "0"}, port=port)

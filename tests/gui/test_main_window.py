@@ -168,3 +168,26 @@ def test_a_recorded_failure_log_shows_its_most_specific_failure(make_window, qtb
     assert w.fallback_control.last_failure.kind == failures.KV_CACHE_TOO_SMALL
     assert w.banner.isVisible() and w.fallback_control.last_failure.message in w.banner.cause.text()
     assert w.log_view.line_count() == len(log.read_text(encoding="utf-8").splitlines())
+
+
+def test_a_recorded_failure_with_no_fallback_returns_once_the_pool_has_answered(
+    make_window, qtbot
+) -> None:
+    """A port in use has no automatic fallback: the banner says so, and ``show_recorded_failure``
+    waits on the controller's ``proposing`` flag, not on buttons that never come (that wait ran
+    out its 10 s for each such log: the 1,366 x 768 sweep took 102 s instead of 2)."""
+    from kvpilot.core import failures
+
+    w = make_window("rtx4090-desktop")
+    assert not w.fallback_control.proposing
+    log = DATA / "vllm_logs/cpu_0.32/fail_d_port_in_use.log"
+    assert gui_app.show_recorded_failure(w, log)
+    assert w.fallback_control.last_failure.kind == failures.PORT_IN_USE
+    assert not w.fallback_control.proposing
+    assert w.banner.option_buttons == []
+    assert w.banner.note.text() == "no automatic fallback for this failure; see the log"
+    # shown again: "proposing" while the pool works it out, False once it has answered
+    w.fallback_control.on_failure(w.fallback_control.last_failure, after_ready=False)
+    assert w.fallback_control.proposing
+    assert w.banner.note.text() == "working out what would fit…"
+    qtbot.waitUntil(lambda: not w.fallback_control.proposing, timeout=10_000)

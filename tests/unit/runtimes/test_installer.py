@@ -71,6 +71,10 @@ def test_install_with_uv_verifies_and_becomes_the_default(
     for phase in ("checking", "creating", "resolving", "installing", "verifying", "done"):
         assert phase in phases
     assert (seen[-1].packages_done, seen[-1].packages_total) == (2, 2)
+    # the modules are compiled at install time (uv does not unless asked), so that no vLLM
+    # start compiles them again where .pyc files cannot be written
+    assert list(rt.path.glob("lib/python*/site-packages/fake_vllm_cli/__pycache__/*.pyc"))
+    assert any(p.line.startswith("Bytecode compiled") for p in seen)
     # the full log is kept outside the runtime folder
     assert result.log_path is not None and result.log_path.parent == store.logs_dir()
     log = result.log_path.read_text()

