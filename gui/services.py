@@ -546,16 +546,9 @@ class AppServices:
     @staticmethod
     def launch_command_text(inputs: PlanInputs, model: str, profile: Profile) -> str:
         """The exact ``vllm serve`` command for a plan (secrets as ***)."""
-        from kvpilot.core.vllm.command import LaunchSpec, build_command, parse_extra_args
+        from kvpilot.core.vllm.command import LaunchSpec, build_command, profile_launch_fields
 
-        spec = LaunchSpec.from_plan(
-            inputs,
-            model,
-            host=profile.host,
-            port=profile.port,
-            api_key=profile.api_key or None,
-            extra_args=parse_extra_args(profile.extra_args),
-        )
+        spec = LaunchSpec.from_plan(inputs, model, **profile_launch_fields(profile))
         return build_command(spec).redacted()
 
     def export_text(
@@ -571,18 +564,10 @@ class AppServices:
         from kvpilot.core.fit.budget import compute_capacity
         from kvpilot.core.fit.calibrate import key_for
         from kvpilot.core.measurements import MeasurementStore
-        from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
+        from kvpilot.core.vllm.command import LaunchSpec, profile_launch_fields
         from kvpilot.core.vllm.export import build_export_plan, render
 
-        spec = LaunchSpec.from_plan(
-            inputs,
-            model,
-            host=profile.host,
-            port=profile.port,
-            api_key=profile.api_key or None,
-            hf_token=profile.hf_token or None,
-            extra_args=parse_extra_args(profile.extra_args),
-        )
+        spec = LaunchSpec.from_plan(inputs, model, **profile_launch_fields(profile))
         measured = MeasurementStore(self.data_dir / "measurements.json").lookup(key_for(inputs))
         plan = build_export_plan(
             spec, inputs, capacity=compute_capacity(inputs), measured=measured, gpu_ids=gpu_ids
@@ -593,17 +578,9 @@ class AppServices:
 
     def launch_spec(self, request: LaunchRequest) -> LaunchSpec:
         """The LaunchSpec for a request (profile host/port/key/HF settings, extra args)."""
-        from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
+        from kvpilot.core.vllm.command import LaunchSpec, profile_launch_fields
 
-        p = request.profile
-        values: dict[str, object] = {
-            "host": p.host,
-            "port": p.port,
-            "api_key": p.api_key or None,
-            "extra_args": parse_extra_args(p.extra_args),
-            "hf_home": p.hf_cache_dir or None,
-            "hf_token": p.hf_token or None,
-        }
+        values = profile_launch_fields(request.profile)
         values.update(self.launch_overrides)
         values.update(request.overrides)
         return LaunchSpec.from_plan(request.inputs, request.model, **values)

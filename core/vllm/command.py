@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
@@ -36,6 +36,9 @@ from kvpilot.core.vllm.runtime import (
     supports_max_model_len_auto,
 )
 from kvpilot.core.vllm.versions import supports
+
+if TYPE_CHECKING:
+    from kvpilot.core.settings import Profile
 
 REDACTED = "***"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -301,6 +304,24 @@ def validate_extra_args(args: Iterable[str], *, flags: FlagSet | None = None) ->
     if flags is not None:
         check_flags(flags, result)
     return result
+
+
+def profile_launch_fields(profile: Profile) -> dict[str, Any]:
+    """The :class:`LaunchSpec` fields a settings profile sets (host, port, API key, extra
+    arguments, Hugging Face cache and token), for ``LaunchSpec.from_plan(..., **fields)``: the
+    launch, the command shown and the export all read a profile through this one mapping.
+
+    Raises:
+        CommandError: the profile's extra arguments cannot be split (unbalanced quotes).
+    """
+    return {
+        "host": profile.host,
+        "port": profile.port,
+        "api_key": profile.api_key or None,
+        "extra_args": parse_extra_args(profile.extra_args),
+        "hf_home": profile.hf_cache_dir or None,
+        "hf_token": profile.hf_token or None,
+    }
 
 
 def parse_extra_args(
