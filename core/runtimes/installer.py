@@ -609,17 +609,11 @@ class RuntimeInstaller:
         try:
             version = read_version((str(exe),), cache_dir=self.cache_dir)
         except RuntimeNotFoundError as exc:
-            raise RuntimeInstallError(
-                f"vLLM {self.release.runtime_id} was installed but does not run: {exc}; the "
-                f"folder was removed (log: {self.log_path})",
-                log_path=str(self.log_path),
+            raise self._removed(
+                f"vLLM {self.release.runtime_id} was installed but does not run: {exc}"
             ) from exc
         if release_number(version) != release_number(self.release.version):
-            raise RuntimeInstallError(
-                f"{exe} reports version {version}, not {self.release.version}; the folder was "
-                f"removed (log: {self.log_path})",
-                log_path=str(self.log_path),
-            )
+            raise self._removed(f"{exe} reports version {version}, not {self.release.version}")
         self._say(f"vllm --version: {version}")
         if self._cancel.is_set():
             raise RuntimeInstallCancelled("cancelled")
@@ -628,10 +622,8 @@ class RuntimeInstaller:
         try:
             flags = learn_flags(rt, cache_dir=self.cache_dir)
         except RuntimeNotFoundError as exc:
-            raise RuntimeInstallError(
-                f"vLLM {version} was installed but its flags cannot be read: {exc}; the folder "
-                f"was removed (log: {self.log_path})",
-                log_path=str(self.log_path),
+            raise self._removed(
+                f"vLLM {version} was installed but its flags cannot be read: {exc}"
             ) from exc
         self._say(f"flag table: {len(flags.flags)} flags")
         if self._cancel.is_set():
@@ -675,6 +667,13 @@ class RuntimeInstaller:
         return result
 
     # ---------------------------------------------------------------- processes and log
+
+    def _removed(self, what: str) -> RuntimeInstallError:
+        """The error for a runtime that failed verification: ``what``, then that its folder was
+        removed and where the log is."""
+        return RuntimeInstallError(
+            f"{what}; the folder was removed (log: {self.log_path})", log_path=str(self.log_path)
+        )
 
     def _step(self, argv: list[str], what: str) -> str:
         """Run one installer command; its output goes to the log and the parser.

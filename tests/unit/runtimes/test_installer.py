@@ -363,3 +363,37 @@ def test_cuda_build_is_verified_only_when_torch_sees_the_gpu(
     assert "its torch does not see the GPU" in str(err.value) and "nvidia-smi" in str(err.value)
     assert not inst.target.exists()
     assert store.read_default() is None
+
+
+@needs_uv
+@pytest.mark.parametrize(
+    ("prints", "told"),
+    [
+        ("print('0.31.0')", "reports version 0.31.0, not 0.33.0"),
+        ("raise SystemExit('ImportError: libcudart.so.13')", "was installed but does not run"),
+    ],
+)
+def test_a_build_that_fails_verification_is_removed_and_says_where_the_log_is(
+    home: Path, tmp_path: Path, release_for: Callable[..., Release], prints: str, told: str
+) -> None:
+    """``vllm --version`` answering another release, or not running at all: one sentence that
+    names it, says the folder was removed and where the log is; nothing becomes selectable."""
+    from runtimes_kit import make_wheel
+
+    folder = tmp_path / "odd-wheels"
+    make_wheel(
+        folder, "vllm", "0.33.0", files={"odd_vllm/__init__.py": f"def main():\n    {prints}\n"},
+        scripts={"vllm": "odd_vllm:main"},
+    )
+    release = release_for(
+        "0.33.0", variant="cpu", package="vllm", remove_after_install=(), dist_alias=None
+    )
+    inst = RuntimeInstaller(release, installer="uv", no_index=True, find_links=[str(folder)])
+    with pytest.raises(RuntimeInstallError) as err:
+        inst.run()
+    msg = str(err.value)
+    assert told in msg
+    assert msg.endswith(f"; the folder was removed (log: {inst.log_path})")
+    assert err.value.log_path == str(inst.log_path)
+    assert not inst.target.exists()
+    assert store.read_default() is None
