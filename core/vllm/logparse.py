@@ -962,31 +962,29 @@ def _weights_unreadable(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
     )
 
 
-def _not_found_offline(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
-    return Failure(
-        fk.MODEL_NOT_FOUND,
-        f"{_model_label(ctx)} is not in the local Hugging Face cache and offline mode is on; "
-        "download it first or turn offline mode off.",
-        details={"model": ctx.model, "reason": "offline"},
-    )
+#: why a Hub model could not be found, and what the user is told after its name
+_HUB_NOT_FOUND: dict[str, str] = {
+    "offline": "is not in the local Hugging Face cache and offline mode is on; download it "
+    "first or turn offline mode off.",
+    "network": "is not cached and the Hugging Face hub could not be reached; check the network "
+    "or download the model first.",
+    "missing": "does not exist on the Hugging Face hub (or is private); check the repo id.",
+}
 
 
-def _not_found_network(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
-    return Failure(
-        fk.MODEL_NOT_FOUND,
-        f"{_model_label(ctx)} is not cached and the Hugging Face hub could not be reached; "
-        "check the network or download the model first.",
-        details={"model": ctx.model, "reason": "network"},
-    )
+def _hub_not_found(reason: str) -> _Builder:
+    """The builder of a MODEL_NOT_FOUND failure for a Hub model (``reason`` a key of
+    :data:`_HUB_NOT_FOUND`)."""
+    told = _HUB_NOT_FOUND[reason]
 
+    def build(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
+        return Failure(
+            fk.MODEL_NOT_FOUND,
+            f"{_model_label(ctx)} {told}",
+            details={"model": ctx.model, "reason": reason},
+        )
 
-def _not_found_repo(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
-    return Failure(
-        fk.MODEL_NOT_FOUND,
-        f"{_model_label(ctx)} does not exist on the Hugging Face hub (or is private); check "
-        "the repo id.",
-        details={"model": ctx.model, "reason": "missing"},
-    )
+    return build
 
 
 def _gated(m: re.Match[str], msg: str, ctx: _Context) -> Failure:
@@ -1334,15 +1332,18 @@ _OTHER_FAIL_RULES: tuple[tuple[re.Pattern[str], _Builder], ...] = (
     # pydantic's wording of the same HFValidationError (ModelConfig built from a vanished folder)
     (re.compile(r"Value error, Repo id must be in the form .*?: '([^']*)'"), _not_found_path),
     (re.compile(r"Cannot find any model weights with `([^`]*)`"), _weights_unreadable),
-    (re.compile(r"outgoing traffic has been disabled"), _not_found_offline),
+    (re.compile(r"outgoing traffic has been disabled"), _hub_not_found("offline")),
     (
         re.compile(
             r"We couldn't connect to 'https?://[^']+' to load|LocalEntryNotFoundError: An error "
             r"happened while trying to locate"
         ),
-        _not_found_network,
+        _hub_not_found("network"),
     ),
-    (re.compile(r"RepositoryNotFoundError|Repository Not Found|404 Client Error"), _not_found_repo),
+    (
+        re.compile(r"RepositoryNotFoundError|Repository Not Found|404 Client Error"),
+        _hub_not_found("missing"),
+    ),
     (re.compile(r"\[Errno (?:98|48)\] Address already in use|WinError 10048"), _port),
     (re.compile(r"error: unrecognized arguments: (.*)$"), _unrecognized),
     (re.compile(r"^Hint: --task is not a vllm serve option"), _task_hint),
