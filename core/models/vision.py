@@ -77,11 +77,13 @@ LAST_RELEASE: Mapping[str, tuple[int, ...]] = {"mllama": (0, 10, 2)}
 
 
 class _VisionFields:
-    """``vision_config`` lookups that name the missing field in their error."""
+    """``vision_config`` lookups (or, with ``prefix=""``, the top-level config's) that name the
+    missing or bad field in their error."""
 
-    def __init__(self, cfg: Mapping[str, Any], where: str) -> None:
+    def __init__(self, cfg: Mapping[str, Any], where: str, prefix: str = "vision_config.") -> None:
         self.cfg = cfg
         self.where = where
+        self.prefix = prefix
 
     def int(self, *names: str, default: int | None = None) -> int:
         for name in names:
@@ -92,16 +94,16 @@ class _VisionFields:
                 raise ModelSpecError(
                     f"expected a positive integer, got {value!r}",
                     path=self.where,
-                    field=f"vision_config.{name}",
+                    field=f"{self.prefix}{name}",
                 )
             return int(value)
         if default is not None:
             return default
         raise ModelSpecError(
-            "required field is missing from vision_config; kvpilot cannot size the vision "
-            "encoder without it",
+            f"required field is missing from {self.prefix.rstrip('.') or 'config.json'}; "
+            "kvpilot cannot size the vision encoder without it",
             path=self.where,
-            field=f"vision_config.{names[0]}",
+            field=f"{self.prefix}{names[0]}",
         )
 
 
@@ -308,8 +310,7 @@ def _gemma3(
 ) -> VisionSpec:
     vit = _ViT.read(f, image=896)
     positions = vit.grid * vit.grid
-    tokens_raw = config.get("mm_tokens_per_image", 256)
-    tokens = int(tokens_raw) if isinstance(tokens_raw, int) and tokens_raw > 0 else 256
+    tokens = _VisionFields(config, f.where, prefix="").int("mm_tokens_per_image", default=256)
     hidden = vit.hidden
     params = vit.patch_embed_params + positions * hidden
     params += vit.layers * _vit_layer(hidden, vit.inter) + 2 * hidden  # post layernorm
@@ -323,8 +324,7 @@ def _mistral3(
     pre: Mapping[str, Any] | None,
 ) -> VisionSpec:
     vit = _ViT.read(f, image=1540)
-    merge_raw = config.get("spatial_merge_size", 2)
-    merge = int(merge_raw) if isinstance(merge_raw, int) and merge_raw > 0 else 2
+    merge = _VisionFields(config, f.where, prefix="").int("spatial_merge_size", default=2)
     cols = rows = vit.grid // merge
     tokens = (cols + 1) * rows  # one [IMG_BREAK] per row, [IMG_END] after the last
     # Pixtral: conv without bias, RMS ln_pre, per layer 2 RMS norms, q/k/v/o and a gated MLP

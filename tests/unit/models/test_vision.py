@@ -120,6 +120,26 @@ def test_missing_vision_field_is_named():
     assert err.value.field == "vision_config.embed_dim"
 
 
+@pytest.mark.parametrize(
+    ("name", "field", "bad"),
+    [
+        ("gemma-3-12b-it", "mm_tokens_per_image", "lots"),
+        ("mistral-small-3.1-24b-instruct-2503", "spatial_merge_size", 0),
+        ("mistral-small-3.1-24b-instruct-2503", "spatial_merge_size", True),
+    ],
+)
+def test_a_bad_top_level_vision_field_is_named_not_replaced(name, field, bad):
+    """A value that is not a positive integer is an error naming the field (it used to become
+    the default silently); a missing one takes the default."""
+    cfg = _config(name)
+    cfg[field] = bad
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config(cfg, model_id="m", config_path="x/config.json")
+    assert err.value.field == field and "positive integer" in str(err.value)
+    del cfg[field]
+    assert spec_from_config(cfg, model_id="m", config_path="x/config.json").vision is not None
+
+
 def test_vision_architecture_without_vision_config_is_refused():
     cfg = _config("mistral-small-3.1-24b-instruct-2503")
     del cfg["vision_config"]
