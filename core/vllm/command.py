@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
@@ -36,9 +36,6 @@ from kvpilot.core.vllm.runtime import (
     supports_max_model_len_auto,
 )
 from kvpilot.core.vllm.versions import supports
-
-if TYPE_CHECKING:
-    from kvpilot.core.settings import Profile
 
 REDACTED = "***"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -306,7 +303,25 @@ def validate_extra_args(args: Iterable[str], *, flags: FlagSet | None = None) ->
     return result
 
 
-def profile_launch_fields(profile: Profile) -> dict[str, Any]:
+class LaunchProfile(Protocol):
+    """What a launch reads from a settings profile (:class:`kvpilot.core.settings.Profile`
+    has these; named here so that this module does not import the settings)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def extra_args(self) -> str: ...
+    @property
+    def hf_cache_dir(self) -> str: ...
+    @property
+    def hf_token(self) -> str: ...
+
+
+def profile_launch_fields(profile: LaunchProfile) -> dict[str, Any]:
     """The :class:`LaunchSpec` fields a settings profile sets (host, port, API key, extra
     arguments, Hugging Face cache and token), for ``LaunchSpec.from_plan(..., **fields)``: the
     launch, the command shown and the export all read a profile through this one mapping.
