@@ -2,12 +2,33 @@
 
 Subclasses implement :meth:`BackgroundLoop._run`, waiting between ticks on ``self._wake`` (set by
 :meth:`BackgroundLoop.stop`, and by anything else that wants the loop to look again now) and
-ending when ``self._stop`` is set.
+ending when ``self._stop`` is set. :func:`notify` hands a result to a listener without letting the
+listener's exception end the thread that calls it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
+from typing import ParamSpec
+
+_P = ParamSpec("_P")
+
+
+def notify(
+    log: logging.Logger,
+    what: str,
+    listener: Callable[_P, object],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> None:
+    """Call ``listener``; whatever it raises is logged on ``log`` as "``what`` failed", with the
+    traceback, and goes no further: a faulty listener must not stop the loop that informs it."""
+    try:
+        listener(*args, **kwargs)
+    except Exception:
+        log.exception("%s failed", what)
 
 
 class BackgroundLoop:

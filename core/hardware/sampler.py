@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kvpilot.core.background import BackgroundLoop
+from kvpilot.core.background import BackgroundLoop, notify
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.probe import read_dynamic, read_memory, running_processes
@@ -174,10 +174,7 @@ class GpuSampler(BackgroundLoop):
             self._latest = sample
             self._history.append(sample)
         if self._on_sample is not None:
-            try:
-                self._on_sample(sample)
-            except Exception:  # a faulty listener must not stop sampling
-                log.exception("GPU sample listener failed")
+            notify(log, "GPU sample listener", self._on_sample, sample)
 
     def _ensure_open(self, now: float) -> HardwareProblem | None:
         if self._handle is not None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from kvpilot.core.background import BackgroundLoop
+from kvpilot.core.background import BackgroundLoop, notify
 from kvpilot.core.errors import KvpilotError
 
 if TYPE_CHECKING:  # httpx and prometheus_client load when first used (not at the app's start)
@@ -608,20 +608,14 @@ class MetricsSampler(BackgroundLoop):
                 self.samples_failed - self._failing_since,
             )
             self._failing_since = None
-        try:
-            self._on_sample(sample)
-        except Exception:
-            log.exception("metrics sample callback failed")
+        notify(log, "metrics sample callback", self._on_sample, sample)
 
     def _deliver_error(self, err: ScrapeError) -> None:
         if self._failing_since is None:
             self._failing_since = self.samples_failed - 1
             self.warnings_logged += 1
             log.warning("%s; the plots show a gap until /metrics answers again", err)
-        try:
-            self._on_error(self._clock(), err)
-        except Exception:
-            log.exception("metrics error callback failed")
+        notify(log, "metrics error callback", self._on_error, self._clock(), err)
 
     def _run(self) -> None:
         next_t = self._clock()

@@ -37,6 +37,7 @@ from typing import IO, TYPE_CHECKING, Any
 import psutil
 
 from kvpilot.core import failures
+from kvpilot.core.background import notify
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.measurements import (
     SOURCE_LAUNCH,
@@ -549,10 +550,7 @@ class Supervisor:
             with self._lock:
                 self._events.append(event)
         if self._on_event is not None:
-            try:
-                self._on_event(event)
-            except Exception:  # a faulty listener must not kill supervision
-                log.exception("on_event listener failed")
+            notify(log, "on_event listener", self._on_event, event)
 
     def _set_state(self, state: str, failure: failures.Failure | None = None) -> None:
         with self._changed:

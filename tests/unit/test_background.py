@@ -1,12 +1,14 @@
-"""BackgroundLoop: one thread at a time, stop without waiting, a stuck thread is kept."""
+"""BackgroundLoop: one thread at a time, stop without waiting, a stuck thread is kept; notify
+logs a listener's exception instead of raising it."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
 
-from kvpilot.core.background import BackgroundLoop
+from kvpilot.core.background import BackgroundLoop, notify
 
 
 class _Loop(BackgroundLoop):
@@ -51,3 +53,21 @@ def test_stop_without_waiting_keeps_a_live_thread_for_the_next_stop() -> None:
 def test_subclass_without_a_loop_is_an_error() -> None:
     with pytest.raises(NotImplementedError):
         BackgroundLoop("kvpilot-empty")._run()
+
+
+def test_notify_passes_the_arguments_and_logs_what_the_listener_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[tuple[int, str]] = []
+    log = logging.getLogger("kvpilot.test.notify")
+    notify(log, "test listener", lambda n, s: seen.append((n, s)), 1, "a")
+    assert seen == [(1, "a")]
+
+    def broken(_value: int) -> None:
+        raise ValueError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="kvpilot.test.notify"):
+        notify(log, "test listener", broken, 2)
+    [record] = caplog.records
+    assert record.getMessage() == "test listener failed"
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
