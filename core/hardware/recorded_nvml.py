@@ -256,6 +256,15 @@ class RecordedNvml:
                 value = value[key]
             return self._cycle(h, function + "/".join(path), value) if cycle else value
 
+    def _section(self, handle: _Handle, key: str) -> Mapping[str, Any]:
+        """The recorded mapping ``key`` of a device (``memory``, ``utilization``), or the
+        NOT_SUPPORTED error a driver gives when it cannot report that group of values."""
+        value = handle.data.get(key)
+        if not isinstance(value, Mapping):
+            self._raise("NOT_SUPPORTED")
+        assert isinstance(value, Mapping)
+        return value
+
     # ---------------------------------------------------------------- system
     def nvmlInit(self) -> None:
         self.nvmlInitWithFlags(0)
@@ -351,10 +360,7 @@ class RecordedNvml:
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
         with self._lock:
             h = self._device(handle, "nvmlDeviceGetMemoryInfo")
-            mem = h.data.get("memory")
-            if not isinstance(mem, Mapping):
-                self._raise("NOT_SUPPORTED")
-            assert isinstance(mem, Mapping)
+            mem = self._section(h, "memory")
             if not version:
                 # v1: "used" includes the memory the driver reserves
                 return SimpleNamespace(
@@ -384,10 +390,7 @@ class RecordedNvml:
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> SimpleNamespace:
         with self._lock:
             h = self._device(handle, "nvmlDeviceGetUtilizationRates")
-            util = h.data.get("utilization")
-            if not isinstance(util, Mapping):
-                self._raise("NOT_SUPPORTED")
-            assert isinstance(util, Mapping)
+            util = self._section(h, "utilization")
             return SimpleNamespace(
                 gpu=int(self._cycle(h, "util.gpu", util["gpu"])),
                 memory=int(self._cycle(h, "util.memory", util["memory"])),
