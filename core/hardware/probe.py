@@ -438,6 +438,15 @@ def read_memory(nv: Nvml, handle: object, missing: list[str] | None = None) -> d
     }
 
 
+#: the dynamic readings that name what to read by an NVML constant:
+#: result key -> (function, constant, its value where the module lacks it, field name)
+_BY_CONSTANT: dict[str, tuple[str, str, int, str]] = {
+    "temperature_c": ("nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU", 0, "temperature"),
+    "sm_clock_mhz": ("nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", 1, "sm_clock"),
+    "mem_clock_mhz": ("nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM", 2, "mem_clock"),
+}
+
+
 def read_dynamic(nv: Nvml, handle: object, missing: list[str] | None = None) -> dict[str, Any]:
     """Utilization, temperature, power and clocks (the sampler's fields besides memory).
 
@@ -447,32 +456,16 @@ def read_dynamic(nv: Nvml, handle: object, missing: list[str] | None = None) -> 
     call = nv.call
     util = call("nvmlDeviceGetUtilizationRates", handle, field="utilization", missing=missing)
     power = call("nvmlDeviceGetPowerUsage", handle, field="power", missing=missing)
-    return {
+    values: dict[str, Any] = {
         "gpu_util_percent": None if util is None else int(util.gpu),
         "mem_util_percent": None if util is None else int(util.memory),
-        "temperature_c": call(
-            "nvmlDeviceGetTemperature",
-            handle,
-            nv.constant("NVML_TEMPERATURE_GPU", 0),
-            field="temperature",
-            missing=missing,
-        ),
         "power_w": None if power is None else power / 1000.0,
-        "sm_clock_mhz": call(
-            "nvmlDeviceGetClockInfo",
-            handle,
-            nv.constant("NVML_CLOCK_SM", 1),
-            field="sm_clock",
-            missing=missing,
-        ),
-        "mem_clock_mhz": call(
-            "nvmlDeviceGetClockInfo",
-            handle,
-            nv.constant("NVML_CLOCK_MEM", 2),
-            field="mem_clock",
-            missing=missing,
-        ),
     }
+    for key, (function, constant, fallback, field_name) in _BY_CONSTANT.items():
+        values[key] = call(
+            function, handle, nv.constant(constant, fallback), field=field_name, missing=missing
+        )
+    return values
 
 
 def probe(
