@@ -66,10 +66,7 @@ TOWER_SKIPPABLE_SINCE: Mapping[str, tuple[int, ...]] = {
     "gemma3": (0, 16),
 }
 
-_Builder = Callable[
-    ["_VisionFields", Mapping[str, Any], Mapping[str, Any], int, "Mapping[str, Any] | None"],
-    "VisionSpec",
-]
+_Builder = Callable[["_Source"], "VisionSpec"]
 
 #: vLLM's model registry lists Mllama as removed after 0.10.2 (V0 engine only)
 LAST_RELEASE: Mapping[str, tuple[int, ...]] = {"mllama": (0, 10, 2)}
@@ -105,6 +102,23 @@ class _VisionFields:
             path=self.where,
             field=f"{self.prefix}{names[0]}",
         )
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What a family's builder reads: ``vision_config`` (``fields``), the whole ``config``, its
+    ``text`` config, the language model's width ``text_hidden`` (the projector's output) and the
+    parsed ``preprocessor_config.json`` (None when the checkpoint has none)."""
+
+    fields: _VisionFields
+    config: Mapping[str, Any]
+    text: Mapping[str, Any]
+    text_hidden: int
+    preprocessor: Mapping[str, Any] | None
+
+    def top_level_int(self, name: str, *, default: int) -> int:
+        """A positive integer of the top-level config, checked like ``vision_config``'s."""
+        return _VisionFields(self.config, self.fields.where, prefix="").int(name, default=default)
 
 
 def max_pixels_from_preprocessor(preprocessor: Mapping[str, Any] | None) -> int | None:
@@ -148,9 +162,9 @@ def vision_spec_from_config(
             path=where,
             field="vision_config",
         )
-    f = _VisionFields(raw, where)
-    text = text_config or {}
-    return _BUILDERS[family](f, config, text, text_hidden_size, preprocessor)
+    source = _Source(_VisionFields(raw, where), config, text_config or {}, text_hidden_size,
+                     preprocessor)
+    return _BUILDERS[family](source)
 
 
 # ---- per family -----------------------------------------------------------------------------
@@ -194,10 +208,9 @@ _QWEN_TOWERS: Mapping[str, _QwenTower] = {
 }
 
 
-def _qwen_vl(
-    tower: _QwenTower, f: _VisionFields, text_hidden: int, pre: Mapping[str, Any] | None
-) -> VisionSpec:
+def _qwen_vl(tower: _QwenTower, source: _Source) -> VisionSpec:
     """A Qwen2-VL / Qwen2.5-VL / Qwen3-VL tower: ViT blocks, then a 2x2 patch merger."""
+    f, text_hidden, pre = source.fields, source.text_hidden, source.preprocessor
     hidden = f.int(tower.width_field)
     if tower.width_field == "embed_dim":
         inter = int(hidden * float(f.cfg.get("mlp_ratio", 4)))
@@ -240,14 +253,7 @@ def _qwen_vl(
 
 def _qwen_builder(family: str) -> _Builder:
     tower = _QWEN_TOWERS[family]
-
-    def build(
-        f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-        pre: Mapping[str, Any] | None,
-    ) -> VisionSpec:
-        return _qwen_vl(tower, f, text_hidden, pre)
-
-    return build
+    return lambda source: _qwen_vl(tower, source)
 
 
 def _vit_layer(hidden: int, inter: int) -> int:
@@ -294,72 +300,59 @@ class _ViT:
         return self.channels * self.patch * self.patch * self.hidden + self.hidden
 
     def spec(
-        self, family: str, *, tokens: int, patches: int, params: int, text_hidden: int
+        self, family: str, source: _Source, *, tokens: int, patches: int, params: int
     ) -> VisionSpec:
         return VisionSpec(
             family=family, hidden_size=self.hidden, intermediate_size=self.inter,
             num_layers=self.layers, num_heads=self.heads, patch_size=self.patch,
             max_image_tokens=tokens, max_image_patches=patches, params=params,
-            text_hidden_size=text_hidden, tower_skippable_since=TOWER_SKIPPABLE_SINCE[family],
+            text_hidden_size=source.text_hidden,
+            tower_skippable_since=TOWER_SKIPPABLE_SINCE[family],
         )
 
 
-def _gemma3(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
-) -> VisionSpec:
-    vit = _ViT.read(f, image=896)
+def _gemma3(source: _Source) -> VisionSpec:
+    vit = _ViT.read(source.fields, image=896)
     positions = vit.grid * vit.grid
-    tokens = _VisionFields(config, f.where, prefix="").int("mm_tokens_per_image", default=256)
-    hidden = vit.hidden
+    tokens = source.top_level_int("mm_tokens_per_image", default=256)
+    hidden, text_hidden = vit.hidden, source.text_hidden
     params = vit.patch_embed_params + positions * hidden
     params += vit.layers * _vit_layer(hidden, vit.inter) + 2 * hidden  # post layernorm
     params += hidden * text_hidden + hidden  # mm_input_projection + mm_soft_emb_norm
-    return vit.spec("gemma3", tokens=tokens, patches=positions, params=params,
-                    text_hidden=text_hidden)
+    return vit.spec("gemma3", source, tokens=tokens, patches=positions, params=params)
 
 
-def _mistral3(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
-) -> VisionSpec:
-    vit = _ViT.read(f, image=1540)
-    merge = _VisionFields(config, f.where, prefix="").int("spatial_merge_size", default=2)
+def _mistral3(source: _Source) -> VisionSpec:
+    vit = _ViT.read(source.fields, image=1540)
+    merge = source.top_level_int("spatial_merge_size", default=2)
     cols = rows = vit.grid // merge
     tokens = (cols + 1) * rows  # one [IMG_BREAK] per row, [IMG_END] after the last
     # Pixtral: conv without bias, RMS ln_pre, per layer 2 RMS norms, q/k/v/o and a gated MLP
     # without biases
-    hidden = vit.hidden
+    hidden, text_hidden = vit.hidden, source.text_hidden
     layer = 2 * hidden + 4 * hidden * hidden + 3 * hidden * vit.inter
-    bias = 1 if config.get("multimodal_projector_bias") else 0
+    bias = 1 if source.config.get("multimodal_projector_bias") else 0
     projector = hidden + (hidden * merge * merge) * hidden  # norm + patch merger
     projector += hidden * text_hidden + bias * text_hidden
     projector += text_hidden * text_hidden + bias * text_hidden
     params = vit.patch_embed_params + vit.layers * layer + projector
-    return vit.spec("mistral3", tokens=tokens, patches=vit.grid * vit.grid, params=params,
-                    text_hidden=text_hidden)
+    return vit.spec("mistral3", source, tokens=tokens, patches=vit.grid * vit.grid, params=params)
 
 
-def _llava(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
-) -> VisionSpec:
-    vit = _ViT.read(f, image=336, sizes=(1024, 4096, 24, 16))  # CLIP ViT-L/14-336
+def _llava(source: _Source) -> VisionSpec:
+    vit = _ViT.read(source.fields, image=336, sizes=(1024, 4096, 24, 16))  # CLIP ViT-L/14-336
     positions = vit.grid * vit.grid + 1  # CLS
-    strategy = str(config.get("vision_feature_select_strategy", "default"))
+    strategy = str(source.config.get("vision_feature_select_strategy", "default"))
     tokens = vit.grid * vit.grid if strategy == "default" else positions
-    hidden = vit.hidden
+    hidden, text_hidden = vit.hidden, source.text_hidden
     params = vit.patch_embed_params + positions * hidden
     params += 2 * hidden + vit.layers * _vit_layer(hidden, vit.inter) + 2 * hidden  # norms
     params += (hidden * text_hidden + text_hidden) + (text_hidden * text_hidden + text_hidden)
-    return vit.spec("llava", tokens=tokens, patches=positions, params=params,
-                    text_hidden=text_hidden)
+    return vit.spec("llava", source, tokens=tokens, patches=positions, params=params)
 
 
-def _mllama(
-    f: _VisionFields, config: Mapping[str, Any], text: Mapping[str, Any], text_hidden: int,
-    pre: Mapping[str, Any] | None,
-) -> VisionSpec:
+def _mllama(source: _Source) -> VisionSpec:
+    f, text_hidden = source.fields, source.text_hidden
     hidden = f.int("hidden_size")
     inter = f.int("intermediate_size")
     layers = f.int("num_hidden_layers")
@@ -381,7 +374,7 @@ def _mllama(
     params += 4 * hidden  # layernorm_pre / layernorm_post
     params += layers * layer + global_layers * (layer + 2)
     params += out_dim * text_hidden + text_hidden  # multi_modal_projector
-    cross = text.get("cross_attention_layers") or []
+    cross = source.text.get("cross_attention_layers") or []
     cross_layers = tuple(int(i) for i in cross if isinstance(i, int)) if isinstance(
         cross, list) else ()
     return VisionSpec(
