@@ -23,10 +23,14 @@ that use them, so that importing the window stays cheap before its first paint.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QDialog
+
     from kvpilot.gui.window_widgets import WindowWidgets
+
+_Dialog = TypeVar("_Dialog", bound="QDialog")
 
 
 def _nothing(*_args: object, **_kwargs: object) -> None:
@@ -44,3 +48,12 @@ class Controller:
         """A status-bar message (``timeout_ms`` 0: until the next one)."""
         self.window.say(text, timeout_ms)
 
+    @staticmethod
+    def show_dialog(dialog: _Dialog, *, modal: bool) -> _Dialog:
+        """Open ``dialog``: ``modal`` runs it until it closes, else it stays open beside the
+        window and this returns at once. Returns the dialog."""
+        if modal:
+            dialog.exec()
+        else:
+            dialog.show()
+        return dialog

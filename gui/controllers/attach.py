@@ -29,11 +29,7 @@ class AttachController(ServerAware):
 
         dialog = AttachDialog(self.window)
         dialog.accepted.connect(lambda: self.attach(*dialog.values()))
-        if modal:
-            dialog.exec()
-        else:
-            dialog.show()
-        return dialog
+        return self.show_dialog(dialog, modal=modal)
 
     def attach(self, url: str, api_key: str | None = None, log_path: str | None = None) -> bool:
         """Watch the server at ``url`` (kvpilot does not own it: Detach, never Stop).

@@ -48,8 +48,4 @@ class BenchmarkController(Controller):
             self.window,
             api_key=api_key or None,
         )
-        if modal:
-            dialog.exec()
-        else:
-            dialog.show()
-        return dialog
+        return self.show_dialog(dialog, modal=modal)

@@ -82,11 +82,7 @@ class RuntimeController(Controller):
         """The "Install vLLM" dialog (core/runtimes in a worker thread); a verified install
         is picked up by discovery at once."""
         dialog = self.make_install_dialog()
-        if modal:
-            dialog.exec()
-        else:
-            dialog.show()
-        return dialog
+        return self.show_dialog(dialog, modal=modal)
 
 
 def home_relative(path: str | Path) -> str:
