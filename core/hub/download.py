@@ -36,7 +36,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol
@@ -621,7 +621,7 @@ class Downloader:
             with WeakFileLock(lock):
                 if not blob.exists():
                     self._fetch_blob(client, headers, meta.location, blob, planned, size)
-        try:
+        with _hub_errors(plan, _FINALIZE_NETWORK_ERRORS, self._unreachable):
             hf_hub_download(
                 plan.repo_id,
                 planned.filename,
@@ -630,12 +630,6 @@ class Downloader:
                 token=plan.token,
                 endpoint=plan.endpoint,
             )  # the blob is complete: this only links it into snapshots/<commit>/
-        except _FINALIZE_NETWORK_ERRORS as exc:
-            raise self._unreachable(exc) from exc
-        except hf_errors.FileMetadataError as exc:
-            raise _not_a_hub(plan.endpoint, exc) from exc
-        except hf_errors.HfHubHTTPError as exc:
-            raise _translate_hub_error(exc, plan.repo_id, plan.revision, plan.endpoint) from exc
 
     def _fetch_blob(
         self,
@@ -876,13 +870,30 @@ def launchable_spec(
 def _head(plan: DownloadPlan, filename: str) -> HfFileMetadata:
     """HEAD one file at the plan's commit (etag, size, CDN location); typed errors."""
     url = hf_hub_url(plan.repo_id, filename, revision=plan.commit_sha, endpoint=plan.endpoint)
-    try:
-        return get_hf_file_metadata(url, token=plan.token, endpoint=plan.endpoint)
-    except _NETWORK_ERRORS as exc:
-        raise HubUnreachableError(
+
+    def unreachable(exc: BaseException) -> HubUnreachableError:
+        return HubUnreachableError(
             f"the Hub at {plan.endpoint} cannot be reached ({_short(exc)}) and {plan.repo_id} is "
             "not completely in the cache; check the network and try again"
-        ) from exc
+        )
+
+    with _hub_errors(plan, _NETWORK_ERRORS, unreachable):
+        return get_hf_file_metadata(url, token=plan.token, endpoint=plan.endpoint)
+
+
+@contextlib.contextmanager
+def _hub_errors(
+    plan: DownloadPlan,
+    network_errors: tuple[type[BaseException], ...],
+    unreachable: Callable[[BaseException], HubUnreachableError],
+) -> Iterator[None]:
+    """Turn what a call to the Hub for ``plan`` raises into a :class:`DownloadError`:
+    ``network_errors`` into ``unreachable(exc)``, an answer that is not the Hub's into
+    :func:`_not_a_hub`'s, a Hub error into :func:`_translate_hub_error`'s."""
+    try:
+        yield
+    except network_errors as exc:
+        raise unreachable(exc) from exc
     except hf_errors.FileMetadataError as exc:
         raise _not_a_hub(plan.endpoint, exc) from exc
     except hf_errors.HfHubHTTPError as exc:
