@@ -337,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace:
         heap = heap_report(heap0, tracemalloc.take_snapshot())
         tracemalloc.stop()
+    releaser = services.heap_releaser  # the app's own, once a minute (kvpilot.core.heap)
+    released = None
+    if releaser is not None:
+        released = (releaser.releases, releaser.released_bytes, releaser.longest_s)
     rss_trimmed = trimmed_rss(me)
     fds1, threads1 = resources()  # the loader is still running, between two of its runs
     stop_load.set()
@@ -387,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  resident at the start: {parts0}\n  resident at the end:   {parts1}\n"
           f"  after malloc_trim: {rss_trimmed / 2**20:.1f} MB (freed memory malloc had kept: "
           f"{(rss1 - rss_trimmed) / 2**20:.1f} MB)")
+    if released is not None:
+        print(f"  the app gave freed heap back {released[0]} times: {released[1] / 2**20:.1f} MB "
+              f"in all, longest call {released[2] * 1000:.1f} ms (off the GUI thread)")
+    else:
+        print("  the app gives no freed heap back here (no malloc_trim)")
     print("  resident by mapping (MB, start -> end): " + ", ".join(
         f"{k} {maps0.get(k, 0):.1f} -> {v:.1f}" for k, v in sorted(maps1.items())))
     if heap:

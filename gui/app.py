@@ -149,6 +149,7 @@ def dispose(window: MainWindow) -> None:
     window.dashboard.timer.stop()
     window.services.stop_metrics()  # no more samples for widgets about to go
     window.services.stop_gpu_sampler()
+    window.services.stop_heap_releaser()
     drain(30_000)  # deliver every pending result (and those of the tasks they start) first
     if Shiboken.isValid(window):
         Shiboken.delete(window)

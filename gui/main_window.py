@@ -147,10 +147,12 @@ class MainWindow(WindowWidgets):
             self.start()
 
     def start(self) -> None:
-        """Kick off the background work: GPU probe, vLLM discovery, orphaned servers."""
+        """Kick off the background work: GPU probe, vLLM discovery, orphaned servers, and giving
+        freed memory back to the system once a minute."""
         self.gpu_control.probe()
         self.runtime_control.discover()
         self.orphan_control.find()
+        self.services.start_heap_releaser()
 
     # =================================================================== window
 
@@ -206,6 +208,7 @@ class MainWindow(WindowWidgets):
         self.server_control.log_timer.stop()
         self.services.stop_metrics()
         self.services.stop_gpu_sampler()
+        self.services.stop_heap_releaser()
         if not self._closing:
             self._closing = True
             if self.isVisible():

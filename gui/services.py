@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from kvpilot.core.fit.plan import GpuTarget as FitTarget
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
+    from kvpilot.core.heap import HeapReleaser
     from kvpilot.core.measurements import MeasurementKey, MeasurementStore
     from kvpilot.core.models.spec import ModelSpec
     from kvpilot.core.runtimes.installer import RuntimeInstaller
@@ -149,6 +150,8 @@ class AppServices:
         self._nvml_module = nvml_module
         self.telemetry = Telemetry()
         self.gpu_sampler: GpuSampler | None = None
+        #: gives the memory malloc keeps after frees back to the system, once a minute
+        self.heap_releaser: HeapReleaser | None = None
         self.metrics_sampler: MetricsSampler | None = None
         self._metrics_scraper: MetricsScraper | None = None
         self.supervisor: Supervisor | None = None
@@ -334,6 +337,20 @@ class AppServices:
             )
         self.gpu_sampler = sampler
         sampler.start()
+
+    def start_heap_releaser(self) -> None:
+        """Give freed heap pages back to the system once a minute, on its own thread, for as
+        long as the app runs (see :mod:`kvpilot.core.heap`; nothing where there is no glibc)."""
+        from kvpilot.core.heap import HeapReleaser
+
+        if self.heap_releaser is None:
+            self.heap_releaser = HeapReleaser()
+        self.heap_releaser.start()
+
+    def stop_heap_releaser(self) -> None:
+        """Stop giving freed memory back, without waiting (the thread ends in the background)."""
+        releaser, self.heap_releaser = self.heap_releaser, None
+        self._stop_loop(releaser, "kvpilot-stop-heap-release")
 
     def stop_gpu_sampler(self) -> None:
         """Stop the GPU sampler without waiting (the thread ends in the background)."""
@@ -773,6 +790,7 @@ class AppServices:
         finally:
             self.stop_metrics()
             self.stop_gpu_sampler()
+            self.stop_heap_releaser()
             self.join_background()
 
     # ----------------------------------------------------------------- orphans

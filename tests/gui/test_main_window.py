@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
@@ -191,3 +192,17 @@ def test_a_recorded_failure_with_no_fallback_returns_once_the_pool_has_answered(
     assert w.fallback_control.proposing
     assert w.banner.note.text() == "working out what would fit…"
     qtbot.waitUntil(lambda: not w.fallback_control.proposing, timeout=10_000)
+
+
+def test_the_started_window_gives_freed_memory_back_until_it_closes(make_window, qtbot) -> None:
+    from kvpilot.core import heap
+
+    w = make_window()
+    releaser = w.services.heap_releaser
+    assert releaser is not None and releaser.period_s == heap.RELEASE_EVERY_S
+    assert releaser.running is heap.can_release()
+    w.close()
+    assert w.services.heap_releaser is None
+    assert w.services.join_background()
+    assert not releaser.running
+    assert not any(t.name == "kvpilot-heap-release" for t in threading.enumerate())
