@@ -262,6 +262,28 @@ def test_24h_at_2hz_memory_is_bounded():
         TelemetryConfig(capacity=1)
 
 
+def test_the_rings_pages_become_resident_only_as_rows_are_written():
+    """A new window reserves its 24-hour rings without writing them (they cost 18 MB of RSS and
+    tens of milliseconds before the first paint when they were filled with NaN up front)."""
+    import psutil
+
+    me = psutil.Process()
+    rss0 = me.memory_info().rss
+    tels = [Telemetry() for _ in range(4)]
+    grown = me.memory_info().rss - rss0
+    assert sum(t.nbytes for t in tels) > 60 * 1024**2
+    assert grown < 8 * 1024**2, grown
+    tel = tels[0]
+    for i in range(7200):  # one hour at 2 Hz
+        tel.add_gpu_sample(SimpleNamespace(t_monotonic_s=float(i), gpu_index=0,
+                                           memory_used_bytes=i, memory_total_bytes=24 << 30))
+    t, y = tel.series("memory_used_bytes")
+    assert t.size == 7200 and y[-1] == 7199
+    assert me.memory_info().rss - rss0 < 16 * 1024**2
+    tel.clear()
+    assert tel.series("memory_used_bytes")[0].size == 0
+
+
 def test_concurrent_writers_and_reader():
     tel, clock = make(capacity=500)
     stop = threading.Event()
