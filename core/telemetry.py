@@ -3,7 +3,7 @@
 Samples arrive from two producer threads (the metrics sampler and the hardware sampler) and are
 turned into plot-ready series kept in fixed-capacity numpy ring buffers, so memory is bounded
 however long the server runs (24 h at 2 Hz by default, about 22 MB reserved, resident only as
-rows are written: 0.4 MB an hour). NaN marks a gap (scrape
+rows are written: 0.9 MB an hour at 2 Hz). NaN marks a gap (scrape
 failed, server restarting, stats disabled), never zero.
 
 Derived vLLM series (all per sample, names as in :data:`SERIES`):
@@ -186,7 +186,7 @@ class _Ring:
 
     The arrays are reserved, not written, at construction (``np.empty``: the system maps a
     page the first time a row on it is written), and only the ``size`` rows written are ever
-    read: a new window costs neither the 18 MB of a 24-hour ring nor the time to fill it.
+    read: a new window costs neither the 22 MB of its 24-hour rings nor the time to fill them.
     """
 
     def __init__(self, columns: Sequence[str], capacity: int) -> None:

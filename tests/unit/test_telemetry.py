@@ -263,7 +263,7 @@ def test_24h_at_2hz_memory_is_bounded():
 
 
 def test_the_rings_pages_become_resident_only_as_rows_are_written():
-    """A new window reserves its 24-hour rings without writing them (they cost 18 MB of RSS and
+    """A new window reserves its 24-hour rings without writing them (they cost 22 MB of RSS and
     tens of milliseconds before the first paint when they were filled with NaN up front)."""
     import psutil
 
