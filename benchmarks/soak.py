@@ -3,8 +3,10 @@
 The app's own objects do the work: ``AppServices.start_server`` launches vLLM (the CPU engine in
 ``.venv-vllm`` with the tiny test model, built by tests/e2e/make_tiny_model.py), the main window
 (offscreen) handles every supervisor event, starts the /metrics sampler once ready and redraws
-the dashboard; NVML is a recorded RTX 4090 (``--fake-gpu``). A load thread runs the core load
-test at one request at a time with a pause between runs.
+the dashboard; NVML is a recorded RTX 4090 (``--fake-gpu``). The core load test runs at one
+request at a time with a pause between runs, in a process of its own, as the traffic of a
+user's clients comes from other programs (``--load-in-process``: on a thread of the app's
+process, as the load-test dialog runs it).
 
 Reported after the warm-up (the first ``--warmup-s`` seconds): kvpilot's RSS growth, the median
 of the last minute's readings (one every 2 s) against the first minute's (a run shorter than
@@ -34,14 +36,20 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import psutil
+
+if TYPE_CHECKING:
+    from kvpilot.core.vllm.client import LoadTestConfig
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_RSS_GROWTH = 0.05
 GOAL_P99_S = 0.030
 RSS_EVERY_S = 2.0
+#: seconds between two load-test runs
+LOAD_PAUSE_S = 2.0
 
 
 class Lateness:
@@ -141,6 +149,32 @@ def trimmed_rss(me: psutil.Process) -> int:
     return me.memory_info().rss
 
 
+def load_config(base_url: str, model: str | None) -> LoadTestConfig:
+    """The soak's load: one request at a time, 32 prompt and 16 output tokens, 4 a run."""
+    from kvpilot.core.vllm.client import LoadTestConfig
+
+    return LoadTestConfig(base_url=base_url, model=model, concurrency_levels=(1,),
+                          prompt_tokens=32, output_tokens=16, requests_per_level=4,
+                          duration_s=30.0, warmup_requests=0)
+
+
+def load_loop(base_url: str, model: str) -> int:
+    """The load in a process of its own: the core load test, a pause, again; prints ``ok`` or
+    ``failed`` per run; ends when terminated or when its parent is gone."""
+    from kvpilot.core.vllm.client import LoadTestError, run_load_test
+
+    parent = os.getppid()
+    cfg = load_config(base_url, model or None)
+    while os.getppid() == parent:
+        try:
+            run_load_test(cfg)
+            print("ok", flush=True)
+        except LoadTestError:
+            print("failed", flush=True)
+        time.sleep(LOAD_PAUSE_S)
+    return 0
+
+
 def tiny_model(vllm: Path) -> Path:
     python = vllm.parent / "python"
     proc = subprocess.run(
@@ -165,7 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="print where the GUI thread was when a tick is this late")
     parser.add_argument("--trace", action="store_true",
                         help="also trace Python allocations and print where the heap grew")
+    parser.add_argument("--load-in-process", action="store_true",
+                        help="run the load test on a thread of the app's process (as the "
+                             "load-test dialog does) instead of in a process of its own")
+    parser.add_argument("--load-loop", nargs=2, metavar=("URL", "MODEL"),
+                        help=argparse.SUPPRESS)  # the child that sends the load
     args = parser.parse_args(argv)
+    if args.load_loop:
+        return load_loop(*args.load_loop)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     scratch = Path(tempfile.mkdtemp(prefix="kvpilot-soak-"))
     for name, sub in (("KVPILOT_DATA_DIR", "data"), ("KVPILOT_CACHE_DIR", "cache"),
@@ -176,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6
     from kvpilot.core import settings as st
-    from kvpilot.core.vllm.client import LoadTestConfig, LoadTestError, run_load_test
+    from kvpilot.core.vllm.client import LoadTestError, run_load_test
     from kvpilot.core.vllm.command import LaunchSpec, find_free_port
     from kvpilot.core.vllm.runtime import discover
     from kvpilot.gui import app as gui_app
@@ -241,11 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     hold = threading.Event()  # set: the loader pauses between two runs (and says so in idle)
     idle = threading.Event()
     load_runs = [0, 0]  # ok, failed
+    load_child: subprocess.Popen[str] | None = None
 
     def load() -> None:
-        cfg = LoadTestConfig(base_url=sup.base_url, model=sup.model_name,
-                             concurrency_levels=(1,), prompt_tokens=32, output_tokens=16,
-                             requests_per_level=4, duration_s=30.0, warmup_requests=0)
+        cfg = load_config(sup.base_url, sup.model_name)
         while not stop_load.is_set():
             if hold.is_set():
                 idle.set()
@@ -257,18 +297,33 @@ def main(argv: list[str] | None = None) -> int:
                 load_runs[0] += 1
             except LoadTestError:
                 load_runs[1] += 1
-            stop_load.wait(2.0)
+            stop_load.wait(LOAD_PAUSE_S)
+
+    def count_child_runs(child: subprocess.Popen[str]) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            load_runs[0 if line.strip() == "ok" else 1] += 1
 
     def resources() -> tuple[int, int]:
-        """Open fds and threads with the load test between two runs (a run holds sockets and
-        the resolver's worker thread for a moment): the same phase at the start and the end."""
-        hold.set()
-        idle.wait(120)
+        """Open fds and threads; with the load test in this process, between two of its runs
+        (a run holds sockets and the resolver's worker thread for a moment): the same phase
+        at the start and the end."""
+        if args.load_in_process:
+            hold.set()
+            idle.wait(120)
         counts = me.num_fds(), me.num_threads()
         hold.clear()
         return counts
 
-    loader = threading.Thread(target=load, name="soak-load", daemon=True)
+    if args.load_in_process:
+        loader = threading.Thread(target=load, name="soak-load", daemon=True)
+    else:  # the served traffic comes from another program, as a user's clients' does
+        load_child = subprocess.Popen(
+            [sys.executable, __file__, "--load-loop", sup.base_url, sup.model_name or ""],
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        loader = threading.Thread(target=count_child_runs, args=(load_child,),
+                                  name="soak-load-count", daemon=True)
     loader.start()
 
     lateness = Lateness(0.005)
@@ -344,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     rss_trimmed = trimmed_rss(me)
     fds1, threads1 = resources()  # the loader is still running, between two of its runs
     stop_load.set()
+    if load_child is not None:
+        load_child.terminate()
+        load_child.wait(60)
     loader.join(60)
     expected = int(elapsed * args.rate_hz)
     state_at_end = sup.state
@@ -374,9 +432,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not met
     ]
+    where = "in this process" if args.load_in_process else "in its own process"
     print(f"soak: {elapsed / 60:.1f} min after a {args.warmup_s:.0f} s warm-up; server start "
-          f"{startup_s:.0f} s; state at the end: {state_at_end}; load runs {load_runs[0]} ok, "
-          f"{load_runs[1]} failed")
+          f"{startup_s:.0f} s; state at the end: {state_at_end}; load runs ({where}) "
+          f"{load_runs[0]} ok, {load_runs[1]} failed")
     print(f"RSS, median of the first and the last {edge * RSS_EVERY_S:.0f} s: "
           f"{first_min / 2**20:.1f} MB -> "
           f"{last_min / 2**20:.1f} MB ({baseline_growth * 100:+.1f} %)  goal: within "
