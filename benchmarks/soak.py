@@ -136,17 +136,13 @@ def mappings_rss() -> dict[str, float]:
 
 
 def trimmed_rss(me: psutil.Process) -> int:
-    """RSS after glibc returns its free heap pages to the system (malloc_trim); the same
-    RSS where that call does not exist. The difference is memory freed but kept by malloc."""
-    import ctypes
-    import ctypes.util
+    """RSS after glibc returns its free heap pages to the system (malloc_trim, through the
+    app's own :func:`kvpilot.core.heap.release_free_heap`); the same RSS where that call does
+    not exist. The difference is memory freed but kept by malloc."""
+    from kvpilot.core.heap import release_free_heap
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-    return me.memory_info().rss
+    done = release_free_heap()
+    return done.rss_after_bytes if done is not None else me.memory_info().rss
 
 
 def load_config(base_url: str, model: str | None) -> LoadTestConfig:

@@ -147,9 +147,7 @@ def dispose(window: MainWindow) -> None:
     from shiboken6 import Shiboken
 
     window.dashboard.timer.stop()
-    window.services.stop_metrics()  # no more samples for widgets about to go
-    window.services.stop_gpu_sampler()
-    window.services.stop_heap_releaser()
+    window.services.stop_loops()  # no more samples for widgets about to go
     drain(30_000)  # deliver every pending result (and those of the tasks they start) first
     if Shiboken.isValid(window):
         Shiboken.delete(window)

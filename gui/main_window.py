@@ -206,9 +206,7 @@ class MainWindow(WindowWidgets):
         self.profile_control.save()
         self.dashboard.timer.stop()
         self.server_control.log_timer.stop()
-        self.services.stop_metrics()
-        self.services.stop_gpu_sampler()
-        self.services.stop_heap_releaser()
+        self.services.stop_loops()
         if not self._closing:
             self._closing = True
             if self.isVisible():

@@ -352,6 +352,13 @@ class AppServices:
         releaser, self.heap_releaser = self.heap_releaser, None
         self._stop_loop(releaser, "kvpilot-stop-heap-release")
 
+    def stop_loops(self) -> None:
+        """Stop every background loop (the /metrics and GPU samplers, the heap releaser)
+        without waiting; their threads end in the background (:meth:`join_background`)."""
+        self.stop_metrics()
+        self.stop_gpu_sampler()
+        self.stop_heap_releaser()
+
     def stop_gpu_sampler(self) -> None:
         """Stop the GPU sampler without waiting (the thread ends in the background)."""
         sampler, self.gpu_sampler = self.gpu_sampler, None
@@ -788,9 +795,7 @@ class AppServices:
         try:
             self.stop_server()
         finally:
-            self.stop_metrics()
-            self.stop_gpu_sampler()
-            self.stop_heap_releaser()
+            self.stop_loops()
             self.join_background()
 
     # ----------------------------------------------------------------- orphans
