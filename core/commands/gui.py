@@ -60,8 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the app; returns its exit status."""
+    from kvpilot.core import startup_gc
     from kvpilot.core.secrets import prefetch_keyring
 
-    prefetch_keyring()  # looks for the keyring while Qt loads (see its docstring)
-    app = importlib.import_module("kvpilot.gui.app")
-    return int(app.main(args))
+    startup_gc.hold_during_start()  # until the window has painted (see the module)
+    try:
+        prefetch_keyring()  # looks for the keyring while Qt loads (see its docstring)
+        app = importlib.import_module("kvpilot.gui.app")
+        return int(app.main(args))
+    finally:
+        startup_gc.settle_after_start()  # a start that failed before its first paint

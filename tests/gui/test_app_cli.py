@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,14 @@ def test_screenshot_of_a_panel(tmp_path: Path, panel: str, gpu: str) -> None:
     assert image.width() >= 600 and image.height() >= 400
     # the settings file was written with the window geometry
     assert (tmp_path / "config" / "settings.json").exists() or panel == "settings"
+    # the cyclic collector, held off while the window started, runs again after its first
+    # paint, with the start-up's objects frozen (kvpilot.core.startup_gc)
+    log_text = (tmp_path / "data" / "logs" / "kvpilot.log").read_text()
+    shown = log_text.index("window shown")
+    settled = re.search(r"start-up: cyclic collection held for ([\d.]+) s; (\d+) objects frozen",
+                        log_text)
+    assert settled is not None and settled.start() > shown, log_text[-2000:]
+    assert int(settled.group(2)) > 20_000 and float(settled.group(1)) < 60
 
 
 def test_gui_is_the_default_command() -> None:

@@ -1,0 +1,82 @@
+"""Python's cyclic garbage collector held off while the desktop app starts, then told to leave
+the start-up's objects alone: :func:`hold_during_start` and :func:`settle_after_start`.
+
+Starting the window creates some 75,000 objects that the collector tracks (the classes,
+functions and enums of PySide6, pyqtgraph, numpy and kvpilot), and almost none of them is ever
+garbage. While they are being created, the collector's thresholds trip again and again, and
+each older-generation pass walks everything made so far. Afterwards every full collection walks
+them again, about 40 ms each time on the GUI thread. So ``kvpilot gui``:
+
+1. disables the collector before it imports the GUI (:func:`hold_during_start`);
+2. once the window has painted, moves every object alive then into the collector's permanent
+   generation (``gc.freeze()``) and enables it again (:func:`settle_after_start`). Later
+   collections look only at objects made after the start.
+
+Reference counting frees everything as usual in between; only cycles wait. Measured on a source
+run (2 cores): start to first paint 0.87 → 0.60 s; a full collection after the start 37 ms →
+under 0.1 ms; about 450 unreachable objects from the start stay frozen for good, instead of
+paying the 50-60 ms collection that would free them.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("kvpilot.startup_gc")
+
+_lock = threading.Lock()
+_held_since: float | None = None  # time.monotonic() when this module disabled the collector
+
+
+@dataclass(frozen=True)
+class StartSettled:
+    """What :func:`settle_after_start` did: ``held_s`` seconds without cyclic collection and
+    ``frozen_objects`` objects moved to the permanent generation (``gc.get_freeze_count()``)."""
+
+    held_s: float
+    frozen_objects: int
+
+
+def hold_during_start() -> bool:
+    """Disable the cyclic collector until :func:`settle_after_start`.
+
+    Returns True when this call disabled it; False when it was already off (disabled by someone
+    else, or held already), in which case :func:`settle_after_start` leaves it as it is.
+    """
+    global _held_since
+    with _lock:
+        if _held_since is not None or not gc.isenabled():
+            return False
+        gc.disable()
+        _held_since = time.monotonic()
+        return True
+
+
+def holding() -> bool:
+    """True between :func:`hold_during_start` and :func:`settle_after_start`."""
+    with _lock:
+        return _held_since is not None
+
+
+def settle_after_start() -> StartSettled | None:
+    """Freeze every object alive now (``gc.freeze()``) and enable the collector again.
+
+    Does nothing and returns None unless :func:`hold_during_start` disabled the collector, so
+    it is safe to call from several places (the first paint, a fallback timer, the exit path).
+    """
+    global _held_since
+    with _lock:
+        if _held_since is None:
+            return None
+        held_s = time.monotonic() - _held_since
+        _held_since = None
+        gc.freeze()
+        gc.enable()
+        settled = StartSettled(held_s=held_s, frozen_objects=gc.get_freeze_count())
+    log.info("start-up: cyclic collection held for %.2f s; %d objects frozen",
+              settled.held_s, settled.frozen_objects)
+    return settled
