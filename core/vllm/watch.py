@@ -29,6 +29,7 @@ import httpx
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.hosts import is_loopback_host
 from kvpilot.core.measurements import ReportedCapacity
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.telemetry import PressureSignal, Telemetry
@@ -169,15 +170,7 @@ def normalize_url(url: str) -> str:
 
 def is_local_url(base_url: str) -> bool:
     """True when the server runs on this machine (a loopback host)."""
-    import ipaddress
-
-    host = httpx.URL(base_url).host
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(httpx.URL(base_url).host)
 
 
 def identify(client: httpx.Client, base_url: str) -> ServerIdentity:
