@@ -3,7 +3,8 @@
 Subclasses implement :meth:`BackgroundLoop._run`, waiting between ticks on ``self._wake`` (set by
 :meth:`BackgroundLoop.stop`, and by anything else that wants the loop to look again now) and
 ending when ``self._stop`` is set. :func:`notify` hands a result to a listener without letting the
-listener's exception end the thread that calls it.
+listener's exception end the thread that calls it. :class:`StartStop` makes anything with
+``start``/``stop`` a context manager (the loops here, and the tests' fake Hub).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import ParamSpec
+from typing import ParamSpec, TypeVar
 
 _P = ParamSpec("_P")
+_S = TypeVar("_S", bound="StartStop")
 
 
 def notify(
@@ -31,8 +33,26 @@ def notify(
         log.exception("%s failed", what)
 
 
-class BackgroundLoop:
-    """Start / stop / running for one named daemon thread."""
+class StartStop:
+    """``with obj:`` calls ``obj.start()`` and, on the way out (whatever the block raised),
+    ``obj.stop()``; the ``with`` target is ``obj``. Subclasses implement both methods."""
+
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class BackgroundLoop(StartStop):
+    """Start / stop / running for one named daemon thread (``with loop:`` runs it for the block)."""
 
     def __init__(self, thread_name: str) -> None:
         self._thread_name = thread_name

@@ -110,13 +110,13 @@ def render_capacity(s: WatchSample) -> str | None:
     c = s.capacity
     if c is None:
         return None
+    r = c.reported
     text = "capacity  reported: " + ", ".join(
         part for part in (
-            f"{c.reported_kv_tokens:,} KV tokens" if c.reported_kv_tokens is not None else "",
-            f"{c.reported_num_blocks:,} blocks" if c.reported_num_blocks is not None else "",
-            f"{c.reported_kv_bytes / GiB:.2f} GiB" if c.reported_kv_bytes else "",
-            f"max concurrency {c.reported_max_concurrency:.2f}x"
-            if c.reported_max_concurrency is not None else "",
+            f"{r.kv_cache_tokens:,} KV tokens" if r.kv_cache_tokens is not None else "",
+            f"{r.num_blocks:,} blocks" if r.num_blocks is not None else "",
+            f"{r.kv_bytes / GiB:.2f} GiB" if r.kv_bytes else "",
+            f"max concurrency {r.max_concurrency:.2f}x" if r.max_concurrency is not None else "",
         ) if part
     )
     if c.predicted_kv_tokens is not None:

@@ -132,13 +132,6 @@ class GpuSampler(BackgroundLoop):
         self._rate_hz = _check_rate(rate_hz)
         self._wake.set()
 
-    def __enter__(self) -> GpuSampler:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # ---------------------------------------------------------------- results
     def latest(self) -> GpuSample | None:
         """The newest sample, or None before the first tick."""

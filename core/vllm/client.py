@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import math
 import random
@@ -33,6 +32,7 @@ import httpx
 import numpy as np
 
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.hosts import is_loopback_host
 
 __all__ = [
     "LevelResult",
@@ -257,21 +257,12 @@ def check_target(base_url: str, *, allow_remote: bool = False) -> str:
         raise LoadTestError(f"not a valid URL: {base_url!r} ({exc})") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise LoadTestError(f"the URL must look like http://127.0.0.1:8000, not {base_url!r}")
-    if not allow_remote and not _is_loopback(url.host):
+    if not allow_remote and not is_loopback_host(url.host):
         raise LoadTestError(
             f"{url.host} is not a loopback address; load tests go to this machine only "
             "unless --allow-remote is given"
         )
     return str(url).rstrip("/")
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

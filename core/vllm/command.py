@@ -15,7 +15,6 @@ not repeat a flag that kvpilot itself sets (the message names the setting to cha
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import shlex
 import socket
@@ -26,6 +25,7 @@ from typing import Any, Protocol
 
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
+from kvpilot.core.hosts import is_loopback_host
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.runtime import (
     FlagSet,
@@ -38,7 +38,6 @@ from kvpilot.core.vllm.runtime import (
 from kvpilot.core.vllm.versions import supports
 
 REDACTED = "***"
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 #: the flags that cap the CUDA-graph capture sizes, newest first (see kvpilot.core.vllm.versions)
@@ -186,15 +185,6 @@ class LaunchCommand:
         return " ".join([*assigns, shlex.join(self.display_argv)])
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _fmt_float(value: float) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".")
 
@@ -215,7 +205,7 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
         raise CommandError("the host is empty; use 127.0.0.1 to serve on this machine only")
     if not isinstance(spec.port, int) or not 1 <= spec.port <= 65535:
         raise CommandError(f"port {spec.port!r} is out of range; pick one in 1-65535 (e.g. 8000)")
-    if not _is_loopback(spec.host) and not spec.api_key:
+    if not is_loopback_host(spec.host) and not spec.api_key:
         raise CommandError(
             f"serving on {spec.host} exposes the model to the network; set an API key "
             "or use host 127.0.0.1"

@@ -29,6 +29,7 @@ import httpx
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.hosts import is_loopback_host
 from kvpilot.core.measurements import ReportedCapacity
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.telemetry import PressureSignal, Telemetry
@@ -77,8 +78,9 @@ class CapacityComparison:
     """What the server reported (``cache_config_info``, else its log) against the KV capacity
     kvpilot predicts.
 
-    ``predicted_*`` are kvpilot's (None where it could not predict); ``basis`` says how the
-    prediction was made; ``token_error_frac`` is predicted / reported - 1 for the KV tokens.
+    ``reported`` holds the server's figures; ``predicted_*`` are kvpilot's (None where it could
+    not predict); ``basis`` says how the prediction was made; ``token_error_frac`` is
+    predicted / reported - 1 for the KV tokens.
     """
 
     reported: ReportedCapacity
@@ -87,39 +89,21 @@ class CapacityComparison:
     basis: str = ""
 
     @property
-    def reported_kv_tokens(self) -> int | None:
-        """KV tokens the server reported."""
-        return self.reported.kv_cache_tokens
-
-    @property
-    def reported_num_blocks(self) -> int | None:
-        """KV blocks the server reported."""
-        return self.reported.num_blocks
-
-    @property
-    def reported_kv_bytes(self) -> int | None:
-        """KV cache memory the server reported (bytes)."""
-        return self.reported.kv_bytes
-
-    @property
-    def reported_max_concurrency(self) -> float | None:
-        """Maximum concurrency the server reported (requests of its full context)."""
-        return self.reported.max_concurrency
-
-    @property
     def token_error_frac(self) -> float | None:
         """predicted / reported - 1 for the KV tokens (None without both)."""
-        if not self.reported_kv_tokens or self.predicted_kv_tokens is None:
+        reported_kv_tokens = self.reported.kv_cache_tokens
+        if not reported_kv_tokens or self.predicted_kv_tokens is None:
             return None
-        return self.predicted_kv_tokens / self.reported_kv_tokens - 1.0
+        return self.predicted_kv_tokens / reported_kv_tokens - 1.0
 
     def to_json(self) -> dict[str, Any]:
         """The ``capacity`` object of ``kvpilot watch --json``."""
+        reported = self.reported
         return {
-            "reported_kv_tokens": self.reported_kv_tokens,
-            "reported_num_blocks": self.reported_num_blocks,
-            "reported_kv_bytes": self.reported_kv_bytes,
-            "reported_max_concurrency": self.reported_max_concurrency,
+            "reported_kv_tokens": reported.kv_cache_tokens,
+            "reported_num_blocks": reported.num_blocks,
+            "reported_kv_bytes": reported.kv_bytes,
+            "reported_max_concurrency": reported.max_concurrency,
             "predicted_kv_tokens": self.predicted_kv_tokens,
             "predicted_kv_bytes": self.predicted_kv_bytes,
             "basis": self.basis,
@@ -186,15 +170,7 @@ def normalize_url(url: str) -> str:
 
 def is_local_url(base_url: str) -> bool:
     """True when the server runs on this machine (a loopback host)."""
-    import ipaddress
-
-    host = httpx.URL(base_url).host
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(httpx.URL(base_url).host)
 
 
 def identify(client: httpx.Client, base_url: str) -> ServerIdentity:
@@ -306,15 +282,13 @@ def compare_capacity(
         return None
     number = sample.cache_config_number
     # the labels of /metrics win over the log's (rounded) figures
-    reported = CapacityComparison(
+    reported = (
         ReportedCapacity()
         .merged("log", **ReportedCapacity.values_from_log(log))
         .merged("metrics", **sample.cache_config_capacity())
     )
     if model is None:
-        return reported
-    from dataclasses import replace
-
+        return CapacityComparison(reported)
     from kvpilot.core.fit import kv
     from kvpilot.core.fit.budget import compute_capacity
 
@@ -335,29 +309,29 @@ def compare_capacity(
                 vllm_version=version,
             )
             cap = compute_capacity(inputs)
-            return replace(
+            return CapacityComparison(
                 reported,
                 predicted_kv_tokens=cap.kv_cache_tokens,
                 predicted_kv_bytes=cap.available_kv_bytes,
                 basis=f"kvpilot's budget on {gpu_name or 'this GPU'}",
             )
-        if reported.reported_kv_bytes:
+        if reported.kv_bytes:
             served = model_dtype or kv.serving_dtype(model.torch_dtype)
             # an "auto" KV cache stores values in the dtype the server runs the model in
             kv_dtype = served if dtype in ("auto", "") else dtype
             layout = kv.kv_layout(model, kv_dtype, 1, block)
-            blocks = reported.reported_kv_bytes // layout.bytes_per_block
+            blocks = reported.kv_bytes // layout.bytes_per_block
             assumed = "" if model_dtype else " (the checkpoint's; pass the server's --dtype)"
-            return replace(
+            return CapacityComparison(
                 reported,
                 predicted_kv_tokens=blocks * layout.block_size,
-                predicted_kv_bytes=reported.reported_kv_bytes,
+                predicted_kv_bytes=reported.kv_bytes,
                 basis=f"the reported KV memory in kvpilot's KV layout of the model, "
                 f"{served}{assumed}, KV cache {dtype}",
             )
     except KvpilotError as exc:
-        return replace(reported, basis=f"no prediction: {exc.message}")
-    return reported
+        return CapacityComparison(reported, basis=f"no prediction: {exc.message}")
+    return CapacityComparison(reported)
 
 
 class ServerWatch:

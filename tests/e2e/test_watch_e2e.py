@@ -79,11 +79,11 @@ def test_watch_the_real_server_reports_identity_and_capacity(vllm_server):
         watch.close()
     assert first.connected and first.capacity is not None
     cap = first.capacity
-    assert cap.reported_kv_bytes == 64 << 20
-    assert cap.reported_kv_tokens and cap.predicted_kv_tokens
+    assert cap.reported.kv_bytes == 64 << 20
+    assert cap.reported.kv_cache_tokens and cap.predicted_kv_tokens
     # kvpilot's KV layout of the tiny model reproduces vLLM's token count from its KV memory
     assert cap.token_error_frac is not None and abs(cap.token_error_frac) <= 0.02, cap
-    assert cap.predicted_kv_tokens == cap.reported_kv_tokens
+    assert cap.predicted_kv_tokens == cap.reported.kv_cache_tokens
     assert any((s.values.get("running") or 0) > 0 for s in busy)
     assert max((s.values.get("generation_tokens_per_s") or 0) for s in [*busy, last]) > 0
     assert watch.gaps == 0

@@ -32,11 +32,12 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from kvpilot.core.background import StartStop
 
 LFS_MIN_BYTES = 1024 * 1024  # files at least this big are served as LFS (like *.safetensors)
 _SEND_BLOCK_BYTES = 64 * 1024
@@ -79,7 +80,7 @@ class RequestRecord:
     body_bytes_sent: int
 
 
-class FakeHub:
+class FakeHub(StartStop):
     """Hub + CDN servers in daemon threads; use as a context manager."""
 
     def __init__(
@@ -133,17 +134,6 @@ class FakeHub:
             server.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
-
-    def __enter__(self) -> FakeHub:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- inspection ------------------------------------------------------------------------
     def downloads_of(self, path_suffix: str) -> list[RequestRecord]:

@@ -1,5 +1,5 @@
-"""BackgroundLoop: one thread at a time, stop without waiting, a stuck thread is kept; notify
-logs a listener's exception instead of raising it."""
+"""BackgroundLoop: one thread at a time, stop without waiting, a stuck thread is kept, ``with``
+stops it however the block ends; notify logs a listener's exception instead of raising it."""
 
 from __future__ import annotations
 
@@ -47,6 +47,16 @@ def test_stop_without_waiting_keeps_a_live_thread_for_the_next_stop() -> None:
     assert sum(t.name == "kvpilot-test-loop" for t in threading.enumerate()) == 1
     release.set()
     loop.stop(timeout_s=5)
+    assert not loop.running
+
+
+def test_with_runs_the_loop_for_the_block_and_stops_it_when_the_block_raises() -> None:
+    loop = _Loop()
+    with loop as entered:
+        assert entered is loop and loop.running
+    assert not loop.running
+    with pytest.raises(RuntimeError), loop:
+        raise RuntimeError("boom")
     assert not loop.running
 
 

@@ -54,8 +54,8 @@ def test_identity_sample_and_capacity_from_the_layout(server):
     assert (s.values["running"], s.values["waiting"], s.values["kv_usage_frac"]) == (0, 0, 0)
     cap = s.capacity
     assert cap is not None
-    assert cap.reported_kv_tokens == 1_048_576 and cap.reported_num_blocks == 8192
-    assert cap.reported_kv_bytes == 1 << 30 and cap.reported_max_concurrency == 1024.0
+    assert cap.reported.kv_cache_tokens == 1_048_576 and cap.reported.num_blocks == 8192
+    assert cap.reported.kv_bytes == 1 << 30 and cap.reported.max_concurrency == 1024.0
     # Qwen3-8B: 2 x 36 layers x 8 KV heads x 128 x 2 bytes = 147,456 B/token; 128-token blocks
     assert cap.predicted_kv_tokens == ((1 << 30) // (147_456 * 128)) * 128
     assert "KV layout" in cap.basis
@@ -155,7 +155,7 @@ def test_capacity_from_a_saved_log_when_metrics_have_none(tmp_path):
     bare = MetricsSample(t_monotonic_s=0.0, has_vllm_metrics=True)
     assert compare_capacity(bare, None, None) is None
     cap = compare_capacity(bare, None, None, log_figures=figures)
-    assert cap is not None and cap.reported_kv_tokens == 1_048_576
-    assert cap.reported_max_concurrency == 1024.0 and cap.reported_num_blocks is None
+    assert cap is not None and cap.reported.kv_cache_tokens == 1_048_576
+    assert cap.reported.max_concurrency == 1024.0 and cap.reported.num_blocks is None
     with pytest.raises(WatchError, match="cannot read the log"):
         capacity_from_log(tmp_path / "missing.log")
