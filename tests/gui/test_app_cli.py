@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ from PySide6.QtGui import QImage
 from kvpilot.core.cli import build_parser
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
+        **extra_env,
         "QT_QPA_PLATFORM": "offscreen",
         "KVPILOT_CONFIG_DIR": str(tmp_path / "config"),
         "KVPILOT_DATA_DIR": str(tmp_path / "data"),
@@ -54,6 +56,19 @@ def test_screenshot_of_a_panel(tmp_path: Path, panel: str, gpu: str) -> None:
                         log_text)
     assert settled is not None and settled.start() > shown, log_text[-2000:]
     assert int(settled.group(2)) > 20_000 and float(settled.group(1)) < 60
+
+
+def test_the_first_paint_is_marked_with_its_wall_clock_and_cpu_time(tmp_path: Path) -> None:
+    mark = tmp_path / "shown"
+    started = time.time()
+    proc = _run(tmp_path, "--fake-gpu", "rtx4090-desktop", "--screenshot",
+                str(tmp_path / "s.png"), KVPILOT_SHOWN_MARK=str(mark))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wall, cpu_s = (float(field) for field in mark.read_text().split())
+    # shown after the start and before the process ended; by then it had used some CPU, and
+    # less than its two cores could give it in that time
+    assert started < wall < time.time()
+    assert 0.05 < cpu_s < 2 * (wall - started) + 0.5
 
 
 def test_gui_is_the_default_command() -> None:
