@@ -97,28 +97,44 @@ def _wait_for_prefetch() -> None:
 
 
 def _usable_keyring() -> Any | None:
-    """The active keyring backend when it is a real one (not fail / null / empty chainer)."""
+    """The system keyring backend to use, or None when there is no real one.
+
+    keyring's choice is taken apart where it is a chain: on a Linux desktop with
+    ``keyrings.alt`` installed it chains Secret Service with keyrings.alt's plain-text file, and
+    reads fall through to that file. The store talks to the first real member alone, so that
+    the file is used only when the user accepted it (:func:`default_store`). Not real: keyring's
+    fail and null backends, an empty chain, keyrings.alt's files.
+    """
     if no_session_bus():
         return None
     try:
         import keyring
-        from keyring.backends import chainer, fail
+        from keyring.backends import chainer
     except ImportError:
         return None
     try:
         backend = keyring.get_keyring()
+        members = backend.backends if isinstance(backend, chainer.ChainerBackend) else [backend]
     except Exception:  # noqa: BLE001 - a broken keyring set-up means: not usable
         return None
-    if isinstance(backend, fail.Keyring):
-        return None
-    if isinstance(backend, chainer.ChainerBackend) and not backend.backends:
-        return None
-    name = type(backend).__module__
-    if name.startswith("keyring.backends.null"):
-        return None
-    if name.startswith("keyrings.alt"):
-        return None  # a file backend chosen by the environment: only used when accepted
-    return backend
+    return next((b for b in members if _is_system_keyring(b)), None)
+
+
+def _is_system_keyring(backend: Any) -> bool:
+    """False for keyring's fail / null backends, a chain and keyrings.alt's file backends."""
+    from keyring.backends import chainer, fail
+
+    if isinstance(backend, fail.Keyring | chainer.ChainerBackend):
+        return False
+    module = type(backend).__module__
+    return not module.startswith(("keyring.backends.null", "keyrings.alt"))
+
+
+def _display_name(backend: Any) -> str:
+    """keyring's name for ``backend`` ("SecretService Keyring", "macOS Keyring"), else its
+    class name."""
+    name = getattr(backend, "name", None)
+    return name if isinstance(name, str) and name else type(backend).__name__
 
 
 def _file_keyring(config_dir: Path) -> Any | None:
@@ -228,7 +244,7 @@ def default_store(config_dir: Path) -> SecretStore:
     _wait_for_prefetch()  # keyring caches the backend it found: the call below is quick then
     ring = _usable_keyring()
     if ring is not None:
-        return SecretStore(KIND_KEYRING, ring, type(ring).__name__)
+        return SecretStore(KIND_KEYRING, ring, _display_name(ring))
     if fallback_accepted(config_dir):
         file_ring = _file_keyring(config_dir)
         if file_ring is not None:

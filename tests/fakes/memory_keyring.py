@@ -14,6 +14,8 @@ from keyring.errors import PasswordDeleteError
 class MemoryKeyring(KeyringBackend):
     """In-memory passwords; ``refuse`` makes every write fail (a locked keyring)."""
 
+    name = "MemoryKeyring"  # shown by the settings dialog, like "SecretService Keyring"
+
     @properties.classproperty
     def priority(cls) -> float:
         # not viable for keyring's own discovery: only ``keyring.set_keyring`` installs it

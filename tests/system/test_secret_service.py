@@ -196,7 +196,7 @@ def test_secrets_in_an_old_file_move_into_gnome_keyring_and_come_back(
     """)
     seen = json.loads(first.stdout)
     assert seen["kind"] == "keyring"
-    assert "system keyring (" in seen["describe"] and "not in the settings file" in seen["describe"]
+    assert "system keyring (SecretService Keyring), not in the settings file" in seen["describe"]
     assert seen["lengths"] == [len(TOKEN), len(KEY)]  # the profile still has them, in memory
     # the file no longer holds them; GNOME Keyring does, under kvpilot's names
     raw = json.loads(path.read_text())
@@ -207,6 +207,9 @@ def test_secrets_in_an_old_file_move_into_gnome_keyring_and_come_back(
     on_disk = b"".join(p.read_bytes() for p in secret_service.keyring_dir.glob("*.keyring"))
     assert on_disk and TOKEN.encode() not in on_disk and KEY.encode() not in on_disk
     assert "moved the secrets of 1 profile(s) to the keyring" in first.stderr
+    # keyring chains Secret Service with keyrings.alt's plain-text file here; kvpilot used
+    # Secret Service alone and wrote no file the user did not accept
+    assert not (Path(secret_service.env["XDG_DATA_HOME"]) / "python_keyring").exists()
     assert TOKEN not in first.stderr + first.stdout and KEY not in first.stderr + first.stdout
 
     # a later start reads them back from the keyring alone

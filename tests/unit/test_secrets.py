@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import keyring
 import pytest
@@ -62,6 +63,36 @@ def test_secrets_in_an_older_file_migrate_on_first_load(
     assert ring.passwords[("kvpilot", "Default/hf_token")] == TOKEN
     assert "moved the secrets of 1 profile(s) to the keyring" in caplog.text
     assert TOKEN not in caplog.text and KEY not in caplog.text
+
+
+def test_a_chain_is_taken_apart_so_that_no_unaccepted_file_is_read(tmp_path: Path) -> None:
+    """A desktop with keyrings.alt installed: keyring chains the system keyring with a
+    plain-text file. kvpilot talks to the system keyring alone."""
+    from keyring.backends import chainer
+    from keyrings.alt.file import PlaintextKeyring
+
+    system = MemoryKeyring()
+    plain = PlaintextKeyring()
+    plain.file_path = str(tmp_path / "plain.cfg")
+    plain.set_password("kvpilot", "Default/hf_token", "hf_stale_in_a_plain_file")
+
+    class Chain(chainer.ChainerBackend):
+        backends: ClassVar[list[object]] = [plain, system]  # the file first, even
+
+    before = keyring.get_keyring()
+    keyring.set_keyring(Chain())
+    try:
+        store = sec.default_store(tmp_path / "config")
+        assert store.kind == "keyring" and store.backend is system
+        assert store.get("Default", "hf_token") == ""  # the file is not read
+        assert store.set("Default", "hf_token", TOKEN)
+        assert system.passwords == {("kvpilot", "Default/hf_token"): TOKEN}
+        assert plain.get_password("kvpilot", "Default/hf_token") == "hf_stale_in_a_plain_file"
+        # a chain of files only is no system keyring
+        Chain.backends = [plain]
+        assert sec.default_store(tmp_path / "config").kind == "settings-file"
+    finally:
+        keyring.set_keyring(before)
 
 
 def test_deleted_profile_takes_its_secrets_along(tmp_path: Path, ring: MemoryKeyring) -> None:
