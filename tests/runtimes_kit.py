@@ -41,6 +41,16 @@ options:
 
 def main():
     args = sys.argv[1:]
+    try:
+        import torch
+    except ImportError:  # the stand-in CPU builds come without one
+        torch = None
+    if torch is not None and not torch.cuda.is_available():
+        # what a real CUDA build of vLLM (0.19.1) does on a machine where torch sees no GPU,
+        # before it prints anything, even for --version
+        raise RuntimeError("Failed to infer device type, please set the environment variable "
+                           "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug "
+                           "the issue.")
     if args[:1] == ["--version"]:
         print(importlib.metadata.version("vllm"))
         return 0

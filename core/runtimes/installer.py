@@ -605,6 +605,18 @@ class RuntimeInstaller:
                 f"the package is not a vLLM build (log: {self.log_path})",
                 log_path=str(self.log_path),
             )
+        # first: a CUDA build of vLLM that finds no GPU fails even `vllm --version` ("Failed to
+        # infer device type", 0.19.1), which would hide the cause behind "does not run"
+        if self.release.variant == "cuda" and self.check_gpu:
+            try:
+                self._step([str(py_env), "-c", _TORCH_CHECK], "checking that torch sees the GPU")
+            except RuntimeInstallError as exc:
+                raise RuntimeInstallError(
+                    f"vLLM {self.release.version} was installed but its torch does not see the "
+                    f"GPU ({exc.message}); check the driver with nvidia-smi (on WSL2, the Windows "
+                    f"driver), then install again (log: {self.log_path})",
+                    log_path=str(self.log_path),
+                ) from exc
         self._say(f"verifying: {exe} --version")
         try:
             version = read_version((str(exe),), cache_dir=self.cache_dir)
@@ -628,16 +640,6 @@ class RuntimeInstaller:
         self._say(f"flag table: {len(flags.flags)} flags")
         if self._cancel.is_set():
             raise RuntimeInstallCancelled("cancelled")
-        if self.release.variant == "cuda" and self.check_gpu:
-            try:
-                self._step([str(py_env), "-c", _TORCH_CHECK], "checking that torch sees the GPU")
-            except RuntimeInstallError as exc:
-                raise RuntimeInstallError(
-                    f"vLLM {version} was installed but its torch does not see the GPU ("
-                    f"{exc.message}); check the driver with nvidia-smi (on WSL2, the Windows "
-                    f"driver), then install again (log: {self.log_path})",
-                    log_path=str(self.log_path),
-                ) from exc
         size = folder_bytes(self.target)
         self._say(f"environment size: {size} bytes ({format_bytes(size)})")
         store.write_manifest(
