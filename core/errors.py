@@ -60,12 +60,16 @@ class RuntimeNotFoundError(KvpilotError):
 class RuntimeInstallError(KvpilotError):
     """A managed runtime could not be picked, installed, verified or removed (runtimes/).
 
-    ``log_path`` is the installer's full log when one was written.
+    ``log_path`` is the installer's full log when one was written; ``cause`` the failing
+    command's own last words (its error lines), for a caller that words the message itself.
     """
 
-    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, log_path: str | None = None, cause: str | None = None
+    ) -> None:
         super().__init__(message)
         self.log_path = log_path
+        self.cause = cause
 
 
 class RuntimeInstallCancelled(RuntimeInstallError):

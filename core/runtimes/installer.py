@@ -613,8 +613,9 @@ class RuntimeInstaller:
             except RuntimeInstallError as exc:
                 raise RuntimeInstallError(
                     f"vLLM {self.release.version} was installed but its torch does not see the "
-                    f"GPU ({exc.message}); check the driver with nvidia-smi (on WSL2, the Windows "
-                    f"driver), then install again (log: {self.log_path})",
+                    f"GPU ({exc.cause or exc.message}); check the driver with nvidia-smi (on "
+                    "WSL2, the Windows driver), then install again. The half-made runtime was "
+                    f"removed and the previous default is unchanged (log: {self.log_path})",
                     log_path=str(self.log_path),
                 ) from exc
         self._say(f"verifying: {exe} --version")
@@ -741,6 +742,7 @@ class RuntimeInstaller:
                 f"{what} failed: {why}. The half-made runtime was removed and the previous "
                 f"default is unchanged; the full log is {self.log_path}",
                 log_path=str(self.log_path),
+                cause=why,
             )
         return "".join(out)
 

@@ -364,6 +364,7 @@ def test_cuda_build_is_verified_only_when_torch_sees_the_gpu(
     # vLLM 0.19.1's CUDA build did on a machine without one ("Failed to infer device type")
     assert "its torch does not see the GPU" in str(err.value) and "nvidia-smi" in str(err.value)
     assert "torch 2.14.0 cuda 13.0 devices 0" in str(err.value)
+    assert str(err.value).count(str(inst.log_path)) == 1
     assert "--version" not in inst.log_path.read_text()  # type: ignore[union-attr]
     assert not inst.target.exists()
     assert store.read_default() is None
