@@ -2,7 +2,7 @@
 window frozen the same way (same build environment, PyInstaller, onedir, archived the same way).
 
     python3 packaging/build.py                      # dist/kvpilot/ and its tarball first
-    .venv/bin/python benchmarks/packaging_footprint.py [--runs 3] [--idle-s 15]
+    .venv/bin/python benchmarks/packaging_footprint.py [--runs 3] [--idle-s 15] [--also DIR]
 
 Prints: the folder's size and its archive's in both formats, .tar.xz (xz -9, the release
 format) and .tar.gz (gzip -6), made by packaging/build.py's make_tarball for both apps (goal:
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import statistics
 import subprocess
@@ -138,8 +139,9 @@ def _one_start(
         raise SystemExit(f"{argv[0]} wrote no screenshot")
     if not mark.exists():
         raise SystemExit(f"{argv[0]} did not report its first shown window")
-    shown_wall, shown_cpu = (float(field) for field in mark.read_text().split())
-    return shown_wall - wall0, done, shown_cpu
+    fields = [float(field) for field in mark.read_text().split()]
+    shown_cpu = fields[1] if len(fields) > 1 else math.nan  # builds older than the CPU mark
+    return fields[0] - wall0, done, shown_cpu
 
 
 def _start_times(
@@ -173,6 +175,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--idle-s", type=float, default=15.0)
+    ap.add_argument("--also", type=Path, metavar="DIR",
+                    help="another frozen kvpilot folder (an older build's dist/kvpilot) whose "
+                         "first shown window is timed in the same turns, for a before/after")
     args = ap.parse_args()
     app_dir = ROOT / "dist" / "kvpilot"
     if not (app_dir / "kvpilot").exists():
@@ -187,11 +192,11 @@ def main() -> int:
             "kvpilot": (_archive_sizes(app_dir, work), _folder_bytes(app_dir)),
             "bare": (_archive_sizes(bare_dir, work), _folder_bytes(bare_dir)),
         }
-        times = _start_times(
-            {"kvpilot": ([str(app_dir / "kvpilot"), "gui", "--screenshot"], work / "a.png"),
-             "bare": ([str(bare_dir / "bare")], work / "b.png")},
-            args.runs, env,
-        )
+        apps = {"kvpilot": ([str(app_dir / "kvpilot"), "gui", "--screenshot"], work / "a.png"),
+                "bare": ([str(bare_dir / "bare")], work / "b.png")}
+        if args.also is not None:
+            apps["also"] = ([str(args.also / "kvpilot"), "gui", "--screenshot"], work / "c.png")
+        times = _start_times(apps, args.runs, env)
         app_t, bare_t = times["kvpilot"], times["bare"]
         app_rss = _idle_rss([str(app_dir / "kvpilot"), "gui"], args.idle_s, env)
         bare_rss = _idle_rss([str(bare_dir / "bare"), "--idle"], args.idle_s, env)
@@ -213,6 +218,11 @@ def main() -> int:
               f"{a / b:.2f}x{goal}; fastest {min(t[i] for t in app_t):.2f} s / "
               f"{min(t[i] for t in bare_t):.2f} s, first runs {app_t[0][i]:.2f} s / "
               f"{bare_t[0][i]:.2f} s")
+    if args.also is not None:
+        also = statistics.median(t[0] for t in times["also"])
+        bare = statistics.median(t[0] for t in bare_t)
+        print(f"start to first shown window of {args.also}, median of {args.runs} in the same "
+              f"turns: {also:.2f} s, ratio {also / bare:.2f}x")
     print(f"idle RSS after {args.idle_s:.0f} s: kvpilot {app_rss / 2**20:.0f} MiB, bare "
           f"{bare_rss / 2**20:.0f} MiB (goal <= 250 MB)")
     return 0

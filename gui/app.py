@@ -32,10 +32,10 @@ from kvpilot.gui.workers import drain, wait_for_pool
 
 log = logging.getLogger("kvpilot.gui")
 
-#: when set, the wall-clock time (``time.time()``, seconds) of the main window's first paint is
-#: written to this file at the first paint, one line: the wall-clock time (``time.time()``) and
-#: the CPU seconds this process had used (``time.process_time()``, all its threads); how
-#: benchmarks/packaging_footprint.py times "start to first window"
+#: when set, one line is written to this file at the main window's first paint: the wall-clock
+#: time (``time.time()``, seconds) and the CPU seconds this process had used by then
+#: (``time.process_time()``, all its threads); how benchmarks/packaging_footprint.py times
+#: "start to first window"
 SHOWN_MARK_ENV = "KVPILOT_SHOWN_MARK"
 #: the cyclic collector held off by ``kvpilot gui`` comes back at the first paint, or this late
 SETTLE_GC_LATEST_MS = 10_000
