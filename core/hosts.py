@@ -1,9 +1,15 @@
-"""Which host names mean this machine, defined once: for the API-key rule of a launch, the
-load test's loopback-only targets and whether a watched server runs here."""
+"""Server addresses, read once: which host names mean this machine (for the API-key rule of a
+launch, the load test's loopback-only targets and whether a watched server runs here) and how a
+server URL the user typed is read (by ``bench``, ``watch`` and the GUI's attach dialog)."""
 
 from __future__ import annotations
 
 import ipaddress
+
+#: what a server URL looks like, in every message about one
+URL_EXAMPLE = "http://127.0.0.1:8000"
+#: the ``--url`` help of the commands that talk to a running server
+URL_HELP = f"the server, e.g. {URL_EXAMPLE} (a /v1 at the end is fine)"
 
 #: names that resolve to the loopback interface (compared case-insensitively)
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -17,3 +23,36 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def server_root(url: str) -> str:
+    """The root ``http(s)://host[:port]`` of the server at ``url``, as a user types it.
+
+    No scheme means ``http://``; a trailing ``/``, a ``/v1`` (the address OpenAI clients are
+    given), a query and a fragment are dropped, so ``127.0.0.1:8000/v1/`` reads as
+    ``http://127.0.0.1:8000``.
+
+    Raises:
+        ValueError: not an http(s) URL with a host; the message names the text and gives an
+            example.
+    """
+    import httpx  # here: the launch path imports this module and does not need httpx
+
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    shown = repr(url[:100])
+    try:
+        parsed = httpx.URL(raw)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{shown} is not a URL ({exc}); give one like {URL_EXAMPLE}") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{shown} is not an http URL; give one like {URL_EXAMPLE}")
+    try:
+        parsed.host.encode("idna")  # what the resolver needs: labels of at most 63 characters
+    except UnicodeError as exc:
+        raise ValueError(
+            f"{shown} does not name a host ({exc}); give one like {URL_EXAMPLE}"
+        ) from exc
+    text = str(parsed.copy_with(query=None, fragment=None)).rstrip("/")
+    return text[: -len("/v1")] if text.endswith("/v1") else text

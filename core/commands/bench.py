@@ -17,6 +17,7 @@ import os
 import sys
 
 from kvpilot.core.commands import Subparsers
+from kvpilot.core.hosts import URL_HELP
 from kvpilot.core.vllm.client import (
     LoadTestConfig,
     LoadTestError,
@@ -48,7 +49,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
             "throughput and goodput (requests meeting both the TTFT and the TPOT goal)."
         ),
     )
-    parser.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--url", required=True, help=URL_HELP)
     parser.add_argument("--model", help="model name (default: the first one in /v1/models)")
     parser.add_argument(
         "--concurrency",

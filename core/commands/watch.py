@@ -23,6 +23,7 @@ import time
 
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.errors import FitError
+from kvpilot.core.hosts import URL_HELP
 from kvpilot.core.units import GiB, MiB
 from kvpilot.core.vllm.watch import ServerWatch, WatchSample, is_local_url, normalize_url
 
@@ -33,7 +34,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         "watch", help="watch any running vLLM server",
         description="Follow a vLLM OpenAI server kvpilot did not start (never stops it).",
     )
-    p.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    p.add_argument("--url", required=True, help=URL_HELP)
     p.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable holding the server's API key")
     p.add_argument("--json", action="store_true", help="one JSON object per sample")

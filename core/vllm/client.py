@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 
 from kvpilot.core.errors import KvpilotError
-from kvpilot.core.hosts import is_loopback_host
+from kvpilot.core.hosts import is_loopback_host, server_root
 
 __all__ = [
     "LevelResult",
@@ -246,23 +246,23 @@ class LoadTestReport:
 
 
 def check_target(base_url: str, *, allow_remote: bool = False) -> str:
-    """Normalise ``base_url`` (no trailing slash) and refuse non-loopback hosts.
+    """The server's root URL (read as :func:`~kvpilot.core.hosts.server_root` reads it: a
+    ``/v1`` or a missing scheme is fine); a host other than this machine is refused.
 
     Raises:
         LoadTestError: not http(s), no host, or a remote host without ``allow_remote``.
     """
     try:
-        url = httpx.URL(base_url)
-    except httpx.InvalidURL as exc:
-        raise LoadTestError(f"not a valid URL: {base_url!r} ({exc})") from exc
-    if url.scheme not in ("http", "https") or not url.host:
-        raise LoadTestError(f"the URL must look like http://127.0.0.1:8000, not {base_url!r}")
-    if not allow_remote and not is_loopback_host(url.host):
+        root = server_root(base_url)
+    except ValueError as exc:
+        raise LoadTestError(str(exc)) from exc
+    host = httpx.URL(root).host
+    if not allow_remote and not is_loopback_host(host):
         raise LoadTestError(
-            f"{url.host} is not a loopback address; load tests go to this machine only "
+            f"{host} is not a loopback address; load tests go to this machine only "
             "unless --allow-remote is given"
         )
-    return str(url).rstrip("/")
+    return root
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

@@ -29,7 +29,7 @@ import httpx
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.plan import PlanInputs
-from kvpilot.core.hosts import is_loopback_host
+from kvpilot.core.hosts import is_loopback_host, server_root
 from kvpilot.core.measurements import ReportedCapacity
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.telemetry import PressureSignal, Telemetry
@@ -144,28 +144,15 @@ class WatchSample:
 
 
 def normalize_url(url: str) -> str:
-    """``http(s)://host:port`` without a trailing slash or ``/v1``.
+    """``http(s)://host:port`` without a trailing slash or ``/v1`` (:func:`server_root`).
 
     Raises:
         WatchError: not an http(s) URL with a host.
     """
-    raw = url.strip()
-    if "://" not in raw:
-        raw = "http://" + raw
     try:
-        parsed = httpx.URL(raw)
-    except httpx.InvalidURL as exc:
-        raise WatchError(f"{url!r} is not a URL; give one like http://127.0.0.1:8000") from exc
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise WatchError(f"{url!r} is not an http URL; give one like http://127.0.0.1:8000")
-    try:
-        parsed.host.encode("idna")  # what the resolver needs: labels of at most 63 characters
-    except UnicodeError as exc:
-        raise WatchError(
-            f"{url[:100]!r} does not name a host ({exc}); give one like http://127.0.0.1:8000"
-        ) from exc
-    text = str(parsed.copy_with(query=None, fragment=None)).rstrip("/")
-    return text[: -len("/v1")] if text.endswith("/v1") else text
+        return server_root(url)
+    except ValueError as exc:
+        raise WatchError(str(exc)) from exc
 
 
 def is_local_url(base_url: str) -> bool:

@@ -1,11 +1,13 @@
-"""One loopback rule for the launch's API-key check, the load test's targets and the watcher."""
+"""One loopback rule for the launch's API-key check, the load test's targets and the watcher,
+and one reading of a server URL the user typed."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvpilot.core.hosts import is_loopback_host
-from kvpilot.core.vllm.watch import is_local_url
+from kvpilot.core.hosts import is_loopback_host, server_root
+from kvpilot.core.vllm.client import LoadTestError, check_target
+from kvpilot.core.vllm.watch import WatchError, is_local_url, normalize_url
 
 
 @pytest.mark.parametrize(
@@ -24,3 +26,39 @@ def test_other_hosts_are_not_loopback(host: str) -> None:
 def test_a_watched_url_is_local_by_its_host() -> None:
     assert is_local_url("http://LOCALHOST:8000")
     assert not is_local_url("http://10.0.0.2:8000")
+
+
+@pytest.mark.parametrize(
+    ("typed", "root"),
+    [
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000"),  # what OpenAI clients are given
+        ("127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+        ("  https://box.lan:9000/  ", "https://box.lan:9000"),
+        ("http://[::1]:8000/?x=1#top", "http://[::1]:8000"),
+        ("http://localhost:8000/proxy", "http://localhost:8000/proxy"),
+    ],
+)
+def test_a_typed_server_url_reads_as_its_root(typed: str, root: str) -> None:
+    assert server_root(typed) == root
+
+
+@pytest.mark.parametrize(
+    ("typed", "says"),
+    [("ftp://127.0.0.1/", "not an http URL"), ("http://", "not an http URL"),
+     ("http://" + "a" * 64 + ".lan:1", "does not name a host"), ("http://[::1", "not a URL")],
+)
+def test_a_bad_server_url_is_named_with_an_example(typed: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as caught:
+        server_root(typed)
+    assert "http://127.0.0.1:8000" in str(caught.value)
+
+
+def test_bench_and_watch_read_a_url_alike() -> None:
+    """The load test used to keep ``/v1`` (and asked ``/v1/v1/models``) and to refuse a URL
+    without a scheme that ``watch`` took."""
+    for typed in ("http://127.0.0.1:8000/v1", "localhost:8000"):
+        assert check_target(typed) == normalize_url(typed) == server_root(typed)
+    with pytest.raises(LoadTestError, match="not an http URL"):
+        check_target("ftp://127.0.0.1/")
+    with pytest.raises(WatchError, match="not an http URL"):
+        normalize_url("ftp://127.0.0.1/")
