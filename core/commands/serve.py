@@ -45,6 +45,7 @@ from kvpilot.core.vllm import logparse, versions
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
 from kvpilot.core.vllm.measure import key_for
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
+from kvpilot.core.vllm.phases import phase_words
 from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import (
     FAILED,
@@ -119,7 +120,10 @@ class EventPrinter:
                 obj["kind"] = ev.failure.kind
             self.write(obj, f"kvpilot: {ev.state}")
         elif isinstance(ev, logparse.PhaseEvent):
-            self.write({"event": "phase", **_fields(ev)}, f"kvpilot:   phase {ev.phase}")
+            self.write(
+                {"event": "phase", **_fields(ev)},
+                f"kvpilot:   phase {ev.phase} ({phase_words(ev.phase)})",
+            )
         elif isinstance(ev, CapacityUpdatedEvent):
             cap = _fields(ev.capacity)
             self.write(

@@ -13,13 +13,23 @@ COMPILING = "compiling"
 CAPTURING_CUDA_GRAPHS = "capturing_cuda_graphs"
 STARTING_API = "starting_api"
 
-PHASES: tuple[str, ...] = (
-    RESOLVING,
-    DOWNLOADING,
-    LOADING_WEIGHTS,
-    PROFILING,
-    KV_CACHE_ALLOCATED,
-    COMPILING,
-    CAPTURING_CUDA_GRAPHS,
-    STARTING_API,
-)
+#: the phases in the order vLLM goes through them, each with the words shown to the user (the
+#: GUI's progress line, ``kvpilot serve``'s phase lines)
+PHASE_WORDS: dict[str, str] = {
+    RESOLVING: "resolving the model",
+    DOWNLOADING: "downloading the model",
+    LOADING_WEIGHTS: "loading weights",
+    PROFILING: "profiling memory",
+    KV_CACHE_ALLOCATED: "allocating the KV cache",
+    COMPILING: "compiling the model",
+    CAPTURING_CUDA_GRAPHS: "capturing CUDA graphs",
+    STARTING_API: "starting the API server",
+}
+PHASES: tuple[str, ...] = tuple(PHASE_WORDS)
+
+
+def phase_words(phase: str | None) -> str:
+    """The user's words for a phase name (the name with spaces for one not listed, "" for None)."""
+    if phase is None:
+        return ""
+    return PHASE_WORDS.get(phase, phase.replace("_", " "))

@@ -45,23 +45,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.vllm import phases as logparse  # the phase names, not the parser
+from kvpilot.core.vllm.phases import DOWNLOADING, PHASES, phase_words  # not the log parser
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
-
-#: start-up phases in order (the log scanner's names), with the words shown to the user
-PHASES: tuple[tuple[str, str], ...] = (
-    (logparse.RESOLVING, "resolving the model"),
-    (logparse.DOWNLOADING, "downloading the model"),
-    (logparse.LOADING_WEIGHTS, "loading weights"),
-    (logparse.PROFILING, "profiling memory"),
-    (logparse.KV_CACHE_ALLOCATED, "allocating the KV cache"),
-    (logparse.COMPILING, "compiling the model"),
-    (logparse.CAPTURING_CUDA_GRAPHS, "capturing CUDA graphs"),
-    (logparse.STARTING_API, "starting the API server"),
-)
-_PHASE_INDEX = {name: i for i, (name, _) in enumerate(PHASES)}
 
 STATE_COLORS = {
     "starting": theme.INFO,
@@ -71,14 +58,6 @@ STATE_COLORS = {
     "failed": theme.FAIL,
     "attached": theme.OK,
 }
-
-
-def phase_words(phase: str | None) -> str:
-    """The user's words for a phase name (the name itself when unknown)."""
-    for name, words in PHASES:
-        if name == phase:
-            return words
-    return (phase or "").replace("_", " ")
 
 
 #: the panel's state for a server kvpilot watches but did not start (``kvpilot watch``)
@@ -268,14 +247,13 @@ class ServerPanel(QWidget):
         self.phase = phase
         if phase not in self.phases_seen:
             self.phases_seen.append(phase)
-        idx = _PHASE_INDEX.get(phase)
-        if idx is not None:
-            self.progress.setValue(max(self.progress.value(), idx + 1))
+        if phase in PHASES:
+            self.progress.setValue(max(self.progress.value(), PHASES.index(phase) + 1))
         self._show_phase_text()
 
     def show_download(self, done_bytes: int, total_bytes: int | None) -> None:
         """Download progress of the model files."""
-        self.show_phase(logparse.DOWNLOADING)
+        self.show_phase(DOWNLOADING)
         if total_bytes:
             self.progress.setFormat(
                 f"downloading the model: {fmt.gib(done_bytes)} of {fmt.gib(total_bytes)}"

@@ -19,7 +19,7 @@ from testpaths import TESTS as TESTS_DIR
 
 from kvpilot.core import failures
 from kvpilot.core import settings as st
-from kvpilot.core.vllm import logparse
+from kvpilot.core.vllm import logparse, phases
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
@@ -75,7 +75,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     # the start-up phases were shown, in order, ending with the API server
     seen = w.server_panel.phases_seen
     assert seen and seen[-1] == logparse.STARTING_API
-    order = [p for p, _ in __import__("kvpilot.gui.panels.server_panel", fromlist=["x"]).PHASES]
+    order = list(phases.PHASES)
     assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)
     assert w.server_panel.endpoint.text() == f"{sup.base_url}/v1"
     # the stand-in is not on the replayed GPU, and the legend says so instead of "0.0 GiB"

@@ -16,3 +16,13 @@ def test_the_scanner_reports_phases_of_the_table_in_its_order() -> None:
                     phases.STARTING_API]
     assert seen == sorted(seen, key=phases.PHASES.index)
     assert logparse.PHASES is phases.PHASES  # re-exported, not a second table
+
+
+def test_every_phase_has_words_for_the_user() -> None:
+    """One table gives the order and the words; the GUI's progress line and ``kvpilot serve``
+    both read it."""
+    assert tuple(phases.PHASE_WORDS) == phases.PHASES
+    assert all(words and words != name for name, words in phases.PHASE_WORDS.items())
+    assert phases.phase_words(phases.CAPTURING_CUDA_GRAPHS) == "capturing CUDA graphs"
+    assert phases.phase_words("warming_up") == "warming up"  # a name a later parser may add
+    assert phases.phase_words(None) == ""
