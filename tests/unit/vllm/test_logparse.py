@@ -112,6 +112,14 @@ def test_every_log_file_is_in_the_table() -> None:
     assert present == listed
 
 
+def test_every_failure_kind_is_listed_once() -> None:
+    """``ALL_KINDS`` names each kind constant of ``failures`` (a kind added but not listed is
+    caught here) and nothing else."""
+    constants = [v for k, v in vars(fk).items() if k.isupper() and isinstance(v, str)]
+    assert sorted(constants) == sorted(fk.ALL_KINDS)
+    assert len(set(fk.ALL_KINDS)) == len(fk.ALL_KINDS)
+
+
 @pytest.mark.parametrize(
     ("path", "kind", "estimate", "phrase"), CASES, ids=[p.name for p, *_ in CASES]
 )
