@@ -13,9 +13,7 @@ import argparse
 import statistics
 import time
 
-from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.fit.recommend import Goal, recommend
-from kvpilot.core.hardware import specs
 from kvpilot.core.models.catalog import all_checkpoint_specs
 from kvpilot.core.units import MiB
 
@@ -27,13 +25,14 @@ def main() -> int:
     args = parser.parse_args()
     gpu_set = None
     if args.gpus:
-        from kvpilot.core.fit.parallel import gpu_set_from_names
+        from kvpilot.core.hardware.target import gpu_set_from_names
 
         gpu_set = gpu_set_from_names(args.gpus)
-    spec = specs.lookup(None, "RTX 4090")
-    assert spec is not None
-    gpu = GpuTarget(spec.name, spec.memory_total_bytes, 22_900 * MiB, spec.compute_capability,
-                    spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops)
+    from dataclasses import replace
+
+    from kvpilot.core.hardware.target import from_spec
+
+    gpu = replace(from_spec("RTX 4090", "linux").card(), free_bytes=22_900 * MiB)
     start = time.perf_counter()
     models = all_checkpoint_specs()
     cold_catalog_ms = (time.perf_counter() - start) * 1000

@@ -113,6 +113,9 @@ class Profile:
         extra_args: extra ``vllm serve`` arguments as typed by the user (shell-style quoting).
         sampling_hz: telemetry samples per second (NVML and /metrics), 0 < hz <= 20.
         theme: ``system``, ``light`` or ``dark``.
+        auto_fallback: after a failed launch, relaunch with the best fallback by itself (at
+            most :data:`kvpilot.core.launch.MAX_AUTO_FALLBACKS` times in a row), as
+            ``kvpilot serve --auto-fallback`` does.
         unknown: keys from a newer schema, written back unchanged.
     """
 
@@ -128,6 +131,7 @@ class Profile:
     extra_args: str = ""
     sampling_hz: float = 2.0
     theme: str = "system"
+    auto_fallback: bool = False
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

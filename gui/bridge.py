@@ -11,6 +11,7 @@ Signals:
     metrics_sample(object): a scraped /metrics sample.
     load_progress(object): progress of a running load test.
     download_progress(object): progress of a model download before a launch.
+    measure_event(object): a supervisor event of a measured dry run ("Measure on this GPU").
     message(str, str): (level, text) for the status bar.
 """
 
@@ -30,6 +31,7 @@ class CoreBridge(QObject):
     metrics_sample = Signal(object)
     load_progress = Signal(object)
     download_progress = Signal(object)
+    measure_event = Signal(object)
     message = Signal(str, str)
 
     def emitter(self, signal_name: str) -> Callable[[object], None]:

@@ -1,10 +1,10 @@
 """The failure banner: the cause in one sentence and the ranked fallbacks as buttons.
 
-The main window fills it from the supervisor's failure and the fit engine's fallback options
-(:func:`kvpilot.core.fit.fallback.propose`); one click on an option relaunches with it.
+The main window fills it from the supervisor's failure and the launch session's ranked
+fallbacks (:class:`kvpilot.core.launch.FallbackChoice`); one click on one relaunches with it.
 
 Signals:
-    option_chosen(object): the payload of the clicked option (a core fallback option).
+    option_chosen(object): the clicked :class:`~kvpilot.core.launch.FallbackChoice`.
     details_requested(): the user wants the log.
     dismissed(): the banner was closed.
 """
@@ -12,8 +12,7 @@ Signals:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -30,17 +29,11 @@ from PySide6.QtWidgets import (
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import wrap_anywhere
 
+if TYPE_CHECKING:
+    from kvpilot.core.launch import FallbackChoice
+
 #: fallback buttons per row (their labels are long: "FP8 KV cache — 2x the tokens, …")
 OPTION_COLUMNS = 2
-
-
-@dataclass(frozen=True)
-class FallbackChoice:
-    """One button: ``label`` (short, with the predicted effect), ``tooltip`` (why), payload."""
-
-    label: str
-    tooltip: str
-    payload: Any
 
 
 class FallbackBanner(QFrame):
@@ -123,7 +116,7 @@ class FallbackBanner(QFrame):
     def _choose(self, choice: FallbackChoice) -> None:
         for b in self.option_buttons:
             b.setEnabled(False)
-        self.option_chosen.emit(choice.payload)
+        self.option_chosen.emit(choice)
 
     def _clear_buttons(self) -> None:
         while self.buttons_row.count():

@@ -23,6 +23,7 @@ from kvpilot.gui.controllers.attach import AttachController
 from kvpilot.gui.controllers.benchmark import BenchmarkController
 from kvpilot.gui.controllers.fallback import FallbackController
 from kvpilot.gui.controllers.gpus import GpuController
+from kvpilot.gui.controllers.measure import MeasureController
 from kvpilot.gui.controllers.orphans import OrphanController
 from kvpilot.gui.controllers.planner import PlannerController
 from kvpilot.gui.controllers.profiles import ProfileController
@@ -65,6 +66,7 @@ class MainWindow(WindowWidgets):
         runtimes = self.runtime_control = RuntimeController(self)
         profiles = self.profile_control = ProfileController(self, runtimes)
         self.plan_control = PlannerController(self, gpus, runtimes, profiles)
+        self.measure_control = MeasureController(self, runtimes, self.plan_control)
         server = self.server_control = ServerController(self, gpus, runtimes)
         self.fallback_control = FallbackController(self, gpus, server)
         attach = self.attach_control = AttachController(self, gpus, server)
@@ -91,6 +93,7 @@ class MainWindow(WindowWidgets):
         gpus, runtimes, profiles = self.gpu_control, self.runtime_control, self.profile_control
         plans, server, fallback = self.plan_control, self.server_control, self.fallback_control
         attach, orphans = self.attach_control, self.orphan_control
+        measure = self.measure_control
 
         # what one controller's events ask of another
         gpus.target_changed = plans.replan
@@ -114,6 +117,8 @@ class MainWindow(WindowWidgets):
         self.planner.export_requested.connect(plans.export_plan)
         self.planner.browse_model_requested.connect(plans.browse_model)
         self.planner.launch_requested.connect(server.launch_plan)
+        self.planner.measure_requested.connect(measure.measure)
+        self.planner.measure_cancel_requested.connect(measure.cancel)
 
         self.launch_action.triggered.connect(lambda: server.launch_selected())
         self.stop_action.triggered.connect(lambda: server.stop_server())
@@ -135,6 +140,7 @@ class MainWindow(WindowWidgets):
         b.gpu_sample.connect(gpus.on_gpu_sample)
         b.server_event.connect(server.on_server_event)
         b.download_progress.connect(server.on_download_progress)
+        b.measure_event.connect(measure.on_event)
         b.message.connect(lambda _level, text: self.say(text, 10_000))
 
     # =================================================================== start-up
@@ -206,6 +212,7 @@ class MainWindow(WindowWidgets):
         self.profile_control.save()
         self.dashboard.timer.stop()
         self.server_control.log_timer.stop()
+        self.measure_control.cancel()  # a dry run's thread stops its server
         self.services.stop_loops()
         if not self._closing:
             self._closing = True

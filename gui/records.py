@@ -8,36 +8,8 @@ from typing import TYPE_CHECKING
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.parallel import GpuSet
     from kvpilot.core.fit.plan import Capacity, PlanInputs
     from kvpilot.core.fit.recommend import Candidate, Rejection
-    from kvpilot.core.hardware.probe import GpuSnapshot
-    from kvpilot.core.hardware.specs import GpuSpec
-
-
-@dataclass(frozen=True)
-class GpuTarget:
-    """The card the planner plans for: a probed GPU or one picked from the spec table.
-
-    ``total_bytes`` is CUDA's total (what vLLM multiplies by the utilization); ``free_bytes`` is
-    None in planner mode (nothing measured).
-    """
-
-    name: str
-    total_bytes: int
-    free_bytes: int | None
-    compute_capability: tuple[int, int] | None
-    snapshot: GpuSnapshot | None = None
-    spec: GpuSpec | None = None
-    #: this machine's GPUs the plans use (NVML indices, UUIDs) and, for two or more, the
-    #: fit engine's GpuSet (the recommender then ranks single-card and parallel plans)
-    gpu_indices: tuple[int, ...] = ()
-    uuids: tuple[str, ...] = ()
-    gpu_set: GpuSet | None = None
-
-    @property
-    def measured(self) -> bool:
-        return self.snapshot is not None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -24,18 +24,18 @@ from kvpilot.core.settings import Profile
 from kvpilot.core.telemetry import Telemetry
 from kvpilot.core.vllm.versions import release_number
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.records import Goal, GpuTarget, PlanResult, PlanRow
+from kvpilot.gui.records import Goal, PlanResult, PlanRow
 
 if TYPE_CHECKING:
     from kvpilot.core.background import BackgroundLoop
     from kvpilot.core.failures import Failure
-    from kvpilot.core.fit.fallback import FallbackOption
     from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
-    from kvpilot.core.fit.plan import GpuTarget as FitTarget
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
+    from kvpilot.core.hardware.target import DeviceTarget
     from kvpilot.core.heap import HeapReleaser
-    from kvpilot.core.measurements import MeasurementKey, MeasurementStore
+    from kvpilot.core.launch import FallbackChoice, LaunchSession
+    from kvpilot.core.measurements import Measured, MeasurementKey, MeasurementStore
     from kvpilot.core.models.spec import ModelSpec
     from kvpilot.core.runtimes.installer import RuntimeInstaller
     from kvpilot.core.vllm.command import LaunchSpec
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from kvpilot.core.vllm.watch import WatchSample
 
 log = logging.getLogger("kvpilot.gui")
+
+#: seconds a "Measure on this GPU" dry run may take before it is given up
+MEASURE_TIMEOUT_S = 900.0
 
 #: output lines kept for the GUI between two batches (the rest of a flood is in the log file);
 #: 500 every 100 ms fill the view's 5,000 lines in a second, and appending them takes a few ms
@@ -178,6 +181,8 @@ class AppServices:
         #: instead of one queued signal per line, which a log flood would pile up without bound
         self._log_lines: collections.deque[LogLineEvent] = collections.deque(maxlen=LOG_BATCH_LINES)
         self._log_dropped = 0
+        #: the launch session of the current server run (its fallbacks and their count)
+        self.session: LaunchSession | None = None
         self._log_lock = threading.Lock()
 
     # ----------------------------------------------------------------- hardware
@@ -207,88 +212,32 @@ class AppServices:
         return names + pairs + mixed
 
     @staticmethod
-    def target_from_snapshot(gpu: GpuSnapshot) -> GpuTarget:
-        from kvpilot.core.hardware.specs import lookup
-
-        spec = lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
-        return GpuTarget(
-            name=gpu.name or "GPU",
-            total_bytes=int(gpu.cuda_total_bytes or 0),
-            free_bytes=gpu.memory_free_bytes,
-            compute_capability=gpu.compute_capability,
-            snapshot=gpu,
-            spec=spec,
-        )
-
-    @classmethod
-    def target_from_selection(cls, result: ProbeResult, indices: tuple[int, ...]) -> GpuTarget:
+    def target_from_selection(result: ProbeResult, indices: tuple[int, ...]) -> DeviceTarget:
         """The target for this machine's GPUs ``indices``: one GPU as it is, several as one
         per-GPU target (the smallest card bounds each rank) carrying their GpuSet.
 
         Raises:
             HardwareError: an index NVML does not report.
         """
-        from dataclasses import replace
+        from kvpilot.core.hardware.target import from_probe
 
-        from kvpilot.core.fit.parallel import per_gpu
-        from kvpilot.core.hardware.selection import gpu_set_from_probe, select_gpus
-
-        gpus = select_gpus(result, indices)
-        first = cls.target_from_snapshot(gpus[0])
-        uuids = tuple(g.uuid or str(g.index) for g in gpus)
-        if len(gpus) == 1:
-            return replace(first, gpu_indices=indices, uuids=uuids)
-        gpu_set = gpu_set_from_probe(result, indices)
-        per = per_gpu(gpu_set.cards)
-        smallest = min(gpus, key=lambda g: int(g.cuda_total_bytes or 0))
-        return replace(
-            cls.target_from_snapshot(smallest),
-            name=gpu_set.label,
-            total_bytes=per.total_bytes,
-            free_bytes=per.free_bytes,
-            compute_capability=per.compute_capability,
-            gpu_indices=indices,
-            uuids=uuids,
-            gpu_set=gpu_set,
-        )
+        return from_probe(result, indices)
 
     @staticmethod
-    def target_from_spec(name: str) -> GpuTarget:
-        """A planner-mode target: one spec-table card, or several (``2x A``, ``A + B``).
+    def target_from_spec(name: str) -> DeviceTarget:
+        """A planner-mode target: one spec-table card, or several (``2x A``, ``A + B``), on
+        this machine's platform's CUDA total.
 
         Raises:
             KeyError: a name the spec table does not know.
         """
-        from kvpilot.core.hardware.specs import all_specs
+        from kvpilot.core.errors import FitError
+        from kvpilot.core.hardware.target import from_spec
 
-        gpu_set = None
-        if "+" in name or name.startswith(tuple(f"{n}x " for n in range(2, 17))):
-            from kvpilot.core.errors import FitError
-            from kvpilot.core.fit.parallel import gpu_set_from_names
-
-            try:
-                gpu_set = gpu_set_from_names(name)
-            except FitError as exc:
-                raise KeyError(name) from exc
-        card = gpu_set.cards[0].name if gpu_set is not None else name
-        spec = next((s for s in all_specs() if s.name == card), None)
-        if gpu_set is not None:
-            from kvpilot.core.fit.parallel import per_gpu
-
-            per = per_gpu(gpu_set.cards)  # what each rank can count on
-            label, total, capability = gpu_set.label, per.total_bytes, per.compute_capability
-        elif spec is not None:
-            label, total, capability = spec.name, spec.memory_total_bytes, spec.compute_capability
-        else:
-            raise KeyError(name)
-        return GpuTarget(
-            name=label,
-            total_bytes=total,
-            free_bytes=None,
-            compute_capability=capability,
-            spec=spec,
-            gpu_set=gpu_set,
-        )
+        try:
+            return from_spec(name)
+        except FitError as exc:
+            raise KeyError(name) from exc
 
     @staticmethod
     def startup_limit(gpu: GpuSnapshot) -> tuple[str, bool]:
@@ -439,24 +388,7 @@ class AppServices:
 
         return load_model_spec(ref)
 
-    def core_target(self, target: GpuTarget) -> FitTarget:
-        """The fit engine's GpuTarget (adds bandwidth and TFLOPS from the spec table)."""
-        from kvpilot.core.fit.plan import GpuTarget as FitTarget
-        from kvpilot.core.hardware.probe import memory_holders
-
-        spec = target.spec
-        snapshot = target.snapshot
-        return FitTarget(
-            name=target.name,
-            total_bytes=target.total_bytes,
-            free_bytes=target.free_bytes,
-            compute_capability=target.compute_capability,
-            memory_holders=memory_holders(snapshot) if snapshot is not None else (),
-            bandwidth_bytes_per_s=getattr(spec, "bandwidth_bytes_per_s", None),
-            bf16_dense_tflops=getattr(spec, "bf16_dense_tflops", None),
-        )
-
-    def plan(self, target: GpuTarget, goal: Goal) -> PlanResult:
+    def plan(self, target: DeviceTarget, goal: Goal) -> PlanResult:
         """Blocking (pool): ranked plans for ``goal`` on ``target``, rejected ones after them.
 
         A goal naming a local directory or repo id plans that model only; a catalog id filters
@@ -493,7 +425,7 @@ class AppServices:
             enforce_eager=goal.enforce_eager,
         )
         _, plans = replan(
-            self.core_target(target), fit_goal, models, fixed=self.fixed_settings(goal),
+            target.card(), fit_goal, models, fixed=self.fixed_settings(goal),
             capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
             describe_fixed=user_fixed(chosen),  # plan_overrides are the backend's, not a choice
         )
@@ -609,80 +541,120 @@ class AppServices:
         values.update(request.overrides)
         return LaunchSpec.from_plan(request.inputs, request.model, **values)
 
+    def begin_launches(self, profile: Profile | None) -> LaunchSession:
+        """A new server run (a launch the user asked for): a fresh launch session with the
+        profile's fallback policy; the fallbacks after it reuse the session (and its count)."""
+        from kvpilot.core.launch import FallbackPolicy, LaunchSession
+
+        automatic = bool(profile.auto_fallback) if profile is not None else False
+        self.session = LaunchSession(
+            self.runtime,  # type: ignore[arg-type]  # set by start_server before any launch
+            self.data_dir,
+            on_event=self._supervisor_event_sink(),
+            policy=FallbackPolicy(automatic=automatic),
+            free_memory_now=self._free_memory_now,
+        )
+        return self.session
+
+    def _session(self, runtime: VllmRuntime | None = None) -> LaunchSession:
+        session = self.session if self.session is not None else self.begin_launches(None)
+        if runtime is not None:
+            session.runtime = runtime
+        session.supervisor_options = dict(self.supervisor_options)
+        session.gpu_pids_check = self._gpu_pids if self.gpu_sampler is not None else None
+        return session
+
     def start_server(
         self, runtime: VllmRuntime, spec: LaunchSpec, inputs: PlanInputs | None = None
     ) -> Supervisor:
-        """Blocking (flag check, spawn): start a supervised server; events go to the bridge.
+        """Blocking (orphans, NVML, download, flag check, spawn): the launch session's steps
+        for ``spec``; events go to the bridge.
 
         With the plan's ``inputs``, what vLLM reports once ready is recorded in
-        ``<data_dir>/measurements.json`` (the fit engine calibrates later plans with it).
-        """
-        from kvpilot.core.fit.calibrate import key_for
-        from kvpilot.core.hub.download import launchable_spec
-        from kvpilot.core.measurements import MeasurementStore
-        from kvpilot.core.vllm.supervisor import Supervisor
+        ``<data_dir>/measurements.json`` under the plan's key (the planners calibrate with it).
 
+        Raises:
+            CommandError: a server an earlier kvpilot left runs, or a flag vLLM does not know.
+            StartupRefusedError: vLLM's free-memory check would fail right now.
+            DownloadError: the checkpoint cannot be downloaded.
+        """
+        from kvpilot.core.fit.startup import StartupRefusedError
+
+        session = self._session(runtime)
         with self._lock:
             old = self.supervisor
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
-        self.refuse_next_to_orphans(spec.port)
-        if inputs is not None:
-            self.check_startup_now(inputs)
+        session.refuse_next_to_orphans(spec.port)
+        refusal = session.startup_check(inputs)
+        if refusal is not None:
+            raise StartupRefusedError(refusal)
         self.telemetry.clear()
         self.take_log_lines()  # lines of an earlier server are not this one's
         # a Hub checkpoint not in the cache is downloaded by kvpilot first (progress to the GUI)
         self.download_cancel.clear()
         self._downloading = True
         try:
-            spec = launchable_spec(
-                spec,
-                on_progress=self.bridge.emitter("download_progress"),
-                cancel_event=self.download_cancel,
-            )
+            spec = session.download(spec, self.bridge.emitter("download_progress"),
+                                    self.download_cancel)
         finally:
             self._downloading = False
-        options = self.supervisor_options.copy()
-        if inputs is not None and "measurements" not in options:
-            store = MeasurementStore(self.data_dir / "measurements.json")
-            options["measurements"] = (store, key_for(inputs))
-        sup = Supervisor(
-            runtime,
-            spec,
-            data_dir=self.data_dir,
-            on_event=self._supervisor_event_sink(),
-            gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
-            **options,
-        )
+        sup = session.supervisor(spec, inputs)
         with self._lock:
             self.supervisor = sup
         sup.start()
         return sup
 
-    def check_startup_now(self, inputs: PlanInputs) -> None:
-        """Blocking (one NVML pass): vLLM's free-memory check with the memory free right now on
-        the sampled GPU; nothing to check without a sampled GPU.
+    def expected_dry_run_s(self, inputs: PlanInputs) -> tuple[float, float, str]:
+        """(low, high, basis) seconds the measured dry run of ``inputs`` should take."""
+        from kvpilot.core.errors import SettingsError
+        from kvpilot.core.launch import expected_dry_run_s
+        from kvpilot.core.measurements import MeasurementStore
+
+        try:
+            return expected_dry_run_s(inputs, MeasurementStore(self.data_dir / "measurements.json"))
+        except SettingsError:
+            return expected_dry_run_s(inputs, None)
+
+    def measure_plan(
+        self, runtime: VllmRuntime, request: LaunchRequest, cancel: threading.Event,
+        timeout_s: float = MEASURE_TIMEOUT_S,
+    ) -> Measured:
+        """Blocking (minutes): "Measure on this GPU": the launch session's dry run of
+        ``request`` with dummy weights, stored under the plan's key; phases go to the bridge's
+        ``measure_event``, not to the server panel.
 
         Raises:
-            StartupRefusedError: vLLM would refuse to start (the programs holding memory are
-                named; ``refusal.inputs`` carries the fresh reading for the fallbacks).
+            MeasurementError: vLLM failed, timed out or ``cancel`` was set.
+            CommandError: a server an earlier kvpilot left runs, or the spec is not a command.
         """
-        from kvpilot.core.fit.startup import StartupRefusedError, startup_refusal
+        from kvpilot.core.launch import LaunchSession, measure_plan
+        from kvpilot.core.vllm.command import find_free_port
+
+        spec = replace(self.launch_spec(request), load_format="dummy")
+        spec = replace(spec, port=find_free_port(spec.host, spec.port))
+        session = LaunchSession(
+            runtime, self.data_dir, on_event=self.bridge.emitter("measure_event"),
+            supervisor_options=dict(self.supervisor_options),
+            gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
+        )
+        session.refuse_next_to_orphans(spec.port)
+        return measure_plan(session, spec, request.inputs, timeout_s=timeout_s, cancel=cancel)
+
+    def _free_memory_now(self) -> tuple[int, tuple[tuple[str, int], ...]] | None:
+        """Blocking (one NVML pass): the sampled GPU's free memory now and what holds it
+        (this server's own processes left out); None without a sampled GPU."""
         from kvpilot.core.hardware.probe import memory_holders
 
         sampler = self.gpu_sampler
         if sampler is None:
-            return
+            return None
         result = self.probe()
         gpu = next((g for g in result.gpus if g.index == sampler.index), None)
         if gpu is None or gpu.memory_free_bytes is None:
-            return
+            return None
         own = frozenset(self.supervisor.tree_pids()) if self.supervisor is not None else frozenset()
-        refusal = startup_refusal(
-            inputs, int(gpu.memory_free_bytes), memory_holders(gpu, exclude_pids=own)
-        )
-        if refusal is not None:
-            raise StartupRefusedError(refusal)
+        return int(gpu.memory_free_bytes), memory_holders(gpu, exclude_pids=own)
 
     def _supervisor_event_sink(self) -> Callable[[SupervisorEvent], None]:
         """The supervisor's ``on_event``: output lines to the batch buffer, the rest as signals."""
@@ -806,29 +778,6 @@ class AppServices:
 
         return find_orphans(self.data_dir)
 
-    def refuse_next_to_orphans(self, port: int | None) -> None:
-        """Blocking (reads the pidfiles): refuse a launch while a server an earlier kvpilot left
-        runs. It may hold ``port`` without listening yet (still loading), and on this one
-        workstation GPU a second server would fight it for memory.
-
-        Raises:
-            CommandError: such a server runs (the sentence names it and the way out).
-        """
-        from kvpilot.core.errors import CommandError
-        from kvpilot.core.vllm.orphans import find_orphans
-
-        orphans = find_orphans(self.data_dir)
-        if not orphans:
-            return
-        held = next((o for o in orphans if o.record.port == port), orphans[0])
-        rec = held.record
-        where = f"port {rec.port}" + (", the port this plan asks for" if rec.port == port else "")
-        raise CommandError(
-            f"a vLLM server an earlier kvpilot left running still runs (pid {rec.pid}, "
-            f"{rec.model}, {where}); keep it and watch it, or stop it, with the bar at the top "
-            "of the window before starting another"
-        )
-
     def stop_orphan(self, orphan: OrphanServer) -> StopReport:
         """Blocking: stop an orphaned server's whole process group. Returns the StopReport."""
         from kvpilot.core.vllm.orphans import stop_orphan
@@ -848,14 +797,18 @@ class AppServices:
 
     # ----------------------------------------------------------------- fallback
 
-    @staticmethod
     def propose_fallbacks(
-        failure: Failure, inputs: PlanInputs, free_bytes: int | None = None
-    ) -> list[FallbackOption]:
-        """Blocking: ranked fallback options for a failure of ``inputs`` (best first)."""
-        from kvpilot.core.fit import fallback
+        self, failure: Failure, request: LaunchRequest, free_bytes: int | None = None
+    ) -> list[FallbackChoice]:
+        """Blocking: the launch session's ranked fallbacks for a failure of ``request`` (best
+        first), planned as the planner plans (this GPU's measurements included)."""
+        return self._session().fallbacks(
+            failure, self.launch_spec(request), request.inputs, free_bytes
+        )
 
-        return list(fallback.propose(failure, inputs, free_bytes=free_bytes))
+    def automatic_fallback(self, choices: list[FallbackChoice]) -> FallbackChoice | None:
+        """The fallback the profile's policy takes by itself now (counted), else None."""
+        return self._session().automatic_choice(choices)
 
 
 def describe(mapping: Mapping[str, object]) -> str:

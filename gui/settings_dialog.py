@@ -169,6 +169,14 @@ class SettingsDialog(QDialog):
         self.extra_args.setObjectName("extraArgs")
         self.extra_args.setPlaceholderText("e.g. --max-cudagraph-capture-size 256")
         form.addRow("Extra vLLM args", self.extra_args)
+        self.auto_fallback = QCheckBox("Relaunch with the best fallback by itself")
+        self.auto_fallback.setObjectName("autoFallback")
+        self.auto_fallback.setToolTip(
+            "After a failed launch (out of memory, KV cache too small), relaunch with the first "
+            "fallback that keeps the checkpoint, at most 3 times in a row, instead of waiting "
+            "for a click on the banner (kvpilot serve --auto-fallback)"
+        )
+        form.addRow("On failure", self.auto_fallback)
         self.sampling = QDoubleSpinBox()
         self.sampling.setRange(0.1, st.MAX_SAMPLING_HZ)
         self.sampling.setDecimals(1)
@@ -183,6 +191,7 @@ class SettingsDialog(QDialog):
         self.sampling.valueChanged.connect(self._validate)
         self.runtime.currentTextChanged.connect(self._validate)
         self.theme.currentTextChanged.connect(self._validate)
+        self.auto_fallback.toggled.connect(self._validate)
 
         self.problems = QLabel("")
         self.problems.setObjectName("settingsProblems")
@@ -380,6 +389,7 @@ class SettingsDialog(QDialog):
             self.extra_args.setText(p.extra_args)
             self.sampling.setValue(p.sampling_hz)
             self.theme.setCurrentText(p.theme)
+            self.auto_fallback.setChecked(p.auto_fallback)
         finally:
             self._loading = False
         self._validate()
@@ -407,6 +417,7 @@ class SettingsDialog(QDialog):
             extra_args=self.extra_args.text().strip(),
             sampling_hz=round(self.sampling.value(), 1),
             theme=self.theme.currentText(),
+            auto_fallback=self.auto_fallback.isChecked(),
         )
 
     def _validate(self) -> list[str]:

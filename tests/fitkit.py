@@ -31,3 +31,25 @@ def rtx4090(model: ModelSpec, **kw: object) -> PlanInputs:
     }
     base.update(kw)
     return PlanInputs(**base)  # type: ignore[arg-type]
+
+
+def cli_flags(inputs: PlanInputs) -> list[str]:
+    """The ``kvpilot plan`` / ``serve`` flags that give the serving settings and the vLLM
+    release of ``inputs`` (what the window planned), so that both paths plan the same thing."""
+    flags = ["--vllm-version", inputs.vllm_version]
+    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                 "gpu_memory_utilization", "kv_cache_memory_bytes", "quantization", "dtype",
+                 "block_size", "limit_mm_per_prompt"):
+        value = getattr(inputs, name)
+        if value is not None:
+            flags += ["--" + name.replace("_", "-"), str(value)]
+    flags += ["--kv-cache-dtype", inputs.kv_cache_dtype,
+              "--tensor-parallel-size", str(inputs.tensor_parallel_size)]
+    if inputs.enforce_eager:
+        flags.append("--enforce-eager")
+    if inputs.enable_prefix_caching is not None:
+        flags.append("--enable-prefix-caching" if inputs.enable_prefix_caching
+                     else "--no-enable-prefix-caching")
+    assert inputs.max_cudagraph_capture_size is None and inputs.cudagraph_mode is None, \
+        "no plan flag for these: set by fallbacks only"
+    return flags

@@ -148,20 +148,18 @@ def _measure(
     args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore, rt: VllmRuntime
 ) -> None:
     """Launch with dummy weights and store what vLLM reported (needs a vLLM runtime)."""
-    from kvpilot.core.fit.calibrate import key_for
+    from kvpilot.core.launch import LaunchSession, expected_dry_run_s, measure_plan
     from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-    from kvpilot.core.vllm.measure import run_measurement
 
-    print(f"measuring with vLLM {rt.version} ({rt.location}), dummy weights...", flush=True)
+    low, high, basis = expected_dry_run_s(inputs, store)
+    print(f"measuring with vLLM {rt.version} ({rt.location}), dummy weights; expect "
+          f"{low:.0f}-{high:.0f} s ({basis})...", flush=True)
     model_ref = launch_reference(inputs.model)
     spec = LaunchSpec.from_plan(
         inputs, model_ref, load_format="dummy", port=find_free_port("127.0.0.1", 8000)
     )
-    key = key_for(inputs)
-    measured = run_measurement(
-        rt, spec, store, args.measure_timeout, data_dir=paths.data_dir(),
-        key=key,
-    )
+    session = LaunchSession(rt, store.path.parent)
+    measured = measure_plan(session, spec, inputs, timeout_s=args.measure_timeout)
     if measured.available_kv_bytes is not None:
         print(f"measured: {measured.available_kv_bytes / GiB:.2f} GiB KV, "
               f"{measured.kv_cache_tokens or 0:,} tokens ({measured.measured_at})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from kvpilot.core import paths
@@ -32,12 +33,6 @@ from kvpilot.core.commands.serving_args import (
 )
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.parallel import (
-    GpuSet,
-    gpu_set_from_names,
-    parse_gpu_names,
-)
-from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.fit.recommend import USE_CASES, Goal, Recommendation, recommend, target_of
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.units import GiB
@@ -66,56 +61,17 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def target_from_args(args: argparse.Namespace, vllm_version: str | None = None) -> GpuTarget:
-    """The GPU from the device flags, else this machine's (with bandwidth and TFLOPS from the
-    spec table).
-
-    Raises:
-        FitError: unknown GPU name, a bad size, or no device.
-    """
-    from kvpilot.core.hardware import specs
-
-    device = device_from_args(args, vllm_version)
-    spec = specs.lookup(None, args.gpu or device.name)
-    return GpuTarget(
-        name=device.name if device.name != "gpu" else "",
-        total_bytes=device.total_bytes,
-        free_bytes=device.free_bytes,
-        compute_capability=device.compute_capability,
-        bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s if spec else None,
-        bf16_dense_tflops=spec.bf16_dense_tflops if spec else None,
-        memory_holders=device.memory_holders,
-    )
-
-
-def gpu_set_from_args(args: argparse.Namespace) -> GpuSet | None:
-    """Several GPUs: ``--gpu '2x RTX 4090'`` / ``'A + B'`` (planner mode) or this machine's
-    ``--gpus`` / ``--gpu-index`` (None: one GPU from ``--gpu`` / ``--gpu-total-mib``).
-
-    Raises:
-        KvpilotError: an unknown name or a GPU index NVML does not report.
-    """
-    from kvpilot.core.commands.serving_args import selected_indices
-
-    indices = selected_indices(args)
-    if indices is not None:
-        from kvpilot.core.hardware.probe import probe
-        from kvpilot.core.hardware.selection import gpu_set_from_probe
-
-        return gpu_set_from_probe(probe(), indices)
-    if args.gpu and len(parse_gpu_names(args.gpu)) > 1:
-        return gpu_set_from_names(args.gpu)
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     if args.context <= 0 or args.users <= 0:
         raise FitError("--context and --users must be positive")
     from kvpilot.core.commands.plan import detected_vllm_version
 
     version = args.vllm_version or detected_vllm_version() or NEWEST_KNOWN
-    gpu_set = gpu_set_from_args(args)
-    gpu = target_of(gpu_set.cards) if gpu_set is not None else target_from_args(args, version)
+    device = device_from_args(args, version)
+    gpu_set = device.gpu_set
+    gpu = target_of(gpu_set.cards) if gpu_set is not None else device.card()
+    if device.name == "gpu":  # a size from --gpu-total-mib: no name to show
+        gpu = replace(gpu, name="")
     goal = Goal(
         use_case=args.use_case,
         context_tokens=args.context,

@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -30,7 +30,6 @@ from kvpilot.core import failures, paths
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.commands.serving_args import (
-    Device,
     detected_gpu,
     device_from_args,
     settings_for_device,
@@ -38,12 +37,16 @@ from kvpilot.core.commands.serving_args import (
 )
 from kvpilot.core.errors import CommandError, KvpilotError
 from kvpilot.core.fit.plan import PlanInputs, settings_dict
-from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
-from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.hardware.target import DeviceTarget
+from kvpilot.core.launch import (
+    MAX_AUTO_FALLBACKS,
+    FallbackChoice,
+    FallbackPolicy,
+    LaunchSession,
+)
 from kvpilot.core.models.identity import model_identity
 from kvpilot.core.vllm import logparse, versions
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
-from kvpilot.core.vllm.measure import key_for
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
 from kvpilot.core.vllm.phases import phase_words
 from kvpilot.core.vllm.runtime import VllmRuntime, discover
@@ -56,8 +59,7 @@ from kvpilot.core.vllm.supervisor import (
     Supervisor,
 )
 
-MAX_FALLBACKS = 3
-BLOCK_MULTIPLE = 16  # vLLM rounds KV allocation to blocks; lengths that are multiples of 16 fit
+MAX_FALLBACKS = MAX_AUTO_FALLBACKS
 API_KEY_ENV = "KVPILOT_API_KEY"
 DEFAULT_PORT = 8000
 
@@ -148,83 +150,6 @@ def _fields(obj: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# fallbacks
-
-
-@dataclass(frozen=True)
-class FallbackChoice:
-    """A next configuration: what changes (``description``), the new spec and plan inputs."""
-
-    description: str
-    spec: LaunchSpec
-    inputs: PlanInputs | None
-    changes: dict[str, Any]
-
-
-def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
-    planned = LaunchSpec.from_plan(inputs, spec.model)
-    # the release's capture-size flag is how, not what: carried, never a "change"
-    return dataclasses.replace(
-        spec.with_settings(planned), cudagraph_size_flag=planned.cudagraph_size_flag
-    )
-
-
-def _changes(old: LaunchSpec, new: LaunchSpec) -> dict[str, Any]:
-    return old.settings_changes(new)
-
-
-def builtin_fallbacks(
-    failure: Any, spec: LaunchSpec, inputs: PlanInputs | None
-) -> list[FallbackChoice]:
-    """The fallback kvpilot applies without the fit engine: vLLM's estimated maximum length.
-
-    For ``kv_cache_too_small`` with an estimate, ``max_model_len`` becomes the estimate rounded
-    down to a multiple of 16 (vLLM's smallest block).
-    """
-    est = getattr(failure, "estimated_max_model_len", None)
-    if failure.kind != failures.KV_CACHE_TOO_SMALL or not est:
-        return []
-    new_len = (int(est) // BLOCK_MULTIPLE) * BLOCK_MULTIPLE
-    if new_len < BLOCK_MULTIPLE or new_len == spec.max_model_len:
-        return []
-    new_spec = dataclasses.replace(spec, max_model_len=new_len, auto_max_model_len=False)
-    new_inputs = dataclasses.replace(inputs, max_model_len=new_len) if inputs else None
-    return [
-        FallbackChoice(
-            description=f"use vLLM's estimated maximum length: max_model_len {new_len}",
-            spec=new_spec,
-            inputs=new_inputs,
-            changes={"max_model_len": new_len},
-        )
-    ]
-
-
-def propose_fallbacks(
-    failure: Any, spec: LaunchSpec, inputs: PlanInputs | None
-) -> list[FallbackChoice]:
-    """Ranked next configurations: the fit engine's, else :func:`builtin_fallbacks`."""
-    choices: list[FallbackChoice] = []
-    if inputs is not None:
-        try:
-            from kvpilot.core.fit import fallback as fit_fallback
-        except ImportError:
-            fit_fallback = None  # type: ignore[assignment]
-        if fit_fallback is not None:
-            for option in fit_fallback.propose(failure, inputs):
-                new_spec = _spec_for_inputs(spec, option.inputs)
-                changes = _changes(spec, new_spec)
-                if changes:
-                    choices.append(
-                        FallbackChoice(
-                            fit_fallback.describe(option), new_spec, option.inputs, changes
-                        )
-                    )
-    if not choices:
-        choices = builtin_fallbacks(failure, spec, inputs)
-    return choices
-
-
-# --------------------------------------------------------------------------------------------
 # set-up
 
 
@@ -252,7 +177,7 @@ def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
     )
 
 
-def spec_for_device(spec: LaunchSpec, device: Device) -> LaunchSpec:
+def spec_for_device(spec: LaunchSpec, device: DeviceTarget) -> LaunchSpec:
     """``spec`` on ``device``: ``CUDA_VISIBLE_DEVICES`` names this machine's GPUs in use by
     UUID (a reordering between boots must not move the server), and several GPUs mean tensor
     parallelism over all of them unless the flags say otherwise."""
@@ -295,7 +220,7 @@ def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
 
 
 def plan_inputs(
-    args: argparse.Namespace, spec: LaunchSpec, device: Device, version: str
+    args: argparse.Namespace, spec: LaunchSpec, device: DeviceTarget, version: str
 ) -> PlanInputs | None:
     """PlanInputs for the fit engine's fallbacks, or None when the model cannot be read.
 
@@ -310,23 +235,24 @@ def plan_inputs(
         model = load_local_model(spec.model, model_id=model_identity(args.model))
     except (KvpilotError, ImportError):
         return None
-    return device.plan_inputs(model, args.vllm_version or version, spec)
+    return device.plan_inputs(model, version, spec)  # the release that runs
 
 
-def startup_check_now(device: Device, inputs: PlanInputs | None) -> StartupRefusal | None:
-    """vLLM's free-memory check, with NVML's free memory read again just before the launch.
-
-    A desktop's memory use changes between planning and launching (a browser opens a tab), so
-    the plan's free memory is replaced by the current one and the holders are named. None when
-    the check passes or cannot be made (no GPU read from this machine, no plan).
-    """
-    if inputs is None or not device.detected or device.is_cpu:
+def free_memory_reader(
+    device: DeviceTarget,
+) -> Callable[[], tuple[int, tuple[tuple[str, int], ...]] | None] | None:
+    """What the launch session calls to read the GPUs' free memory again right before a
+    launch (NVML, the GPUs in use); None when the device was not read from this machine."""
+    if not device.detected or device.is_cpu:
         return None
-    # the GPUs in use, read again
-    fresh = detected_gpu(device.indices) if device.indices else detected_gpu()
-    if fresh is None or fresh.free_bytes is None:
-        return None
-    return startup_refusal(inputs, fresh.free_bytes, fresh.memory_holders)
+
+    def read() -> tuple[int, tuple[tuple[str, int], ...]] | None:
+        fresh = detected_gpu(device.gpu_indices) if device.gpu_indices else detected_gpu()
+        if fresh is None or fresh.free_bytes is None:
+            return None
+        return fresh.free_bytes, fresh.memory_holders
+
+    return read
 
 
 class _Signals:
@@ -418,47 +344,36 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         while port in held:
             port = find_free_port(args.host, port + 1)
     device = device_from_args(args, runtime.version)
+    session = LaunchSession(
+        runtime, data_dir, on_event=out.on_event,
+        policy=FallbackPolicy(automatic=args.auto_fallback, max_attempts=MAX_FALLBACKS),
+        free_memory_now=free_memory_reader(device),
+        supervisor_options={"ready_timeout_s": args.ready_timeout},
+    )
     spec = ensure_local_model(spec_for_device(build_spec(args, port), device), out)
     inputs = plan_inputs(args, spec, device, runtime.version)
-    store = MeasurementStore(data_dir / "measurements.json")
-    fallbacks_taken = 0
 
     with _Signals() as signals:
         while True:
-            refused = startup_check_now(device, inputs)
+            refused = session.startup_check(inputs)
             if refused is not None:
                 inputs = refused.inputs
-                choices = propose_fallbacks(refused.failure, spec, inputs)
+                choices = session.fallbacks(refused.failure, spec, inputs)
                 out.info(
                     "startup_check",
                     f"not launched: {refused.failure.message}",
                     kind=refused.failure.kind,
                     free_bytes=inputs.gpu_free_bytes,
                 )
-                if args.auto_fallback and choices and fallbacks_taken < MAX_FALLBACKS:
-                    fallbacks_taken += 1
-                    spec, inputs = _take(out, choices[0], fallbacks_taken, refused.failure.kind)
+                choice = session.automatic_choice(choices)
+                if choice is not None:
+                    spec, inputs = _take(out, choice, session.fallbacks_taken,
+                                         refused.failure.kind, spec)
                     continue
                 _suggest(out, choices)
                 print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
                 return 1
-            key = key_for(
-                spec,
-                gpu_name=device.name,
-                gpu_total_bytes=device.total_bytes,
-                vllm_version=runtime.version,
-                weights_bytes=inputs.model.weights_bytes if inputs else None,
-                model_id=model_identity(args.model),
-            )
-            sup = Supervisor(
-                runtime,
-                spec,
-                data_dir=data_dir,
-                on_event=out.on_event,
-                ready_timeout_s=args.ready_timeout,
-                measurements=(store, key),
-            )
-            sup.start()
+            sup = session.start(spec, inputs)
             assert sup.command is not None
             out.info(
                 "launch",
@@ -467,7 +382,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                 base_url=sup.base_url,
                 pid=sup.pid,
                 log=str(sup.log_path),
-                attempt=fallbacks_taken + 1,
+                attempt=session.fallbacks_taken + 1,
             )
             state = _wait(sup, (READY,), signals.event)
             if state == READY:
@@ -492,10 +407,10 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
             sup.wait_stopped(30.0)
             if failure is None:
                 return 1
-            choices = propose_fallbacks(failure, spec, inputs)
-            if args.auto_fallback and choices and fallbacks_taken < MAX_FALLBACKS:
-                fallbacks_taken += 1
-                spec, inputs = _take(out, choices[0], fallbacks_taken, failure.kind)
+            choices = session.fallbacks(failure, spec, inputs)
+            choice = session.automatic_choice(choices)
+            if choice is not None:
+                spec, inputs = _take(out, choice, session.fallbacks_taken, failure.kind, spec)
                 continue
             _suggest(out, choices)
             print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
@@ -503,9 +418,10 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
 
 
 def _take(
-    out: EventPrinter, choice: FallbackChoice, attempt: int, kind: str
+    out: EventPrinter, choice: FallbackChoice, attempt: int, kind: str, spec: LaunchSpec
 ) -> tuple[LaunchSpec, PlanInputs | None]:
-    """Report fallback ``attempt`` (for a failure of ``kind``) and return what to launch next."""
+    """Report fallback ``attempt`` (for a failure of ``kind`` of ``spec``) and return what to
+    launch next (a smaller checkpoint is downloaded first when it is not cached)."""
     out.info(
         "fallback",
         f"fallback {attempt}/{MAX_FALLBACKS}: {choice.description}",
@@ -514,6 +430,8 @@ def _take(
         description=choice.description,
         changes=choice.changes,
     )
+    if choice.spec.model != spec.model:
+        return ensure_local_model(choice.spec, out), choice.inputs
     return choice.spec, choice.inputs
 
 

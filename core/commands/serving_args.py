@@ -10,11 +10,12 @@ else, when the vLLM that would run is its CPU build, vLLM's CPU backend with the
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import replace
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME, PlanInputs, ServingSettings, settings_dict
-from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.fit.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.hardware import target
+from kvpilot.core.hardware.target import DeviceTarget
 from kvpilot.core.units import MiB
 from kvpilot.core.vllm.versions import Release
 
@@ -134,65 +135,18 @@ def settings_from_args(args: argparse.Namespace) -> ServingSettings:
     )
 
 
-@dataclass(frozen=True)
-class Device:
-    """The device a plan is for. Bytes; ``name`` is ``cpu`` for vLLM's CPU backend.
-
-    ``detected`` is True when it was read from this machine (NVML or the RAM), False when the
-    command line named it.
-    """
-
-    name: str
-    total_bytes: int
-    free_bytes: int | None = None
-    compute_capability: tuple[int, int] | None = None
-    detected: bool = False
-    #: (process name, bytes) holding memory when ``free_bytes`` was read, largest first
-    memory_holders: tuple[tuple[str, int], ...] = ()
-    index: int | None = None
-    #: the NVML indices and UUIDs of this machine's GPUs in use (empty: not this machine's)
-    indices: tuple[int, ...] = ()
-    uuids: tuple[str, ...] = ()
-    #: how several GPUs all-reduce (``nvlink``, ``p2p``, ``host``; None: one GPU or unknown)
-    allreduce: str | None = None
-
-    @property
-    def count(self) -> int:
-        """How many GPUs the plan spans (1 unless several were selected)."""
-        return max(1, len(self.indices))
-
-    @property
-    def cuda_visible_devices(self) -> str | None:
-        """``CUDA_VISIBLE_DEVICES`` naming the GPUs in use by UUID (None: not this machine's)."""
-        return ",".join(self.uuids) if self.uuids else None
-
-    @property
-    def is_cpu(self) -> bool:
-        return self.name == CPU_DEVICE_NAME
-
-    def plan_inputs(
-        self, model: ModelSpec, vllm_version: str, settings: ServingSettings
-    ) -> PlanInputs:
-        """The fit engine's inputs for ``model`` served with ``settings`` by ``vllm_version``
-        on this device (its memory now, what holds it, how its GPUs all-reduce)."""
-        return PlanInputs.on_gpu(
-            model, self, vllm_version=vllm_version, gpu_allreduce=self.allreduce,
-            **settings_dict(settings),
-        )
-
-
-def cpu_device() -> Device:
+def cpu_device() -> DeviceTarget:
     """vLLM's CPU backend on this machine: the RAM is its memory."""
-    import psutil
-
-    return Device(CPU_DEVICE_NAME, int(psutil.virtual_memory().total), None, None, True)
+    return target.cpu_target()
 
 
-def detected_gpu(indices: tuple[int, ...] | None = None) -> Device | None:
+def detected_gpu(indices: tuple[int, ...] | None = None,
+                 nvml_module: object | None = None) -> DeviceTarget | None:
     """This machine's GPU(s) with their free memory now, or None when NVML reports none.
 
-    ``indices`` selects GPUs by NVML index (default: GPU 0). Several GPUs make one device
+    ``indices`` selects GPUs by NVML index (default: GPU 0). Several GPUs make one target
     whose memory is that of the smallest (it bounds what each tensor-parallel rank holds).
+    ``nvml_module`` replaces the NVML library (a recorded snapshot's replay).
 
     Raises:
         HardwareError: ``indices`` names a GPU NVML does not report.
@@ -202,7 +156,7 @@ def detected_gpu(indices: tuple[int, ...] | None = None) -> Device | None:
     from kvpilot.core.hardware.selection import select_gpus
 
     try:
-        result = probe()
+        result = probe(nvml_module)
     except HardwareError:
         if indices:
             raise
@@ -211,29 +165,10 @@ def detected_gpu(indices: tuple[int, ...] | None = None) -> Device | None:
         if indices:
             select_gpus(result, indices)  # raises with the reason
         return None
-    gpus = select_gpus(result, indices or (result.gpus[0].index,))
-    if any(not g.memory_total_bytes for g in gpus):
+    try:
+        return target.from_probe(result, indices)
+    except FitError:
         return None
-    smallest = min(gpus, key=lambda g: int(g.memory_total_bytes or 0))
-    names = [g.name or "gpu" for g in gpus]
-    name = names[0] if len(set(names)) == 1 else " + ".join(names)
-    frees = [g.memory_free_bytes for g in gpus]
-    free = None if any(f is None for f in frees) else min(int(f or 0) for f in frees)
-    caps = [g.compute_capability for g in gpus if g.compute_capability]
-    from kvpilot.core.hardware.probe import memory_holders
-
-    holders = tuple(sorted((h for g in gpus for h in memory_holders(g)),
-                           key=lambda h: -h[1]))
-    allreduce = None
-    if len(gpus) > 1:
-        from kvpilot.core.hardware.selection import gpu_set_from_probe
-
-        allreduce = gpu_set_from_probe(result, [g.index for g in gpus]).allreduce_path(len(gpus))
-    return Device(name, int(smallest.memory_total_bytes or 0), free,
-                  min(caps) if caps else None, True, holders, gpus[0].index,
-                  indices=tuple(g.index for g in gpus),
-                  uuids=tuple(g.uuid or str(g.index) for g in gpus),
-                  allreduce=allreduce)
 
 
 def selected_indices(args: argparse.Namespace) -> tuple[int, ...] | None:
@@ -254,7 +189,7 @@ def selected_indices(args: argparse.Namespace) -> tuple[int, ...] | None:
     return parse_gpu_indices(listed) if listed else None
 
 
-def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Device:
+def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> DeviceTarget:
     """The device to plan for (see the module docstring).
 
     ``vllm_version`` is that of the vLLM that would run (None when none is installed); a CPU
@@ -264,31 +199,28 @@ def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Devi
         FitError: an unknown GPU name, a non-positive size, or no device at all (the message
             says which flag to give).
     """
-    from kvpilot.core.hardware import specs
-
-    name, cc, total = "", None, None
-    if getattr(args, "gpu", None):
-        if str(args.gpu).strip().lower() == CPU_DEVICE_NAME:
-            return cpu_device()
-        spec = specs.lookup(None, args.gpu)
-        if spec is None:
-            known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
-            raise FitError(f"unknown GPU '{args.gpu}'; known: {known}")
-        name, cc, total = spec.name, spec.compute_capability, spec.memory_total_bytes
-    if getattr(args, "gpu_total_mib", None) is not None:
-        if args.gpu_total_mib <= 0:
-            raise FitError("--gpu-total-mib must be positive")
-        total = args.gpu_total_mib * MiB
+    gpu = getattr(args, "gpu", None)
+    if gpu and str(gpu).strip().lower() == CPU_DEVICE_NAME:
+        return cpu_device()
+    total_mib = getattr(args, "gpu_total_mib", None)
     free_mib = getattr(args, "gpu_free_mib", None)
     if free_mib is not None and free_mib < 0:
         raise FitError("--gpu-free-mib must not be negative")
     free = free_mib * MiB if free_mib is not None else None
+    named = target.from_spec(str(gpu)) if gpu else None
+    if named is not None and total_mib is None and selected_indices(args) is None:
+        return replace(named, free_bytes=free) if free is not None else named
+    if total_mib is not None and selected_indices(args) is None:
+        if total_mib <= 0:
+            raise FitError("--gpu-total-mib must be positive")
+        return target.from_size(
+            total_mib * MiB, free, name=named.name if named else "gpu",
+            compute_capability=named.compute_capability if named else None,
+        )
     indices = selected_indices(args)
-    if total is not None and indices is None:
-        return Device(name or "gpu", total, free, cc, False)
-    gpu = detected_gpu(indices)
-    if gpu is not None:
-        return gpu
+    found = detected_gpu(indices)
+    if found is not None:
+        return found
     if vllm_version is not None and Release.parse(vllm_version).is_cpu_build:
         return cpu_device()
     raise FitError(
@@ -297,11 +229,9 @@ def device_from_args(args: argparse.Namespace, vllm_version: str | None) -> Devi
     )
 
 
-def settings_for_device(settings: ServingSettings, device: Device) -> ServingSettings:
+def settings_for_device(settings: ServingSettings, device: DeviceTarget) -> ServingSettings:
     """``settings`` on ``device``: several selected GPUs mean tensor parallelism over all of
     them unless ``--tensor-parallel-size`` says otherwise."""
-    from dataclasses import replace
-
     if device.count > 1 and settings.tensor_parallel_size == 1:
         return replace(settings, tensor_parallel_size=device.count)
     return settings

@@ -59,29 +59,25 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _gpu(args: argparse.Namespace, base_url: str) -> tuple[int | None, str]:
-    """The server's GPU: the flags, else the local GPU for a server on this machine."""
-    from kvpilot.core.hardware import specs
+    """The server's GPU, (CUDA total bytes, name): the flags, else the local GPU for a server
+    on this machine (the one target every command plans against)."""
+    from kvpilot.core.commands.serving_args import detected_gpu
+    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.hardware import target
 
     if args.gpu_total_mib:
-        return args.gpu_total_mib * MiB, args.gpu or ""
+        return target.from_size(args.gpu_total_mib * MiB, name=args.gpu or "gpu").total_bytes, \
+            args.gpu or ""
     if args.gpu:
-        spec = specs.lookup(None, args.gpu)
-        if spec is None:
-            raise FitError(f"unknown GPU '{args.gpu}'; see `kvpilot gpu` or give --gpu-total-mib")
-        return spec.memory_total_bytes, spec.name
+        named = target.from_spec(args.gpu)
+        return named.total_bytes, named.name
     if not is_local_url(base_url):
         return None, ""
-    from kvpilot.core.errors import HardwareError
-    from kvpilot.core.hardware.probe import probe
-
     try:
-        result = probe()
+        found = detected_gpu()
     except HardwareError:
         return None, ""
-    if result.ok and result.gpus and result.gpus[0].memory_total_bytes:
-        g = result.gpus[0]
-        return int(g.memory_total_bytes or 0) or None, g.name or ""
-    return None, ""
+    return (found.total_bytes, found.name) if found is not None else (None, "")
 
 
 def _fmt(value: float | None, pattern: str, scale: float = 1.0) -> str:

@@ -99,6 +99,8 @@ def per_gpu(cards: Sequence[GpuTarget]) -> GpuTarget:
     and compute of ``cards`` (the smaller card bounds per-GPU memory)."""
     if not cards:
         raise FitError("no GPU to plan for")
+    if len(cards) == 1:
+        return cards[0]  # one card as it is: its full name keys its measurements
     frees = [c.free_bytes for c in cards]
     caps = [c.compute_capability for c in cards if c.compute_capability]
     bws = [c.bandwidth_bytes_per_s for c in cards]
@@ -284,26 +286,3 @@ def is_consumer(name: str) -> bool:
     """GeForce / RTX desktop cards: NVIDIA offers no PCIe peer-to-peer on them."""
     n = name.lower()
     return "geforce" in n or bool(re.search(r"\brtx\s*[2-5]0\d0", n))
-
-
-def gpu_set_from_names(text: str) -> GpuSet:
-    """Planner mode: a set from spec-table names (``2x RTX 4090``, ``RTX 4090 + RTX 3090``).
-    Consumer cards have no peer-to-peer (NVIDIA does not offer it on GeForce cards); for
-    others it is unknown.
-
-    Raises:
-        FitError: an unknown GPU name (the message lists the known ones).
-    """
-    from kvpilot.core.hardware import specs
-
-    cards = []
-    for name in parse_gpu_names(text):
-        spec = specs.lookup(None, name)
-        if spec is None:
-            known = ", ".join(sorted({s.short_name for s in specs.all_specs()}))
-            raise FitError(f"unknown GPU '{name}'; known: {known}")
-        cards.append(GpuTarget(spec.name, spec.memory_total_bytes, None, spec.compute_capability,
-                          spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops))
-    consumer = all(is_consumer(c.name) for c in cards)
-    return GpuSet(tuple(cards), p2p=False if consumer else None,
-                  nvlink=False if consumer else None)

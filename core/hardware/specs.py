@@ -20,6 +20,16 @@ from kvpilot.core.units import MiB
 #: FP8 KV cache needs SM 8.9+: below it, vLLM's Triton fallback rejects FP8 KV (reference §6)
 FP8_KV_MIN_CAPABILITY = (8, 9)
 
+#: the platforms whose CUDA-visible totals the spec table lists
+PLATFORM_LINUX = "linux"
+PLATFORM_WSL2 = "wsl2"
+PLATFORMS = (PLATFORM_LINUX, PLATFORM_WSL2)
+
+#: share of the NVML total taken as driver-reserved where no CUDA total of a board is known:
+#: above every reserved share seen on Linux (RTX 3090 1.8 %, RTX 4090 1.4 %, L40S 1.3 %,
+#: H100 0.6 %), so that an estimated budget is a little smaller than the real one, never larger
+ESTIMATED_RESERVED_SHARE = 0.02
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -38,6 +48,9 @@ class GpuSpec:
     nvml_names: tuple[str, ...]
     aliases: tuple[str, ...]
     memory_total_bytes: int
+    #: CUDA's total per platform (``linux``, ``wsl2``) where a vLLM log or report gave it
+    cuda_totals_bytes: tuple[tuple[str, int], ...]
+    cuda_total_sources: tuple[str, ...]
     bandwidth_bytes_per_s: int | None
     bf16_dense_tflops: float | None
     bf16_tflops_basis: str | None
@@ -53,8 +66,36 @@ class GpuSpec:
         return self.compute_capability >= FP8_KV_MIN_CAPABILITY
 
     def is_verified(self, field: str) -> bool:
-        """False when the value of ``field`` is an estimate or from a weak source."""
+        """False when the value of ``field`` is an estimate or from a weak source.
+
+        ``cuda_total_bytes.linux`` / ``cuda_total_bytes.wsl2`` name one platform's CUDA total.
+        """
         return field not in self.unverified_fields
+
+    def cuda_total(self, platform: str = PLATFORM_LINUX) -> tuple[int, str]:
+        """(bytes, where the figure comes from) of the total CUDA reports on ``platform``: what
+        vLLM multiplies by ``gpu_memory_utilization`` (a few hundred MiB below NVML's total on
+        Linux, where the driver reserves some; NVML's total under WSL2).
+
+        A board without a reported figure for ``platform`` gets an estimate: under WSL2 the
+        NVML total, on Linux the NVML total less :data:`ESTIMATED_RESERVED_SHARE`.
+
+        Raises:
+            ValueError: ``platform`` is not one of :data:`PLATFORMS`.
+        """
+        if platform not in PLATFORMS:
+            raise ValueError(f"unknown platform {platform!r}; known: {', '.join(PLATFORMS)}")
+        known = dict(self.cuda_totals_bytes)
+        if platform in known:
+            verified = self.is_verified(f"cuda_total_bytes.{platform}")
+            how = "reported by vLLM" if verified else "derived from a similar report"
+            return known[platform], f"CUDA total on {platform}, {how} (gpus.json sources)"
+        if platform == PLATFORM_WSL2:
+            return self.memory_total_bytes, "CUDA total under WSL2 estimated as NVML's total"
+        reserved = round(self.memory_total_bytes * ESTIMATED_RESERVED_SHARE / MiB) * MiB
+        return (self.memory_total_bytes - reserved,
+                f"CUDA total on linux estimated as NVML's total less "
+                f"{ESTIMATED_RESERVED_SHARE:.0%} driver-reserved (no vLLM report of this board)")
 
     @property
     def fully_verified(self) -> bool:
@@ -109,6 +150,10 @@ def _spec(entry: dict[str, Any]) -> GpuSpec:
         nvml_names=tuple(entry.get("nvml_names", ())),
         aliases=tuple(entry.get("aliases", ())),
         memory_total_bytes=int(entry["nvml_total_mib"]) * MiB,
+        cuda_totals_bytes=tuple(sorted(
+            (str(k), int(v) * MiB) for k, v in (entry.get("cuda_total_mib") or {}).items()
+        )),
+        cuda_total_sources=tuple(entry.get("cuda_total_sources", ())),
         bandwidth_bytes_per_s=None if bw is None else round(float(bw) * 1e9),
         bf16_dense_tflops=entry.get("bf16_dense_tflops"),
         bf16_tflops_basis=entry.get("bf16_tflops_basis"),

@@ -10,12 +10,11 @@ real ones for that GPU, model, version and settings. They are stored in a
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.measurements import (
@@ -24,9 +23,11 @@ from kvpilot.core.measurements import (
     MeasurementKey,
     MeasurementStore,
     measured_from_reported,
-    measurement_key,
 )
 from kvpilot.core.vllm.supervisor import (
+    FAILED,
+    READY,
+    STOPPED,
     Supervisor,
     SupervisorEvent,
 )
@@ -34,6 +35,10 @@ from kvpilot.core.vllm.supervisor import (
 if TYPE_CHECKING:
     from kvpilot.core.vllm.command import LaunchSpec
     from kvpilot.core.vllm.runtime import VllmRuntime
+
+
+#: ``MeasurementError.kind`` of a dry run the user stopped
+CANCELLED = "cancelled"
 
 
 class MeasurementError(KvpilotError):
@@ -47,35 +52,6 @@ class MeasurementError(KvpilotError):
         self.kind = kind
 
 
-def cpu_device_identity() -> tuple[str, int]:
-    """``("cpu", total RAM bytes)``: the device key for vLLM's CPU backend."""
-    return "cpu", int(psutil.virtual_memory().total)
-
-
-def key_for(
-    spec: LaunchSpec,
-    *,
-    gpu_name: str,
-    gpu_total_bytes: int,
-    vllm_version: str,
-    weights_bytes: int | None = None,
-    model_id: str | None = None,
-) -> MeasurementKey:
-    """The measurement key of ``spec`` on a device (a ``--load-format`` does not change it).
-
-    The model is keyed by its identity (a snapshot folder of the Hugging Face cache counts as
-    its repo id); ``model_id`` overrides it.
-    """
-    return measurement_key(
-        gpu_name=gpu_name,
-        gpu_total_bytes=gpu_total_bytes,
-        model=model_id or spec.model,
-        vllm_version=vllm_version,
-        settings=spec,
-        weights_bytes=weights_bytes,
-    )
-
-
 def run_measurement(
     runtime: VllmRuntime,
     spec: LaunchSpec,
@@ -83,35 +59,38 @@ def run_measurement(
     timeout_s: float,
     *,
     data_dir: Path | None = None,
-    key: MeasurementKey | None = None,
+    key: MeasurementKey,
     on_event: Callable[[SupervisorEvent], None] | None = None,
     gpu_pids_check: Callable[[], set[int]] | None = None,
+    cancel: threading.Event | None = None,
+    supervisor_options: Mapping[str, Any] | None = None,
 ) -> Measured:
     """Launch ``spec`` with dummy weights, wait for the capacity numbers, stop, store them.
 
-    ``key`` defaults to :func:`key_for` on the CPU device identity (pass the GPU's name and
-    total bytes on a GPU machine). ``data_dir`` defaults to the store's folder.
+    ``key`` is the plan's measurement key (:func:`kvpilot.core.fit.calibrate.key_for`, the one
+    every planner looks up). ``data_dir`` defaults to the store's folder.
+
+    ``cancel`` set stops the dry run (MeasurementError with kind ``cancelled``);
+    ``supervisor_options`` are extra keyword arguments for the Supervisor.
 
     Raises:
-        MeasurementError: vLLM failed to start (with the classified ``kind``) or was not ready
-            within ``timeout_s``; the server is stopped in every case.
+        MeasurementError: vLLM failed to start (with the classified ``kind``), was not ready
+            within ``timeout_s`` or was cancelled; the server is stopped in every case.
         CommandError: the spec cannot become a command.
     """
     dry = dataclasses.replace(spec, load_format="dummy")
-    if key is None:
-        name, total = cpu_device_identity()
-        key = key_for(spec, gpu_name=name, gpu_total_bytes=total, vllm_version=runtime.version)
     sup = Supervisor(
         runtime,
         dry,
         data_dir=data_dir or store.path.parent,
         on_event=on_event,
         gpu_pids_check=gpu_pids_check,
+        **dict(supervisor_options or {}),
     )
     started = time.monotonic()
     sup.start()
     try:
-        ready = sup.wait_ready(timeout_s)
+        ready = _wait_ready(sup, started + timeout_s, cancel)
         if not ready:
             failure = sup.failure
             if failure is not None:
@@ -128,3 +107,22 @@ def run_measurement(
     measured = measured_from_reported(cap, SOURCE_DRY_RUN, startup_s=startup)
     store.record(key, measured)
     return measured
+
+
+def _wait_ready(sup: Supervisor, deadline: float, cancel: threading.Event | None) -> bool:
+    """True once ``sup`` is ready; False at a terminal state or the deadline (monotonic s).
+
+    Raises:
+        MeasurementError: ``cancel`` was set (kind ``cancelled``).
+    """
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise MeasurementError("the dry run was cancelled", kind=CANCELLED)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        state = sup.wait_for((READY, FAILED, STOPPED), min(0.25, left))
+        if state == READY:
+            return True
+        if state in (FAILED, STOPPED):
+            return False

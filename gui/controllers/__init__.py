@@ -11,6 +11,7 @@ widgets with what comes back, on the GUI thread. None computes what the core dec
 - :mod:`.runtimes`: finding vLLM, the "Install vLLM" dialog.
 - :mod:`.profiles`: the active profile, the settings dialog, saving the goal.
 - :mod:`.planner`: planning for the goal, the feasibility chart, copying a command or export.
+- :mod:`.measure`: "Measure on this GPU", the plan's dry run with progress and cancel.
 - :mod:`.server`: launch, stop, the supervisor's events and the log.
 - :mod:`.fallback`: after a failure, what would fit; the one-click relaunch.
 - :mod:`.attach`: watching a server kvpilot did not start.

@@ -1,9 +1,11 @@
 """After a failure: what would fit instead, shown on the banner, relaunched in one click.
 
-A failure (vLLM's, or the start-up refusal kvpilot makes before launching) goes to
-:func:`kvpilot.core.fit.fallback.propose` on the pool with the failed plan; the banner shows the
-options with their predicted effect. A pressure signal on the dashboard (KV full, requests
-waiting) relaunches the running plan with the fix the core suggests.
+A failure (vLLM's, or the start-up refusal kvpilot makes before launching) goes to the launch
+session (:meth:`kvpilot.core.launch.LaunchSession.fallbacks`) on the pool with the failed
+request; the banner shows the ranked choices with their predicted effect, or, when the profile
+says so, the best one is taken by itself (as ``kvpilot serve --auto-fallback``). A pressure
+signal on the dashboard (KV full, requests waiting) relaunches the running plan with the fix
+the core suggests.
 """
 
 from __future__ import annotations
@@ -11,22 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvpilot.gui.controllers.server import ServerAware
-from kvpilot.gui.fallback import FallbackChoice
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.failures import Failure
-    from kvpilot.core.fit.fallback import FallbackOption
+    from kvpilot.core.launch import FallbackChoice
 
 STOPPED_TITLE = "the server stopped:"
-
-
-def option_tooltip(option: FallbackOption) -> str:
-    """What differs from the failed plan, and a warning when it is predicted not to fit."""
-    if option.predicted_fits:
-        return option.change
-    return f"{option.change} (predicted not to fit either)"
 
 
 class FallbackController(ServerAware):
@@ -34,7 +28,7 @@ class FallbackController(ServerAware):
     ``proposing`` is True while the pool works them out."""
 
     last_failure: Failure | None = None
-    fallback_options: tuple[FallbackOption, ...] = ()
+    fallback_options: tuple[FallbackChoice, ...] = ()
     proposing: bool = False
 
     def reset(self) -> None:
@@ -49,7 +43,7 @@ class FallbackController(ServerAware):
         message = getattr(failure, "message", None) or "vLLM stopped without saying why"
         request = self.server.current_request
         inputs = request.inputs if request is not None else None
-        if failure is None or inputs is None:
+        if failure is None or inputs is None or request is None:
             self.proposing = False
             window.banner.show_failure(message, [])
             return
@@ -60,7 +54,7 @@ class FallbackController(ServerAware):
         target = self.gpus.target
         free = target.free_bytes if target is not None else None
         run_in_pool(
-            lambda: self.services.propose_fallbacks(failure, inputs, free),
+            lambda: self.services.propose_fallbacks(failure, request, free),
             lambda options: self._on_fallbacks(failure, options, after_ready),
             lambda exc: self._on_fallbacks(failure, [], after_ready, str(exc)),
         )
@@ -68,7 +62,7 @@ class FallbackController(ServerAware):
     def _on_fallbacks(
         self,
         failure: Failure,
-        options: list[FallbackOption],
+        options: list[FallbackChoice],
         after_ready: bool,
         error: str = "",
     ) -> None:
@@ -76,24 +70,30 @@ class FallbackController(ServerAware):
             return
         self.proposing = False
         self.fallback_options = tuple(options)
-        choices = [
-            FallbackChoice(label=o.label, tooltip=option_tooltip(o), payload=o) for o in options
-        ]
-        note = "" if choices else (error or "no automatic fallback for this failure; see the log")
+        automatic = self.services.automatic_fallback(options)
+        if automatic is not None:
+            session = self.services.session
+            taken = session.fallbacks_taken if session is not None else 1
+            limit = session.policy.max_attempts if session is not None else taken
+            self.say(f"{failure.kind}: fallback {taken}/{limit} taken automatically: "
+                     f"{automatic.description}", 15_000)
+            self.apply_fallback(automatic)
+            return
+        note = "" if options else (error or "no automatic fallback for this failure; see the log")
         banner = self.window.banner
-        banner.show_failure(str(getattr(failure, "message", failure)), choices, note=note)
+        banner.show_failure(str(getattr(failure, "message", failure)), options, note=note)
         if after_ready:
             banner.set_title(STOPPED_TITLE)
 
-    def apply_fallback(self, option: object) -> bool:
-        """Relaunch with a fallback option's plan inputs (one click on the banner)."""
+    def apply_fallback(self, choice: object) -> bool:
+        """Relaunch with a fallback choice (one click on the banner, or the profile's
+        automatic policy); a choice of another checkpoint launches that one."""
         req = self.server.current_request
-        inputs = getattr(option, "inputs", None)
+        inputs = getattr(choice, "inputs", None)
         if req is None or inputs is None:
             return False
-        model = req.model
-        if getattr(inputs.model, "model_id", None) != getattr(req.inputs.model, "model_id", None):
-            model = inputs.model.model_id  # a smaller checkpoint of the same family
+        changes = getattr(choice, "changes", {}) or {}
+        model = str(changes.get("model") or req.model)
         self.window.banner.setVisible(False)
         return self.server.relaunch(LaunchRequest(inputs=inputs, model=model, profile=req.profile))
 

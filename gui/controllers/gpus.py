@@ -23,7 +23,8 @@ from kvpilot.gui.workers import run_in_pool
 if TYPE_CHECKING:
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample
-    from kvpilot.gui.records import GpuTarget, PlanRow
+    from kvpilot.core.hardware.target import DeviceTarget
+    from kvpilot.gui.records import PlanRow
     from kvpilot.gui.window_widgets import WindowWidgets
 
 log = logging.getLogger("kvpilot.gui")
@@ -41,7 +42,7 @@ class GpuController(Controller):
         #: called when the planner's target changed (a GPU selected, a spec-table card picked)
         self.target_changed: Callable[[], None] = _nothing
         self.probe_result: ProbeResult | None = None
-        self.target: GpuTarget | None = None
+        self.target: DeviceTarget | None = None
         #: this machine's GPUs in use (NVML indices; empty in planner mode)
         self.gpu_indices: tuple[int, ...] = ()
         self._probe_in_flight = False

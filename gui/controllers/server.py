@@ -83,6 +83,7 @@ class ServerController(Controller):
             inputs = with_settings(inputs, self.services.plan_overrides)
         request = LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.window.profile)
         request.overrides.update(self.gpus.gpu_overrides(row))
+        self.services.begin_launches(self.window.profile)  # a new run: its own fallback count
         started = self.launch_request(request)
         used = self.gpus.plan_gpu_indices(row)
         if started and used and used != self.gpus.gpu_indices:

@@ -10,6 +10,8 @@ Signals:
     copy_command_requested(): copy the selected plan's ``vllm serve`` command.
     export_requested(str): copy the selected plan as command, docker, compose or helm.
     browse_model_requested(): pick a local model directory.
+    measure_requested(object): "Measure on this GPU" for the selected :class:`PlanRow`.
+    measure_cancel_requested(): stop the running dry run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QMenu,
+    QProgressBar,
     QPushButton,
     QRadioButton,
     QSpinBox,
@@ -112,6 +115,8 @@ class PlannerPanel(QWidget):
     copy_command_requested = Signal()
     export_requested = Signal(str)  # "command" | "docker" | "compose" | "helm"
     browse_model_requested = Signal()
+    measure_requested = Signal(object)  # the selected PlanRow
+    measure_cancel_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -214,10 +219,41 @@ class PlannerPanel(QWidget):
             )
         self.export_button.setMenu(self.export_menu)
         self.export_button.setEnabled(False)
+        self.measure_button = QPushButton("Measure on this GPU")
+        self.measure_button.setObjectName("measurePlan")
+        self.measure_button.setToolTip(
+            "Start the selected plan with dummy weights (--load-format dummy: nothing is "
+            "downloaded but its config), read what vLLM reports, stop it: the plan's terms "
+            "become \"measured\""
+        )
+        self.measure_button.clicked.connect(self._measure_clicked)
+        self.measure_button.setEnabled(False)
         copy_row = QHBoxLayout()
         copy_row.addWidget(self.copy_button, 1)
         copy_row.addWidget(self.export_button)
+        copy_row.addWidget(self.measure_button)
         form.addRow(copy_row)
+        measure_row = QHBoxLayout()
+        self.measure_progress = QProgressBar()
+        self.measure_progress.setObjectName("measureProgress")
+        self.measure_progress.setRange(0, 100)
+        self.measure_progress.setTextVisible(False)
+        self.measure_text = QLabel("")
+        self.measure_text.setObjectName("measureText")
+        self.measure_text.setWordWrap(True)
+        self.measure_cancel = QPushButton("Cancel")
+        self.measure_cancel.setObjectName("measureCancel")
+        self.measure_cancel.clicked.connect(self.measure_cancel_requested.emit)
+        self.measure_cancel.setEnabled(False)  # enabled while a dry run runs
+        measure_row.addWidget(self.measure_progress, 1)
+        measure_row.addWidget(self.measure_cancel)
+        self.measure_box = QWidget()
+        box = QVBoxLayout(self.measure_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addLayout(measure_row)
+        box.addWidget(self.measure_text)
+        self.measure_box.setVisible(False)
+        form.addRow(self.measure_box)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         form.addRow(self.status)
@@ -473,6 +509,34 @@ class PlannerPanel(QWidget):
         self.copy_button.setEnabled(first >= 0)
         self.export_button.setEnabled(first >= 0)
 
+    def _measure_clicked(self) -> None:
+        row = self.selected()
+        if row is not None and row.inputs is not None:
+            self.measure_requested.emit(row)
+
+    def show_measuring(self, text: str, fraction: float | None) -> None:
+        """The dry run's progress: ``text`` (phase, elapsed and expected seconds) and the share
+        of the expected time gone (None: no estimate, a busy bar)."""
+        self.measure_box.setVisible(True)
+        self.measure_button.setEnabled(False)
+        self.measure_cancel.setEnabled(True)
+        if fraction is None:
+            self.measure_progress.setRange(0, 0)
+        else:
+            self.measure_progress.setRange(0, 100)
+            self.measure_progress.setValue(max(0, min(99, round(fraction * 100))))
+        self.measure_text.setText(text)
+
+    def measuring_done(self, text: str, color: str = theme.MUTED) -> None:
+        """The dry run ended (``text`` says how); the button is back for the selected plan."""
+        self.measure_progress.setRange(0, 100)
+        self.measure_progress.setValue(100)
+        self.measure_cancel.setEnabled(False)
+        self.measure_text.setText(text)
+        self.measure_text.setStyleSheet(f"color: {color}")
+        row = self.selected()
+        self.measure_button.setEnabled(row is not None and row.inputs is not None)
+
     def selected(self) -> PlanRow | None:
         idx = self.table.currentRow()
         if 0 <= idx < len(self.rows):
@@ -484,6 +548,9 @@ class PlannerPanel(QWidget):
         self._show_detail(row)
         self.copy_button.setEnabled(row is not None)
         self.export_button.setEnabled(row is not None)
+        self.measure_button.setEnabled(
+            row is not None and row.inputs is not None and not self.measure_cancel.isEnabled()
+        )
         self.plan_selected.emit(row)
 
     def _on_double_click(self, r: int, _c: int) -> None:

@@ -13,9 +13,9 @@ import httpx
 import psutil
 
 from kvpilot.core import failures
-from kvpilot.core.measurements import SOURCE_DRY_RUN, MeasurementStore
+from kvpilot.core.measurements import SOURCE_DRY_RUN, MeasurementStore, measurement_key
 from kvpilot.core.vllm.command import LaunchSpec
-from kvpilot.core.vllm.measure import cpu_device_identity, key_for, run_measurement
+from kvpilot.core.vllm.measure import run_measurement
 from kvpilot.core.vllm.orphans import find_orphans, stop_orphan
 from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
@@ -102,14 +102,15 @@ def test_measured_dry_run_stores_what_vllm_reported(
     store = MeasurementStore(tmp_path / "measurements.json")
     spec = launch_spec()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    measured = run_measurement(vllm_runtime, spec, store, READY_TIMEOUT_S, data_dir=tmp_path)
+    key = measurement_key(gpu_name="cpu", gpu_total_bytes=psutil.virtual_memory().total,
+                          model=spec.model, vllm_version=vllm_runtime.version, settings=spec)
+    measured = run_measurement(vllm_runtime, spec, store, READY_TIMEOUT_S, data_dir=tmp_path,
+                               key=key)
     assert measured.source == SOURCE_DRY_RUN
     assert measured.kv_cache_tokens == 65_536
     assert measured.available_kv_bytes == 64 << 20
     assert measured.max_concurrency == 64.0 and measured.concurrency_for_len == 1024
     assert measured.startup_s is not None and measured.startup_s > 0
-    name, total = cpu_device_identity()
-    key = key_for(spec, gpu_name=name, gpu_total_bytes=total, vllm_version=vllm_runtime.version)
     assert MeasurementStore(store.path).lookup(key) == measured
     assert len(store.for_model(key)) == 1
     assert key.vllm_version == Release.parse(vllm_runtime.version).number

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from testpaths import DATA
 
-from kvpilot.gui.fallback import FallbackBanner, FallbackChoice
+from kvpilot.core.launch import FallbackChoice
+from kvpilot.core.vllm.command import LaunchSpec
+from kvpilot.gui.fallback import FallbackBanner
 
 METRICS = DATA / "metrics"
 
@@ -12,16 +14,17 @@ METRICS = DATA / "metrics"
 def test_banner_buttons_carry_their_option(qtbot) -> None:
     banner = FallbackBanner()
     qtbot.addWidget(banner)
-    opts = [object(), object()]
+    spec = LaunchSpec(model="m")
+    opts = [
+        FallbackChoice("context 16,384 — fits 4 users", spec, None, {"max_model_len": 16384}),
+        FallbackChoice("fp8 KV — 32k fits 4 users", spec, None, {"kv_cache_dtype": "fp8"}),
+    ]
     banner.show_failure(
-        "32,768-token context needs 1.75 GiB of KV cache, 0.90 GiB is available.",
-        [
-            FallbackChoice("context 16,384 — fits 4 users", "shorter context", opts[0]),
-            FallbackChoice("fp8 KV — 32k fits 4 users", "fp8", opts[1]),
-        ],
+        "32,768-token context needs 1.75 GiB of KV cache, 0.90 GiB is available.", opts
     )
     assert banner.isVisible()
     assert banner.option_buttons[0].text().startswith("context 16,384")
+    assert banner.option_buttons[1].toolTip() == "fp8 KV — 32k fits 4 users"
     with qtbot.waitSignal(banner.option_chosen) as sig:
         banner.option_buttons[1].click()
     assert sig.args == [opts[1]]

@@ -10,7 +10,9 @@ there as PNG files for the documentation.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -18,10 +20,13 @@ from pathlib import Path
 import httpx
 import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
+from e2e.servekit import kvpilot_argv, serve_env, start_serve, wait_event
+from fitkit import cli_flags
 from guikit import wait_for_state
 
 from kvpilot.core import failures
 from kvpilot.core import settings as st
+from kvpilot.core.cli import main
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.proctree import alive as _alive
@@ -92,7 +97,7 @@ def _traffic(base_url: str, model: str, stop: threading.Event) -> None:
                 return
 
 
-def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
+def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot, monkeypatch, capsys) -> None:
     w = tiny_window(64 << 20)
     w.server_control.launch_selected()
     wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
@@ -159,6 +164,91 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot) -> None:
     shown = {detail.item(r, 0).text(): detail.item(r, 2).text()
              for r in range(detail.rowCount()) if detail.item(r, 2) is not None}
     assert shown["kv cache"] == "measured"
+    # and the command line, planning the same settings on the same GPU, finds it too
+    assert _cli_plan(row, monkeypatch, capsys)["inputs"]["kv_source"] == "measured"
+
+
+def _cli_plan(row, monkeypatch, capsys) -> dict:
+    """``kvpilot plan --json`` of ``row``'s model and settings on the window's recorded GPU,
+    with the window's data directory (so its measurements)."""
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-desktop")
+    capsys.readouterr()
+    main(["plan", "--model", row.model_ref, *cli_flags(row.inputs), "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+def _row_titled(w, title: str):
+    return next((r for r in w.planner.rows if r.title == title), None)
+
+
+def test_measure_on_this_gpu_then_both_planners_say_measured(
+    tiny_window, qtbot, monkeypatch, capsys
+) -> None:
+    """"Measure on this GPU": the dry run with dummy weights, its progress, then the plan's
+    terms are vLLM's in the window and in `kvpilot plan`; a second run is cancelled."""
+    w = tiny_window(64 << 20)
+    row = w.planner.selected()
+    assert w.planner.measure_button.isEnabled()
+    assert _cli_plan(row, monkeypatch, capsys)["inputs"].get("kv_source") != "measured"
+    gen = w.plan_control.plan_generation
+    w.planner.measure_button.click()
+    assert w.measure_control.running and not w.planner.measure_button.isEnabled()
+    assert w.planner.measure_box.isVisible()
+    text = w.planner.measure_text.text()
+    assert "dummy weights" in text and "no earlier start-up" in text
+    qtbot.waitUntil(lambda: not w.measure_control.running, timeout=READY_MS + 60_000)
+    measured = w.measure_control.last_measured
+    assert measured is not None, w.planner.measure_text.text()
+    assert measured.source == "dry_run" and measured.available_kv_bytes == 64 << 20
+    assert "Measured" in w.planner.measure_text.text()
+    assert w.server_panel.state != "ready"  # the dry run is not the server
+    qtbot.waitUntil(lambda: w.plan_control.plan_generation > gen
+                    and _row_titled(w, row.title) is not None
+                    and _row_titled(w, row.title).capacity.inputs.get("kv_source")
+                    == "measured", timeout=30_000)
+    cli = _cli_plan(row, monkeypatch, capsys)
+    assert cli["inputs"]["kv_source"] == "measured" and cli["available_kv_bytes"] == 64 << 20
+    # the next dry run says how long the last one took, and Cancel stops it
+    w.planner.table.selectRow(w.planner.rows.index(_row_titled(w, row.title)))
+    w.planner.measure_button.click()
+    assert "last start-up on this GPU" in w.planner.measure_text.text()
+    qtbot.wait(1500)
+    w.planner.measure_cancel.click()
+    qtbot.waitUntil(lambda: not w.measure_control.running, timeout=60_000)
+    assert "cancelled" in w.planner.measure_text.text()
+    assert w.measure_control.last_measured is None
+    assert w.planner.measure_button.isEnabled()
+
+
+def test_kvpilot_serve_then_the_window_says_measured(
+    tiny_window, qtbot, vllm_runtime, vllm_scratch
+) -> None:
+    """What `kvpilot serve` recorded (the CLI's launch session, on the same recorded GPU)
+    calibrates the window's planner: one key, one store."""
+    w = tiny_window(64 << 20)
+    row = w.planner.selected()
+    assert row.capacity.inputs.get("kv_source") != "measured"
+    data_dir = w.services.data_dir
+    env = serve_env(vllm_scratch, data_dir)
+    env.update(KVPILOT_FAKE_NVML="rtx4090-desktop", HF_HUB_OFFLINE="1")
+    port = find_free_port("127.0.0.1", 18700)
+    proc = start_serve(kvpilot_argv(
+        "serve", "--model", row.model_ref, "--vllm", vllm_runtime.location, "--data-dir",
+        str(data_dir), "--port", str(port), *cli_flags(row.inputs)), env, keep_stderr=True)
+    try:
+        wait_event(proc, "ready", READY_TIMEOUT_S)
+        store = data_dir / "measurements.json"
+        qtbot.waitUntil(lambda: store.exists(), timeout=60_000)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    gen = w.plan_control.plan_generation
+    w.plan_control.replan()
+    qtbot.waitUntil(lambda: w.plan_control.plan_generation > gen
+                    and _row_titled(w, row.title) is not None
+                    and _row_titled(w, row.title).capacity.inputs.get("kv_source")
+                    == "measured", timeout=30_000)
+    assert _row_titled(w, row.title).capacity.available_kv_bytes == 64 << 20
 
 
 def test_kv_too_small_banner_then_first_fallback_is_ready(tiny_window, qtbot) -> None:

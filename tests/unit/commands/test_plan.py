@@ -163,7 +163,10 @@ def test_plan_defaults_to_this_machines_gpu_and_names_what_to_close(monkeypatch,
     assert out["failure"]["kind"] == "free_memory_below_utilization"
     message = out["failure"]["message"]
     assert "firefox (0.8 GiB), Xorg (0.4 GiB), gnome-shell (0.3 GiB)" in message
-    assert "at most --gpu-memory-utilization 0.89 would start" in message
+    # vLLM's check: free >= utilization x CUDA's total (23.65 GiB, not NVML's 23.99)
+    assert "22.15 of 23.65 GiB are free" in message
+    assert "at most --gpu-memory-utilization 0.91 would start" in message
+    assert out["inputs"]["gpu_total_bytes"] == (24564 - 346) * 2**20
 
 
 def test_plan_without_a_gpu_plans_for_the_cpu_build(capsys):

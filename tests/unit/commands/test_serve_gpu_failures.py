@@ -120,8 +120,11 @@ def test_negative_budget_lists_fallbacks_with_their_effect(fake_vllm: Path, tmp_
     assert "-1.25 GiB" in failure["message"]
     suggestions = [e for e in events if e["event"] == "suggestion"]
     assert suggestions, events[-5:]
-    first = suggestions[0]
+    # the window's options too: smaller checkpoints of the family, and a utilization sized on
+    # vLLM's own figure
+    first = next(e for e in suggestions if "gpu_memory_utilization" in e["changes"])
     assert first["changes"]["gpu_memory_utilization"] > 0.75
+    assert any(e["changes"].get("model", "").endswith("GPTQ-Int4") for e in suggestions)
     assert "KV" in first["description"] and "GiB" in first["description"]
     assert f"vLLM failed ({failures.NEGATIVE_KV_BUDGET})" in err
     assert not [e for e in events if e["event"] == "vllm_support"]  # 0.16 is in the range

@@ -13,6 +13,7 @@ from kvpilot.core.fit import activation, parallel
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.fit.recommend import Goal, recommend, target_of
+from kvpilot.core.hardware.target import gpu_set_from_names
 
 QWEN3_8B_BYTES = 16_381_470_720
 
@@ -23,16 +24,16 @@ def qwen3() -> object:
 
 
 def test_gpu_lists_in_planner_mode():
-    two = parallel.gpu_set_from_names("2x RTX 4090")
+    two = gpu_set_from_names("2x RTX 4090")
     assert two.label == "2x RTX 4090" and len(two.cards) == 2
     assert two.p2p is False and two.nvlink is False  # GeForce cards: no peer-to-peer
-    mixed = parallel.gpu_set_from_names("RTX 4090 + RTX 3090")
+    mixed = gpu_set_from_names("RTX 4090 + RTX 3090")
     assert mixed.label == "RTX 4090 + RTX 3090"
     per = parallel.per_gpu(mixed.cards)
     assert per.total_bytes == min(c.total_bytes for c in mixed.cards)
     assert per.compute_capability == (8, 6)  # the 3090 bounds what both ranks can use
     with pytest.raises(FitError, match="unknown GPU 'RTX 9999'"):
-        parallel.gpu_set_from_names("RTX 4090 + RTX 9999")
+        gpu_set_from_names("RTX 4090 + RTX 9999")
     with pytest.raises(FitError, match="cannot read the GPU list"):
         parallel.parse_gpu_names("RTX 4090 + ")
 
@@ -83,7 +84,7 @@ def test_layouts_prefer_the_card_without_the_display_and_fall_back_to_pp(qwen3):
     assert (tp.tensor_parallel_size, tp.allreduce) == (2, "host")
     assert "no P2P: all-reduce through host memory (slower)" in tp.note
     assert "Custom allreduce is disabled" in parallel.explain(tp)
-    three = parallel.gpu_set_from_names("3x RTX 4090")
+    three = gpu_set_from_names("3x RTX 4090")
     pp = parallel.layouts(qwen3, three)[-1]
     assert (pp.tensor_parallel_size, pp.pipeline_parallel_size) == (1, 3)  # 32 heads, 3 GPUs
     assert "32 heads do not split 3 ways" in pp.note
@@ -92,7 +93,7 @@ def test_layouts_prefer_the_card_without_the_display_and_fall_back_to_pp(qwen3):
 
 
 def test_recommender_ranks_one_card_first_when_one_is_enough(qwen3):
-    gpus = parallel.gpu_set_from_names("RTX 4090 + RTX 3090")
+    gpus = gpu_set_from_names("RTX 4090 + RTX 3090")
     goal = Goal(context_tokens=8192, users=2)
     rec = recommend(target_of(gpus.cards), goal, [qwen3], gpu_set=gpus)
     labels = [(c.gpus_label, c.inputs.tensor_parallel_size) for c in rec.candidates]
@@ -106,7 +107,7 @@ def test_recommender_ranks_one_card_first_when_one_is_enough(qwen3):
 
 
 def test_recommender_needs_two_cards_for_a_long_goal(qwen3):
-    gpus = parallel.gpu_set_from_names("2x RTX 4090")
+    gpus = gpu_set_from_names("2x RTX 4090")
     goal = Goal(context_tokens=40960, users=8)
     rec = recommend(target_of(gpus.cards), goal, [qwen3], gpu_set=gpus)
     assert [c.inputs.tensor_parallel_size for c in rec.candidates] == [2]

@@ -4,16 +4,18 @@ measured terms that replace the model; the start-up check at launch time."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fitkit import rtx4090
 
 from kvpilot.core import failures
 from kvpilot.core.commands import serve
-from kvpilot.core.commands.serving_args import Device
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_from_dict
+from kvpilot.core.hardware.target import DeviceTarget
+from kvpilot.core.launch import LaunchSession, rank_fallbacks
 from kvpilot.core.measurements import Measured, MeasurementRecord
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
@@ -89,23 +91,32 @@ def test_a_measurement_of_another_release_is_not_used(qwen7b) -> None:
 def test_launch_time_check_uses_the_free_memory_now(qwen7b, monkeypatch) -> None:
     planned = rtx4090(qwen7b, max_model_len=8192, gpu_memory_utilization=0.9,
                       gpu_free_bytes=23 * GiB)
-    device = Device("NVIDIA GeForce RTX 4090", planned.gpu_total_bytes, 23 * GiB, (8, 9), True)
+    device = DeviceTarget("NVIDIA GeForce RTX 4090", planned.gpu_total_bytes, 23 * GiB, (8, 9),
+                          detected=True)
     assert compute_capacity(planned).failure is None
     now = replace(device, free_bytes=20 * GiB,
                   memory_holders=(("firefox", 2 * GiB), ("Xorg", GiB)))
     monkeypatch.setattr(serve, "detected_gpu", lambda: now)
-    refused = serve.startup_check_now(device, planned)
+    refused = _session(device).startup_check(planned)
     assert refused is not None
     assert refused.failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
     assert "firefox (2.0 GiB), Xorg (1.0 GiB)" in refused.failure.message
     assert refused.inputs.gpu_free_bytes == 20 * GiB
     # a utilization fallback that fits the free memory is proposed
     spec = LaunchSpec.from_plan(planned, "m")
-    choices = serve.propose_fallbacks(refused.failure, spec, refused.inputs)
+    choices = rank_fallbacks(refused.failure, spec, refused.inputs)
     assert choices and choices[0].changes["gpu_memory_utilization"] < 0.9
+    assert choices[0].capacity is not None and choices[0].capacity.fits
     monkeypatch.setattr(serve, "detected_gpu", lambda: device)
-    assert serve.startup_check_now(device, planned) is None
-    assert serve.startup_check_now(replace(device, detected=False), planned) is None
+    assert _session(device).startup_check(planned) is None
+    assert _session(replace(device, detected=False)).startup_check(planned) is None
+
+
+def _session(device: DeviceTarget) -> LaunchSession:
+    """A launch session that reads the free memory as ``kvpilot serve`` does (no runtime is
+    needed to check)."""
+    return LaunchSession(None, Path("/nonexistent"),  # type: ignore[arg-type]
+                         free_memory_now=serve.free_memory_reader(device))
 
 
 def test_a_borderline_plan_travels_with_its_rejection(qwen7b) -> None:

@@ -19,6 +19,7 @@ from kvpilot.core.hardware.selection import (
     preferred_gpu,
     select_gpus,
 )
+from kvpilot.core.hardware.target import DeviceTarget
 
 UUID_4090 = "GPU-6f3a2c1e-8b4d-4e2a-9c71-0d5e3b7a9f12"
 UUID_3090 = "GPU-1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b"
@@ -131,15 +132,17 @@ def test_device_flags_pick_gpus_by_index_and_launch_by_uuid(monkeypatch):
     args = argparse.Namespace(gpu=None, gpu_total_mib=None, gpu_free_mib=None,
                               gpu_index=1, gpus=None)
     one = serving_args.device_from_args(args, None)
-    assert one.name == "NVIDIA GeForce RTX 3090" and one.indices == (1,)
+    assert one.name == "NVIDIA GeForce RTX 3090" and one.gpu_indices == (1,)
     assert one.cuda_visible_devices == UUID_3090
     args.gpu_index, args.gpus = None, "0,1"
     two = serving_args.device_from_args(args, None)
     assert two.count == 2 and two.cuda_visible_devices == f"{UUID_4090},{UUID_3090}"
     assert two.allreduce == "host"  # NVML: no P2P between the two GeForce cards
-    assert two.name == "NVIDIA GeForce RTX 4090 + NVIDIA GeForce RTX 3090"
-    # the smaller card bounds each rank (the 4090's CUDA total is the smaller here)
-    assert two.total_bytes == min(25757220864, 25769803776)
+    assert two.name == "RTX 4090 + RTX 3090"  # the label the window shows too
+    # the smaller card bounds each rank, by what CUDA sees: NVML's 24564 MiB (4090) and
+    # 24576 MiB (3090) less their reserved 346 and 430 MiB make the 3090 the smaller one
+    assert two.total_bytes == min(24564 - 346, 24576 - 430) * 2**20 == one.total_bytes
+    assert two.nvml_total_bytes == one.nvml_total_bytes == 24576 * 2**20
     args.gpus = "0,2"
     with pytest.raises(HardwareError, match="there is no GPU 2"):
         serving_args.device_from_args(args, None)
@@ -161,7 +164,7 @@ def test_serve_pins_the_gpus_by_uuid_and_spans_them(monkeypatch):
     assert "--tensor-parallel-size" in cmd.argv
     # an explicit tensor-parallel size is kept; no selection on a machine: nothing pinned
     explicit = spec_for_device(LaunchSpec(model="/m", tensor_parallel_size=1, max_num_seqs=2),
-                               serving_args.Device("gpu", 1 << 34))
+                               DeviceTarget("gpu", 1 << 34))
     assert explicit.cuda_visible_devices is None and explicit.tensor_parallel_size == 1
 
 

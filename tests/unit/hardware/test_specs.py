@@ -30,7 +30,8 @@ def test_4090_names_resolve(name: str) -> None:
     assert spec.bandwidth_bytes_per_s == 1008 * 10**9
     assert spec.bf16_dense_tflops == pytest.approx(165.2)
     assert spec.fp8_kv_supported
-    assert spec.fully_verified
+    # every figure is from a source but the WSL2 CUDA total (derived from an RTX 4080's log)
+    assert spec.unverified_fields == {"cuda_total_bytes.wsl2"}
     assert spec.sources
 
 
@@ -98,6 +99,8 @@ def test_every_entry_has_sources_unique_names_and_ids() -> None:
         "bandwidth_bytes_per_s",
         "bf16_dense_tflops",
         "power_limit_w",
+        "cuda_total_bytes.linux",
+        "cuda_total_bytes.wsl2",
     }
     for spec in specs:
         assert spec.sources, spec.name
@@ -130,3 +133,30 @@ def test_normalizers() -> None:
     assert normalize_pci_device_id(0x2684) == "0x2684"
     assert normalize_pci_device_id("0x26841002") is None  # vendor part is not NVIDIA's
     assert normalize_pci_device_id("") is None
+
+
+def test_cuda_totals_per_platform_come_from_vllm_reports() -> None:
+    """What vLLM multiplies by the utilization, per platform: the reported figure where a vLLM
+    log gave one (the source says which), else an estimate below NVML's total on Linux."""
+    by_short = {s.short_name: s for s in all_specs()}
+    rtx4090 = by_short["RTX 4090"]
+    linux, source = rtx4090.cuda_total("linux")
+    assert linux == 24218 * MiB and round(linux / 2**30, 2) == 23.65
+    assert "reported by vLLM" in source
+    wsl2, source = rtx4090.cuda_total("wsl2")
+    assert wsl2 == rtx4090.memory_total_bytes and "derived" in source
+    assert round(by_short["RTX 3090"].cuda_total("linux")[0] / 2**30, 2) == 23.57
+    assert round(by_short["L40S"].cuda_total("linux")[0] / 2**30, 2) == 44.42
+    assert round(by_short["A10"].cuda_total("linux")[0] / 2**30, 2) == 22.06
+    # no vLLM report of an RTX 5090: NVML's total less 2 %, said to be an estimate
+    rtx5090 = by_short["RTX 5090"]
+    estimate, source = rtx5090.cuda_total("linux")
+    assert estimate < rtx5090.memory_total_bytes and estimate % MiB == 0
+    assert estimate == rtx5090.memory_total_bytes - round(32607 * 0.02) * MiB
+    assert "estimated" in source
+    for spec in all_specs():
+        assert spec.cuda_total("linux")[0] < spec.memory_total_bytes, spec.name
+        assert spec.cuda_total("wsl2")[0] <= spec.memory_total_bytes, spec.name
+        assert bool(spec.cuda_total_sources) == bool(spec.cuda_totals_bytes), spec.name
+    with pytest.raises(ValueError, match="unknown platform"):
+        rtx4090.cuda_total("windows")

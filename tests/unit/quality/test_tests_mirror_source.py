@@ -25,6 +25,10 @@ WHOLE_TREE = {"quality", "fuzz"}
 #: module (relative to core/) -> (the test file that exercises it, why it has none of its own)
 COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cli.py": ("tests/unit/commands/test_plan.py", "the dispatcher of every command"),
+    "hardware/target.py": ("tests/unit/hardware/test_selection_multi_gpu.py",
+                           "the one device target, built from probes, snapshots and specs"),
+    "launch.py": ("tests/unit/fit/test_plan_serving_settings.py",
+                  "the launch session: start-up check, ranked fallbacks (serve and the window)"),
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),
     "commands/export.py": ("tests/unit/vllm/test_export.py", "the CLI face of the exporter"),
     "commands/recommend.py": ("tests/unit/commands/test_plan.py", "the recommender's CLI"),

@@ -1,0 +1,349 @@
+"""One launch of ``vllm serve``, for the command line and the window alike.
+
+A :class:`LaunchSession` holds what every launch does, in order: refuse next to a server an
+earlier kvpilot left running, read the GPU's free memory again (a desktop's use changes between
+planning and launching) and refuse what vLLM's start-up check would refuse, download a Hub
+checkpoint that is not cached yet, key the plan's measurement (the key every planner looks up),
+start the supervisor, and after a failure rank the fallbacks on the capacity the planner shows
+(calibrated by this GPU's measurements) and decide whether to take the first by itself.
+
+``kvpilot serve`` and ``plan --measure`` and the window call it and only render what it says; the
+measured dry run (:func:`measure_plan`) is the same launch with ``--load-format dummy``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvpilot.core import failures
+from kvpilot.core.errors import CommandError
+from kvpilot.core.fit.calibrate import key_for, planned_capacity
+from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
+from kvpilot.core.measurements import Measured, MeasurementKey, MeasurementStore
+
+if TYPE_CHECKING:
+    from kvpilot.core.failures import Failure
+    from kvpilot.core.fit.fallback import FallbackOption
+    from kvpilot.core.fit.plan import Capacity, PlanInputs
+    from kvpilot.core.hub.download import DownloadProgress
+    from kvpilot.core.vllm.command import LaunchSpec
+    from kvpilot.core.vllm.orphans import OrphanServer
+    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.vllm.supervisor import Supervisor, SupervisorEvent
+
+#: fallbacks taken by themselves in a row before the session gives up
+MAX_AUTO_FALLBACKS = 3
+#: ``FallbackChoice.kind`` of vLLM's own estimate of the longest context that fits
+VLLM_ESTIMATE = "vllm_estimate"
+#: vLLM rounds KV allocation to blocks; lengths that are multiples of 16 fit
+BLOCK_MULTIPLE = 16
+
+
+@dataclass(frozen=True)
+class FallbackChoice:
+    """A next configuration after a failure: ``description`` (with the predicted effect),
+    the spec and plan inputs to launch, the settings that differ (``changes``, vLLM's names),
+    and the fit engine's option behind it (None for vLLM's own estimate alone)."""
+
+    description: str
+    spec: LaunchSpec
+    inputs: PlanInputs | None
+    changes: dict[str, Any]
+    option: FallbackOption | None = None
+
+    @property
+    def capacity(self) -> Capacity | None:
+        """The predicted capacity of the new configuration (None when not planned)."""
+        return self.option.capacity if self.option is not None else None
+
+    @property
+    def kind(self) -> str:
+        """The fit engine's option kind (``fp8_kv``, ``shorter_context``, ...), or
+        ``vllm_estimate`` for vLLM's estimated maximum length alone."""
+        return self.option.kind if self.option is not None else VLLM_ESTIMATE
+
+    @property
+    def label(self) -> str:
+        """A button's text: the change and its predicted effect."""
+        return self.option.label if self.option is not None else self.description
+
+    @property
+    def change(self) -> str:
+        """One phrase: what differs from the failed configuration."""
+        return self.option.change if self.option is not None else self.description
+
+    @property
+    def predicted_fits(self) -> bool | None:
+        """Whether the new configuration is predicted to start (None: not planned)."""
+        return self.option.predicted_fits if self.option is not None else None
+
+    @property
+    def tooltip(self) -> str:
+        """What differs, and a warning when the new configuration is predicted not to fit."""
+        if self.predicted_fits is False:
+            return f"{self.change} (predicted not to fit either)"
+        return self.change
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """Whether a failed launch relaunches with the best fallback by itself, and how often in a
+    row (a profile setting in the window, ``--auto-fallback`` on the command line)."""
+
+    automatic: bool = False
+    max_attempts: int = MAX_AUTO_FALLBACKS
+
+    def next_choice(self, choices: Sequence[FallbackChoice], taken: int) -> FallbackChoice | None:
+        """The choice to take by itself after ``taken`` automatic fallbacks, else None: the
+        best that keeps the checkpoint (another one would be a download nobody asked for) and
+        changes a setting (freeing the GPU is the user's to do)."""
+        if not self.automatic or taken >= self.max_attempts:
+            return None
+        return next((c for c in choices if c.changes and "model" not in c.changes), None)
+
+
+def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
+    from kvpilot.core.vllm.command import LaunchSpec
+
+    planned = LaunchSpec.from_plan(inputs, spec.model)
+    # the release's capture-size flag is how, not what: carried, never a "change"
+    return dataclasses.replace(
+        spec.with_settings(planned), cudagraph_size_flag=planned.cudagraph_size_flag
+    )
+
+
+def builtin_fallbacks(
+    failure: Failure, spec: LaunchSpec, inputs: PlanInputs | None
+) -> list[FallbackChoice]:
+    """The fallback without the fit engine: vLLM's estimated maximum length.
+
+    For ``kv_cache_too_small`` with an estimate, ``max_model_len`` becomes the estimate rounded
+    down to a multiple of 16 (vLLM's smallest block).
+    """
+    est = getattr(failure, "estimated_max_model_len", None)
+    if failure.kind != failures.KV_CACHE_TOO_SMALL or not est:
+        return []
+    new_len = (int(est) // BLOCK_MULTIPLE) * BLOCK_MULTIPLE
+    if new_len < BLOCK_MULTIPLE or new_len == spec.max_model_len:
+        return []
+    new_spec = dataclasses.replace(spec, max_model_len=new_len, auto_max_model_len=False)
+    new_inputs = dataclasses.replace(inputs, max_model_len=new_len) if inputs else None
+    return [FallbackChoice(
+        description=f"use vLLM's estimated maximum length: max_model_len {new_len}",
+        spec=new_spec, inputs=new_inputs, changes={"max_model_len": new_len},
+    )]
+
+
+def rank_fallbacks(
+    failure: Failure,
+    spec: LaunchSpec,
+    inputs: PlanInputs | None,
+    *,
+    store: MeasurementStore | None = None,
+    free_bytes: int | None = None,
+) -> list[FallbackChoice]:
+    """Ranked next configurations for ``failure`` of ``spec`` (best first; may be empty): the
+    fit engine's options, each planned with :func:`planned_capacity` and ``store`` (what the
+    planner shows), else :func:`builtin_fallbacks`. ``free_bytes`` is the free memory now."""
+    from kvpilot.core.fit import fallback as fit_fallback
+
+    choices: list[FallbackChoice] = []
+    if inputs is not None:
+        def plan(new: PlanInputs) -> Capacity:
+            return planned_capacity(new, store)
+
+        for option in fit_fallback.propose(failure, inputs, free_bytes=free_bytes, plan=plan):
+            new_spec = _spec_for_inputs(spec, option.inputs)
+            if option.inputs.model.model_id != inputs.model.model_id:
+                new_spec = dataclasses.replace(new_spec, model=option.inputs.model.model_id)
+            changes = spec.settings_changes(new_spec)
+            if new_spec.model != spec.model:
+                changes["model"] = new_spec.model
+            # "close other programs" changes no setting: the same launch once memory is free
+            if changes or option.kind == fit_fallback.FREE_THE_GPU:
+                choices.append(FallbackChoice(
+                    fit_fallback.describe(option), new_spec, option.inputs, changes, option
+                ))
+    return choices or builtin_fallbacks(failure, spec, inputs)
+
+
+@dataclass
+class LaunchSession:
+    """The launches of one server: the first and the fallbacks after it.
+
+    Args:
+        runtime: the vLLM to run.
+        data_dir: logs, pidfiles and ``measurements.json``.
+        on_event: the supervisor's listener (called from its threads).
+        policy: whether to take the best fallback by itself.
+        free_memory_now: reads the GPU's free memory again right before a launch: (free bytes,
+            holders as (name, bytes)), or None where nothing can be read (planner mode, CPU).
+        supervisor_options: extra keyword arguments for the Supervisor (timeouts, tests).
+        gpu_pids_check: the pids holding GPU memory (NVML) for a stop that checks none is left.
+    """
+
+    runtime: VllmRuntime
+    data_dir: Path
+    on_event: Callable[[SupervisorEvent], None] | None = None
+    policy: FallbackPolicy = field(default_factory=FallbackPolicy)
+    free_memory_now: Callable[[], tuple[int, tuple[tuple[str, int], ...]] | None] | None = None
+    supervisor_options: dict[str, Any] = field(default_factory=dict)
+    gpu_pids_check: Callable[[], set[int]] | None = None
+    #: automatic fallbacks taken so far
+    fallbacks_taken: int = 0
+
+    @property
+    def store(self) -> MeasurementStore:
+        """The measurements every planner reads (``<data_dir>/measurements.json``)."""
+        return MeasurementStore(Path(self.data_dir) / "measurements.json")
+
+    # ------------------------------------------------------------------ before the launch
+
+    def orphans(self) -> list[OrphanServer]:
+        """Servers an earlier kvpilot left running (read from the pidfiles)."""
+        from kvpilot.core.vllm.orphans import find_orphans
+
+        return find_orphans(Path(self.data_dir))
+
+    def refuse_next_to_orphans(self, port: int | None) -> None:
+        """Refuse a launch while a server an earlier kvpilot left runs: it may hold ``port``
+        without listening yet (still loading), and on one GPU a second server would fight it
+        for memory.
+
+        Raises:
+            CommandError: such a server runs (the sentence names it and the way out).
+        """
+        found = self.orphans()
+        if not found:
+            return
+        held = next((o for o in found if o.record.port == port), found[0])
+        rec = held.record
+        where = f"port {rec.port}" + (", the port this plan asks for" if rec.port == port else "")
+        raise CommandError(
+            f"a vLLM server an earlier kvpilot left running still runs (pid {rec.pid}, "
+            f"{rec.model}, {where}); keep it and watch it, or stop it, before starting another"
+        )
+
+    def startup_check(self, inputs: PlanInputs | None) -> StartupRefusal | None:
+        """vLLM's free-memory check with the memory free right now; None when it passes or
+        cannot be made (no plan, nothing to read)."""
+        if inputs is None or self.free_memory_now is None:
+            return None
+        now = self.free_memory_now()
+        if now is None:
+            return None
+        free, holders = now
+        return startup_refusal(inputs, free, holders)
+
+    @staticmethod
+    def download(
+        spec: LaunchSpec,
+        on_progress: Callable[[DownloadProgress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> LaunchSpec:
+        """The spec with a local folder for its model: a Hub checkpoint not in the cache is
+        downloaded first (``on_progress`` is told; ``cancel`` stops and keeps the partial file).
+
+        Raises:
+            DownloadError: gated, missing, unreachable, not enough disk (a KvpilotError).
+        """
+        from kvpilot.core.hub.download import launchable_spec
+
+        return launchable_spec(spec, on_progress=on_progress, cancel_event=cancel)
+
+    # ------------------------------------------------------------------ the launch
+
+    def measurement_key(self, inputs: PlanInputs | None) -> MeasurementKey | None:
+        """The plan's measurement key (the one the planners look up); None without a plan: a
+        model that cannot be read cannot be planned either, so its numbers are not kept."""
+        return key_for(inputs) if inputs is not None else None
+
+    def supervisor(self, spec: LaunchSpec, inputs: PlanInputs | None) -> Supervisor:
+        """A supervisor for ``spec`` that stores what vLLM reports under the plan's key (not
+        started)."""
+        from kvpilot.core.vllm.supervisor import Supervisor
+
+        options = dict(self.supervisor_options)
+        key = self.measurement_key(inputs)
+        if key is not None and "measurements" not in options:
+            options["measurements"] = (self.store, key)
+        return Supervisor(self.runtime, spec, data_dir=Path(self.data_dir),
+                          on_event=self.on_event, gpu_pids_check=self.gpu_pids_check, **options)
+
+    def start(self, spec: LaunchSpec, inputs: PlanInputs | None) -> Supervisor:
+        """Start a supervised server for ``spec``. Blocking for the flag check and the spawn.
+
+        Raises:
+            CommandError: a flag the runtime does not know, or the spec cannot become a command.
+        """
+        sup = self.supervisor(spec, inputs)
+        sup.start()
+        return sup
+
+    # ------------------------------------------------------------------ after a failure
+
+    def fallbacks(
+        self, failure: Failure, spec: LaunchSpec, inputs: PlanInputs | None,
+        free_bytes: int | None = None,
+    ) -> list[FallbackChoice]:
+        """Ranked next configurations, planned as the planner plans (this GPU's measurements
+        included)."""
+        return rank_fallbacks(failure, spec, inputs, store=self.store, free_bytes=free_bytes)
+
+    def automatic_choice(self, choices: Sequence[FallbackChoice]) -> FallbackChoice | None:
+        """The fallback the policy takes by itself now (counted), else None."""
+        choice = self.policy.next_choice(choices, self.fallbacks_taken)
+        if choice is not None:
+            self.fallbacks_taken += 1
+        return choice
+
+
+#: what a first dry run usually takes when this GPU has not run the model before (s): vLLM's
+#: start-up with dummy weights is its profile run, torch.compile and the CUDA-graph capture
+TYPICAL_DRY_RUN_S = (60.0, 180.0)
+
+
+def expected_dry_run_s(
+    inputs: PlanInputs, store: MeasurementStore | None
+) -> tuple[float, float, str]:
+    """(low, high, basis) seconds a measured dry run of ``inputs`` is expected to take: the
+    newest start-up time measured for this model on this GPU, else :data:`TYPICAL_DRY_RUN_S`."""
+    if store is not None:
+        timed = [r for r in store.for_model(key_for(inputs)) if r.measured.startup_s]
+        if timed:
+            newest = max(timed, key=lambda r: r.measured.measured_at)
+            seconds = float(newest.measured.startup_s or 0.0)
+            return seconds, seconds * 1.25, "its last start-up on this GPU"
+    low, high = TYPICAL_DRY_RUN_S
+    return low, high, "no earlier start-up of this model on this GPU"
+
+
+def measure_plan(
+    session: LaunchSession,
+    spec: LaunchSpec,
+    inputs: PlanInputs,
+    *,
+    timeout_s: float,
+    cancel: threading.Event | None = None,
+) -> Measured:
+    """"Measure on this GPU": launch the plan with dummy weights (``--load-format dummy``, so
+    nothing is downloaded but the config), read what vLLM reports, stop, and store it under the
+    plan's key, where every planner finds it ("measured").
+
+    Raises:
+        MeasurementError: vLLM failed (with the classified kind), timed out or was cancelled.
+        CommandError: the spec cannot become a command.
+    """
+    from kvpilot.core.vllm.measure import run_measurement
+
+    options = {k: v for k, v in session.supervisor_options.items() if k != "measurements"}
+    return run_measurement(
+        session.runtime, spec, session.store, timeout_s, data_dir=Path(session.data_dir),
+        key=key_for(inputs), on_event=session.on_event, gpu_pids_check=session.gpu_pids_check,
+        cancel=cancel, supervisor_options=options,
+    )
