@@ -2,8 +2,8 @@
 
 Each row of :data:`CAPACITY_FORMATS` (``logformats``) / :data:`FAILURE_FORMATS` (``logfailures``)
 names the vLLM releases that print the wording and the recorded lines that prove it; here every
-example is fed to a fresh scanner and must give that row's figures (capacity) or kind (failure), and the ranges must agree with
-the supported range the planner uses.
+example is fed to a fresh scanner and must give that row's figures (capacity) or kind (failure),
+and the ranges must agree with the supported range the planner uses.
 """
 
 from __future__ import annotations
