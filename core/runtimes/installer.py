@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import psutil
 
 from kvpilot.core.errors import (
     RuntimeInstallCancelled,
@@ -49,6 +48,7 @@ from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
 from kvpilot.core.runtimes.releases import Release, format_bytes
+from kvpilot.core.vllm import proctree
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 #: the index with PyTorch's ``+cpu`` builds (not on PyPI), tried for the CPU variant
@@ -171,24 +171,6 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
-def kill_tree(pid: int, timeout_s: float = 5.0) -> list[int]:
-    """Terminate ``pid`` and all its descendants (SIGTERM, then SIGKILL); returns the pids hit."""
-    try:
-        parent = psutil.Process(pid)
-        procs = [*parent.children(recursive=True), parent]
-    except psutil.NoSuchProcess:
-        return []
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _gone, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=timeout_s)
-    return [p.pid for p in procs]
-
-
 class RuntimeInstaller:
     """One install of ``release`` (see the module docstring).
 
@@ -278,7 +260,7 @@ class RuntimeInstaller:
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
-            self.killed_pids.extend(kill_tree(proc.pid))
+            self.killed_pids.extend(proctree.kill_tree(proc.pid))
 
     def precheck(self) -> list[str]:
         """Problems that stop the install before it starts, one sentence each with the fix."""
@@ -781,7 +763,7 @@ class RuntimeInstaller:
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
-            self.killed_pids.extend(kill_tree(proc.pid))
+            self.killed_pids.extend(proctree.kill_tree(proc.pid))
         if self.target.exists():
             for _ in range(3):
                 try:

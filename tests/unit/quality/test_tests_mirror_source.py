@@ -50,7 +50,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "vllm/logformats.py": ("tests/unit/vllm/test_logparse_formats.py",
                            "every capacity row is fed its recorded lines through the scanner"),
     "vllm/measure.py": ("tests/e2e/test_server_crashes.py", "a dry run needs the real engine"),
-    "vllm/proctree.py": ("tests/unit/vllm/test_supervisor.py", "the supervisor stops trees"),
 }
 
 
