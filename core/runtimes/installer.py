@@ -47,7 +47,8 @@ from kvpilot.core.errors import (
 from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
-from kvpilot.core.runtimes.releases import Release, format_bytes
+from kvpilot.core.runtimes.releases import Release
+from kvpilot.core.units import size_text
 from kvpilot.core.vllm import proctree
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -278,9 +279,9 @@ class RuntimeInstaller:
         if free < need:
             how = "measured" if self.release.measured else "estimated"
             problems.append(
-                f"only {format_bytes(free)} is free in {where}, and installing vLLM "
-                f"{self.release.version} ({self.release.variant}) takes {format_bytes(need)} "
-                f"({how}; {format_bytes(self.release.installed_bytes)} once installed); free "
+                f"only {size_text(free)} is free in {where}, and installing vLLM "
+                f"{self.release.version} ({self.release.variant}) takes {size_text(need)} "
+                f"({how}; {size_text(self.release.installed_bytes)} once installed); free "
                 "some space or move kvpilot's data directory to a larger disk with "
                 "KVPILOT_DATA_DIR"
             )
@@ -624,7 +625,7 @@ class RuntimeInstaller:
         if self._cancel.is_set():
             raise RuntimeInstallCancelled("cancelled")
         size = folder_bytes(self.target)
-        self._say(f"environment size: {size} bytes ({format_bytes(size)})")
+        self._say(f"environment size: {size} bytes ({size_text(size)})")
         store.write_manifest(
             self.target,
             {
