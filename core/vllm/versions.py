@@ -11,7 +11,8 @@ One supported range for the whole program, :data:`SUPPORTED_MIN` to :data:`SUPPO
 planner's memory rules and the log scanner's line formats both cover it. A newer release is
 planned with the newest rules, its log is read with every known wording (the newest apply to
 it), and a failure none of them recognises is reported with vLLM's own last error line.
-Which release has which CUDA-graph flag is here too.
+Which release has which CUDA-graph flag is here too, and :data:`FEATURES` names for every flag
+kvpilot knows was dropped the first release without it (``runtime.REMOVED_FLAGS`` reads them).
 """
 
 from __future__ import annotations
