@@ -6,7 +6,7 @@
    the process lingering and ignoring SIGTERM (goal <= 0.5 s);
 3. supervisor CPU while idle and ready (goal < 0.5 % of one core).
 
-Uses the stand-in ``tests/e2e/fake_vllm.py`` replaying real vLLM log lines, so the numbers are the
+Uses the stand-in ``tests/fakes/fake_vllm.py`` replaying real vLLM log lines, so the numbers are the
 supervisor's own. ``--real PATH/TO/vllm --model DIR`` also measures idle CPU next to a real server.
 
     .venv/bin/python benchmarks/supervisor_latency.py [--runs 10] [--idle-s 20]
@@ -30,7 +30,7 @@ from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import FAILED, READY, StateEvent, Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
-FAKE = ROOT / "tests" / "e2e" / "fake_vllm.py"
+FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 DATA = ROOT / "tests" / "data" / "supervisor"
 
 

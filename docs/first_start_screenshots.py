@@ -92,12 +92,12 @@ def main() -> int:
         dialog.grab().save(str(OUT / "first-start-3-installed.png"))
         dialog.close()
 
-    # the stand-in server (tests/e2e/fake_vllm.py) plays a real vLLM 0.32 start-up; this machine
+    # the stand-in server (tests/fakes/fake_vllm.py) plays a real vLLM 0.32 start-up; this machine
     # has no network, so the model download is shown with the progress it reports and skipped
     from kvpilot.core.hub import download
 
     download.launchable_spec = lambda spec, **_: spec  # type: ignore[assignment]
-    fake = ROOT / "tests" / "e2e" / "fake_vllm.py"
+    fake = ROOT / "tests" / "fakes" / "fake_vllm.py"
     os.environ["FAKE_VLLM_LINE_DELAY_S"] = "0.02"
     services.supervisor_options = {"check_flags": False, "settle_s": 0.1,
                                    "health_interval_s": 0.1}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kvpilot.core.units import GiB
+from kvpilot.core.units import GiB, gib_text
 
 GIB = float(GiB)
 
@@ -16,7 +16,7 @@ def gib(n_bytes: float | None, decimals: int = 2) -> str:
     """``"14.02 GiB"``; ``"–"`` for unknown."""
     if n_bytes is None or (isinstance(n_bytes, float) and math.isnan(n_bytes)):
         return "–"
-    return f"{n_bytes / GIB:.{decimals}f} GiB"
+    return gib_text(n_bytes, decimals)
 
 
 def gib_num(n_bytes: float | None, decimals: int = 1) -> str:

@@ -38,9 +38,9 @@ from kvpilot.core.runtimes.releases import (
     Choice,
     Release,
     choose_for_this_machine,
-    format_bytes,
     load_releases,
 )
+from kvpilot.core.units import size_text
 from kvpilot.gui.screen_fit import wrap_anywhere
 from kvpilot.gui.workers import run_in_pool
 
@@ -175,7 +175,7 @@ class InstallRuntimeDialog(QDialog):
         for rel in self._releases:
             extra = f"CUDA {rel.cuda_version}" if rel.cuda_version else "CPU only"
             self.release_box.addItem(
-                f"vLLM {rel.version} ({rel.variant}, {extra}, {format_bytes(rel.peak_bytes)})",
+                f"vLLM {rel.version} ({rel.variant}, {extra}, {size_text(rel.peak_bytes)})",
                 rel,
             )
         self.release_box.currentIndexChanged.connect(self._describe_selected)
@@ -281,8 +281,8 @@ class InstallRuntimeDialog(QDialog):
         how = "measured" if rel.measured else "estimated"
         self.summary.setText(wrap_anywhere(
             f"{self._lead}Installs {rel.requirement} into kvpilot's data folder "
-            f"({rel.runtime_id}); needs {format_bytes(rel.peak_bytes)} of free disk while "
-            f"installing ({how}), {format_bytes(rel.installed_bytes)} afterwards."
+            f"({rel.runtime_id}); needs {size_text(rel.peak_bytes)} of free disk while "
+            f"installing ({how}), {size_text(rel.installed_bytes)} afterwards."
         ))
 
     # ---------------------------------------------------------------- install
@@ -389,7 +389,7 @@ class InstallRuntimeDialog(QDialog):
         if rt is None:
             return
         users = store.profiles_using(self._profiles(), rt)
-        size = f" ({format_bytes(rt.size_bytes)})" if rt.size_bytes else ""
+        size = f" ({size_text(rt.size_bytes)})" if rt.size_bytes else ""
         text = f"Delete vLLM {rt.runtime_id}{size} from {rt.path}?"
         if users:
             text += (

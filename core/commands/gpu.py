@@ -26,7 +26,7 @@ from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, memory_now, pr
 from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
-from kvpilot.core.units import GiB, MiB
+from kvpilot.core.units import MiB, gib_text
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -133,7 +133,7 @@ def to_json(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> dic
 
 # ---------------------------------------------------------------------------- text
 def _gib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / GiB:.2f} GiB"
+    return "n/a" if n is None else gib_text(n)
 
 
 def _na(value: object, unit: str = "") -> str:

@@ -40,7 +40,7 @@ from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import launch_reference
 from kvpilot.core.models.resolve import load_model_spec
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
-from kvpilot.core.units import GiB
+from kvpilot.core.units import GiB, gib_text
 from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
@@ -166,7 +166,7 @@ def _measure(
 
 
 def _gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / GiB:8.2f} GiB"
+    return "-" if n is None else gib_text(n, width=8)
 
 
 def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) -> str:

@@ -23,7 +23,7 @@ from kvpilot.core.commands import Subparsers
 from kvpilot.core.errors import RuntimeInstallCancelled, RuntimeInstallError, SettingsError
 from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.progress import InstallProgress
-from kvpilot.core.runtimes.releases import format_bytes
+from kvpilot.core.units import size_text
 
 if TYPE_CHECKING:
     from kvpilot.core.settings import Settings
@@ -118,7 +118,7 @@ def _list(args: argparse.Namespace) -> int:
     for rt in installed:
         mark = "*" if rt.is_default else " "
         state = "ok" if rt.usable else f"not usable: {rt.problem}"
-        size = f", {format_bytes(rt.size_bytes)}" if rt.size_bytes else ""
+        size = f", {size_text(rt.size_bytes)}" if rt.size_bytes else ""
         pins = store.profiles_using(profiles, rt)
         pinned = f", pinned by {', '.join(pins)}" if pins else ""
         shown = rt.vllm_version or rt.version
@@ -187,7 +187,7 @@ def _install(args: argparse.Namespace) -> int:
     if not args.json:
         print(
             f"{choice.reason}; into {installer.target} with {installer.installer} "
-            f"({format_bytes(rel.peak_bytes)} of disk while installing, {how})",
+            f"({size_text(rel.peak_bytes)} of disk while installing, {how})",
             file=sys.stderr,
         )
     if args.dry_run:
@@ -238,7 +238,7 @@ def _install(args: argparse.Namespace) -> int:
     else:
         print(
             f"vLLM {rt.vllm_version} installed at {rt.path} in {result.elapsed_s:.0f} s "
-            f"({format_bytes(rt.size_bytes)}, {rt.flags_count} flags learned; log "
+            f"({size_text(rt.size_bytes)}, {rt.flags_count} flags learned; log "
             f"{result.log_path})"
         )
     print(f"default runtime: {store.read_default() or 'none'}")

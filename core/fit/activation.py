@@ -111,8 +111,6 @@ class VersionProfile:
         sampler: the tensors alive at the dummy sampler's peak (logit units).
         sampler_adds_to_forward: True when the forward's activations are still alive while the
             sampler runs (V2 model runner): peak = forward + sampler; otherwise the larger wins.
-        cudagraph_in_budget: the CUDA-graph estimate is subtracted from the KV budget.
-        default_utilization: ``--gpu-memory-utilization`` default.
         tokens_from_concurrency: "KV cache size: N tokens" = int(concurrency x max_model_len).
         null_block_reserved: the fit check keeps one block aside.
         in_flight_batches: scheduler batches in flight (sliding-window reservation multiplier).
@@ -125,14 +123,22 @@ class VersionProfile:
     engine: str
     sampler: tuple[Buffer, ...]
     sampler_adds_to_forward: bool
-    cudagraph_in_budget: bool
-    default_utilization: float
     tokens_from_concurrency: bool
     null_block_reserved: bool
     in_flight_batches: int
     source: str
     v2_sampler: tuple[Buffer, ...] | None = None
     fitted_on: tuple[str, ...] = ()
+
+    @property
+    def cudagraph_in_budget(self) -> bool:
+        """The CUDA-graph estimate is subtracted from the KV budget (``versions.FEATURES``)."""
+        return versions.supports("cudagraph_in_budget", self.since)
+
+    @property
+    def default_utilization(self) -> float:
+        """``--gpu-memory-utilization`` default (``versions.FEATURES``)."""
+        return versions.default_utilization(self.since)
 
     @property
     def sampler_logit_copies(self) -> float:
@@ -154,8 +160,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler=SAMPLER_TRITON,
         v2_sampler=SAMPLER_V2,
         sampler_adds_to_forward=True,
-        cudagraph_in_budget=True,
-        default_utilization=0.92,
         tokens_from_concurrency=True,
         null_block_reserved=True,
         in_flight_batches=2,
@@ -170,8 +174,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         engine="V1",
         sampler=SAMPLER_TRITON,
         sampler_adds_to_forward=False,
-        cudagraph_in_budget=True,
-        default_utilization=0.92,
         tokens_from_concurrency=True,
         null_block_reserved=False,
         in_flight_batches=1,
@@ -186,8 +188,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         engine="V1",
         sampler=SAMPLER_TRITON,
         sampler_adds_to_forward=False,
-        cudagraph_in_budget=False,
-        default_utilization=0.9,
         tokens_from_concurrency=True,
         null_block_reserved=False,
         in_flight_batches=1,
@@ -201,8 +201,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         engine="V1",
         sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
-        cudagraph_in_budget=False,
-        default_utilization=0.9,
         tokens_from_concurrency=True,
         null_block_reserved=False,
         in_flight_batches=1,
@@ -217,8 +215,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         engine="V1",
         sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
-        cudagraph_in_budget=False,
-        default_utilization=0.9,
         tokens_from_concurrency=True,
         null_block_reserved=False,
         in_flight_batches=1,
@@ -234,8 +230,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         engine="V1",
         sampler=SAMPLER_FLASHINFER,
         sampler_adds_to_forward=False,
-        cudagraph_in_budget=False,
-        default_utilization=0.9,
         tokens_from_concurrency=False,
         null_block_reserved=False,
         in_flight_batches=1,
@@ -251,8 +245,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         engine="V0",
         sampler=SAMPLER_SORT,
         sampler_adds_to_forward=False,
-        cudagraph_in_budget=False,
-        default_utilization=0.9,
         tokens_from_concurrency=False,
         null_block_reserved=False,
         in_flight_batches=1,
@@ -284,7 +276,7 @@ def profile_for(
                 row.engine == "V1"
                 and compute_capability is not None
                 and compute_capability < (8, 0)
-                and not v.at_least("0.10.2")
+                and not versions.supports("v1_below_sm80", v)
             ):
                 return V0_PROFILE
             return row
@@ -533,7 +525,7 @@ def largest_default_capture(version: str | None, compute_capability: tuple[int, 
                             ) -> int:
     """512, or 1024 on SM 10.x from vLLM 0.28 (``is_device_capability_family(100)``)."""
     if (compute_capability is not None and compute_capability[0] == 10
-            and Release.parse(version).at_least("0.28")):
+            and versions.supports("blackwell_capture_1024", version)):
         return 1024
     return 512
 

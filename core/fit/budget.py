@@ -38,7 +38,7 @@ from kvpilot.core.fit.plan import (
 )
 from kvpilot.core.models import spec as model_spec
 from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import Release
+from kvpilot.core.vllm.versions import Release, supports
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
 _LARGE_GPU_BYTES = 70 * GiB
@@ -86,11 +86,11 @@ def default_batching(
         seqs = 256
         batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
         return batched, seqs
-    if gpu_total_bytes >= _HUGE_GPU_BYTES and v.at_least("0.28"):
+    if gpu_total_bytes >= _HUGE_GPU_BYTES and supports("batch_defaults_huge_gpu", v):
         return 16384, 1024
-    a100_excluded = v.at_least("0.9")
+    a100_excluded = supports("batch_defaults_a100_small", v)
     # 0.33 keeps GB10 (DGX Spark, SM 12.1: the memory, not the compute) on the small tier
-    gb10 = compute_capability == (12, 1) and v.at_least("0.33")
+    gb10 = compute_capability == (12, 1) and supports("batch_defaults_gb10_small", v)
     if (gpu_total_bytes >= _LARGE_GPU_BYTES and not (a100_excluded and "a100" in name)
             and not gb10):
         return 8192, 1024

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.units import GiB, MiB
+from kvpilot.core.units import GiB, MiB, gib_text
 
 #: memory vLLM's own process holds before its free-memory check (CUDA context, cuBLAS, NCCL)
 CUDA_CONTEXT_BYTES = 512 * MiB
@@ -135,7 +135,7 @@ class LaunchBudget:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:.1f} GiB"
+    return gib_text(n, 1)
 
 
 def launch_budget(

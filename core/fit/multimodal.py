@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from kvpilot.core.fit import activation
 from kvpilot.core.models.spec import ModelSpec, VisionSpec
 from kvpilot.core.models.vision import vision_weight_bytes
+from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.versions import Release
 
 #: items per prompt when ``--limit-mm-per-prompt`` is not given (V1 engine; V0 allowed 1)
@@ -54,8 +55,6 @@ DEFAULT_LIMIT_V1 = 999
 DEFAULT_LIMIT_V0 = 1
 #: frames of the longest dummy video (``_MAX_FRAMES_PER_VIDEO`` of qwen2_vl.py)
 MAX_FRAMES_PER_VIDEO = 16
-#: the first release with the 0.10 item rule (``encoder_budget // tokens_per_item``)
-ITEM_RULE_SINCE = "0.10"
 
 #: families whose dummy video vLLM sizes from ``max_model_len`` (qwen2_vl.py's rule). Qwen3-VL
 #: sizes its dummy video as two frames at the video processor's ``longest_edge`` / 2
@@ -124,7 +123,7 @@ def runs_on_v0_only(model: ModelSpec, vllm_version: str | None) -> bool:
     return (
         model.vision is not None
         and model.vision.family == "mllama"
-        and not Release.parse(vllm_version).at_least("0.11")
+        and versions.supports("v0_engine", vllm_version)
     )
 
 
@@ -210,7 +209,7 @@ def encoder_profile(
         tokens = per_item[modality]
         limit = limits[modality]
         budget = max(max_num_batched_tokens, tokens)
-        if version.at_least(ITEM_RULE_SINCE):
+        if versions.supports("v1_items_per_prompt_rule", version):
             per_prompt = max(1, min(limit, max_model_len // tokens))
             items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
         else:

@@ -9,7 +9,7 @@ from kvpilot.core import failures
 from kvpilot.core.failures import Failure
 from kvpilot.core.fit.kv import FP8_KV_DTYPES
 from kvpilot.core.fit.plan import PlanInputs
-from kvpilot.core.vllm.versions import Release
+from kvpilot.core.vllm import versions
 
 #: head sizes FlashInfer's FP8 KV kernels accept (vLLM >= 0.12 picks FlashInfer for FP8 on SM8x)
 FLASHINFER_HEAD_SIZES = frozenset({64, 128, 256, 512})
@@ -33,10 +33,10 @@ QUANT_MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "moe_wna16": (7, 0),
 }
 
-#: methods that left vLLM's tree (version removed, plugin to install instead)
+#: methods that left vLLM's tree (the feature row with the release, plugin to install instead)
 REMOVED_QUANTIZATION = {
-    "bitsandbytes": ((0, 28), "vllm-bnb-plugin"),
-    "gguf": ((0, 25), "vllm-gguf-plugin"),
+    "bitsandbytes": ("bitsandbytes_quantization", "vllm-bnb-plugin"),
+    "gguf": ("gguf_quantization", "vllm-gguf-plugin"),
 }
 
 
@@ -54,7 +54,7 @@ def fp8_kv_supported(
         return True
     return (
         compute_capability >= (8, 0)
-        and Release.parse(vllm_version).at_least("0.12")
+        and versions.supports("fp8_kv_flashinfer_sm80", vllm_version)
         and head_dim in FLASHINFER_HEAD_SIZES
     )
 
@@ -63,7 +63,7 @@ def check_support(inputs: PlanInputs) -> Failure | None:
     """A failure when the plan asks for something this GPU or vLLM version cannot do."""
     vision = inputs.model.vision
     if vision is not None and vision.last_vllm_release is not None and (
-        Release.parse(inputs.vllm_version).parts[: len(vision.last_vllm_release)]
+        versions.Release.parse(inputs.vllm_version).parts[: len(vision.last_vllm_release)]
         > vision.last_vllm_release
     ):
         last = ".".join(str(p) for p in vision.last_vllm_release)
@@ -89,8 +89,10 @@ def check_support(inputs: PlanInputs) -> Failure | None:
     if not method:
         return None
     removed = REMOVED_QUANTIZATION.get(method)
-    if removed and Release.parse(inputs.vllm_version).at_least(Release(removed[0])):
-        since = ".".join(str(p) for p in removed[0])
+    if removed and not versions.supports(removed[0], inputs.vllm_version):
+        until = versions.FEATURES[removed[0]].until
+        assert until is not None
+        since = versions.short(until)
         return Failure(
             failures.UNSUPPORTED_QUANTIZATION,
             f"vLLM {inputs.vllm_version} no longer has {method} quantization (removed in "

@@ -58,6 +58,7 @@ from kvpilot.core import failures
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.hub.cache import complete_snapshot, hub_cache_dir, is_repo_id, repo_folder
 from kvpilot.core.paths import mount_point
+from kvpilot.core.units import size_text
 
 if TYPE_CHECKING:
     from kvpilot.core.vllm.command import LaunchSpec
@@ -956,9 +957,4 @@ def _short(exc: BaseException) -> str:
 
 def _size(n_bytes: int) -> str:
     """Human size with decimal units (what file managers and the Hub page show)."""
-    value = float(n_bytes)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{n_bytes} B"
+    return size_text(n_bytes)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import psutil
 
 from kvpilot.core.errors import (
     RuntimeInstallCancelled,
@@ -48,7 +47,9 @@ from kvpilot.core.errors import (
 from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
-from kvpilot.core.runtimes.releases import Release, format_bytes
+from kvpilot.core.runtimes.releases import Release
+from kvpilot.core.units import size_text
+from kvpilot.core.vllm import proctree
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 #: the index with PyTorch's ``+cpu`` builds (not on PyPI), tried for the CPU variant
@@ -171,24 +172,6 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
-def kill_tree(pid: int, timeout_s: float = 5.0) -> list[int]:
-    """Terminate ``pid`` and all its descendants (SIGTERM, then SIGKILL); returns the pids hit."""
-    try:
-        parent = psutil.Process(pid)
-        procs = [*parent.children(recursive=True), parent]
-    except psutil.NoSuchProcess:
-        return []
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _gone, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=timeout_s)
-    return [p.pid for p in procs]
-
-
 class RuntimeInstaller:
     """One install of ``release`` (see the module docstring).
 
@@ -278,7 +261,7 @@ class RuntimeInstaller:
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
-            self.killed_pids.extend(kill_tree(proc.pid))
+            self.killed_pids.extend(proctree.kill_tree(proc.pid))
 
     def precheck(self) -> list[str]:
         """Problems that stop the install before it starts, one sentence each with the fix."""
@@ -296,9 +279,9 @@ class RuntimeInstaller:
         if free < need:
             how = "measured" if self.release.measured else "estimated"
             problems.append(
-                f"only {format_bytes(free)} is free in {where}, and installing vLLM "
-                f"{self.release.version} ({self.release.variant}) takes {format_bytes(need)} "
-                f"({how}; {format_bytes(self.release.installed_bytes)} once installed); free "
+                f"only {size_text(free)} is free in {where}, and installing vLLM "
+                f"{self.release.version} ({self.release.variant}) takes {size_text(need)} "
+                f"({how}; {size_text(self.release.installed_bytes)} once installed); free "
                 "some space or move kvpilot's data directory to a larger disk with "
                 "KVPILOT_DATA_DIR"
             )
@@ -642,7 +625,7 @@ class RuntimeInstaller:
         if self._cancel.is_set():
             raise RuntimeInstallCancelled("cancelled")
         size = folder_bytes(self.target)
-        self._say(f"environment size: {size} bytes ({format_bytes(size)})")
+        self._say(f"environment size: {size} bytes ({size_text(size)})")
         store.write_manifest(
             self.target,
             {
@@ -781,7 +764,7 @@ class RuntimeInstaller:
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
-            self.killed_pids.extend(kill_tree(proc.pid))
+            self.killed_pids.extend(proctree.kill_tree(proc.pid))
         if self.target.exists():
             for _ in range(3):
                 try:

@@ -77,7 +77,7 @@ class InstallProgress:
 
     def describe(self) -> str:
         """``"downloading: 12/57 packages, 420.1 of 980.3 MB"`` (one line for a status bar)."""
-        from kvpilot.core.runtimes.releases import format_bytes
+        from kvpilot.core.units import size_text
 
         pk = (
             f"{self.packages_done}/{self.packages_total} packages"
@@ -85,7 +85,7 @@ class InstallProgress:
             else f"{self.packages_done} packages"
         )
         by = (
-            f", {format_bytes(self.bytes_done)} of {format_bytes(self.bytes_total)} downloaded"
+            f", {size_text(self.bytes_done)} of {size_text(self.bytes_total)} downloaded"
             if self.bytes_total
             else ""
         )

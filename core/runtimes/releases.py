@@ -246,16 +246,6 @@ def choose_release(
     )
 
 
-def format_bytes(n: int) -> str:
-    """``2500000000`` -> ``"2.5 GB"`` (decimal units, as disk tools print them)."""
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"  # pragma: no cover
-
-
 def choose_for_this_machine(
     *,
     version: str | None = None,

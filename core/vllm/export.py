@@ -34,7 +34,7 @@ from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.hub.cache import is_repo_id
 from kvpilot.core.measurements import Measured
-from kvpilot.core.units import GiB
+from kvpilot.core.units import GiB, gib_text
 from kvpilot.core.vllm.command import (
     SECRET_ENV,
     LaunchSpec,
@@ -208,7 +208,7 @@ def _secret_names(plan: ExportPlan) -> list[str]:
 
 
 def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / GiB:.2f} GiB"
+    return "?" if n is None else gib_text(n)
 
 
 def capacity_lines(plan: ExportPlan) -> list[str]:

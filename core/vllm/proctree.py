@@ -5,6 +5,8 @@ and a ``multiprocessing`` resource tracker, all in the server's process group. S
 server alone leaves the others running and holding memory, and SIGTERM during model loading is
 swallowed. :func:`stop_tree` therefore escalates SIGINT (leader) -> SIGTERM (group) -> SIGKILL
 (group), then kills by pid any process it saw in the tree that is still alive.
+:func:`kill_tree` is the same stop without the polite wait, for helpers that need none (the
+runtime installer's pip or uv): the one process-tree kill of the program.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ class StopReport:
 
     ``signals`` lists what was sent, in order (``SIGINT``, ``SIGTERM``, ``SIGKILL``,
     ``SIGKILL:pid`` for stragglers); ``survivors`` are pids still alive at the end (should be
-    empty); ``gpu_pids_left`` are pids the GPU hook still reported; ``elapsed_s`` the wall time.
+    empty); ``gpu_pids_left`` are pids the GPU hook still reported; ``elapsed_s`` the wall time;
+    ``tree`` every pid seen in the tree, the leader included.
     """
 
     signals: tuple[str, ...]
     survivors: tuple[int, ...]
     gpu_pids_left: tuple[int, ...]
     elapsed_s: float
+    tree: tuple[int, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -192,4 +196,22 @@ def stop_tree(
         survivors=tuple(sorted(survivors)),
         gpu_pids_left=tuple(sorted(gpu_left)),
         elapsed_s=time.monotonic() - start,
+        tree=tuple(sorted(tree | {leader_pid})),
     )
+
+
+def kill_tree(pid: int, *, timeout_s: float = 5.0) -> list[int]:
+    """Stop ``pid`` (started with ``start_new_session=True``) and all it started at once: SIGINT,
+    then without waiting SIGTERM to its group, SIGKILL after ``timeout_s``; returns the pids of
+    the tree (empty when ``pid`` is already gone).
+
+    A ``pid`` that leads no process group is safe too: no group has its number, so only the
+    processes found below it are signalled.
+    """
+    if not alive([pid]):
+        return []
+    report = stop_tree(
+        pid, pid, sigint_wait_s=0.0, sigterm_wait_s=timeout_s, sigkill_wait_s=timeout_s,
+        orphan_grace_s=0.0,
+    )
+    return list(report.tree)

@@ -40,7 +40,13 @@ from pathlib import Path
 
 from kvpilot.core import paths
 from kvpilot.core.errors import CommandError, RuntimeNotFoundError
-from kvpilot.core.vllm.versions import Release, supports
+from kvpilot.core.vllm.versions import (
+    Feature,
+    Release,
+    default_utilization,
+    removed_flags,
+    supports,
+)
 
 ENV_VAR = "KVPILOT_VLLM"
 CLI_MODULE = "vllm.entrypoints.cli.main"
@@ -68,7 +74,7 @@ _VERSION_RE = re.compile(r"^\s*v?(\d+\.\d+(?:\.\d+)?(?:[.+\-]?[A-Za-z0-9][A-Za-z
 
 def default_gpu_memory_utilization(version: str | Release) -> float:
     """vLLM's default ``--gpu-memory-utilization`` (see ``versions.FEATURES``)."""
-    return 0.92 if supports("default_utilization_0_92", version) else 0.9
+    return default_utilization(version)
 
 
 def supports_max_model_len_auto(version: str | Release) -> bool:
@@ -358,43 +364,38 @@ class RemovedFlag:
     readded_in: str | None = None
 
 
-REMOVED_FLAGS: dict[str, RemovedFlag] = {
-    r.flag: r
-    for r in (
-        RemovedFlag(
-            "--swap-space",
-            "0.18.0",
-            "drop it; CPU swap space no longer exists (size the KV cache with "
-            "--kv-cache-memory-bytes or --gpu-memory-utilization instead)",
-        ),
-        RemovedFlag(
-            "--disable-log-requests",
-            "0.17.0",
-            "drop it; request logging is off by default",
-            readded_in="0.33.0",
-        ),
-        RemovedFlag(
-            "--calculate-kv-scales",
-            "0.28.0",
-            "drop it; FP8 KV scales come from the checkpoint (1.0 when it has none)",
-        ),
-        RemovedFlag("--max-num-partial-prefills", "0.27.0", "drop it"),
-        RemovedFlag("--max-long-partial-prefills", "0.27.0", "drop it"),
-        RemovedFlag(
-            "--task",
-            "0.14.0",
-            "use --runner pooling (with --convert embed/classify/reward) for pooling models, "
-            "or drop it for text generation",
-        ),
-        RemovedFlag("--num-scheduler-steps", None, "drop it; it belonged to the old V0 engine"),
-        RemovedFlag("--use-v2-block-manager", None, "drop it; it belonged to the old V0 engine"),
-        RemovedFlag("--preemption-mode", None, "drop it; it belonged to the old V0 engine"),
-        RemovedFlag("--rope-scaling", "0.12.0", "use --hf-overrides instead"),
-        RemovedFlag("--rope-theta", "0.12.0", "use --hf-overrides instead"),
-        RemovedFlag("--num-lookahead-slots", "0.12.0", "drop it"),
-        RemovedFlag("--guided-decoding-backend", "0.12.0", "use --structured-outputs-config"),
-        RemovedFlag("--cuda-graph-sizes", "0.14.0", "use --max-cudagraph-capture-size"),
+#: what to do instead of a removed flag; the releases come from ``versions.FEATURES``
+_REMOVAL_ADVICE: dict[str, str] = {
+    "--swap-space": "drop it; CPU swap space no longer exists (size the KV cache with "
+    "--kv-cache-memory-bytes or --gpu-memory-utilization instead)",
+    "--disable-log-requests": "drop it; request logging is off by default",
+    "--calculate-kv-scales": "drop it; FP8 KV scales come from the checkpoint (1.0 when it has "
+    "none)",
+    "--task": "use --runner pooling (with --convert embed/classify/reward) for pooling models, "
+    "or drop it for text generation",
+    "--num-scheduler-steps": "drop it; it belonged to the old V0 engine",
+    "--use-v2-block-manager": "drop it; it belonged to the old V0 engine",
+    "--preemption-mode": "drop it; it belonged to the old V0 engine",
+    "--rope-scaling": "use --hf-overrides instead",
+    "--rope-theta": "use --hf-overrides instead",
+    "--guided-decoding-backend": "use --structured-outputs-config",
+    "--cuda-graph-sizes": "use --max-cudagraph-capture-size",
+}
+
+
+def _removed(row: Feature) -> RemovedFlag:
+    assert row.flag is not None
+    return RemovedFlag(
+        row.flag,
+        row.until if row.until_exact else None,
+        _REMOVAL_ADVICE.get(row.flag, "drop it"),
+        readded_in=row.back_in,
     )
+
+
+#: every flag some release dropped, from the feature table (one source for the releases)
+REMOVED_FLAGS: dict[str, RemovedFlag] = {
+    r.flag: r for r in (_removed(row) for row in removed_flags())
 }
 
 

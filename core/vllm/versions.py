@@ -11,7 +11,8 @@ One supported range for the whole program, :data:`SUPPORTED_MIN` to :data:`SUPPO
 planner's memory rules and the log scanner's line formats both cover it. A newer release is
 planned with the newest rules, its log is read with every known wording (the newest apply to
 it), and a failure none of them recognises is reported with vLLM's own last error line.
-Which release has which CUDA-graph flag is here too.
+Which release has which CUDA-graph flag is here too, and :data:`FEATURES` names for every flag
+kvpilot knows was dropped the first release without it (``runtime.REMOVED_FLAGS`` reads them).
 """
 
 from __future__ import annotations
@@ -94,12 +95,43 @@ class Release:
 
 @dataclass(frozen=True)
 class Feature:
-    """A behaviour of vLLM that kvpilot depends on, the release it first appeared in, and the
-    place in vLLM's code or documentation that shows it."""
+    """A behaviour of vLLM that kvpilot depends on, the releases that have it, and the place in
+    vLLM's code or documentation that shows it.
+
+    Attributes:
+        name: the key :func:`supports` takes.
+        since: first release with it (``"0.0.0"``: every release kvpilot knows).
+        source: where vLLM's code shows it (file, function, what changed), and for a removal
+            how that was checked.
+        until: first release without it (None: still there).
+        flag: the ``vllm serve`` flag the row is about (None: a behaviour, not a flag).
+        back_in: a release that has it again after ``until`` (a flag vLLM re-added).
+        until_exact: False when ``until`` is only a bound: gone by that release at the latest,
+            the release that dropped it not recorded.
+    """
 
     name: str
     since: str
     source: str
+    until: str | None = None
+    flag: str | None = None
+    back_in: str | None = None
+    until_exact: bool = True
+
+    def has(self, release: Release) -> bool:
+        """True when ``release`` has this behaviour (or flag)."""
+        if self.back_in is not None and release.at_least(self.back_in):
+            return True
+        if not release.at_least(self.since):
+            return False
+        return self.until is None or not release.at_least(self.until)
+
+
+def _removed_flag(flag: str, until: str, source: str, *, back_in: str | None = None,
+                  until_exact: bool = True) -> Feature:
+    """A row for a ``vllm serve`` flag that ``until`` no longer accepts."""
+    return Feature(flag.removeprefix("--").replace("-", "_") + "_flag", "0.0.0", source,
+                   until=until, flag=flag, back_in=back_in, until_exact=until_exact)
 
 
 #: one row per behaviour; everything that asks "does this release do X" reads this table
@@ -123,14 +155,71 @@ FEATURES: dict[str, Feature] = {
                 "pairs through 0.7; pairs deprecated in 0.8-0.9, removed in 0.10)"),
         Feature("cuda_graph_sizes_flag", "0.9.0",
                 "engine/arg_utils.py: --cuda-graph-sizes N (capture sizes up to N); deprecated "
-                "in 0.12.0, gone in 0.13.0"),
+                "in 0.12.0 ('will be removed in v0.13.0'); the 0.12.0 wheel's arg_utils.py "
+                "still adds the argument, the 0.13.0 wheel's no longer has it",
+                until="0.13.0", flag="--cuda-graph-sizes"),
         Feature("max_cudagraph_capture_size_flag", "0.12.0",
-                "engine/arg_utils.py: --max-cudagraph-capture-size N"),
+                "engine/arg_utils.py: --max-cudagraph-capture-size N",
+                flag="--max-cudagraph-capture-size"),
         Feature("cudagraph_mode_config", "0.10.1",
                 "config/compilation.py: --compilation-config cudagraph_mode "
                 "(NONE / PIECEWISE / FULL / FULL_AND_PIECEWISE ...)"),
         Feature("full_cudagraphs_by_default", "0.11.0",
                 "config: cudagraph_mode defaults to FULL_AND_PIECEWISE (PIECEWISE in 0.10.x)"),
+        # ---- engines and memory rules the fit engine follows
+        Feature("v0_engine", "0.0.0", "the V0 engine (worker/model_runner.py); 0.11 removed it",
+                until="0.11.0"),
+        Feature("v1_below_sm80", "0.10.2",
+                "engine/arg_utils.py: _is_v1_supported_oracle no longer refuses compute "
+                "capability < 8.0 (0.8 to 0.10.1 fall back to V0 there)"),
+        Feature("v1_items_per_prompt_rule", "0.10.0",
+                "v1/core/encoder_cache_manager.py compute_mm_encoder_budget: dummy items capped "
+                "by max_model_len // tokens per item (ceil(budget / tokens) before)"),
+        Feature("batch_defaults_huge_gpu", "0.28.0",
+                "engine/arg_utils.py get_batch_defaults: >= 160 GiB -> 16384 batched tokens / "
+                "1024 sequences"),
+        Feature("batch_defaults_a100_small", "0.9.0",
+                "engine/arg_utils.py _set_default_args: A100 kept off the large-GPU row"),
+        Feature("batch_defaults_gb10_small", "0.33.0",
+                "engine/arg_utils.py get_batch_defaults: GB10 (SM 12.1) kept off the large-GPU "
+                "row"),
+        Feature("blackwell_capture_1024", "0.28.0",
+                "config/vllm.py _set_cudagraph_sizes: largest default capture size 1024 on "
+                "SM 10.x (is_device_capability_family(100))"),
+        Feature("fp8_kv_flashinfer_sm80", "0.12.0",
+                "attention backend selection: FP8 KV on SM 8.0-8.8 through FlashInfer"),
+        Feature("gguf_quantization", "0.0.0", "model_executor/layers/quantization: gguf moved to "
+                "the vllm-gguf-plugin", until="0.25.0"),
+        Feature("bitsandbytes_quantization", "0.0.0", "model_executor/layers/quantization: "
+                "bitsandbytes moved to the vllm-bnb-plugin", until="0.28.0"),
+        # ---- flags vllm serve no longer accepts
+        _removed_flag("--swap-space", "0.18.0", "engine/arg_utils.py: CPU swap space removed"),
+        _removed_flag("--disable-log-requests", "0.17.0",
+                      "engine/arg_utils.py: request logging off by default; the flag is "
+                      "accepted again from 0.33.0", back_in="0.33.0"),
+        _removed_flag("--calculate-kv-scales", "0.28.0",
+                      "engine/arg_utils.py: FP8 KV scales come from the checkpoint"),
+        _removed_flag("--max-num-partial-prefills", "0.27.0",
+                      "engine/arg_utils.py: concurrent partial prefills removed"),
+        _removed_flag("--max-long-partial-prefills", "0.27.0",
+                      "engine/arg_utils.py: concurrent partial prefills removed"),
+        _removed_flag("--task", "0.13.0",
+                      "engine/arg_utils.py: the 0.12.0 wheel still adds --task (deprecated), "
+                      "the 0.13.0 wheel's no longer has it; --runner / --convert replace it"),
+        _removed_flag("--num-scheduler-steps", "0.11.0", "V0 engine only; gone with it at "
+                      "the latest", until_exact=False),
+        _removed_flag("--use-v2-block-manager", "0.11.0", "V0 engine only; gone with it at "
+                      "the latest", until_exact=False),
+        _removed_flag("--preemption-mode", "0.11.0", "V0 engine only; gone with it at the "
+                      "latest", until_exact=False),
+        _removed_flag("--rope-scaling", "0.12.0", "engine/arg_utils.py: moved into "
+                      "--hf-overrides (absent from the 0.12.0 wheel)"),
+        _removed_flag("--rope-theta", "0.12.0", "engine/arg_utils.py: moved into "
+                      "--hf-overrides (absent from the 0.12.0 wheel)"),
+        _removed_flag("--num-lookahead-slots", "0.12.0",
+                      "engine/arg_utils.py: absent from the 0.12.0 wheel"),
+        _removed_flag("--guided-decoding-backend", "0.12.0", "engine/arg_utils.py: "
+                      "--structured-outputs-config replaces it (absent from the 0.12.0 wheel)"),
     )
 }
 
@@ -143,7 +232,17 @@ def supports(feature: str, version: str | Release | None) -> bool:
         KeyError: ``feature`` is not in the table.
     """
     release = version if isinstance(version, Release) else Release.parse(version)
-    return release.at_least(FEATURES[feature].since)
+    return FEATURES[feature].has(release)
+
+
+def removed_flags() -> list[Feature]:
+    """The rows of flags some release dropped (``flag`` and ``until`` set), in table order."""
+    return [f for f in FEATURES.values() if f.flag is not None and f.until is not None]
+
+
+def default_utilization(version: str | Release | None) -> float:
+    """vLLM's default ``--gpu-memory-utilization`` in ``version``."""
+    return 0.92 if supports("default_utilization_0_92", version) else 0.9
 
 
 def release_number(text: str | None) -> str:

@@ -1,6 +1,6 @@
 """Model paths, extra vLLM arguments and API keys reach vLLM as argv items, never via a shell.
 
-The stand-in vllm (tests/e2e/fake_vllm.py) records the argv and environment it was started
+The stand-in vllm (tests/fakes/fake_vllm.py) records the argv and environment it was started
 with; every value carries shell syntax that would create a marker file if any shell ran it.
 """
 
@@ -17,7 +17,7 @@ from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import Supervisor
 
 TESTS = Path(__file__).resolve().parents[1]
-FAKE = TESTS / "e2e" / "fake_vllm.py"
+FAKE = TESTS / "fakes" / "fake_vllm.py"
 
 
 def _payloads(marker: Path) -> list[str]:

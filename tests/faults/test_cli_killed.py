@@ -21,7 +21,7 @@ from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.orphans import find_orphans, pidfile_path, read_pidfile
 
 TESTS = Path(__file__).resolve().parents[1]
-FAKE = TESTS / "e2e" / "fake_vllm.py"
+FAKE = TESTS / "fakes" / "fake_vllm.py"
 MODEL = TESTS / "data" / "models" / "qwen3-8b"
 
 

@@ -132,7 +132,7 @@ def test_a_launch_log_on_a_full_disk_is_reported_once_and_serving_goes_on(
     from kvpilot.core.vllm.runtime import VllmRuntime
     from kvpilot.core.vllm.supervisor import READY, Supervisor
 
-    fake = TESTS / "e2e" / "fake_vllm.py"
+    fake = TESTS / "fakes" / "fake_vllm.py"
     monkeypatch.setenv("FAKE_VLLM_FLOOD", "20000,100000")
     runtime = VllmRuntime((sys.executable, str(fake)), "0.32.0", "env", str(fake))
     spec = LaunchSpec(model="/models/tiny", port=find_free_port("127.0.0.1", 19700))

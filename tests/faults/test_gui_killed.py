@@ -1,7 +1,7 @@
 """The kvpilot GUI process killed with SIGKILL while its server runs.
 
 A real kvpilot window (offscreen, its own process, a recorded RTX 4090) launches the stand-in
-vLLM (tests/e2e/fake_vllm.py, a real process tree serving /health and /metrics) and is then
+vLLM (tests/fakes/fake_vllm.py, a real process tree serving /health and /metrics) and is then
 SIGKILLed. The server lives on in its own session. The next window must find it and offer to
 keep or stop it, refuse to start a second server while it runs (on its port or anywhere on the
 GPU it holds), and once it is adopted keep its telemetry and say that its old log stream is
@@ -29,7 +29,7 @@ from kvpilot.core.vllm.proctree import alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 
 TESTS = Path(__file__).resolve().parents[1]
-FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
+FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
 
 #: the first kvpilot: the real window and services, launching the selected plan
 FIRST_GUI = r"""

@@ -1,4 +1,4 @@
-"""Server faults against the stand-in vllm (tests/e2e/fake_vllm.py): a real child process tree
+"""Server faults against the stand-in vllm (tests/fakes/fake_vllm.py): a real child process tree
 that serves /health like vLLM, so kills, stops and floods are real; only the engine is absent.
 
 Each test prints its time to detect; docs/reliability.md tabulates them.
@@ -24,7 +24,7 @@ from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, STARTING, Supervisor
 
 TESTS = Path(__file__).resolve().parents[1]
-FAKE = TESTS / "e2e" / "fake_vllm.py"
+FAKE = TESTS / "fakes" / "fake_vllm.py"
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from kvpilot.gui.services import AppServices
 from kvpilot.gui.workers import wait_for_pool
 
 TESTS = Path(__file__).resolve().parents[1]
-FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
+FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
 
 
 @pytest.fixture(autouse=True)

@@ -25,11 +25,12 @@ def test_an_unhandled_error_is_logged_and_shown_with_the_log_path(qtbot, tmp_pat
     reporter = crash.CrashReporter(log_file, parent)
     crash.install(reporter)
     try:
-        try:
-            raise ValueError("the plan table lost a row")
-        except ValueError:
-            sys.excepthook(*sys.exc_info())
-        qtbot.waitUntil(lambda: reporter.dialog is not None, timeout=5_000)
+        with qtbot.waitSignal(reporter.crashed, timeout=5_000):
+            try:
+                raise ValueError("the plan table lost a row")
+            except ValueError:
+                sys.excepthook(*sys.exc_info())
+        assert reporter.dialog is not None
         text = reporter.dialog.informativeText()
         assert "ValueError: the plan table lost a row" in text
         assert str(log_file) in text and "keeps running" in text
@@ -37,9 +38,9 @@ def test_an_unhandled_error_is_logged_and_shown_with_the_log_path(qtbot, tmp_pat
         # a crash in a worker thread arrives through the queued signal; within the interval no
         # second dialog opens
         worker = threading.Thread(target=lambda: 1 / 0, name="kvpilot-test-worker")
-        worker.start()
-        worker.join()
-        qtbot.wait(100)
+        with qtbot.waitSignal(reporter.crashed, timeout=5_000):
+            worker.start()
+            worker.join()
         assert reporter.dialog is first
     finally:
         logging.getLogger("kvpilot").removeHandler(handler)

@@ -38,15 +38,16 @@ def test_install_from_the_no_vllm_state_enables_launch(make_window, qtbot, wheel
     assert "No build fits this machine" in dialog.summary.text()
     assert "570.26" in dialog.summary.text()
     assert dialog.release_box.currentData().runtime_id == "0.32.0-cpu"
-    qtbot.mouseClick(dialog.install_button, Qt.MouseButton.LeftButton)
-    assert dialog.controller is not None and dialog.controller.running
-    # the event loop keeps running while the install works
-    ticks = 0
-    while dialog.controller.running and ticks < 600:
-        qtbot.wait(50)
-        ticks += 1
+    with qtbot.waitSignal(dialog.installed, timeout=60_000):
+        qtbot.mouseClick(dialog.install_button, Qt.MouseButton.LeftButton)
+        assert dialog.controller is not None and dialog.controller.running
+        # the event loop keeps running while the install works
+        ticks = 0
+        while dialog.controller.running and ticks < 600:
+            qtbot.wait(50)
+            ticks += 1
     assert ticks > 2
-    qtbot.waitUntil(lambda: dialog.result_runtime is not None, timeout=60_000)
+    assert dialog.result_runtime is not None
     assert dialog.error is None
     assert "vLLM 0.32.0+cpu is installed and verified (the default runtime)" in (
         dialog.status.text()
@@ -84,8 +85,9 @@ def test_cancel_from_the_dialog(make_window, qtbot, wheels: Path) -> None:
         target = rstore.runtimes_root(w.services.data_dir) / "0.32.0-cpu"
         assert target.exists()
         t0 = time.monotonic()
-        qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: dialog.error is not None, timeout=30_000)
+        assert dialog.controller is not None
+        with qtbot.waitSignal(dialog.controller.finished, timeout=30_000):
+            qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
         assert time.monotonic() - t0 < 20
     assert isinstance(dialog.error, RuntimeInstallCancelled)
     assert dialog.status.text().startswith("Cancelled: the install of vLLM 0.32.0-cpu")

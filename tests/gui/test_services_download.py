@@ -41,9 +41,13 @@ def test_download_progress_reaches_the_gui_thread(qtbot, hub, tmp_path):
     bridge.download_progress.connect(
         lambda p: seen.append((p.bytes_done, p.bytes_total, threading.current_thread() is main))
     )
-    with pytest.raises(Exception):  # noqa: B017 - no runtime: the launch itself cannot proceed
+    done = qtbot.waitSignal(
+        bridge.download_progress, timeout=10_000,
+        check_params_cb=lambda p: p.bytes_done == p.bytes_total,
+    )
+    with done, pytest.raises(Exception):  # noqa: B017 - no runtime: the launch cannot proceed
         services.start_server(_NoRuntime(), LaunchSpec(model=REPO))
-    qtbot.waitUntil(lambda: bool(seen) and seen[-1][0] == seen[-1][1], timeout=10_000)
+    assert seen and seen[-1][0] == seen[-1][1]
     assert all(on_gui for *_, on_gui in seen)
     assert seen[-1][1] == sum(len(b) for b in FILES.values())
     assert not services.server_running()

@@ -23,7 +23,7 @@ from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.gui.settings_dialog import SettingsDialog
 
 TESTS = TESTS_DIR
-FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
+FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
 FAIL_LOG = TESTS / "data" / "supervisor" / "fail_b1_kvbytes_tiny.log"
 TOKEN = "hf_PLANTEDsecret9f8e7d6c5b4a"
 KEY = "sk-PLANTED-api-key-1a2b3c"

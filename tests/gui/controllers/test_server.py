@@ -1,6 +1,6 @@
 """Launch, watch, fail, recover and quit against a stand-in ``vllm`` that replays real logs.
 
-The stand-in (tests/e2e/fake_vllm.py) is a real child process: it prints recorded vLLM 0.32 log
+The stand-in (tests/fakes/fake_vllm.py) is a real child process: it prints recorded vLLM 0.32 log
 lines, serves /health and a recorded /metrics payload, and exits on SIGINT. The supervisor,
 log scanner, metrics scraper, telemetry and fit engine are the real ones. The same flows run
 against the real vLLM CPU engine in test_main_window_e2e.py.
@@ -25,7 +25,7 @@ from kvpilot.core.vllm.proctree import alive as _alive
 from kvpilot.core.vllm.runtime import VllmRuntime
 
 TESTS = TESTS_DIR
-FAKE_VLLM = TESTS / "e2e" / "fake_vllm.py"
+FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
 FAIL_LOG = TESTS / "data" / "supervisor" / "fail_b1_kvbytes_tiny.log"
 FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
 

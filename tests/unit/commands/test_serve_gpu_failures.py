@@ -1,6 +1,6 @@
 """GPU-only start-up failures through ``kvpilot serve`` and the supervisor, end to end.
 
-The stand-in ``vllm`` (tests/e2e/fake_vllm.py, a real child process) prints recorded vLLM lines:
+The stand-in ``vllm`` (tests/fakes/fake_vllm.py, a real child process) prints recorded vLLM lines:
 a CUDA-graph capture that runs out of memory (V2 model runner, FULL graphs) and a negative KV
 budget (0.16). ``kvpilot serve`` runs as a subprocess with ``--json-events``: the failure is
 classified from the log, the fallbacks come from the fit engine with their predicted effect, and
@@ -25,7 +25,7 @@ from testpaths import DATA, TESTS
 from kvpilot.core import failures
 from kvpilot.core.vllm.command import find_free_port
 
-FAKE = TESTS / "e2e" / "fake_vllm.py"
+FAKE = TESTS / "fakes" / "fake_vllm.py"
 LOGS = DATA / "supervisor"
 MODEL = DATA / "models" / "qwen2.5-7b-instruct"
 

@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from metricskit import PARSERS
 
 from kvpilot.core import settings as kst
 from kvpilot.core.errors import KvpilotError, ModelSpecError, SettingsError
 from kvpilot.core.models.local import load_local_model, spec_from_config
 from kvpilot.core.models.weights import safetensors_tensor_bytes
 from kvpilot.core.vllm import logparse
-from kvpilot.core.vllm.metrics import ScrapeError, parse_metrics
+from kvpilot.core.vllm.metrics import ScrapeError
 
 FUZZ = settings(
     max_examples=150,
@@ -245,10 +246,10 @@ def metrics_texts(draw: Any) -> str:
 
 
 @FUZZ
-@given(metrics_texts(), st.booleans())
-def test_metrics_text_raises_only_scrape_error(text: str, fast: bool) -> None:
+@given(metrics_texts(), st.sampled_from(sorted(PARSERS)))
+def test_metrics_text_raises_only_scrape_error(text: str, parser: str) -> None:
     try:
-        sample = parse_metrics(text, 1.0, fast=fast)
+        sample = PARSERS[parser](text, 1.0)
     except ScrapeError as err:
         assert str(err)
     else:

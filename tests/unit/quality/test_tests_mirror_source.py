@@ -47,9 +47,12 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "models/bytemodel.py": ("tests/unit/models/test_catalog.py",
                             "checkpoint sizes of the catalog come from it"),
     "models/spec.py": ("tests/unit/models/test_local.py", "the spec type config.json is read into"),
-    "units.py": ("tests/unit/fit/test_budget.py", "constants only"),
+    "vllm/logevents.py": ("tests/unit/vllm/test_logparse.py", "the events the scanner emits"),
+    "vllm/logfailures.py": ("tests/unit/vllm/test_logparse_formats.py",
+                            "every failure row is fed its recorded lines through the scanner"),
+    "vllm/logformats.py": ("tests/unit/vllm/test_logparse_formats.py",
+                           "every capacity row is fed its recorded lines through the scanner"),
     "vllm/measure.py": ("tests/e2e/test_server_crashes.py", "a dry run needs the real engine"),
-    "vllm/proctree.py": ("tests/unit/vllm/test_supervisor.py", "the supervisor stops trees"),
 }
 
 

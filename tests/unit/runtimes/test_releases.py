@@ -13,7 +13,6 @@ from kvpilot.core.runtimes.releases import (
     choose_for_this_machine,
     choose_release,
     find_release,
-    format_bytes,
     load_releases,
 )
 
@@ -80,9 +79,3 @@ def test_choice_from_recorded_machines() -> None:
         choose_for_this_machine(nvml_module=load_recorded("rtx4090-desktop"))
     none = choose_for_this_machine(nvml_module=load_recorded("no-driver"))
     assert none.release.runtime_id == "0.32.0-cpu"
-
-
-def test_format_bytes() -> None:
-    assert format_bytes(3_500_000_000) == "3.5 GB"
-    assert format_bytes(999) == "999 B"
-    assert format_bytes(1_500_000) == "1.5 MB"

@@ -10,6 +10,14 @@ from testpaths import DATA as TESTS_DATA
 from kvpilot.core import failures as fk
 from kvpilot.core.failures import Failure
 from kvpilot.core.units import GiB
+from kvpilot.core.vllm.logevents import (
+    CapacityEvent,
+    Event,
+    PhaseEvent,
+    ReadyHintEvent,
+    ShutdownEvent,
+    StatsEvent,
+)
 from kvpilot.core.vllm.logparse import (
     CAPTURING_CUDA_GRAPHS,
     COMPILING,
@@ -19,13 +27,7 @@ from kvpilot.core.vllm.logparse import (
     PROFILING,
     RESOLVING,
     STARTING_API,
-    CapacityEvent,
-    Event,
     LogScanner,
-    PhaseEvent,
-    ReadyHintEvent,
-    ShutdownEvent,
-    StatsEvent,
     classify_exit,
     gib_to_bytes,
     parse_line,

@@ -1,9 +1,9 @@
 """The scanner's table of line formats: every recorded line reads through its own rule.
 
-Each row of :data:`CAPACITY_FORMATS` / :data:`FAILURE_FORMATS` names the vLLM releases that print
-the wording and the recorded lines that prove it; here every example is fed to a fresh scanner
-and must give that row's figures (capacity) or kind (failure), and the ranges must agree with
-the supported range the planner uses.
+Each row of :data:`CAPACITY_FORMATS` (``logformats``) / :data:`FAILURE_FORMATS` (``logfailures``)
+names the vLLM releases that print the wording and the recorded lines that prove it; here every
+example is fed to a fresh scanner and must give that row's figures (capacity) or kind (failure),
+and the ranges must agree with the supported range the planner uses.
 """
 
 from __future__ import annotations
@@ -15,15 +15,10 @@ from kvpilot.core import failures as fk
 from kvpilot.core.failures import Failure
 from kvpilot.core.fit import fallback
 from kvpilot.core.vllm import versions
-from kvpilot.core.vllm.logparse import (
-    CAPACITY_FORMATS,
-    FAILURE_FORMATS,
-    CapacityEvent,
-    LineFormat,
-    LogScanner,
-    classify_exit,
-    parse_line,
-)
+from kvpilot.core.vllm.logevents import CapacityEvent
+from kvpilot.core.vllm.logfailures import FAILURE_FORMATS
+from kvpilot.core.vllm.logformats import CAPACITY_FORMATS, LineFormat, parse_line
+from kvpilot.core.vllm.logparse import LogScanner, classify_exit
 
 CAP_EXAMPLES = [
     pytest.param(row, line, id=f"{row.what}-{i}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from metricskit import PARSERS, parse_with_prometheus_client
 
 from kvpilot.core.vllm.metrics import (
     DISABLED_STATS_MESSAGE,
@@ -13,12 +14,13 @@ from kvpilot.core.vllm.metrics import (
     parse_metrics,
 )
 
-BOTH = pytest.mark.parametrize("fast", [True, False], ids=["fast", "full"])
+#: kvpilot's line parser and prometheus_client's (the oracle) on the same tests
+BOTH = pytest.mark.parametrize("parse", list(PARSERS.values()), ids=list(PARSERS))
 
 
 @BOTH
-def test_real_after_payload_values(payload, fast):
-    s = parse_metrics(payload("after"), 12.5, fast=fast)
+def test_real_after_payload_values(payload, parse):
+    s = parse(payload("after"), 12.5)
     assert s.t_monotonic_s == 12.5
     assert s.has_vllm_metrics and s.message is None
     assert not s.legacy_names
@@ -57,14 +59,14 @@ def test_real_after_payload_values(payload, fast):
 
 
 def test_fast_and_full_paths_agree(real_payload):
-    fast = parse_metrics(real_payload, 1.0, fast=True)
-    assert fast == parse_metrics(real_payload, 1.0, fast=False)
+    fast = parse_metrics(real_payload, 1.0)
+    assert fast == parse_with_prometheus_client(real_payload, 1.0)
 
 
 @BOTH
-def test_counters_grow_between_real_payloads(payload, fast):
+def test_counters_grow_between_real_payloads(payload, parse):
     before, during, after = (
-        parse_metrics(payload(n), 0.0, fast=fast) for n in ("before", "during", "after")
+        parse(payload(n), 0.0) for n in ("before", "during", "after")
     )
     assert before.generation_tokens_total == 0.0
     gen = [s.generation_tokens_total for s in (before, during, after)]
@@ -116,8 +118,8 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="2048",model_name="m"} 1.0
 
 
 @BOTH
-def test_older_names(fast):
-    s = parse_metrics(OLD_PAYLOAD, 3.0, fast=fast)
+def test_older_names(parse):
+    s = parse(OLD_PAYLOAD, 3.0)
     assert s.has_vllm_metrics and s.legacy_names
     assert (s.running, s.waiting) == (3.0, 2.0)
     assert s.kv_usage_frac == pytest.approx(0.93)
@@ -134,13 +136,13 @@ def test_older_names(fast):
 
 
 @BOTH
-def test_new_kv_name_wins_over_old(fast):
+def test_new_kv_name_wins_over_old(parse):
     text = OLD_PAYLOAD + 'vllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
-    assert parse_metrics(text, 0.0, fast=fast).kv_usage_frac == 0.5
+    assert parse(text, 0.0).kv_usage_frac == 0.5
 
 
 @BOTH
-def test_two_engines_are_combined(fast):
+def test_two_engines_are_combined(parse):
     text = "".join(
         f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {e + 1}.0\n'
         f'vllm:num_requests_waiting{{engine="{e}",model_name="m"}} 1.0\n'
@@ -150,7 +152,7 @@ def test_two_engines_are_combined(fast):
         f'vllm:time_to_first_token_seconds_bucket{{engine="{e}",le="+Inf",model_name="m"}} 3.0\n'
         for e in (0, 1)
     )
-    s = parse_metrics(text, 0.0, fast=fast)
+    s = parse(text, 0.0)
     assert s.running == 3.0 and s.waiting == 2.0
     assert s.kv_usage_frac == pytest.approx(0.3)  # the fullest engine
     assert s.generation_tokens_total == 200.0
@@ -159,9 +161,9 @@ def test_two_engines_are_combined(fast):
 
 
 @BOTH
-def test_disable_log_stats_has_no_vllm_metrics(payload, fast):
+def test_disable_log_stats_has_no_vllm_metrics(payload, parse):
     text = "".join(line + "\n" for line in payload("after").splitlines() if "vllm:" not in line)
-    s = parse_metrics(text, 4.0, fast=fast)
+    s = parse(text, 4.0)
     assert s.has_vllm_metrics is False
     assert s.message == DISABLED_STATS_MESSAGE and "--disable-log-stats" in s.message
     assert s.running is None and s.kv_usage_frac is None and s.generation_tokens_total is None
@@ -197,32 +199,32 @@ BAD = {
 
 @BOTH
 @pytest.mark.parametrize("case", list(BAD))
-def test_bad_payloads_raise_typed_error(case, fast):
+def test_bad_payloads_raise_typed_error(case, parse):
     text, kind = BAD[case]
     with pytest.raises(ScrapeError) as info:
-        parse_metrics(text, 0.0, fast=fast)
+        parse(text, 0.0)
     assert info.value.kind is kind
     assert "/metrics" in str(info.value)
 
 
 @BOTH
 @pytest.mark.parametrize("fraction", [0.05, 0.33, 0.5, 0.77, 0.999])
-def test_truncated_real_payload_mid_line(payload, fast, fraction):
+def test_truncated_real_payload_mid_line(payload, parse, fraction):
     text = payload("after")
     cut = int(len(text) * fraction)
     if text[cut - 1] == "\n":
         cut -= 1
     with pytest.raises(ScrapeError) as info:
-        parse_metrics(text[:cut], 0.0, fast=fast)
+        parse(text[:cut], 0.0)
     assert info.value.kind is ScrapeErrorKind.TRUNCATED
 
 
 @BOTH
-def test_truncated_real_payload_at_line_boundary_inside_vllm_section(payload, fast):
+def test_truncated_real_payload_at_line_boundary_inside_vllm_section(payload, parse):
     text = payload("after")
     cut = text.index("vllm:kv_cache_usage_perc{")  # the gauges after it are missing
     with pytest.raises(ScrapeError) as info:
-        parse_metrics(text[:cut], 0.0, fast=fast)
+        parse(text[:cut], 0.0)
     assert info.value.kind is ScrapeErrorKind.TRUNCATED
     assert "kv_usage_frac" in str(info.value)
 
@@ -240,8 +242,8 @@ TRICKY = (
 
 
 def test_fast_line_parser_matches_prometheus_client_on_tricky_lines():
-    fast = parse_metrics(TRICKY, 0.0, fast=True)
-    full = parse_metrics(TRICKY, 0.0, fast=False)
+    fast = parse_metrics(TRICKY, 0.0)
+    full = parse_with_prometheus_client(TRICKY, 0.0)
     assert fast.model_name == 'org/m "x", {y} \\ z\n'
     assert fast.running == 2.0 and fast.waiting == 1.5 and fast.kv_usage_frac == 0.25
     assert fast.generation_tokens_total == 1000.0
@@ -257,16 +259,16 @@ def replace_nan(sample):
 
 
 @BOTH
-def test_only_unknown_vllm_families_is_not_mistaken_for_disabled_stats(fast):
+def test_only_unknown_vllm_families_is_not_mistaken_for_disabled_stats(parse):
     text = 'python_info{version="3.12"} 1.0\nvllm:some_future_gauge{engine="0"} 3.0\n'
     with pytest.raises(ScrapeError) as info:
-        parse_metrics(text, 0.0, fast=fast)
+        parse(text, 0.0)
     assert info.value.kind is ScrapeErrorKind.TRUNCATED
     assert "version this app does not know" in str(info.value)
 
 
 @BOTH
-def test_comments_only_is_malformed(fast):
+def test_comments_only_is_malformed(parse):
     with pytest.raises(ScrapeError) as info:
-        parse_metrics("# HELP x y\n# TYPE x gauge\n", 0.0, fast=fast)
+        parse("# HELP x y\n# TYPE x gauge\n", 0.0)
     assert info.value.kind is ScrapeErrorKind.MALFORMED

@@ -1,6 +1,6 @@
 """Supervisor against a stand-in ``vllm`` that replays real log lines (fast, no engine).
 
-The stand-in (tests/e2e/fake_vllm.py) serves /health, /v1/models and /metrics like vLLM and can
+The stand-in (tests/fakes/fake_vllm.py) serves /health, /v1/models and /metrics like vLLM and can
 linger, ignore SIGTERM, die after ready, or print GPU-only failures such as CUDA out of memory.
 """
 
@@ -33,7 +33,7 @@ from kvpilot.core.vllm.supervisor import (
     iter_states,
 )
 
-FAKE = TESTS / "e2e" / "fake_vllm.py"
+FAKE = TESTS / "fakes" / "fake_vllm.py"
 DATA = TESTS_DATA / "supervisor"
 
 
