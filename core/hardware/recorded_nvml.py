@@ -434,6 +434,7 @@ class RecordedNvml:
             start = h.data.get("energy_mj")
             if start is None:
                 self._raise("NOT_SUPPORTED")
+            assert start is not None
             now = self.clock()
             if h.energy is None:
                 h.energy = (now, float(start))
