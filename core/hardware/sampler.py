@@ -383,3 +383,30 @@ class GpuSetSampler(GpuSampler):
             part.close()
         super().close()
 
+
+
+def start_run_sampler(
+    window_s: float,
+    *,
+    index: int = 0,
+    rate_hz: float = MAX_RATE_HZ,
+    nvml_module: object | None = None,
+) -> GpuSampler | None:
+    """A running sampler of GPU ``index`` that keeps at least ``window_s`` seconds of samples
+    (a load test's level), or None when that GPU cannot be read here (no driver, no GPU).
+
+    The caller stops it. ``rate_hz`` defaults to the highest rate, 10 Hz.
+
+    Raises:
+        ValueError: ``rate_hz`` out of range or ``window_s`` not positive.
+    """
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s}")
+    sampler = GpuSampler(
+        index, rate_hz, nvml_module, history_len=int(window_s * rate_hz) + 10
+    )
+    if not sampler.sample_once().ok:
+        sampler.close()
+        return None
+    sampler.start()
+    return sampler
