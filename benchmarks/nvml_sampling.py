@@ -1,7 +1,9 @@
 """Cost of GPU sampling: microseconds per sample and CPU share of one core at 10 Hz.
 
 Runs against the snapshot replay (always) and the real NVML library (when a driver answers).
-Goal: under 1 % of one core at 10 Hz.
+Each sample reads memory, utilization, temperature, power draw and limit, clocks, the
+clock-event (throttle) mask, the energy counter and the process lists; the replay also says
+how many NVML calls one sample makes. Goal: under 1 % of one core at 10 Hz.
 
     .venv/bin/python benchmarks/nvml_sampling.py [--duration 10] [--rate 10] [--samples 2000]
 """
@@ -13,7 +15,7 @@ import statistics
 import time
 
 from kvpilot.core.hardware.nvml import Nvml, NvmlInitError, import_pynvml
-from kvpilot.core.hardware.recorded_nvml import load_recorded
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml, load_recorded
 from kvpilot.core.hardware.sampler import GpuSampler
 
 
@@ -50,11 +52,29 @@ def cpu_share(module: object, rate_hz: float, duration_s: float) -> tuple[float,
     return cpu / wall * 100.0, len(sampler.history())
 
 
+def calls_per_sample(module: object) -> int | None:
+    """NVML calls one sample makes, counted by the replay (None for the real library)."""
+    if not isinstance(module, RecordedNvml):
+        return None
+    sampler = GpuSampler(nvml_module=module)
+    sampler.sample_once()
+    before = module.call_count
+    sample = sampler.sample_once()
+    calls = module.call_count - before
+    sampler.close()
+    if sample.throttle_reasons_mask is None or sample.energy_mj is None:
+        print("  (this snapshot records no throttle mask or energy counter)")
+    return calls
+
+
 def report(label: str, module: object, args: argparse.Namespace) -> None:
+    calls = calls_per_sample(module)
     median_us, p99_us, cpu_us = cost_per_sample(module, args.samples)
     share, taken = cpu_share(module, args.rate, args.duration)
     verdict = "ok" if share < 1.0 else "OVER GOAL"
     print(f"{label}")
+    if calls is not None:
+        print(f"  NVML calls per sample  {calls}")
     print(
         f"  cost per sample   median {median_us:8.1f} µs wall, p99 {p99_us:8.1f} µs, "
         f"{cpu_us:8.1f} µs CPU  ({args.samples} samples)"

@@ -19,8 +19,11 @@ Derived vLLM series (all per sample, names as in :data:`SERIES`):
 
 GPU series: ``memory_used_bytes``, ``memory_total_bytes``, ``vllm_memory_bytes`` (sum of the
 per-process bytes of the vLLM process tree, see :meth:`Telemetry.set_vllm_pids`),
-``other_memory_bytes``, ``gpu_util_percent``, ``power_w``, ``temperature_c``, ``sm_clock_mhz``.
-GPU samples are read duck-typed (any object with ``t_monotonic_s``, ``memory_used_bytes``, ...).
+``other_memory_bytes``, ``gpu_util_percent``, ``power_w``, ``power_limit_w``, ``temperature_c``,
+``sm_clock_mhz``, ``throttle_reasons_mask`` (NVML's clock-event reason bits, as a float) and
+``throttled`` (1 when a reason that slows the card is set, 0 when none is, NaN when not
+reported; see :mod:`kvpilot.core.hardware.throttle`). GPU samples are read duck-typed (any
+object with ``t_monotonic_s``, ``memory_used_bytes``, ...).
 
 Readers (the GUI's timer) call :meth:`Telemetry.series` and :meth:`Telemetry.latest`; both take a
 lock for microseconds and return copies.
@@ -41,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from kvpilot.core.hardware.throttle import is_throttled
 from kvpilot.core.vllm.metrics import (
     DISABLED_STATS_MESSAGE,
     HistogramSnapshot,
@@ -83,8 +87,11 @@ GPU_SERIES: dict[str, str] = {
     "other_memory_bytes": "bytes",
     "gpu_util_percent": "%",
     "power_w": "W",
+    "power_limit_w": "W",
     "temperature_c": "°C",
     "sm_clock_mhz": "MHz",
+    "throttle_reasons_mask": "bitmask",
+    "throttled": "flag",
 }
 SERIES: dict[str, str] = {**VLLM_SERIES, **GPU_SERIES}
 
@@ -454,6 +461,8 @@ class Telemetry:
             return
         used = _num(getattr(sample, "memory_used_bytes", None))
         procs = _process_bytes(sample)
+        raw_mask = getattr(sample, "throttle_reasons_mask", None)
+        mask = int(raw_mask) if isinstance(raw_mask, int) else None
         with self._lock:
             vllm_bytes: float | None = None
             if procs is not None and self._vllm_pids:
@@ -466,8 +475,11 @@ class Telemetry:
                 "other_memory_bytes": other,
                 "gpu_util_percent": _num(getattr(sample, "gpu_util_percent", None)),
                 "power_w": _num(getattr(sample, "power_w", None)),
+                "power_limit_w": _num(getattr(sample, "power_limit_w", None)),
                 "temperature_c": _num(getattr(sample, "temperature_c", None)),
                 "sm_clock_mhz": _num(getattr(sample, "sm_clock_mhz", None)),
+                "throttle_reasons_mask": None if mask is None else float(mask),
+                "throttled": None if mask is None else float(is_throttled(mask)),
             }
             self._gpu.append(t, row)
             self._last_gpu_row = row

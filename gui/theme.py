@@ -23,6 +23,9 @@ MEM_RESERVED = "#b0b0b0"
 #: the dashboard's grid lines: opaque (lines with alpha are blended pixel by pixel in software)
 PLOT_GRID = "#e4e4e4"
 PLOT_COLORS = ("#3a78c8", "#e07030", "#2e9d4f", "#c83a3a", "#8c6bb1")
+#: the dashboard's throttled band: an edge and an opaque fill (a translucent one costs paint time)
+THROTTLED = "#c83a3a"
+THROTTLED_FILL = "#f6d3d3"
 
 
 def apply_theme(app: QApplication, theme: str) -> None:

@@ -4,6 +4,10 @@ Prints, per level, TTFT / TPOT / end-to-end latency P50/P90/P99, output tokens/s
 errors and goodput, then the first concurrency whose P99 breaks a goal. ``--json`` prints the
 full report as one JSON document instead. Progress goes to stderr.
 
+When NVML answers (and the target is not a remote one), GPU 0 is sampled at 10 Hz during the
+run and each level also reports the GPU's energy, joules per generated token and whether a
+clock-event reason slowed the card (power cap, thermal, hardware slowdown): ``gpu`` in JSON.
+
 Exit status: 0 when the run finished, 1 when every request failed or the server went away
 during the run (the results so far are printed, then one line on stderr saying so), 2 for user
 errors (bad settings, a remote URL without ``--allow-remote``, an unreachable server).
@@ -17,6 +21,7 @@ import os
 import sys
 
 from kvpilot.core.commands import Subparsers
+from kvpilot.core.hardware.sampler import start_run_sampler
 from kvpilot.core.hosts import URL_HELP
 from kvpilot.core.vllm.client import (
     LoadTestConfig,
@@ -165,7 +170,19 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    report = run_load_test(config, on_progress=None if args.json else progress)
+    # a level lasts at most its duration plus one request's limit; keep that much of samples
+    sampler = None if config.allow_remote else start_run_sampler(
+        config.duration_s + config.request_timeout_s + 30.0
+    )
+    try:
+        report = run_load_test(
+            config,
+            on_progress=None if args.json else progress,
+            gpu_samples=None if sampler is None else sampler.history,
+        )
+    finally:
+        if sampler is not None:
+            sampler.stop()
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -26,6 +26,7 @@ from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, memory_now, pr
 from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
+from kvpilot.core.hardware.throttle import is_throttled, reason_words, throttle_text
 from kvpilot.core.units import MiB, gib_text
 
 
@@ -111,6 +112,13 @@ def to_json(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> dic
         entry = _plain(gpu)
         entry["cuda_total_bytes"] = gpu.cuda_total_bytes
         entry["process_memory_reported"] = gpu.process_memory_reported
+        entry["throttle_reasons"] = (
+            None if gpu.throttle_reasons_mask is None
+            else list(reason_words(gpu.throttle_reasons_mask))
+        )
+        entry["throttled"] = (
+            None if gpu.throttle_reasons_mask is None else is_throttled(gpu.throttle_reasons_mask)
+        )
         budget = budgets.get(gpu.index)
         entry["launch_budget"] = None if budget is None else _plain(budget)
         entry["spec"] = _spec_json(
@@ -144,6 +152,14 @@ def _flag(value: bool | None) -> str:
     return "n/a" if value is None else ("on" if value else "off")
 
 
+def _throttle_line(mask: int | None) -> str:
+    """``throttled: power cap (reasons 0x4: power cap)``; ``not throttled (idle)``; ``n/a``."""
+    if mask is None:
+        return "n/a"
+    words = reason_words(mask)
+    return f"{throttle_text(mask)} (reasons 0x{mask:x}: {', '.join(words) or 'none'})"
+
+
 def _gpu_lines(gpu: GpuSnapshot, budget: LaunchBudget | None) -> list[str]:
     if gpu.lost:
         return [f"GPU {gpu.index}  {gpu.name or '?'}: stopped answering (fallen off the bus?)"]
@@ -159,6 +175,7 @@ def _gpu_lines(gpu: GpuSnapshot, budget: LaunchBudget | None) -> list[str]:
         f"{_na(gpu.power_w, ' W')} of {_na(gpu.power_limit_w, ' W')}",
         f"  clocks      SM {_na(gpu.sm_clock_mhz, ' MHz')}, memory {_na(gpu.mem_clock_mhz, ' MHz')}"
         f"; PCIe gen {_na(gpu.pcie_gen)} x{_na(gpu.pcie_width)}",
+        f"  throttle    {_throttle_line(gpu.throttle_reasons_mask)}",
         f"  modes       display {_flag(gpu.display_attached)} (active {_flag(gpu.display_active)}),"
         f" ECC {_flag(gpu.ecc_enabled)}, MIG {_flag(gpu.mig_enabled)}, persistence "
         f"{_flag(gpu.persistence_enabled)}",

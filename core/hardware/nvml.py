@@ -198,6 +198,8 @@ class Nvml:
         self._open = False
         #: whether the v2 memory query works here (None: not tried yet)
         self.memory_v2: bool | None = None
+        #: the clock-event reason function that answered here (None: not found yet)
+        self.throttle_function: str | None = None
         self._error_type: type[BaseException] = getattr(self.module, "NVMLError", Exception)
         self._mismatch_type: type[BaseException] = getattr(
             self.module, "NVMLLibraryMismatchError", LookupError

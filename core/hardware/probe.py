@@ -26,6 +26,7 @@ from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot, read_system
+from kvpilot.core.hardware.throttle import MASK_FUNCTIONS
 
 __all__ = [
     "GpuProcess",
@@ -70,7 +71,12 @@ ProcessInfo = GpuProcess
 
 @dataclass(frozen=True)
 class GpuSnapshot:
-    """One GPU at one moment (None: not reported by this GPU/driver)."""
+    """One GPU at one moment (None: not reported by this GPU/driver).
+
+    ``throttle_reasons_mask`` is NVML's clock-event reason bits (see
+    :mod:`kvpilot.core.hardware.throttle`); ``energy_mj`` the millijoules the GPU used since
+    the driver loaded (NVML's energy counter, on Volta and newer).
+    """
 
     index: int
     name: str | None = None
@@ -91,6 +97,8 @@ class GpuSnapshot:
     power_limit_w: float | None = None
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
+    throttle_reasons_mask: int | None = None
+    energy_mj: int | None = None
     pcie_gen: int | None = None
     pcie_width: int | None = None
     display_attached: bool | None = None
@@ -355,8 +363,6 @@ def read_gpu(nv: Nvml, index: int, reader: ProcessReader | None = None) -> GpuSn
         gen = call("nvmlDeviceGetCurrPcieLinkGeneration", h, field="pcie_gen", missing=missing)
         width = call("nvmlDeviceGetCurrPcieLinkWidth", h, field="pcie_width", missing=missing)
         got["pcie_gen"], got["pcie_width"] = gen, width
-        limit = call("nvmlDeviceGetEnforcedPowerLimit", h, field="power_limit", missing=missing)
-        got["power_limit_w"] = None if limit is None else limit / 1000.0
         got["display_attached"] = _bool(
             call("nvmlDeviceGetDisplayMode", h, field="display_attached", missing=missing)
         )
@@ -447,8 +453,30 @@ _BY_CONSTANT: dict[str, tuple[str, str, int, str]] = {
 }
 
 
+def read_throttle_mask(nv: Nvml, handle: object, missing: list[str] | None = None) -> int | None:
+    """NVML's clock-event reason mask, from the first of :data:`MASK_FUNCTIONS` that answers
+    (the one that did is remembered for the session). None, and ``"throttle_reasons"`` added to
+    ``missing``, when neither does.
+
+    Raises:
+        GpuLostError: the GPU stopped answering.
+    """
+    functions = MASK_FUNCTIONS if nv.throttle_function is None else (nv.throttle_function,)
+    for function in functions:
+        if getattr(nv.module, function, None) is None:
+            continue
+        value = nv.call(function, handle, field="throttle_reasons")
+        if value is not None:
+            nv.throttle_function = function
+            return int(value)
+    if missing is not None:
+        missing.append("throttle_reasons")
+    return None
+
+
 def read_dynamic(nv: Nvml, handle: object, missing: list[str] | None = None) -> dict[str, Any]:
-    """Utilization, temperature, power and clocks (the sampler's fields besides memory).
+    """Utilization, temperature, power draw and limit, clocks, the throttle mask and the energy
+    counter (the sampler's fields besides memory). Watts, MHz, millijoules.
 
     Raises:
         GpuLostError: the GPU stopped answering.
@@ -456,10 +484,17 @@ def read_dynamic(nv: Nvml, handle: object, missing: list[str] | None = None) -> 
     call = nv.call
     util = call("nvmlDeviceGetUtilizationRates", handle, field="utilization", missing=missing)
     power = call("nvmlDeviceGetPowerUsage", handle, field="power", missing=missing)
+    limit = call("nvmlDeviceGetEnforcedPowerLimit", handle, field="power_limit", missing=missing)
+    energy = call(
+        "nvmlDeviceGetTotalEnergyConsumption", handle, field="energy", missing=missing
+    )
     values: dict[str, Any] = {
         "gpu_util_percent": None if util is None else int(util.gpu),
         "mem_util_percent": None if util is None else int(util.memory),
         "power_w": None if power is None else power / 1000.0,
+        "power_limit_w": None if limit is None else limit / 1000.0,
+        "throttle_reasons_mask": read_throttle_mask(nv, handle, missing),
+        "energy_mj": None if energy is None else int(energy),
     }
     for key, (function, constant, fallback, field_name) in _BY_CONSTANT.items():
         values[key] = call(

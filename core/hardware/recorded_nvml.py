@@ -21,6 +21,7 @@ Snapshot format (all sizes in bytes, powers in milliwatts as NVML reports them):
         "bar1": {"total", "used", "free"}, "compute_capability": [8, 9],
         "utilization": {"gpu": 3, "memory": 10}, "temperature_c": 41,
         "power_mw": 31000, "power_limit_mw": 450000, "clocks_mhz": {"sm": 210, "mem": 405},
+        "throttle_reasons": 1 | [4, 4, 32], "energy_mj": 81234567,
         "pcie": {"gen": 4, "width": 16}, "display_mode": 1, "display_active": 1,
         "ecc_mode": [0, 0], "mig_mode": [0, 0], "persistence_mode": 0,
         "compute_processes": [{"pid": 1, "used_bytes": 123 | null}], "graphics_processes": [...],
@@ -34,9 +35,17 @@ Snapshot format (all sizes in bytes, powers in milliwatts as NVML reports them):
 ``links`` (optional) answers ``nvmlDeviceGetTopologyCommonAncestor`` (an ``NVML_TOPOLOGY_*``
 level) and ``nvmlDeviceGetP2PStatus`` (``NVML_P2P_STATUS_*`` per capability) for a pair.
 
-A dynamic scalar (utilization, temperature, power, clocks) may be a list: successive reads cycle
-through it. A pid missing from ``host_processes`` behaves like a process that exited
-(or lives outside this PID namespace) before it could be read.
+A dynamic scalar (utilization, temperature, power, clocks, ``throttle_reasons``) may be a list:
+successive reads cycle through it. ``throttle_reasons`` is NVML's clock-event reason mask as an
+integer (``nvml.h`` bits: 1 idle, 4 power cap, 32 thermal...); both the current
+``nvmlDeviceGetCurrentClocksEventReasons`` and the older ``...ClocksThrottleReasons`` answer it.
+``energy_mj`` is the energy counter's value (millijoules since the driver loaded) at the first
+``nvmlDeviceGetTotalEnergyConsumption``; later reads add the power draw last reported (the
+first ``power_mw`` before any read) times the monotonic time elapsed, as a real counter grows.
+Either key missing (or null) answers ``NVML_ERROR_NOT_SUPPORTED``, as older GPUs do.
+
+A pid missing from ``host_processes`` behaves like a process that exited (or lives outside this
+PID namespace) before it could be read.
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ from __future__ import annotations
 import json
 import string
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -190,6 +200,9 @@ class _Handle:
         self.data = data
         self.calls = 0
         self.reads: dict[str, int] = {}
+        #: the power draw last answered (mW), and the energy counter's (t_monotonic_s, mJ)
+        self.last_power_mw: float | None = None
+        self.energy: tuple[float, float] | None = None
 
     def __repr__(self) -> str:
         return f"<recorded nvmlDevice {self.index}>"
@@ -199,15 +212,23 @@ class RecordedNvml:
     """An object with the ``pynvml`` module interface, answering from one snapshot.
 
     Thread-safe (one lock around every call), like the real library. ``init_count`` and
-    ``call_count`` let tests and benchmarks see how NVML is used.
+    ``call_count`` let tests and benchmarks see how NVML is used. ``clock`` (monotonic seconds)
+    advances the energy counter; tests pass their own.
     """
 
     NVMLError = NVMLError
     NVMLLibraryMismatchError = NVMLLibraryMismatchError
 
-    def __init__(self, snapshot: Mapping[str, Any], *, source: str = "<dict>") -> None:
+    def __init__(
+        self,
+        snapshot: Mapping[str, Any],
+        *,
+        source: str = "<dict>",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.snapshot = snapshot
         self.source = source
+        self.clock = clock
         self.init_count = 0
         self.call_count = 0
         self._lock = threading.Lock()
@@ -403,7 +424,37 @@ class RecordedNvml:
         return int(self._field(handle, "nvmlDeviceGetTemperature", "temperature_c", cycle=True))
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
-        return int(self._field(handle, "nvmlDeviceGetPowerUsage", "power_mw", cycle=True))
+        value = int(self._field(handle, "nvmlDeviceGetPowerUsage", "power_mw", cycle=True))
+        handle.last_power_mw = value
+        return value
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        with self._lock:
+            h = self._device(handle, "nvmlDeviceGetTotalEnergyConsumption")
+            start = h.data.get("energy_mj")
+            if start is None:
+                self._raise("NOT_SUPPORTED")
+            assert start is not None
+            now = self.clock()
+            if h.energy is None:
+                h.energy = (now, float(start))
+            else:
+                recorded = h.data.get("power_mw")
+                if isinstance(recorded, list):
+                    recorded = recorded[0] if recorded else None
+                power_mw = h.last_power_mw if h.last_power_mw is not None else recorded
+                then, energy = h.energy
+                h.energy = (now, energy + float(power_mw or 0) * max(0.0, now - then))
+            return int(h.energy[1])
+
+    def _throttle(self, handle: Any, function: str) -> int:
+        return int(self._field(handle, function, "throttle_reasons", cycle=True))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        return self._throttle(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        return self._throttle(handle, "nvmlDeviceGetCurrentClocksThrottleReasons")
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return int(self._field(handle, "nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw"))

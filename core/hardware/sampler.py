@@ -11,7 +11,9 @@ what the thread already stored.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import operator
 import threading
 import time
 import types
@@ -42,7 +44,9 @@ class GpuSample:
     """One reading of one GPU. None: not reported (or not read because of ``error``/``lost``).
 
     ``process_used_bytes`` maps pid -> bytes (None: the driver does not report it, as on WSL2).
-    ``read_s`` is how long the NVML pass took.
+    ``throttle_reasons_mask`` holds NVML's clock-event reason bits (see
+    :mod:`kvpilot.core.hardware.throttle`), ``energy_mj`` the GPU's energy counter in
+    millijoules since the driver loaded. ``read_s`` is how long the NVML pass took.
     """
 
     t_monotonic_s: float
@@ -54,9 +58,12 @@ class GpuSample:
     gpu_util_percent: int | None = None
     mem_util_percent: int | None = None
     power_w: float | None = None
+    power_limit_w: float | None = None
     temperature_c: int | None = None
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
+    throttle_reasons_mask: int | None = None
+    energy_mj: int | None = None
     process_used_bytes: Mapping[int, int | None] = field(default_factory=lambda: _EMPTY)
     lost: bool = False
     error: str | None = None
@@ -279,8 +286,9 @@ def _sum(values: list[_N | None]) -> _N | None:
 
 
 def combine_samples(samples: list[GpuSample]) -> GpuSample:
-    """One sample for several GPUs serving one model: memory and power summed, utilization and
-    clocks averaged, the hottest temperature, per-process memory merged (summed per pid).
+    """One sample for several GPUs serving one model: memory, power draw, power limit and energy
+    summed, utilization and clocks averaged, the hottest temperature, the throttle masks OR-ed
+    (None only when no GPU reports one), per-process memory merged (summed per pid).
     Lost or failed when any part is. ``gpu_index`` is the first GPU's.
 
     Raises:
@@ -312,6 +320,7 @@ def combine_samples(samples: list[GpuSample]) -> GpuSample:
             prev = procs.get(pid)
             procs[pid] = used if prev is None else (prev if used is None else prev + used)
     temps = [s.temperature_c for s in samples]
+    masks = [s.throttle_reasons_mask for s in samples if s.throttle_reasons_mask is not None]
     return GpuSample(
         t_monotonic_s=first.t_monotonic_s,
         gpu_index=first.gpu_index,
@@ -322,9 +331,12 @@ def combine_samples(samples: list[GpuSample]) -> GpuSample:
         gpu_util_percent=mean("gpu_util_percent"),
         mem_util_percent=mean("mem_util_percent"),
         power_w=_sum([s.power_w for s in samples]),
+        power_limit_w=_sum([s.power_limit_w for s in samples]),
         temperature_c=None if any(t is None for t in temps) else max(t or 0 for t in temps),
         sm_clock_mhz=mean("sm_clock_mhz"),
         mem_clock_mhz=mean("mem_clock_mhz"),
+        throttle_reasons_mask=functools.reduce(operator.or_, masks) if masks else None,
+        energy_mj=_sum([s.energy_mj for s in samples]),
         process_used_bytes=types.MappingProxyType(procs),
         read_s=sum(s.read_s for s in samples),
         gpu_indices=indices,
@@ -371,3 +383,30 @@ class GpuSetSampler(GpuSampler):
             part.close()
         super().close()
 
+
+
+def start_run_sampler(
+    window_s: float,
+    *,
+    index: int = 0,
+    rate_hz: float = MAX_RATE_HZ,
+    nvml_module: object | None = None,
+) -> GpuSampler | None:
+    """A running sampler of GPU ``index`` that keeps at least ``window_s`` seconds of samples
+    (a load test's level), or None when that GPU cannot be read here (no driver, no GPU).
+
+    The caller stops it. ``rate_hz`` defaults to the highest rate, 10 Hz.
+
+    Raises:
+        ValueError: ``rate_hz`` out of range or ``window_s`` not positive.
+    """
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s}")
+    sampler = GpuSampler(
+        index, rate_hz, nvml_module, history_len=int(window_s * rate_hz) + 10
+    )
+    if not sampler.sample_once().ok:
+        sampler.close()
+        return None
+    sampler.start()
+    return sampler

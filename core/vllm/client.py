@@ -25,12 +25,13 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import httpx
 import numpy as np
 
+from kvpilot.core.energy import GpuEnergy, gpu_energy
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.hosts import is_loopback_host, server_root
 
@@ -168,7 +169,8 @@ class LevelResult:
     Percentiles, ``output_tokens_per_s``, ``requests_per_s`` and goodput count the successful
     requests; ``output_tokens_total`` also counts tokens that failed streams produced (the
     server generated them). Rates divide by ``duration_s``, the level's first start to its
-    last finish.
+    last finish. ``gpu`` is the GPU's energy, J per generated token and throttling during the
+    level (None without GPU samples; see :mod:`kvpilot.core.energy`).
     """
 
     concurrency: int
@@ -194,6 +196,7 @@ class LevelResult:
     goodput_requests: int
     goodput_per_s: float
     meets_slo_p99: bool
+    gpu: GpuEnergy | None = None
 
 
 @dataclass(frozen=True)
@@ -523,13 +526,16 @@ class _Runner:
         base_url: str,
         on_progress: Callable[[LoadTestProgress], None] | None,
         cancel_event: threading.Event | None,
+        gpu_samples: Callable[[], Sequence[Any]] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.gpu_samples = gpu_samples
         self.base_url = base_url
         self.on_progress = on_progress
         self.cancel_event = cancel_event
         self.cancelled = False
         self.server_lost: str | None = None
+        self.level_start_mono = 0.0  # time.monotonic() when the current level started
 
     def _progress(self, p: LoadTestProgress) -> None:
         if self.on_progress is not None:
@@ -571,7 +577,7 @@ class _Runner:
         words: int,
         index: int,
         concurrency: int,
-    ) -> tuple[list[RequestResult], float]:
+    ) -> tuple[list[RequestResult], float, float]:
         cfg = self.cfg
         planned = cfg.requests_for(concurrency)
         rng = random.Random(cfg.seed * 1_000_003 + concurrency)
@@ -579,6 +585,7 @@ class _Runner:
         results: list[RequestResult] = []
         next_index = 0
         start = time.perf_counter()
+        self.level_start_mono = time.monotonic()
         deadline = start + cfg.duration_s
         last_end = start
         levels_total = len(cfg.concurrency_levels)
@@ -618,7 +625,16 @@ class _Runner:
         await asyncio.gather(*tasks, return_exceptions=True)
         if watcher is not None:
             watcher.cancel()
-        return results, last_end - start
+        return results, last_end - start, self.level_start_mono + (last_end - start)
+
+    def _with_gpu(self, level: LevelResult, end_mono: float) -> LevelResult:
+        """``level`` with the GPU's energy over it, when samples were given and cover it."""
+        if self.gpu_samples is None or not end_mono > self.level_start_mono:
+            return level
+        energy = gpu_energy(
+            self.gpu_samples(), self.level_start_mono, end_mono, level.output_tokens_total
+        )
+        return level if energy is None else replace(level, gpu=energy)
 
     async def run(self) -> LoadTestReport:
         cfg = self.cfg
@@ -650,8 +666,11 @@ class _Runner:
                     self.cancelled = True
                 if self.cancelled or self.server_lost is not None:
                     break
-                results, duration = await self._level(client, model, words, index, concurrency)
+                results, duration, end_mono = await self._level(
+                    client, model, words, index, concurrency
+                )
                 level = _level_result(cfg, concurrency, results, duration)
+                level = self._with_gpu(level, end_mono)
                 levels.append(level)
                 reason = _slo_break(cfg, level)
                 if brk is None and reason is not None and results:
@@ -679,8 +698,12 @@ def run_load_test(
     config: LoadTestConfig,
     on_progress: Callable[[LoadTestProgress], None] | None = None,
     cancel_event: threading.Event | None = None,
+    gpu_samples: Callable[[], Sequence[Any]] | None = None,
 ) -> LoadTestReport:
     """Run the load test and block until it ends (call it from a worker thread in a GUI).
+
+    ``gpu_samples`` returns the GPU samples taken so far (a running sampler's ``history``);
+    each level then gets its energy, J per generated token and throttling (``LevelResult.gpu``).
 
     ``on_progress`` is called from the calling thread after each finished request. Setting
     ``cancel_event`` stops the run within ~0.1 s; the report then holds the finished levels
@@ -694,8 +717,17 @@ def run_load_test(
     """
     config.validate()
     base_url = check_target(config.base_url, allow_remote=config.allow_remote)
-    runner = _Runner(config, base_url, on_progress, cancel_event)
+    runner = _Runner(config, base_url, on_progress, cancel_event, gpu_samples)
     return asyncio.run(runner.run())
+
+
+def gpu_line(gpu: GpuEnergy) -> str:
+    """``412.3 J, 2.15 J/token, mean 398 W (counter); THROTTLED: power cap``."""
+    per_token = "-" if gpu.j_per_token is None else f"{gpu.j_per_token:.3g} J/token"
+    text = f"{gpu.energy_j:.1f} J, {per_token}, mean {gpu.mean_power_w:.0f} W ({gpu.source})"
+    if gpu.throttled:
+        return f"{text}; THROTTLED: {', '.join(gpu.throttle_reasons)}"
+    return text + ("" if gpu.throttled is None else "; not throttled")
 
 
 def format_report(report: LoadTestReport) -> str:
@@ -724,6 +756,8 @@ def format_report(report: LoadTestReport) -> str:
         )
         for example in lv.error_examples:
             lines.append(f"     error: {example}")
+        if lv.gpu is not None:
+            lines.append(f"     GPU: {gpu_line(lv.gpu)}")
     if report.slo_break_concurrency is not None:
         lines.append(
             f"P99 first breaks a goal at concurrency {report.slo_break_concurrency} "
@@ -731,6 +765,13 @@ def format_report(report: LoadTestReport) -> str:
         )
     else:
         lines.append("P99 met both goals at every level tested")
+    hot = [lv for lv in report.levels if lv.gpu is not None and lv.gpu.throttled]
+    if hot:
+        reasons = dict.fromkeys(r for lv in hot if lv.gpu for r in lv.gpu.throttle_reasons)
+        lines.append(
+            f"the GPU was throttled at concurrency {', '.join(str(lv.concurrency) for lv in hot)}"
+            f" ({', '.join(reasons)}): the numbers there are lower than the card can do cool"
+        )
     if report.server_lost is not None:
         lines.append(f"stopped: {report.server_lost}")
     elif report.cancelled:

@@ -5,7 +5,10 @@ on their threads; this panel only reads it, on a single ``QTimer`` at 5 Hz and o
 visible, with ``setData`` on pre-created curves (NaN = gap, ``clipToView`` and peak downsampling
 to about one min/max pair per pixel). Paint cost is kept low on purpose (software rendering
 while vLLM uses every core): opaque grid lines and 1 px curves; see benchmarks/gui_event_loop.py.
-The x axis is minutes relative to now (0 = the newest sample).
+The x axis is minutes relative to now (0 = the newest sample). Power, temperature and SM clock
+share that axis with the vLLM plots; while a reason that slows the card is set (NVML's
+clock-event mask: power cap, thermal, hardware slowdown) the power and clock plots show a filled
+"throttled" band under the curve, and the summary line names the reasons.
 
 Signals:
     fix_requested(str): the user clicked the fix of a pressure signal (its ``kind``).
@@ -15,7 +18,7 @@ Signals:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.hardware.throttle import throttle_text
 from kvpilot.core.units import GiB
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
     from kvpilot.core.telemetry import Telemetry
 
 WINDOWS_MIN: tuple[int, ...] = (1, 5, 15, 60)
+NO_SERVER = "No server running: the plots fill once vLLM is up."
+NO_SERVER_YET = "No vLLM metrics yet"
 REDRAW_HZ = 5.0
 
 #: pressure kinds that have a one-click fix, and the button text
@@ -52,11 +58,17 @@ FIXABLE: dict[str, str] = {
 
 @dataclass(frozen=True)
 class CurveSpec:
-    """One curve: telemetry series name, legend label, scale applied to the values."""
+    """One curve: telemetry series name, legend label, scale applied to the values.
+
+    ``only_where`` names a 0/1 telemetry series (``throttled``): the curve then shows
+    ``series`` only where that one is 1 (NaN elsewhere), as a band filled down to zero under
+    the plot's other curves.
+    """
 
     series: str
     label: str
     scale: float = 1.0
+    only_where: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,11 +115,31 @@ PLOTS: tuple[PlotSpec, ...] = (
         "ms",
         (CurveSpec("tpot_p50_s", "P50", 1000.0), CurveSpec("tpot_p99_s", "P99", 1000.0)),
     ),
+    PlotSpec(
+        "power",
+        "GPU power",
+        "W",
+        (
+            CurveSpec("power_w", "draw"),
+            CurveSpec("power_limit_w", "limit"),
+            CurveSpec("power_w", "throttled", only_where="throttled"),
+        ),
+    ),
+    PlotSpec("temperature", "GPU temperature", "°C", (CurveSpec("temperature_c", "GPU"),)),
+    PlotSpec(
+        "clock",
+        "SM clock",
+        "MHz",
+        (
+            CurveSpec("sm_clock_mhz", "SM"),
+            CurveSpec("sm_clock_mhz", "throttled", only_where="throttled"),
+        ),
+    ),
 )
 
 
 class DashboardPanel(QWidget):
-    """Six live plots, a window selector, a one-line summary and the pressure signals."""
+    """Nine live plots, a window selector, a one-line summary and the pressure signals."""
 
     fix_requested = Signal(str)
     benchmark_requested = Signal()
@@ -128,8 +160,9 @@ class DashboardPanel(QWidget):
         self._curves: dict[str, list[tuple[CurveSpec, pg.PlotDataItem]]] = {}
         self.plots: dict[str, pg.PlotItem] = {}
 
-        self.summary = QLabel("No server running: the plots fill once vLLM is up.")
+        self.summary = QLabel(NO_SERVER)
         self.summary.setObjectName("dashboardSummary")
+        self.summary.setWordWrap(True)  # the GPU part can be long; never widen the window
         win_row = QHBoxLayout()
         win_row.addWidget(self.summary, 1)
         win_row.addWidget(QLabel("window"))
@@ -150,7 +183,7 @@ class DashboardPanel(QWidget):
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("w")
-        # the six plots are made when first needed (shown, redrawn or asked for their points),
+        # the plots are made when first needed (shown, redrawn or asked for their points),
         # not while the app starts with another tab in front
         self._plots_built = False
 
@@ -198,8 +231,15 @@ class DashboardPanel(QWidget):
             curves = []
             for j, c in enumerate(spec.curves):
                 # 1 px: a wider line goes through Qt's slow path stroker (twice the paint time)
-                pen = pg.mkPen(theme.PLOT_COLORS[j % len(theme.PLOT_COLORS)], width=1)
-                item = plot.plot([], [], pen=pen, name=c.label, connect="finite")
+                if c.only_where is not None:
+                    item = plot.plot(
+                        [], [], pen=pg.mkPen(theme.THROTTLED, width=1), name=c.label,
+                        connect="finite", fillLevel=0.0, brush=pg.mkBrush(theme.THROTTLED_FILL),
+                    )
+                    item.setZValue(-1)  # under the curves it marks; opaque fill: cheap paint
+                else:
+                    pen = pg.mkPen(theme.PLOT_COLORS[j % len(theme.PLOT_COLORS)], width=1)
+                    item = plot.plot([], [], pen=pen, name=c.label, connect="finite")
                 curves.append((c, item))
             self._curves[spec.key] = curves
             self.plots[spec.key] = plot
@@ -247,6 +287,9 @@ class DashboardPanel(QWidget):
                 x = (t - now) / 60.0
                 if spec.scale != 1.0:
                     y = y * spec.scale
+                if spec.only_where is not None:
+                    y = _only_where(y, self.telemetry.series(spec.only_where, self.window_s,
+                                                             now_s=now)[1])
                 self._downsample(item, t.size)
                 item.setData(x, y, connect="finite")
         self._update_summary()
@@ -274,9 +317,12 @@ class DashboardPanel(QWidget):
 
     def _update_summary(self) -> None:
         latest = self.telemetry.latest()
-        if latest.t_monotonic_s is None:
-            return
         v = latest.values
+        if latest.t_monotonic_s is None:  # no vLLM yet; the GPU may already be sampled
+            gpu = _gpu_parts(v)
+            if gpu:
+                self.summary.setText(" · ".join([NO_SERVER_YET, *gpu]))
+            return
         if latest.status_message:
             self.summary.setText(latest.status_message)
         else:
@@ -287,6 +333,7 @@ class DashboardPanel(QWidget):
                 _pair("TTFT", v.get("ttft_p50_s"), v.get("ttft_p99_s")),
                 _pair("TPOT", v.get("tpot_p50_s"), v.get("tpot_p99_s")),
             ]
+            parts.extend(_gpu_parts(v))
             self.summary.setText(" · ".join(parts))
         self._show_pressure(latest.pressure)
 
@@ -329,6 +376,29 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         axis = plot.getAxis(name)
         axis.setStyle(tickAlpha=255)
         axis.setTickPen(pg.mkPen(theme.PLOT_GRID))
+
+
+def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """``y`` where ``flag`` is 1, NaN elsewhere (both from one ring, so the same length)."""
+    if flag.shape != y.shape:  # a sample arrived between the two reads: keep what matches
+        n = min(flag.size, y.size)
+        y, flag = y[:n], flag[:n]
+    return np.where(flag > 0.5, y, np.nan)
+
+
+def _gpu_parts(v: Mapping[str, float | None]) -> list[str]:
+    """Summary words for power, temperature and the throttle state (nothing when no GPU)."""
+    out: list[str] = []
+    power, limit = v.get("power_w"), v.get("power_limit_w")
+    if power is not None:
+        out.append(f"{power:.0f} W" + ("" if limit is None else f" of {limit:.0f} W"))
+    temp = v.get("temperature_c")
+    if temp is not None:
+        out.append(f"{temp:.0f} °C")
+    mask = v.get("throttle_reasons_mask")
+    if mask is not None:
+        out.append(throttle_text(int(mask)))
+    return out
 
 
 def _int(value: float | None) -> str:

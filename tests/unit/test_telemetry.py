@@ -511,6 +511,33 @@ def test_real_gpu_samples_from_the_nvml_replay():
     assert tel.latest()["memory_used_bytes"] is None
 
 
+def test_power_limit_and_throttle_series_from_a_throttling_card():
+    from fakes import pynvml_stub
+
+    from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
+
+    sampler = GpuSampler(nvml_module=pynvml_stub.load("throttling"))
+    tel, _ = make()
+    try:
+        for _ in range(4):
+            tel.add_gpu_sample(sampler.sample_once())
+    finally:
+        sampler.close()
+    _, limit = tel.series("power_limit_w")
+    _, mask = tel.series("throttle_reasons_mask")
+    _, throttled = tel.series("throttled")
+    assert limit.tolist() == [450.0] * 4
+    assert mask.tolist() == [4.0, 4.0, 4.0, 32.0]  # power cap, then thermal
+    assert throttled.tolist() == [1.0] * 4
+    last = tel.latest()
+    assert last["throttle_reasons_mask"] == 32.0 and last["throttled"] == 1.0
+    # an idle bit alone is not a throttle; an unreported mask is a gap, not "not throttled"
+    tel.add_gpu_sample(GpuSample(t_monotonic_s=9.0, gpu_index=0, throttle_reasons_mask=1))
+    tel.add_gpu_sample(GpuSample(t_monotonic_s=10.0, gpu_index=0))
+    _, throttled = tel.series("throttled")
+    assert throttled[-2] == 0.0 and math.isnan(throttled[-1])
+
+
 def test_bucket_layout_change_after_an_upgrade():
     tel, _ = make(window_s=100.0)
     tel.add_vllm_sample(sample(0.0))

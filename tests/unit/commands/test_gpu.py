@@ -23,6 +23,22 @@ def test_text_report_4090_desktop(capsys: pytest.CaptureFixture[str]) -> None:
     assert "FP8 KV cache yes" in out
     assert "replay of rtx4090-desktop" in out
     assert "Hugging Face cache" in out
+    assert "throttle    not throttled (reasons 0x1: idle)" in out
+
+
+def test_throttle_reasons_in_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(pynvml_stub.DATA_DIR / "throttling.json")
+    assert main(["gpu", "--fake-nvml", path]) == 0
+    assert "throttle    throttled: power cap (reasons 0x4: power cap)" in capsys.readouterr().out
+    assert main(["gpu", "--json", "--fake-nvml", path]) == 0
+    (gpu,) = json.loads(capsys.readouterr().out)["gpus"]
+    assert gpu["throttle_reasons_mask"] == 4 and gpu["throttle_reasons"] == ["power cap"]
+    assert gpu["throttled"] is True
+    assert gpu["energy_mj"] == 10_368_000_000 and gpu["power_limit_w"] == 450.0
+    assert main(["gpu", "--json", "--fake-nvml", "rtx3090-idle"]) == 0
+    (idle,) = json.loads(capsys.readouterr().out)["gpus"]
+    assert idle["throttle_reasons"] is None and idle["throttled"] is None
+    assert idle["energy_mj"] is None
 
 
 def test_text_report_wsl2_says_not_reported(capsys: pytest.CaptureFixture[str]) -> None:

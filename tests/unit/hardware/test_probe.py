@@ -52,6 +52,8 @@ def test_rtx4090_desktop_every_field(fake: Fake, system: SystemSnapshot) -> None
     assert gpu.power_w == pytest.approx(31.2)
     assert gpu.power_limit_w == pytest.approx(450.0)
     assert (gpu.sm_clock_mhz, gpu.mem_clock_mhz) == (210, 405)
+    assert gpu.throttle_reasons_mask == 1  # idle
+    assert gpu.energy_mj == 10_368_000_000
     assert (gpu.pcie_gen, gpu.pcie_width) == (4, 16)
     assert gpu.display_attached is True and gpu.display_active is True
     assert gpu.ecc_enabled is None and gpu.mig_enabled is None  # GeForce: not supported
@@ -93,6 +95,22 @@ def test_idle_3090_and_5090(fake: Fake, system: SystemSnapshot) -> None:
     assert big.pcie_gen == 5
     (proc,) = big.processes
     assert proc.kind == "compute" and proc.used_bytes == 2048 * MiB
+
+
+def test_throttling_card_reports_power_cap(fake: Fake, system: SystemSnapshot) -> None:
+    (gpu,) = probe(fake("throttling"), system=system).gpus
+    assert gpu.throttle_reasons_mask == 0x4
+    assert gpu.power_w == pytest.approx(448.3) and gpu.power_limit_w == pytest.approx(450.0)
+    assert "throttle_reasons" not in gpu.unavailable_fields
+
+
+def test_unrecorded_throttle_and_energy_are_none_and_listed(
+    fake: Fake, system: SystemSnapshot
+) -> None:
+    (gpu,) = probe(fake("rtx3090-idle"), system=system).gpus
+    assert gpu.throttle_reasons_mask is None and gpu.energy_mj is None
+    assert {"throttle_reasons", "energy"} <= set(gpu.unavailable_fields)
+    assert gpu.power_limit_w == pytest.approx(350.0)
 
 
 def test_4080_16gb(fake: Fake, system: SystemSnapshot) -> None:

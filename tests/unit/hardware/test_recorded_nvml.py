@@ -11,7 +11,7 @@ from testpaths import REPO
 
 from kvpilot.core.errors import HardwareError
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.recorded_nvml import load_recorded, snapshot_names
+from kvpilot.core.hardware.recorded_nvml import RecordedNvml, load_recorded, snapshot_names
 
 HARDWARE_DIR = REPO / "core" / "hardware"
 
@@ -174,3 +174,45 @@ def test_load_fake_rejects_unknown_names_and_bad_files(tmp_path: Path) -> None:
         load_recorded(bad)
     with pytest.raises(HardwareError, match="cannot read"):
         load_recorded(tmp_path / "missing.json")
+
+
+def test_throttle_reasons_cycle_and_both_function_names_answer() -> None:
+    fake = pynvml_stub.load("throttling")
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    masks = [fake.nvmlDeviceGetCurrentClocksEventReasons(h) for _ in range(7)]
+    assert masks == [4, 4, 4, 32, 32, 36, 4]  # power cap, then thermal, then both
+    assert fake.nvmlDeviceGetCurrentClocksThrottleReasons(h) == 4
+    desktop = pynvml_stub.load("rtx4090-desktop")
+    desktop.nvmlInit()
+    dh = desktop.nvmlDeviceGetHandleByIndex(0)
+    assert desktop.nvmlDeviceGetCurrentClocksEventReasons(dh) == 1  # idle
+
+
+def test_energy_counter_grows_by_the_reported_power_times_elapsed_time() -> None:
+    now = [100.0]
+    base = load_recorded(pynvml_stub.DATA_DIR / "throttling.json")
+    fake = RecordedNvml(base.snapshot, source="<test>", clock=lambda: now[0])
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    start = fake.nvmlDeviceGetTotalEnergyConsumption(h)
+    assert start == 10_368_000_000
+    now[0] += 2.0  # no power read yet: the first recorded draw, 448.3 W
+    assert fake.nvmlDeviceGetTotalEnergyConsumption(h) == start + 896_600
+    assert fake.nvmlDeviceGetPowerUsage(h) == 448_300
+    assert fake.nvmlDeviceGetPowerUsage(h) == 450_100
+    now[0] += 0.5  # the draw last reported counts: 450.1 W x 0.5 s
+    assert fake.nvmlDeviceGetTotalEnergyConsumption(h) == start + 896_600 + 225_050
+
+
+def test_unrecorded_throttle_and_energy_are_not_supported() -> None:
+    fake = pynvml_stub.load("rtx3090-idle")
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    for read in (
+        fake.nvmlDeviceGetCurrentClocksEventReasons,
+        fake.nvmlDeviceGetCurrentClocksThrottleReasons,
+        fake.nvmlDeviceGetTotalEnergyConsumption,
+    ):
+        with pytest.raises(fake.NVMLError_NotSupported):
+            read(h)

@@ -13,7 +13,7 @@ from fakes import pynvml_stub
 
 from kvpilot.core.hardware.problems import ProblemKind
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml
-from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
+from kvpilot.core.hardware.sampler import GpuSample, GpuSampler, combine_samples
 
 MiB = 1024**2
 Fake = Callable[[str], RecordedNvml]
@@ -57,8 +57,46 @@ def test_one_nvml_pass_per_tick(fake: Fake) -> None:
     sampler.sample_once()
     per_tick = replay.call_count - before
     sampler.close()
-    # memory, utilization, temperature, power, SM clock, memory clock, two process lists
-    assert per_tick == 8
+    # memory, utilization, temperature, power draw and limit, energy, throttle mask, SM clock,
+    # memory clock, two process lists
+    assert per_tick == 11
+
+
+def test_sample_has_power_limit_throttle_mask_and_energy(fake: Fake) -> None:
+    sampler = GpuSampler(nvml_module=fake("throttling"))
+    first, second, *_, fourth = [sampler.sample_once() for _ in range(4)]
+    sampler.close()
+    assert first.power_limit_w == pytest.approx(450.0)
+    assert (first.throttle_reasons_mask, fourth.throttle_reasons_mask) == (4, 32)
+    assert first.energy_mj == 10_368_000_000
+    assert second.energy_mj is not None and second.energy_mj >= first.energy_mj
+
+
+def test_older_mask_function_is_used_and_remembered(fake: Fake) -> None:
+    replay = fake("throttling")
+    replay.snapshot["devices"][0]["errors"] = {
+        "nvmlDeviceGetCurrentClocksEventReasons": "FUNCTION_NOT_FOUND"
+    }
+    sampler = GpuSampler(nvml_module=replay)
+    assert sampler.sample_once().throttle_reasons_mask == 4
+    before = replay.call_count
+    assert sampler.sample_once().throttle_reasons_mask == 4
+    assert replay.call_count - before == 11  # the newer name is not asked again
+    sampler.close()
+
+
+def test_combined_samples_sum_limits_and_energy_and_or_masks() -> None:
+    a = GpuSample(0.0, 0, power_w=300.0, power_limit_w=450.0, throttle_reasons_mask=0x4,
+                  energy_mj=1000)
+    b = GpuSample(0.0, 1, power_w=200.0, power_limit_w=350.0, throttle_reasons_mask=0x21,
+                  energy_mj=500)
+    both = combine_samples([a, b])
+    assert both.power_limit_w == 800.0 and both.energy_mj == 1500
+    assert both.throttle_reasons_mask == 0x25
+    unknown = combine_samples([a, GpuSample(0.0, 1)])
+    assert unknown.power_limit_w is None and unknown.energy_mj is None
+    assert unknown.throttle_reasons_mask == 0x4  # what is known still says "power cap"
+    assert combine_samples([GpuSample(0.0, 0), GpuSample(0.0, 1)]).throttle_reasons_mask is None
 
 
 def test_wsl2_process_memory_is_none(fake: Fake) -> None:

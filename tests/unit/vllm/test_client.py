@@ -365,3 +365,43 @@ def test_cli_user_errors(capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         main(["bench", "--url", "http://127.0.0.1:1", "--concurrency", "a,b"])
     assert info.value.code == 2
+
+
+def _bench_json(fake_openai, capsys, *extra):
+    fake_openai.ttft_s = 0.05
+    fake_openai.token_s = 0.02
+    args = ["bench", "--url", fake_openai.base_url, "--concurrency", "1,2", "--requests", "3",
+            "--prompt-tokens", "16", "--output-tokens", "8", *extra]
+    assert main(args) == 0
+    return capsys.readouterr().out
+
+
+def test_cli_reports_gpu_energy_per_token_and_a_throttle(fake_openai, capsys, monkeypatch):
+    from fakes import pynvml_stub
+
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", str(pynvml_stub.DATA_DIR / "throttling.json"))
+    data = json.loads(_bench_json(fake_openai, capsys, "--json"))
+    for lv in data["levels"]:
+        gpu = lv["gpu"]
+        assert gpu["source"] == "counter" and gpu["samples"] >= 2
+        assert 430 < gpu["mean_power_w"] < 455  # the recorded draw, near the 450 W cap
+        assert gpu["energy_j"] == pytest.approx(gpu["mean_power_w"] * gpu["duration_s"])
+        assert gpu["j_per_token"] == pytest.approx(gpu["energy_j"] / lv["output_tokens_total"])
+        assert gpu["throttled"] is True and "power cap" in gpu["throttle_reasons"]
+    out = _bench_json(fake_openai, capsys)
+    assert "J/token" in out and "(counter); THROTTLED: power cap" in out
+    assert "the GPU was throttled at concurrency 1, 2 (power cap" in out
+
+
+def test_cli_integrates_power_without_a_counter(fake_openai, capsys, monkeypatch):
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx3090-idle")  # no counter, no throttle mask
+    data = json.loads(_bench_json(fake_openai, capsys, "--json"))
+    gpu = data["levels"][0]["gpu"]
+    assert gpu["source"] == "integrated" and gpu["energy_j"] > 0
+    assert gpu["throttled"] is None and gpu["throttle_reasons"] == []
+
+
+def test_cli_without_nvml_has_no_gpu_section(fake_openai, capsys, monkeypatch):
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "no-driver")
+    data = json.loads(_bench_json(fake_openai, capsys, "--json"))
+    assert all(lv["gpu"] is None for lv in data["levels"])
