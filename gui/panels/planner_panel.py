@@ -231,8 +231,8 @@ class PlannerPanel(QWidget):
         copy_row = QHBoxLayout()
         copy_row.addWidget(self.copy_button, 1)
         copy_row.addWidget(self.export_button)
-        copy_row.addWidget(self.measure_button)
         form.addRow(copy_row)
+        form.addRow(self.measure_button)  # its own row: the panel is narrow on a laptop
         measure_row = QHBoxLayout()
         self.measure_progress = QProgressBar()
         self.measure_progress.setObjectName("measureProgress")
