@@ -200,8 +200,9 @@ class PlannerPanel(QWidget):
         model_row.addWidget(self.model, 1)
         model_row.addWidget(self.browse)
         form.addRow("Model", model_row)
-        self.copy_button = QPushButton("Copy vllm serve command")
+        self.copy_button = QPushButton("Copy command")
         self.copy_button.setObjectName("copyCommand")
+        self.copy_button.setToolTip("Copy the selected plan's exact vllm serve command")
         self.copy_button.clicked.connect(self.copy_command_requested.emit)
         self.copy_button.setEnabled(False)
         self.export_button = QToolButton()
@@ -219,7 +220,7 @@ class PlannerPanel(QWidget):
             )
         self.export_button.setMenu(self.export_menu)
         self.export_button.setEnabled(False)
-        self.measure_button = QPushButton("Measure on this GPU")
+        self.measure_button = QPushButton("Measure on GPU")
         self.measure_button.setObjectName("measurePlan")
         self.measure_button.setToolTip(
             "Start the selected plan with dummy weights (--load-format dummy: nothing is "
@@ -231,8 +232,8 @@ class PlannerPanel(QWidget):
         copy_row = QHBoxLayout()
         copy_row.addWidget(self.copy_button, 1)
         copy_row.addWidget(self.export_button)
+        copy_row.addWidget(self.measure_button)
         form.addRow(copy_row)
-        form.addRow(self.measure_button)  # its own row: the panel is narrow on a laptop
         measure_row = QHBoxLayout()
         self.measure_progress = QProgressBar()
         self.measure_progress.setObjectName("measureProgress")
