@@ -38,12 +38,7 @@ from kvpilot.core.commands.serving_args import (
 from kvpilot.core.errors import CommandError, KvpilotError
 from kvpilot.core.fit.plan import PlanInputs, settings_dict
 from kvpilot.core.hardware.target import DeviceTarget
-from kvpilot.core.launch import (
-    MAX_AUTO_FALLBACKS,
-    FallbackChoice,
-    FallbackPolicy,
-    LaunchSession,
-)
+from kvpilot.core.launch import FallbackChoice, FallbackPolicy, LaunchSession
 from kvpilot.core.models.identity import model_identity
 from kvpilot.core.vllm import logparse, versions
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
@@ -59,7 +54,6 @@ from kvpilot.core.vllm.supervisor import (
     Supervisor,
 )
 
-MAX_FALLBACKS = MAX_AUTO_FALLBACKS
 API_KEY_ENV = "KVPILOT_API_KEY"
 DEFAULT_PORT = 8000
 
@@ -213,7 +207,7 @@ def ensure_local_model(spec: LaunchSpec, out: EventPrinter) -> LaunchSpec:
 
     cancel = threading.Event()
     try:
-        return download.launchable_spec(spec, on_progress=progress, cancel_event=cancel)
+        return LaunchSession.download(spec, progress, cancel)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -346,7 +340,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     device = device_from_args(args, runtime.version)
     session = LaunchSession(
         runtime, data_dir, on_event=out.on_event,
-        policy=FallbackPolicy(automatic=args.auto_fallback, max_attempts=MAX_FALLBACKS),
+        policy=FallbackPolicy(automatic=args.auto_fallback),
         free_memory_now=free_memory_reader(device),
         supervisor_options={"ready_timeout_s": args.ready_timeout},
     )
@@ -367,8 +361,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                 )
                 choice = session.automatic_choice(choices)
                 if choice is not None:
-                    spec, inputs = _take(out, choice, session.fallbacks_taken,
-                                         refused.failure.kind, spec)
+                    spec, inputs = _take(out, choice, session, refused.failure.kind)
                     continue
                 _suggest(out, choices)
                 print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
@@ -410,7 +403,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
             choices = session.fallbacks(failure, spec, inputs)
             choice = session.automatic_choice(choices)
             if choice is not None:
-                spec, inputs = _take(out, choice, session.fallbacks_taken, failure.kind, spec)
+                spec, inputs = _take(out, choice, session, failure.kind)
                 continue
             _suggest(out, choices)
             print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
@@ -418,20 +411,19 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
 
 
 def _take(
-    out: EventPrinter, choice: FallbackChoice, attempt: int, kind: str, spec: LaunchSpec
+    out: EventPrinter, choice: FallbackChoice, session: LaunchSession, kind: str
 ) -> tuple[LaunchSpec, PlanInputs | None]:
-    """Report fallback ``attempt`` (for a failure of ``kind`` of ``spec``) and return what to
-    launch next (a smaller checkpoint is downloaded first when it is not cached)."""
+    """Report the session's automatic fallback (for a failure of ``kind``) and return what to
+    launch next (the policy keeps the checkpoint, so nothing is downloaded)."""
+    attempt = session.fallbacks_taken
     out.info(
         "fallback",
-        f"fallback {attempt}/{MAX_FALLBACKS}: {choice.description}",
+        f"fallback {attempt}/{session.policy.max_attempts}: {choice.description}",
         attempt=attempt,
         kind=kind,
         description=choice.description,
         changes=choice.changes,
     )
-    if choice.spec.model != spec.model:
-        return ensure_local_model(choice.spec, out), choice.inputs
     return choice.spec, choice.inputs
 
 

@@ -252,16 +252,15 @@ def from_spec(name: str, platform: str | None = None) -> DeviceTarget:
     where = platform or current_platform()
     names = parse_gpu_names(name)
     if len(names) > 1:
-        gpu_set = gpu_set_from_names(name, where)
+        gpu_set = gpu_set_from_names(name, where)  # raises for an unknown name
         per = per_gpu(gpu_set.cards)
-        first = specs.lookup(None, names[0])
-        assert first is not None  # gpu_set_from_names looked every name up
+        boards = [s for s in (specs.lookup(None, n) for n in names) if s is not None]
+        first = boards[0]
         _, source = first.cuda_total(where)
         return DeviceTarget(
             name=gpu_set.label, total_bytes=per.total_bytes, free_bytes=None,
             compute_capability=per.compute_capability,
-            nvml_total_bytes=min(s.memory_total_bytes for s in
-                                 (specs.lookup(None, n) for n in names) if s is not None),
+            nvml_total_bytes=min(s.memory_total_bytes for s in boards),
             total_source=source, bandwidth_bytes_per_s=per.bandwidth_bytes_per_s,
             bf16_dense_tflops=per.bf16_dense_tflops, gpu_set=gpu_set, spec=first,
             allreduce=gpu_set.allreduce_path(len(gpu_set.cards)), platform=where,

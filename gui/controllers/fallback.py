@@ -85,15 +85,14 @@ class FallbackController(ServerAware):
         if after_ready:
             banner.set_title(STOPPED_TITLE)
 
-    def apply_fallback(self, choice: object) -> bool:
+    def apply_fallback(self, choice: FallbackChoice) -> bool:
         """Relaunch with a fallback choice (one click on the banner, or the profile's
         automatic policy); a choice of another checkpoint launches that one."""
         req = self.server.current_request
-        inputs = getattr(choice, "inputs", None)
+        inputs = choice.inputs
         if req is None or inputs is None:
             return False
-        changes = getattr(choice, "changes", {}) or {}
-        model = str(changes.get("model") or req.model)
+        model = str(choice.changes.get("model") or req.model)
         self.window.banner.setVisible(False)
         return self.server.relaunch(LaunchRequest(inputs=inputs, model=model, profile=req.profile))
 
