@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from typing import Any
 
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.plan import CPU_DEVICE_NAME, ServingSettings
@@ -105,6 +106,27 @@ def add_serving_arguments(
     parser.add_argument("--limit-mm-per-prompt", type=parse_mm_limit, metavar="IMAGES",
                         help="images per prompt for a vision model (0 = text only: no "
                         "encoder profile; default: vLLM's)")
+    add_adapter_arguments(parser)
+
+
+def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
+    """LoRA slots, speculative decoding and the runner, spelled as ``vllm serve`` spells them."""
+    group = parser.add_argument_group("adapters, draft models and pooling (vLLM's flags)")
+    group.add_argument("--enable-lora", action="store_true",
+                       help="reserve GPU slots for LoRA adapters")
+    group.add_argument("--max-loras", type=int, metavar="N",
+                       help="adapters in one batch (default: vLLM's 1)")
+    group.add_argument("--max-lora-rank", type=int, metavar="R",
+                       help="largest adapter rank (default: vLLM's 16)")
+    group.add_argument("--max-cpu-loras", type=int, metavar="N",
+                       help="adapters cached in host memory (default: --max-loras)")
+    group.add_argument("--lora-dtype", choices=("auto", "float16", "bfloat16"))
+    group.add_argument("--speculative-config", metavar="JSON",
+                       help='e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' or '
+                       '\'{"method": "ngram", "num_speculative_tokens": 3, '
+                       '"prompt_lookup_max": 4}\'')
+    group.add_argument("--runner", choices=("auto", "generate", "pooling", "draft"),
+                       help="pooling for embedding and reranking models")
 
 
 def settings_from_args(args: argparse.Namespace) -> ServingSettings:
@@ -132,7 +154,46 @@ def settings_from_args(args: argparse.Namespace) -> ServingSettings:
         dtype=args.dtype,
         block_size=args.block_size,
         limit_mm_per_prompt=getattr(args, "limit_mm_per_prompt", None),
+        **adapter_settings_from_args(args),
     )
+
+
+def adapter_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The LoRA / speculative / runner fields of :class:`ServingSettings` from the flags.
+
+    Raises:
+        FitError: a slot count or rank below 1, LoRA flags without ``--enable-lora``, or a
+            ``--speculative-config`` that is not a JSON object.
+    """
+    import json
+
+    enable = bool(getattr(args, "enable_lora", False))
+    values: dict[str, Any] = {"enable_lora": enable}
+    for name in ("max_loras", "max_lora_rank", "max_cpu_loras"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise FitError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        values[name] = value
+    values["lora_dtype"] = getattr(args, "lora_dtype", None)
+    given = [f"--{n.replace('_', '-')}" for n in ("max_loras", "max_lora_rank",
+                                                  "max_cpu_loras", "lora_dtype")
+             if values[n] is not None]
+    if given and not enable:
+        raise FitError(f"{', '.join(given)} need --enable-lora (vLLM reserves no LoRA slots "
+                       "without it)")
+    spec = getattr(args, "speculative_config", None)
+    if spec is not None:
+        try:
+            parsed = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise FitError(f"--speculative-config is not JSON ({exc.msg}); give e.g. "
+                           '\'{"method": "ngram", "num_speculative_tokens": 3}\'') from None
+        if not isinstance(parsed, dict):
+            raise FitError("--speculative-config must be a JSON object")
+    values["speculative_config"] = spec
+    runner = getattr(args, "runner", None)
+    values["runner"] = None if runner in (None, "auto") else runner
+    return values
 
 
 def cpu_device() -> DeviceTarget:

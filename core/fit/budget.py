@@ -20,7 +20,7 @@ from typing import Any
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget_now, kv, multimodal, parallel
+from kvpilot.core.fit import activation, adapters, budget_now, kv, multimodal, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -171,6 +171,13 @@ def compute_capacity(
     if not inputs.max_num_batched_tokens:
         batched = min(seqs * max_len, batched)
     seqs = min(seqs, batched)
+    draft_weights = None
+    if inputs.draft_model is not None:
+        draft_weights = (inputs.draft_model.weights_bytes
+                         if inputs.draft_model.weights_bytes is not None
+                         else estimate_weights_bytes(inputs.draft_model))
+    adapt = adapters.adapter_terms(inputs, model, max_num_batched_tokens=batched,
+                                   draft_weights_bytes=draft_weights)
 
     # ---- the terms ---------------------------------------------------------------------
     requested = math.ceil(inputs.gpu_total_bytes * util)
@@ -190,7 +197,7 @@ def compute_capacity(
         limit_mm_per_prompt=inputs.limit_mm_per_prompt,
         engine=profile.engine,
     )
-    sampler_seqs = multimodal.profile_num_seqs(model, batch)
+    sampler_seqs = 0 if adapt.pooling else multimodal.profile_num_seqs(model, batch)
     act = activation.activation_peak_bytes(
         model,
         max_num_batched_tokens=batched,
@@ -200,9 +207,13 @@ def compute_capacity(
         serve_dtype=inputs.dtype,
         constants=fitted,
     )
+    act += adapter_activation_bytes(adapt, model, sampler_seqs, profile, tp, fitted)
+    capture_seqs = seqs
+    if supports("spec_decode_capture_scaled", inputs.vllm_version):
+        capture_seqs = seqs * adapt.capture_seqs_factor
     graphs = activation.cudagraph_bytes(
         model,
-        max_num_seqs=seqs,
+        max_num_seqs=capture_seqs,
         max_num_batched_tokens=batched,
         tensor_parallel_size=tp,
         enforce_eager=inputs.enforce_eager,
@@ -213,6 +224,8 @@ def compute_capacity(
         cudagraph_mode=inputs.cudagraph_mode,
         vllm_version=inputs.vllm_version,
     )
+    graphs_band = adapt.cudagraph_band_bytes(graphs) if profile.cudagraph_in_budget else 0
+    graphs = int(graphs * adapt.cudagraph_factor(model.num_hidden_layers))
     graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
     encoder = multimodal.encoder_profile(
         model,
@@ -224,6 +237,7 @@ def compute_capacity(
     encoder_bytes = encoder.bytes if encoder is not None else 0
     if encoder is not None and encoder.tower_weights_bytes:
         weights = max(0, weights - encoder.tower_weights_bytes)
+    weights += adapt.extra_weights_bytes  # vLLM's "Model loading took" holds them too
 
     if inputs.kv_cache_memory_bytes is not None:
         available = inputs.kv_cache_memory_bytes
@@ -234,7 +248,7 @@ def compute_capacity(
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size)
+    layout = adapt.layout(kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size))
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
@@ -249,6 +263,8 @@ def compute_capacity(
             f"max_model_len {inputs.max_model_len:,} is above the model's limit of "
             f"{derived_len:,} tokens.",
         )
+    elif adapt.failure is not None:
+        failure = adapt.failure
     elif (
         inputs.gpu_free_bytes is not None
         and inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES < requested
@@ -315,15 +331,18 @@ def compute_capacity(
         half = 0  # vLLM uses the given size as it is
     else:
         half = activation.VALIDATION.half_width_for(profile, tp)
-        half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0))
+        half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0)) + graphs_band
     band = (available - half, available + half)
     verdict = band_verdict(inputs, band, failure)
+    if adapt.unknown_draft and verdict == VERDICT_FITS:
+        verdict = VERDICT_BORDERLINE  # the draft's weights and KV are not in the figures
 
     headroom = None
     if inputs.gpu_free_bytes is not None:
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
+    weights_note += adapter_weights_note(adapt)
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
@@ -373,6 +392,7 @@ def compute_capacity(
         "architecture_known": model.architecture_known,
         "limit_mm_per_prompt": inputs.limit_mm_per_prompt,
     }
+    used_inputs.update(adapter_inputs(adapt))
     if encoder is not None:
         used_inputs["encoder_profile_bytes"] = encoder_bytes
         used_inputs["encoder_profile_items"] = encoder.items
@@ -416,7 +436,8 @@ def band_verdict(
     Otherwise the low edge passing means "fits", the high edge failing "does_not_fit".
     """
     if failure is not None and failure.kind in (
-        failures.MAX_MODEL_LEN_ABOVE_MODEL, failures.FREE_MEMORY_BELOW_UTILIZATION
+        failures.MAX_MODEL_LEN_ABOVE_MODEL, failures.FREE_MEMORY_BELOW_UTILIZATION,
+        failures.BAD_FLAG_VALUE, failures.UNSUPPORTED_MODEL,
     ):
         return VERDICT_DOES_NOT_FIT
     model = parallel.stage_model(inputs.model, inputs.pipeline_parallel_size)
@@ -434,8 +455,7 @@ def band_verdict(
         batched = min(seqs * max_len, batched)
     else:
         batched = inputs.max_num_batched_tokens
-    layout = kv.kv_layout(model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
-                          inputs.block_size)
+    layout = adapters.plan_layout(inputs, model, inputs.block_size)
     in_flight = batched * profile.in_flight_batches
     if one_request_fits(layout, band[0], max_len, in_flight, profile):
         return VERDICT_FITS if failure is None else VERDICT_BORDERLINE
@@ -536,3 +556,57 @@ def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:
     safety allowance are kept aside, exactly as the GPU panel and `kvpilot gpu` compute it.
     """
     return budget_now.max_startup_utilization(gpu_total_bytes, gpu_free_bytes)
+
+
+def adapter_activation_bytes(
+    adapt: adapters.AdapterTerms,
+    model: model_spec.ModelSpec,
+    sampler_seqs: int,
+    profile: activation.VersionProfile,
+    tensor_parallel_size: int,
+    constants: activation.FittedConstants,
+) -> int:
+    """What LoRA and speculative decoding add to the profile run's peak (bytes per rank): the
+    LoRA shrink buffer and index rows, and the rejection sampler's ``2 x max_num_seqs`` logit
+    rows beyond the plain sampler's (``_dummy_sampler_run``)."""
+    extra = adapt.lora.activation_bytes if adapt.lora is not None else 0
+    if adapt.speculative is not None and sampler_seqs:
+        extra += max(0, activation.sampler_peak_bytes(
+            model, 2 * sampler_seqs, profile, tensor_parallel_size, constants=constants)
+            - activation.sampler_peak_bytes(
+                model, sampler_seqs, profile, tensor_parallel_size, constants=constants))
+    return extra
+
+
+def adapter_weights_note(adapt: adapters.AdapterTerms) -> str:
+    """The weights term's note for LoRA stacks and draft weights ("" without them)."""
+    note = ""
+    if adapt.lora is not None:
+        note += f"; plus LoRA stacks {adapt.lora.slot_bytes / GiB:.2f} GiB ({adapt.lora.note})"
+    if adapt.speculative is not None:
+        note += (f"; plus draft weights {adapt.speculative.draft_weights_bytes / GiB:.2f} GiB "
+                 f"({adapt.speculative.note})")
+    return note
+
+
+def adapter_inputs(adapt: adapters.AdapterTerms) -> dict[str, Any]:
+    """The ``Capacity.inputs`` keys of LoRA, speculative decoding and the runner."""
+    data: dict[str, Any] = {"runner": "pooling" if adapt.pooling else None}
+    if adapt.lora is not None:
+        data.update({
+            "enable_lora": True,
+            "max_loras": adapt.lora.max_loras,
+            "max_lora_rank": adapt.lora.max_lora_rank,
+            "max_cpu_loras": adapt.lora.max_cpu_loras,
+            "lora_slot_bytes": adapt.lora.slot_bytes,
+            "lora_bytes_per_slot": adapt.lora.per_slot_bytes,
+        })
+    if adapt.speculative is not None:
+        data.update({
+            "speculative_method": adapt.speculative.settings.method,
+            "num_speculative_tokens": adapt.speculative.num_speculative_tokens,
+            "draft_weights_bytes": adapt.speculative.draft_weights_bytes,
+            "draft_kv_bytes_per_token": adapt.speculative.draft_kv_bytes_per_token,
+            "draft_known": adapt.speculative.draft_known,
+        })
+    return data

@@ -18,7 +18,7 @@ All sizes are bytes; token counts are integers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvpilot.core.errors import FitError
 from kvpilot.core.models.spec import (
@@ -114,10 +114,13 @@ class KvLayout:
     page_bytes: int
     group_size: int
     groups: tuple[KvGroup, ...]
+    #: bytes a drafter's attention layers add to each block (speculative decoding: MTP
+    #: layers, an EAGLE head, a draft model; see :func:`with_draft_layers`)
+    draft_bytes_per_block: int = 0
 
     @property
     def bytes_per_block(self) -> int:
-        return self.page_bytes * self.group_size
+        return self.page_bytes * self.group_size + self.draft_bytes_per_block
 
     @property
     def is_hybrid(self) -> bool:
@@ -140,9 +143,7 @@ class KvLayout:
 
     def kv_bytes_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
         """Bytes of KV one full-length request pins (what vLLM calls the needed memory)."""
-        return self.blocks_per_request(max_model_len, in_flight_tokens) * self.page_bytes * (
-            self.group_size
-        )
+        return self.blocks_per_request(max_model_len, in_flight_tokens) * self.bytes_per_block
 
 
 def kv_heads_per_rank(model: ModelSpec, tensor_parallel_size: int) -> int:
@@ -224,6 +225,21 @@ def kv_layout(
         page_bytes=per_layer * bs,
         group_size=group_size,
         groups=groups,
+    )
+
+
+def with_draft_layers(layout: KvLayout, draft_kv_bytes_per_token: int) -> KvLayout:
+    """``layout`` with a drafter's attention layers (``draft_kv_bytes_per_token`` bytes per
+    token over all of them) in every block, as vLLM's KV-cache config holds the target's and
+    the drafter's layers in one block pool. A hybrid target is approximated: the drafter's
+    pages are added to every group's block."""
+    if draft_kv_bytes_per_token <= 0:
+        return layout
+    return replace(
+        layout,
+        kv_bytes_per_token=layout.kv_bytes_per_token + draft_kv_bytes_per_token,
+        draft_bytes_per_block=layout.draft_bytes_per_block
+        + draft_kv_bytes_per_token * layout.block_size,
     )
 
 

@@ -70,6 +70,20 @@ class ServingSettings:
     max_cudagraph_capture_size: int | None = None
     #: ``--compilation-config`` cudagraph_mode (None: the release's default; "PIECEWISE" ...)
     cudagraph_mode: str | None = None
+    #: ``--enable-lora`` and its slots: adapters per batch (``--max-loras``, None: vLLM's 1),
+    #: the largest rank (``--max-lora-rank``, None: 16), adapters cached in host memory
+    #: (``--max-cpu-loras``, None: ``max_loras``) and ``--lora-dtype`` (None: "auto", the
+    #: model's dtype); see :mod:`kvpilot.core.fit.lora`
+    enable_lora: bool = False
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
+    lora_dtype: str | None = None
+    #: ``--speculative-config`` as the JSON text vLLM takes (method, num_speculative_tokens,
+    #: model); see :mod:`kvpilot.core.fit.speculative`
+    speculative_config: str | None = None
+    #: ``--runner`` ("generate", "pooling"; None: vLLM's choice from the architecture)
+    runner: str | None = None
 
     @property
     def settings(self) -> ServingSettings:
@@ -111,7 +125,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     values = {k: v for k, v in data.items() if k in _SERVING_FIELDS}
     for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens",
                  "kv_cache_memory_bytes", "block_size", "limit_mm_per_prompt",
-                 "max_cudagraph_capture_size"):
+                 "max_cudagraph_capture_size", "max_loras", "max_lora_rank", "max_cpu_loras"):
         v = values.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise TypeError(f"{name} must be a whole number or null, got {v!r}")
@@ -121,10 +135,11 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     tp = values.get("tensor_parallel_size", 1)
     if isinstance(tp, bool) or not isinstance(tp, int):
         raise TypeError(f"tensor_parallel_size must be a whole number, got {tp!r}")
-    for name in ("enforce_eager",):
+    for name in ("enforce_eager", "enable_lora"):
         if name in values and not isinstance(values[name], bool):
             raise TypeError(f"{name} must be true or false, got {values[name]!r}")
-    for name in ("kv_cache_dtype", "quantization", "dtype", "cudagraph_mode"):
+    for name in ("kv_cache_dtype", "quantization", "dtype", "cudagraph_mode", "lora_dtype",
+                 "speculative_config", "runner"):
         v = values.get(name)
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be text or null, got {v!r}")
@@ -150,6 +165,9 @@ class PlanInputs(ServingSettings):
     #: largest first; named in the start-up failure so that the user knows what to close
     gpu_memory_holders: tuple[tuple[str, int], ...] = ()
     vllm_version: str = NEWEST_KNOWN
+    #: the draft model ``speculative_config`` names ("model"), when it could be read (None: no
+    #: draft model, or one kvpilot could not read: the plan says so)
+    draft_model: ModelSpec | None = None
     #: several GPUs (see :mod:`kvpilot.core.fit.parallel`): pipeline stages, and how the
     #: tensor-parallel ranks all-reduce (``nvlink``, ``p2p``, ``host``; None: not known)
     pipeline_parallel_size: int = 1

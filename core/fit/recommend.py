@@ -178,6 +178,10 @@ def _plan_one(
     )
     if fixed is not None:
         inputs = replace(inputs, **_fixed_changes(fixed))
+        if fixed.speculative_config:
+            from kvpilot.core.models.draft import draft_spec
+
+            inputs = replace(inputs, draft_model=draft_spec(fixed.speculative_config))
     if layout is not None and layout.world_size > 1:
         inputs = replace(
             inputs,

@@ -116,9 +116,11 @@ class DeviceTarget:
         on this target (its CUDA total, free memory now, what holds it, how its GPUs
         all-reduce)."""
         from kvpilot.core.fit.plan import settings_dict
+        from kvpilot.core.models.draft import draft_spec
 
         return PlanInputs.on_gpu(
             model, self, vllm_version=vllm_version, gpu_allreduce=self.allreduce,
+            draft_model=draft_spec(settings.speculative_config),
             **settings_dict(settings),
         )
 

@@ -430,7 +430,17 @@ def spec_from_config(
         architecture_known=known,
         source=source,
         notes=tuple(notes),
+        mtp_layers=_mtp_layers(text),
     )
+
+
+def _mtp_layers(text: Mapping[str, Any]) -> int:
+    """MTP layers a config declares (0: none, or not a whole number)."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = text.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def _kv_heads(text: Mapping[str, Any], n_heads: int, where: str) -> int:

@@ -164,6 +164,9 @@ class ModelSpec:
     architecture_known: bool = True
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    #: multi-token-prediction layers in the checkpoint (``num_nextn_predict_layers`` or
+    #: ``mtp_num_hidden_layers``): what ``--speculative-config '{"method": "mtp"}'`` loads
+    mtp_layers: int = 0
 
     @property
     def resolved_layer_types(self) -> tuple[str, ...]:

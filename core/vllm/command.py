@@ -72,6 +72,13 @@ MANAGED_FLAGS: Mapping[str, str] = MappingProxyType(
         "--load-format": "the load format setting",
         "--block-size": "the block size setting",
         "--limit-mm-per-prompt": "the images per prompt (limit_mm_per_prompt) setting",
+        "--enable-lora": "the LoRA (enable_lora) setting",
+        "--max-loras": "the LoRA slots (max_loras) setting",
+        "--max-lora-rank": "the LoRA rank (max_lora_rank) setting",
+        "--max-cpu-loras": "the cached LoRA adapters (max_cpu_loras) setting",
+        "--lora-dtype": "the LoRA dtype setting",
+        "--speculative-config": "the speculative decoding (speculative_config) setting",
+        "--runner": "the runner setting",
     }
 )
 
@@ -237,6 +244,23 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise CommandError(f"limit_mm_per_prompt must be 0 or more images, got {limit!r}")
     _positive("max_cudagraph_capture_size", spec.max_cudagraph_capture_size)
+    _positive("max_loras", spec.max_loras)
+    _positive("max_lora_rank", spec.max_lora_rank)
+    _positive("max_cpu_loras", spec.max_cpu_loras)
+    lora_set = [name for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype")
+                if getattr(spec, name) is not None]
+    if lora_set and not spec.enable_lora:
+        raise CommandError(
+            f"{', '.join(lora_set)} given without enable_lora; turn LoRA on (--enable-lora) "
+            "or leave them out"
+        )
+    if spec.speculative_config is not None:
+        try:
+            parsed = json.loads(spec.speculative_config)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"speculative_config is not JSON ({exc.msg})") from None
+        if not isinstance(parsed, dict):
+            raise CommandError("speculative_config must be a JSON object")
     if spec.cudagraph_mode is not None and spec.cudagraph_mode.upper() not in CUDAGRAPH_MODES:
         raise CommandError(
             f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got "
@@ -411,7 +435,31 @@ def build_argv_tail(spec: LaunchSpec, vllm_version: str | None = None) -> list[s
         tail.append("--no-enable-prefix-caching")
     if spec.limit_mm_per_prompt is not None:
         tail += limit_mm_argv(spec.limit_mm_per_prompt, vllm_version)
+    tail += adapter_argv(spec)
     tail += list(spec.extra_args)
+    return tail
+
+
+def adapter_argv(settings: ServingSettings) -> list[str]:
+    """``--runner``, ``--enable-lora`` and its slots, ``--speculative-config`` (vLLM's spelling;
+    the JSON passed as given, compacted)."""
+    tail: list[str] = []
+    if settings.runner:
+        tail += ["--runner", settings.runner]
+    if settings.enable_lora:
+        tail.append("--enable-lora")
+        for flag, value in (("--max-loras", settings.max_loras),
+                            ("--max-lora-rank", settings.max_lora_rank),
+                            ("--max-cpu-loras", settings.max_cpu_loras),
+                            ("--lora-dtype", settings.lora_dtype)):
+            if value is not None:
+                tail += [flag, str(value)]
+    if settings.speculative_config:
+        try:
+            text = json.dumps(json.loads(settings.speculative_config), separators=(",", ":"))
+        except json.JSONDecodeError:
+            text = settings.speculative_config
+        tail += ["--speculative-config", text]
     return tail
 
 

@@ -192,6 +192,24 @@ FEATURES: dict[str, Feature] = {
                 "the vllm-gguf-plugin", until="0.25.0"),
         Feature("bitsandbytes_quantization", "0.0.0", "model_executor/layers/quantization: "
                 "bitsandbytes moved to the vllm-bnb-plugin", until="0.28.0"),
+        # ---- adapters, draft models and pooling (kvpilot.core.fit.lora / .speculative)
+        Feature("lora_extra_vocab", "0.0.0",
+                "lora/layers/vocal_parallel_embedding.py: (max_loras, lora_extra_vocab_size) "
+                "extra embedding rows and an lm_head B stack padded to 256 rows; the 0.11.0 "
+                "wheel has them, the 0.20.0 wheel has neither (releases between not checked)",
+                until="0.20.0", until_exact=False),
+        Feature("lora_cudagraph_specialize", "0.20.0",
+                "v1/cudagraph_dispatcher.py _get_lora_cases: [0, max_loras + 1] with "
+                "cudagraph_specialize_lora (default True), every size captured without and "
+                "with adapters (0.20.0 and 0.32.0 wheels; older releases not checked)"),
+        Feature("spec_decode_capture_scaled", "0.20.0",
+                "config/vllm.py _set_cudagraph_sizes: largest default capture "
+                "min(max_num_seqs x (1 + num_speculative_tokens) x 2, 512); the 0.11.0 wheel "
+                "has min(2 x max_num_seqs, 512) whatever the draft (releases between not "
+                "checked)"),
+        Feature("runner_flag", "0.11.0",
+                "engine/arg_utils.py: --runner generate/pooling (with --convert) replaces "
+                "--task for embedding and reranking models", flag="--runner"),
         # ---- flags vllm serve no longer accepts
         _removed_flag("--swap-space", "0.18.0", "engine/arg_utils.py: CPU swap space removed"),
         _removed_flag("--disable-log-requests", "0.17.0",

@@ -1,0 +1,221 @@
+"""Speculative decoding (``--speculative-config``) in the memory budget, as vLLM counts it.
+
+``--speculative-config`` is JSON (``config/speculative.py`` ``SpeculativeConfig``): ``method``
+(``mtp``, ``eagle``, ``eagle3``, ``draft_model``, ``ngram`` ...; inferred from ``model`` when
+absent: ``ngram``/``[ngram]`` -> ngram, a name with ``eagle-`` -> eagle, ``eagle3`` -> eagle3,
+else draft_model; every ``*_mtp`` spelling becomes ``mtp``), ``num_speculative_tokens`` (for
+MTP it defaults to the checkpoint's MTP layer count), ``model`` and
+``draft_tensor_parallel_size``. What each method adds to the budget (0.20.0 and 0.32.0 wheels):
+
+* weights: MTP loads the checkpoint's ``num_nextn_predict_layers`` decoder layers (and their
+  ``eh_proj``, 2h x h), which plain serving skips; EAGLE / EAGLE-3 heads and draft models load
+  their own checkpoint; ngram and suffix decoding load nothing.
+* KV cache: every attention layer of the drafter (the MTP layers, the EAGLE head's layer, all
+  layers of a draft model) joins the KV-cache config, so each block costs the drafter's pages
+  too and the same memory holds fewer tokens.
+* profile run: ``_dummy_sampler_run`` also runs the rejection sampler over ``2 x max_num_seqs``
+  logit rows (one draft and one bonus token per request); the drafter's own dummy forward
+  follows the target's.
+* CUDA graphs: the largest default capture size is
+  ``min(max_num_seqs x (1 + num_speculative_tokens) x 2, 512)`` (``_set_cudagraph_sizes``, from
+  the release row ``spec_decode_capture_scaled``), and the drafter captures graphs of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kvpilot.core import failures
+from kvpilot.core.errors import FitError
+from kvpilot.core.failures import Failure
+from kvpilot.core.fit import kv
+from kvpilot.core.models.spec import ModelSpec
+
+METHOD_MTP = "mtp"
+METHOD_EAGLE = "eagle"
+METHOD_EAGLE3 = "eagle3"
+METHOD_DRAFT_MODEL = "draft_model"
+METHOD_NGRAM = "ngram"
+
+#: methods that run a second network with its own checkpoint
+DRAFT_CHECKPOINT_METHODS = frozenset({METHOD_EAGLE, METHOD_EAGLE3, METHOD_DRAFT_MODEL,
+                                      "medusa", "mlp_speculator", "dflash", "dspark"})
+#: methods without a network of their own (no weights, no KV)
+NO_NETWORK_METHODS = frozenset({METHOD_NGRAM, "ngram_gpu", "suffix"})
+#: methods whose drafter has no attention layers (weights only)
+NO_KV_METHODS = frozenset({"medusa", "mlp_speculator"})
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """A parsed ``--speculative-config``: ``method`` as vLLM normalises it, draft tokens per
+    step, the draft checkpoint (None: none named) and its tensor-parallel size."""
+
+    method: str
+    num_speculative_tokens: int | None
+    model: str | None
+    draft_tensor_parallel_size: int | None
+
+
+def parse_speculative_config(text: str) -> SpeculativeSettings:
+    """The settings of a ``--speculative-config`` JSON object.
+
+    Raises:
+        FitError: not a JSON object, a count that is not a positive whole number, or neither a
+            method nor a model named (the message says what to give).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FitError(
+            f"--speculative-config is not JSON ({exc.msg}); give e.g. "
+            '\'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}\''
+        ) from None
+    if not isinstance(data, dict):
+        raise FitError("--speculative-config must be a JSON object, e.g. "
+                       '\'{"method": "mtp", "num_speculative_tokens": 1}\'')
+    method = data.get("method")
+    model = data.get("model")
+    if method is not None and not isinstance(method, str):
+        raise FitError(f"--speculative-config method must be text, got {method!r}")
+    if model is not None and not isinstance(model, str):
+        raise FitError(f"--speculative-config model must be text, got {model!r}")
+    tokens = data.get("num_speculative_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or tokens < 1):
+        raise FitError("--speculative-config num_speculative_tokens must be a whole number of "
+                       f"at least 1, got {tokens!r}")
+    draft_tp = data.get("draft_tensor_parallel_size")
+    if draft_tp is not None and (isinstance(draft_tp, bool) or not isinstance(draft_tp, int)
+                                 or draft_tp < 1):
+        raise FitError("--speculative-config draft_tensor_parallel_size must be at least 1, "
+                       f"got {draft_tp!r}")
+    if method is None:
+        if model is None:
+            raise FitError('--speculative-config names neither a "method" nor a "model"; give '
+                           'e.g. "method": "mtp" or "ngram", or a draft "model"')
+        low = model.lower()
+        if low in ("ngram", "[ngram]"):
+            method = METHOD_NGRAM
+        elif "eagle-" in low:
+            method = METHOD_EAGLE
+        elif "eagle3" in low:
+            method = METHOD_EAGLE3
+        else:
+            method = METHOD_DRAFT_MODEL
+    elif method.endswith("_mtp"):
+        method = METHOD_MTP  # vLLM: "method `%s` is deprecated and replaced with mtp."
+    if method in DRAFT_CHECKPOINT_METHODS and not model:
+        raise FitError(f'--speculative-config method "{method}" needs the draft "model" '
+                       "(a directory or repo id)")
+    if method != METHOD_MTP and tokens is None:
+        raise FitError(f'--speculative-config method "{method}" needs '
+                       '"num_speculative_tokens"')
+    return SpeculativeSettings(method, tokens, model if method not in NO_NETWORK_METHODS
+                               else None, draft_tp)
+
+
+@dataclass(frozen=True)
+class SpeculativeBudget:
+    """What speculative decoding adds to a plan (bytes per GPU rank).
+
+    ``draft_layers`` are the drafter's attention layers (they join the KV cache and
+    ``kv_bytes_per_token`` is theirs per token); ``draft_known`` is False when the draft
+    checkpoint could not be read, so its weights and KV are missing from the plan.
+    """
+
+    settings: SpeculativeSettings
+    num_speculative_tokens: int
+    draft_weights_bytes: int
+    draft_layers: int
+    draft_kv_bytes_per_token: int
+    draft_known: bool
+    failure: Failure | None
+    note: str
+
+
+def mtp_layer_bytes(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
+    """16-bit bytes of one MTP layer per rank: a decoder layer of the target's widths (every
+    expert of an MoE layer) plus ``eh_proj`` (2h x h) and its norms; the embedding and lm_head
+    are shared with the target."""
+    h = model.hidden_size
+    q = model.num_attention_heads * model.head_dim
+    kvd = model.num_key_value_heads * model.head_dim
+    attn = h * (q + 2 * kvd) + q * h
+    if model.moe is not None:
+        inter = model.moe.moe_intermediate_size or model.intermediate_size or 4 * h
+        mlp = (model.moe.num_experts + model.moe.num_shared_experts) * 3 * h * inter
+        mlp += h * model.moe.num_experts
+    else:
+        mlp = 3 * h * (model.intermediate_size or 4 * h)
+    params = attn + mlp + 2 * h * h + 4 * h
+    return 2 * params // max(1, tensor_parallel_size)
+
+
+def speculative_budget(
+    model: ModelSpec,
+    settings: SpeculativeSettings,
+    *,
+    draft: ModelSpec | None,
+    draft_weights_bytes: int | None,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+) -> SpeculativeBudget:
+    """The speculative-decoding terms for ``model`` (see the module docstring).
+
+    ``draft`` is the spec of ``settings.model`` when it could be read, with
+    ``draft_weights_bytes`` its weight bytes (the caller's byte model when no file size).
+
+    Raises:
+        FitError: an unknown KV dtype.
+    """
+    tp = settings.draft_tensor_parallel_size or tensor_parallel_size
+    failure: Failure | None = None
+    known = True
+    if settings.method == METHOD_MTP:
+        layers = model.mtp_layers
+        tokens = settings.num_speculative_tokens or max(1, layers)
+        if layers == 0:
+            failure = Failure(
+                failures.UNSUPPORTED_MODEL,
+                f"{model.model_id} declares no MTP layers (num_nextn_predict_layers) in its "
+                "config.json, so vLLM has no multi-token-prediction head to load; use another "
+                "method (ngram, eagle3 with a draft) or turn speculative decoding off.",
+            )
+        elif tokens > layers and tokens % layers:
+            failure = Failure(
+                failures.BAD_FLAG_VALUE,
+                f"num_speculative_tokens ({tokens}) must be a multiple of the model's "
+                f"{layers} MTP layer(s) when it is larger.",
+            )
+        weights = layers * mtp_layer_bytes(model, tp)
+        per_token = layers * kv.bytes_per_token_per_layer(model, kv_cache_dtype, tp)
+        note = (f"MTP: {layers} checkpoint layer(s) at 16 bits, "
+                f"{tokens} draft token(s) per step")
+    elif settings.method in NO_NETWORK_METHODS:
+        tokens = settings.num_speculative_tokens or 1
+        layers, weights, per_token = 0, 0, 0
+        note = f"{settings.method}: no draft network, {tokens} draft token(s) per step"
+    else:
+        tokens = settings.num_speculative_tokens or 1
+        if draft is None:
+            known = False
+            layers, weights, per_token = 0, 0, 0
+            note = (f"{settings.method}: draft {settings.model!r} could not be read here, so "
+                    "its weights and KV are not in the plan")
+        else:
+            weights = max(0, draft_weights_bytes or 0) // max(1, tp)
+            if settings.method in NO_KV_METHODS:
+                layers, per_token = 0, 0
+            else:
+                layout = kv.kv_layout(draft, kv_cache_dtype, tp)
+                layers = sum(g.num_layers for g in layout.groups)
+                per_token = layout.kv_bytes_per_token
+            note = (f"{settings.method}: draft {draft.model_id} ({layers} attention "
+                    f"layer(s)), {tokens} draft token(s) per step")
+    return SpeculativeBudget(
+        settings=settings, num_speculative_tokens=tokens, draft_weights_bytes=weights,
+        draft_layers=layers, draft_kv_bytes_per_token=per_token, draft_known=known,
+        failure=failure, note=note,
+    )

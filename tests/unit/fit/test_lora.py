@@ -1,0 +1,112 @@
+"""LoRA slots in the plan: the GPU stacks vLLM's LoRA layers allocate, per release, and the
+verdicts they change.
+
+The expected sizes are written out from the tensor shapes of ``create_lora_weights`` in
+vLLM's ``lora/layers/`` (0.20.0 and 0.32.0 wheels: MergedQKVParallelLinearWithLoRA,
+RowParallelLinearWithLoRA, MergedColumnParallelLinearWithLoRA, FusedMoEWithLoRA,
+LogitsProcessorWithLoRA, VocabParallelEmbeddingWithLoRA) and the fixtures' config.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fitkit import fixture_spec, rtx4090
+
+from kvpilot.core import failures
+from kvpilot.core.fit import lora
+from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.plan import VERDICT_DOES_NOT_FIT, VERDICT_FITS
+from kvpilot.core.units import GiB
+
+
+def _llama8b_elements(r: int) -> int:
+    """One slot of Llama-3.1-8B (h 4096, 32 heads x 128, 8 KV heads, i 14336, 32 layers,
+    vocab 128256), shape by shape."""
+    h, q, kvd, i, layers, vocab = 4096, 32 * 128, 8 * 128, 14336, 32, 128256
+    qkv = 3 * (r * h) + (q * r + 2 * kvd * r)  # A: 3 x (r, h); B: (q, r), 2 x (kv, r)
+    o_proj = r * q + h * r  # A (r, q); B (h, r)
+    gate_up = 2 * (r * h) + 2 * (i * r)  # A 2 x (r, h); B 2 x (i, r)
+    down = r * i + h * r  # A (r, i); B (h, r)
+    lm_head = r * h + vocab * r  # LogitsProcessorWithLoRA: A (r, h); B (vocab, r)
+    embed = vocab * r + h * r  # VocabParallelEmbeddingWithLoRA: A (vocab, r); B (h, r)
+    return layers * (qkv + o_proj + gate_up + down) + lm_head + embed
+
+
+def test_llama_slot_bytes_follow_vllms_stacks(llama8b):
+    assert lora.per_slot_elements(llama8b, 16) == _llama8b_elements(16) == 46_178_304
+    budget = lora.lora_budget(llama8b, max_loras=4, max_lora_rank=64, max_cpu_loras=None,
+                              lora_dtype=None, max_num_batched_tokens=2048)
+    assert budget.per_slot_bytes == _llama8b_elements(64) * 2  # bf16 checkpoint: lora_dtype auto
+    assert budget.slot_bytes == 4 * budget.per_slot_bytes
+    assert budget.max_cpu_loras == 4  # config/lora.py: max_cpu_loras defaults to max_loras
+    assert budget.lm_head_wrapped
+    assert budget.failure is None
+
+
+def test_moe_experts_get_per_expert_stacks():
+    moe = fixture_spec("qwen3-30b-a3b", None)
+    r, h, q, kvd, e, i, layers, vocab = 16, 2048, 4096, 512, 128, 768, 48, 151936
+    attn = 3 * r * h + (q + 2 * kvd) * r + r * q + h * r
+    # FusedMoEWithLoRA: w13 A 2 x (E, r, h), w13 B 2 x (E, i, r), w2 A (E, r, i), w2 B (E, h, r)
+    experts = e * (2 * r * h + 2 * i * r + r * i + h * r)
+    router = r * h + e * r  # the gate is a ReplicatedLinear: A (r, h), B (E, r)
+    head_and_embed = 2 * (r * h + vocab * r)
+    expected = layers * (attn + experts + router) + head_and_embed
+    assert lora.per_slot_elements(moe, r) == expected
+    assert expected * 2 > 1.5 * GiB  # one rank-16 slot of a 30B MoE is over 1.5 GiB
+
+
+def test_qwen2_has_no_lm_head_stacks(qwen7b):
+    # Qwen2ForCausalLM lists no embedding_modules in vLLM's qwen2.py
+    budget = lora.lora_budget(qwen7b, max_loras=1, max_lora_rank=16, max_cpu_loras=None,
+                              lora_dtype="float16", max_num_batched_tokens=2048)
+    assert not budget.lm_head_wrapped
+    h, i, layers = 3584, 18944, 28
+    q, kvd, r = 28 * 128, 4 * 128, 16
+    per_layer = (3 * r * h + (q + 2 * kvd) * r + r * q + h * r
+                 + 2 * r * h + 2 * i * r + r * i + h * r)
+    assert budget.per_slot_bytes == layers * per_layer * 2
+
+
+def test_releases_before_0_20_pad_the_vocabulary(llama8b):
+    new = lora.per_slot_elements(llama8b, 16, vllm_version="0.20.0")
+    old = lora.per_slot_elements(llama8b, 16, vllm_version="0.11.0")
+    vocab, padded = 128256, 128512  # 128256 + 256 extra, rounded up to 256
+    assert old - new == (padded - vocab) * 16 + 256 * 16
+
+
+def test_vllm_refusals_are_predicted(llama8b):
+    bad_rank = compute_capacity(rtx4090(llama8b, enable_lora=True, max_lora_rank=24,
+                                        max_model_len=4096))
+    assert bad_rank.failure is not None and bad_rank.failure.kind == failures.BAD_FLAG_VALUE
+    assert bad_rank.verdict == VERDICT_DOES_NOT_FIT
+    few_cpu = compute_capacity(rtx4090(llama8b, enable_lora=True, max_loras=4, max_cpu_loras=2,
+                                       max_model_len=4096))
+    assert few_cpu.failure is not None and "max_cpu_loras (2)" in few_cpu.failure.message
+
+
+def test_slots_come_out_of_the_kv_cache_and_widen_the_band(llama8b):
+    plain = compute_capacity(rtx4090(llama8b, max_model_len=8192, vllm_version="0.20.0"))
+    with_lora = compute_capacity(rtx4090(llama8b, max_model_len=8192, vllm_version="0.20.0",
+                                         enable_lora=True, max_loras=2, max_lora_rank=32))
+    slots = 2 * _llama8b_elements(32) * 2
+    assert with_lora.weights_bytes - plain.weights_bytes == slots
+    # CUDA graphs captured without and with adapters: 1.5 x, the band covers 1 x to 2 x
+    assert abs(with_lora.cudagraph_bytes - 1.5 * plain.cudagraph_bytes) <= 1
+    drop = plain.available_kv_bytes - with_lora.available_kv_bytes
+    assert drop >= slots + plain.cudagraph_bytes // 2
+    plain_half = (plain.available_kv_band_bytes[1] - plain.available_kv_band_bytes[0]) // 2
+    lora_half = (with_lora.available_kv_band_bytes[1] - with_lora.available_kv_band_bytes[0]) // 2
+    assert lora_half - plain_half == plain.cudagraph_bytes // 2
+    assert with_lora.inputs["lora_slot_bytes"] == slots
+    assert with_lora.inputs["max_loras"] == 2 and with_lora.inputs["max_lora_rank"] == 32
+
+
+def test_many_large_slots_turn_a_fitting_plan_into_no_fit(llama8b):
+    base = rtx4090(llama8b, max_model_len=32768, vllm_version="0.20.0")
+    assert compute_capacity(base).verdict == VERDICT_FITS
+    heavy = compute_capacity(replace(base, enable_lora=True, max_loras=8, max_lora_rank=64))
+    assert heavy.verdict == VERDICT_DOES_NOT_FIT
+    assert heavy.failure is not None and heavy.failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert heavy.inputs["lora_slot_bytes"] == 8 * _llama8b_elements(64) * 2

@@ -1,0 +1,109 @@
+"""Speculative decoding in the plan: ``--speculative-config`` read as vLLM reads it, and what a
+drafter adds (weights, KV layers, the rejection sampler's rows, larger CUDA-graph captures)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fitkit import fixture_spec, rtx4090
+
+from kvpilot.core import failures
+from kvpilot.core.errors import FitError
+from kvpilot.core.fit import speculative
+from kvpilot.core.fit.budget import compute_capacity, estimate_weights_bytes
+from kvpilot.core.fit.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
+
+
+def _config(**values: object) -> str:
+    return json.dumps(values)
+
+
+@pytest.mark.parametrize(("values", "method"), [
+    ({"model": "[ngram]", "num_speculative_tokens": 3}, "ngram"),
+    ({"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B", "num_speculative_tokens": 2}, "eagle"),
+    ({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 2}, "eagle3"),
+    ({"model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 4}, "draft_model"),
+    ({"method": "deepseek_mtp", "num_speculative_tokens": 1}, "mtp"),
+    ({"method": "mtp"}, "mtp"),
+])
+def test_the_method_is_inferred_as_vllm_does(values, method):
+    assert speculative.parse_speculative_config(_config(**values)).method == method
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("{not json", "not JSON"),
+    ("[1]", "JSON object"),
+    (_config(num_speculative_tokens=2), "neither"),
+    (_config(method="eagle3", num_speculative_tokens=2), "needs the draft"),
+    (_config(method="ngram"), "num_speculative_tokens"),
+    (_config(method="ngram", num_speculative_tokens=0), "at least 1"),
+])
+def test_bad_configs_say_what_to_give(text, says):
+    with pytest.raises(FitError, match=says):
+        speculative.parse_speculative_config(text)
+
+
+def test_mtp_on_a_model_without_mtp_layers_does_not_fit(qwen7b):
+    cap = compute_capacity(rtx4090(qwen7b, max_model_len=8192,
+                                   speculative_config=_config(method="mtp")))
+    assert cap.failure is not None and cap.failure.kind == failures.UNSUPPORTED_MODEL
+    assert "no MTP layers" in cap.failure.message
+    assert cap.verdict == VERDICT_DOES_NOT_FIT
+
+
+def test_a_draft_models_layers_join_the_kv_cache():
+    target = fixture_spec("qwen3-30b-a3b", None)
+    draft = fixture_spec("qwen3-8b", None)
+    spec = _config(model="Qwen/Qwen3-8B", num_speculative_tokens=3)
+    plain = compute_capacity(rtx4090(target, max_model_len=4096, gpu_total_bytes=80 << 30,
+                                     gpu_name="NVIDIA H100 80GB HBM3"))
+    with_draft = compute_capacity(rtx4090(target, max_model_len=4096, gpu_total_bytes=80 << 30,
+                                          gpu_name="NVIDIA H100 80GB HBM3",
+                                          speculative_config=spec, draft_model=draft))
+    # Qwen3-8B: 36 layers x 8 KV heads x 128 x (K + V) x 2 bytes per token
+    assert with_draft.kv_bytes_per_token - plain.kv_bytes_per_token == 36 * 8 * 128 * 2 * 2
+    assert with_draft.page_bytes_per_block - plain.page_bytes_per_block == 36 * 8 * 128 * 4 * 16
+    assert with_draft.weights_bytes - plain.weights_bytes == estimate_weights_bytes(draft)
+    assert with_draft.inputs["speculative_method"] == "draft_model"
+    assert with_draft.inputs["num_speculative_tokens"] == 3
+
+
+def test_a_draft_that_cannot_be_read_keeps_the_plan_borderline(qwen7b):
+    spec = _config(model="/nowhere/eagle3-head", method="eagle3", num_speculative_tokens=2)
+    cap = compute_capacity(rtx4090(qwen7b, max_model_len=4096, speculative_config=spec))
+    assert cap.verdict == VERDICT_BORDERLINE
+    assert cap.inputs["draft_known"] is False
+    assert "could not be read" in {t.name: t.note for t in cap.terms}["weights"]
+
+
+def test_draft_tokens_scale_the_capture_size_from_0_20(qwen7b):
+    ngram = _config(method="ngram", num_speculative_tokens=3, prompt_lookup_max=4)
+    plain = compute_capacity(rtx4090(qwen7b, max_model_len=4096, max_num_seqs=8,
+                                     vllm_version="0.20.0"))
+    spec = compute_capacity(rtx4090(qwen7b, max_model_len=4096, max_num_seqs=8,
+                                    vllm_version="0.20.0", speculative_config=ngram))
+    # min(8 x (1 + 3) x 2, 512) = 64 captured tokens instead of min(8 x 2, 512) = 16
+    assert abs(spec.cudagraph_bytes - 4 * plain.cudagraph_bytes) <= 4
+    # ngram loads nothing and keeps no KV of its own
+    assert spec.weights_bytes == plain.weights_bytes
+    assert spec.kv_bytes_per_token == plain.kv_bytes_per_token
+    # the rejection sampler's 2 x max_num_seqs logit rows
+    assert spec.activation_peak_bytes > plain.activation_peak_bytes
+
+
+def test_before_0_20_only_the_sampler_rows_move_the_kv(qwen7b):
+    ngram = _config(method="ngram", num_speculative_tokens=3, prompt_lookup_max=4)
+    kw = {"max_model_len": 4096, "max_num_seqs": 8, "vllm_version": "0.19.0"}
+    plain = compute_capacity(rtx4090(qwen7b, **kw))
+    spec = compute_capacity(rtx4090(qwen7b, speculative_config=ngram, **kw))
+    # graphs are outside the 0.19 budget; only the sampler's extra rows move the KV
+    assert plain.available_kv_bytes - spec.available_kv_bytes == (
+        spec.activation_peak_bytes - plain.activation_peak_bytes)
+
+
+def test_mtp_layer_bytes_count_every_expert():
+    moe = fixture_spec("qwen3-30b-a3b", None)
+    h, q, kvd, e, i = 2048, 4096, 512, 128, 768
+    params = h * (q + 2 * kvd) + q * h + e * 3 * h * i + h * e + 2 * h * h + 4 * h
+    assert speculative.mtp_layer_bytes(moe) == 2 * params
