@@ -101,10 +101,14 @@ class FallbackPolicy:
     def next_choice(self, choices: Sequence[FallbackChoice], taken: int) -> FallbackChoice | None:
         """The choice to take by itself after ``taken`` automatic fallbacks, else None: the
         best that keeps the checkpoint (another one would be a download nobody asked for) and
-        changes a setting (freeing the GPU is the user's to do)."""
+        changes a setting (freeing the GPU is the user's to do), and that leaves every adapter
+        loadable (a lower LoRA rank is the user's to choose)."""
         if not self.automatic or taken >= self.max_attempts:
             return None
-        return next((c for c in choices if c.changes and "model" not in c.changes), None)
+        from kvpilot.core.fit.fallback_adapters import NOT_AUTOMATIC
+
+        return next((c for c in choices if c.changes and "model" not in c.changes
+                     and c.kind not in NOT_AUTOMATIC), None)
 
 
 def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:

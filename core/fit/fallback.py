@@ -16,7 +16,7 @@ from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget
+from kvpilot.core.fit import activation, budget, fallback_adapters
 from kvpilot.core.fit.kv import DEFAULT_BLOCK_SIZE
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
@@ -188,6 +188,13 @@ def propose(
         for model in _smaller_checkpoints(inputs.model, smaller_models)[:2]:
             new = replace(inputs, model=model, quantization=None)
             add(SMALLER_CHECKPOINT, new, f"{model.model_id}", cost=2.5)
+
+    # LoRA slots, rank and the drafter: give their memory back (or fix a refused setting)
+    for opt_kind, new, change, cost, cap in fallback_adapters.planned_candidates(
+            failure, inputs, original, plan):
+        if check_support(new) is None:
+            label = fallback_adapters.effect_label(change, original, cap, _fits_label(cap, users))
+            options.append(FallbackOption(opt_kind, label, change, new, cap, cap.fits, cost))
 
     # the CUDA-graph capture ran out of memory / vLLM's KV budget came out negative
     for extra in (
