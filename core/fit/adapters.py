@@ -124,6 +124,7 @@ def adapter_terms(
             vllm_version=inputs.vllm_version,
             cudagraphs_on=graphs_on and supports("lora_cudagraph_specialize",
                                                  inputs.vllm_version),
+            serve_dtype=inputs.dtype,
         )
     spec = None
     if inputs.speculative_config and inputs.speculative_config.strip():
@@ -132,10 +133,20 @@ def adapter_terms(
             model, settings,
             draft=inputs.draft_model,
             draft_weights_bytes=draft_weights_bytes,
-            kv_cache_dtype=inputs.kv_cache_dtype,
+            kv_cache_dtype=kv_dtype_of(inputs),
             tensor_parallel_size=inputs.tensor_parallel_size,
         )
     return AdapterTerms(lora=lora, speculative=spec, pooling=pooling)
+
+
+def kv_dtype_of(inputs: PlanInputs) -> str:
+    """The KV dtype of ``inputs``: ``--kv-cache-dtype`` when set, else an explicit ``--dtype``
+    (``auto`` KV follows the dtype the model runs in: float32 on the CPU engine with
+    ``--dtype float32``), else "auto" (the checkpoint's, as vLLM serves it)."""
+    kv_dtype = (inputs.kv_cache_dtype or "auto").lower()
+    if kv_dtype == "auto" and inputs.dtype and inputs.dtype.lower() not in ("auto", ""):
+        return inputs.dtype
+    return kv_dtype
 
 
 def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None) -> kv.KvLayout:
@@ -144,7 +155,7 @@ def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None) ->
     Raises:
         FitError: as :func:`kvpilot.core.fit.kv.kv_layout` and :func:`adapter_terms`.
     """
-    base = kv.kv_layout(model, inputs.kv_cache_dtype, inputs.tensor_parallel_size, block_size)
+    base = kv.kv_layout(model, kv_dtype_of(inputs), inputs.tensor_parallel_size, block_size)
     if not inputs.speculative_config:
         return base
     terms = adapter_terms(inputs, model, max_num_batched_tokens=1)

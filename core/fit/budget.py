@@ -248,7 +248,8 @@ def compute_capacity(
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    layout = adapt.layout(kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size))
+    layout = adapt.layout(kv.kv_layout(model, adapters.kv_dtype_of(inputs), tp,
+                                       inputs.block_size))
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,

@@ -152,8 +152,12 @@ def lora_budget(
     tensor_parallel_size: int = 1,
     vllm_version: str | None = None,
     cudagraphs_on: bool = True,
+    serve_dtype: str | None = None,
 ) -> LoraBudget:
     """The LoRA terms of a plan with ``--enable-lora`` (see the module docstring).
+
+    ``serve_dtype`` is ``--dtype`` (None: the checkpoint's, as vLLM serves it); ``lora_dtype``
+    "auto" follows it.
 
     Raises:
         FitError: a slot count below 1 or an unknown ``lora_dtype``.
@@ -165,7 +169,9 @@ def lora_budget(
     cpu = slots if max_cpu_loras is None else max_cpu_loras
     dtype = (lora_dtype or "auto").lower()
     if dtype == "auto":
-        elem = kv.dtype_bytes(kv.serving_dtype(model.torch_dtype))
+        served = serve_dtype if serve_dtype and serve_dtype != "auto" else kv.serving_dtype(
+            model.torch_dtype)
+        elem = kv.dtype_bytes(served)
     elif dtype in ("float16", "bfloat16", "half"):
         elem = 2
     else:

@@ -172,14 +172,16 @@ def test_plan_defaults_to_this_machines_gpu_and_names_what_to_close(monkeypatch,
 def test_plan_without_a_gpu_plans_for_the_cpu_build(capsys):
     import psutil
 
+    # float32 KV (--dtype float32): 28 layers x 2 x 4 heads x 128 x 4 bytes = 112 KiB a token
     rc = main(["plan", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--max-model-len", "1024",
-               "--kv-cache-memory-bytes", "64M", "--vllm-version", "0.32.0+cpu",
+               "--kv-cache-memory-bytes", "128M", "--vllm-version", "0.32.0+cpu",
                "--dtype", "float32", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["inputs"]["gpu_name"] == "cpu"
     assert out["inputs"]["gpu_total_bytes"] == psutil.virtual_memory().total
-    assert out["available_kv_bytes"] == 64 << 20
+    assert out["available_kv_bytes"] == 128 << 20
+    assert out["kv_bytes_per_token"] == 28 * 2 * 4 * 128 * 4
     assert out["max_num_seqs"] == 128 and out["max_num_batched_tokens"] == 2048
 
 
