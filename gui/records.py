@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvpilot.gui import theme
 
@@ -25,6 +25,23 @@ class Goal:
     enforce_eager: bool = False
     model_ref: str = ""
     vllm_version: str | None = None  # the installed vLLM's (None: the fit engine's default)
+    #: LoRA adapters per batch (0: off) and their largest rank; a drafter ("": off, "ngram",
+    #: "mtp") and its tokens per step (kvpilot.core.fit.adapters.adapter_settings)
+    lora_slots: int = 0
+    lora_rank: int = 16
+    speculative_method: str = ""
+    speculative_tokens: int = 2
+
+    def adapter_settings(self) -> dict[str, Any]:
+        """The serving settings of the LoRA and drafter inputs
+        (:func:`kvpilot.core.fit.adapters.adapter_settings`)."""
+        from kvpilot.core.fit.adapters import adapter_settings
+
+        return adapter_settings(
+            lora_slots=self.lora_slots, lora_rank=self.lora_rank,
+            speculative_method=self.speculative_method,
+            speculative_tokens=self.speculative_tokens,
+        )
 
 
 @dataclass(frozen=True)

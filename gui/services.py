@@ -423,6 +423,7 @@ class AppServices:
             kv_cache_dtype=goal.kv_cache_dtype,
             gpu_memory_utilization=goal.gpu_memory_utilization,
             enforce_eager=goal.enforce_eager,
+            overrides=goal.adapter_settings(),
         )
         _, plans = replan(
             target.card(), fit_goal, models, fixed=self.fixed_settings(goal),
@@ -465,11 +466,12 @@ class AppServices:
         recommender keeps them in every plan it ranks."""
         from kvpilot.core.fit.replan import fixed_settings
 
+        adapters = goal.adapter_settings()
         return fixed_settings(
             kv_cache_dtype=goal.kv_cache_dtype,
             gpu_memory_utilization=goal.gpu_memory_utilization,
             enforce_eager=goal.enforce_eager,
-            overrides=self.plan_overrides,
+            overrides={**adapters, **(self.plan_overrides or {})},
         )
 
     def planned_capacity(self, inputs: PlanInputs) -> Capacity:

@@ -15,7 +15,9 @@ planned by kvpilot).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
@@ -160,3 +162,36 @@ def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None) ->
         return base
     terms = adapter_terms(inputs, model, max_num_batched_tokens=1)
     return terms.layout(base)
+
+
+#: the drafters the planner's inputs offer (the CLI takes any ``--speculative-config``)
+PLANNER_DRAFTERS = ("ngram", "mtp")
+
+
+def adapter_settings(
+    *, lora_slots: int = 0, lora_rank: int = 16, speculative_method: str = "",
+    speculative_tokens: int = 1,
+) -> dict[str, Any]:
+    """The :class:`~kvpilot.core.fit.plan.ServingSettings` fields for the planner's adapter
+    inputs: ``lora_slots`` adapters per batch (0: LoRA off) at ``lora_rank``, and a drafter
+    (``""``: off; ``ngram``: prompt lookup up to 4 tokens; ``mtp``: the checkpoint's MTP
+    layers) proposing ``speculative_tokens`` tokens per step.
+
+    Raises:
+        FitError: an unknown drafter or a count below 1.
+    """
+    values: dict[str, Any] = {}
+    if lora_slots > 0:
+        values.update(enable_lora=True, max_loras=lora_slots, max_lora_rank=lora_rank)
+    method = speculative_method.strip().lower()
+    if method:
+        if method not in PLANNER_DRAFTERS:
+            raise FitError(f"speculative method must be one of {', '.join(PLANNER_DRAFTERS)}, "
+                           f"got {speculative_method!r}")
+        if speculative_tokens < 1:
+            raise FitError(f"draft tokens must be at least 1, got {speculative_tokens}")
+        config: dict[str, Any] = {"method": method, "num_speculative_tokens": speculative_tokens}
+        if method == "ngram":
+            config["prompt_lookup_max"] = 4
+        values["speculative_config"] = json.dumps(config)
+    return values

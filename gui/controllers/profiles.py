@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvpilot.core import settings as st
 from kvpilot.core.errors import KvpilotError
@@ -36,6 +36,7 @@ def goal_of(profile: st.Profile) -> Goal:
         gpu_memory_utilization=plan.gpu_memory_utilization,
         enforce_eager=plan.enforce_eager,
         model_ref=profile.model_ref,
+        **adapter_goal_fields(plan),
     )
 
 
@@ -50,8 +51,34 @@ def with_goal(profile: st.Profile, goal: Goal) -> st.Profile:
         gpu_memory_utilization=goal.gpu_memory_utilization,
         enforce_eager=goal.enforce_eager,
         allow_4bit=goal.allow_4bit,
+        enable_lora=False, max_loras=None, max_lora_rank=None,
+        # a drafter the planner's inputs do not offer (set on the command line) is kept
+        speculative_config=None if "speculative_method" in adapter_goal_fields(profile.plan)
+        or goal.speculative_method else profile.plan.speculative_config,
     )
+    plan = replace(plan, **goal.adapter_settings())
     return replace(profile, plan=plan, model_ref=goal.model_ref)
+
+
+def adapter_goal_fields(plan: st.PlanSettings) -> dict[str, Any]:
+    """The planner's LoRA and drafter inputs for the settings a profile stores (a drafter the
+    inputs do not offer shows as off)."""
+    import json
+
+    fields: dict[str, Any] = {}
+    if plan.enable_lora:
+        fields["lora_slots"] = plan.max_loras or 1
+        fields["lora_rank"] = plan.max_lora_rank or 16
+    if plan.speculative_config:
+        try:
+            config = json.loads(plan.speculative_config)
+        except json.JSONDecodeError:
+            config = None
+        if isinstance(config, dict) and config.get("method") in ("ngram", "mtp"):
+            fields["speculative_method"] = config["method"]
+            tokens = config.get("num_speculative_tokens")
+            fields["speculative_tokens"] = tokens if isinstance(tokens, int) and tokens > 0 else 1
+    return fields
 
 
 class ProfileController(Controller):

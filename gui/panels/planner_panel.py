@@ -51,6 +51,7 @@ from kvpilot.core.fit.plan import USE_CASE_LABELS
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
+from kvpilot.gui.panels.adapter_inputs import AdapterInputs
 from kvpilot.gui.records import Goal, PlanRow
 from kvpilot.gui.widgets import Segment, StackedBar
 
@@ -189,6 +190,10 @@ class PlannerPanel(QWidget):
         self.enforce_eager = QCheckBox("no CUDA graphs (enforce eager)")
         self.enforce_eager.toggled.connect(self._changed)
         form.addRow("", self.enforce_eager)
+        self.adapters = AdapterInputs(self)
+        self.adapters.changed.connect(self._changed)
+        form.addRow("LoRA", self.adapters.lora_row())
+        form.addRow("Draft", self.adapters.draft_row())
         model_row = QHBoxLayout()
         self.model = QComboBox()
         self.model.setEditable(True)
@@ -385,6 +390,7 @@ class PlannerPanel(QWidget):
     def goal(self) -> Goal:
         """The goal as currently entered (a context that is not a number: the default)."""
         ctx, _ = self.context_tokens()
+        slots, rank, method, tokens = self.adapters.values()
         use_case = USE_CASES[max(0, self.use_case_group.checkedId())][0]
         model_ref = self.model.currentData() if self.model.currentIndex() == 0 else None
         if model_ref is None or self.model.currentText() != self.model.itemText(0):
@@ -400,6 +406,10 @@ class PlannerPanel(QWidget):
             gpu_memory_utilization=None if self.util_auto.isChecked() else self.util.value(),
             enforce_eager=self.enforce_eager.isChecked(),
             model_ref=model_ref or "",
+            lora_slots=slots,
+            lora_rank=rank,
+            speculative_method=method,
+            speculative_tokens=tokens,
         )
 
     def set_goal(self, goal: Goal) -> None:
@@ -424,6 +434,8 @@ class PlannerPanel(QWidget):
             if goal.gpu_memory_utilization is not None:
                 self.util.setValue(goal.gpu_memory_utilization)
             self.enforce_eager.setChecked(goal.enforce_eager)
+            self.adapters.set_values(goal.lora_slots, goal.lora_rank, goal.speculative_method,
+                                     goal.speculative_tokens)
             self.set_model_ref(goal.model_ref)
         finally:
             self._suppress = False

@@ -32,8 +32,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),
     "commands/export.py": ("tests/unit/vllm/test_export.py", "the CLI face of the exporter"),
     "commands/recommend.py": ("tests/unit/commands/test_plan.py", "the recommender's CLI"),
-    "commands/serving_args.py": (
-        "tests/unit/commands/test_plan.py", "the flags plan, recommend and serve share"),
     "commands/watch.py": ("tests/unit/vllm/test_watch.py", "the CLI face of the watcher"),
     "commands/desktop.py": ("tests/unit/test_desktop.py", "the CLI face of the desktop entry"),
     "commands/gui.py": ("tests/gui/test_app_cli.py", "needs Qt; tested with the GUI"),
