@@ -1,4 +1,4 @@
-"""The planner's adapter inputs: LoRA slots and rank, a drafter and its tokens (two form rows).
+"""The planner's adapter inputs: LoRA slots and rank, a drafter and its tokens (one form row).
 
 The widgets only read and show values; the settings they mean come from
 :func:`kvpilot.core.fit.adapters.adapter_settings`.
@@ -7,13 +7,13 @@ The widgets only read and show values; the settings they mean come from
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QSpinBox, QWidget
 
 from kvpilot.core.fit.lora import ALLOWED_RANKS, DEFAULT_MAX_LORA_RANK
 
 
 class AdapterInputs(QObject):
-    """``LoRA`` (slots: 0 = off, rank) and ``Draft`` (off / ngram / MTP, tokens) rows."""
+    """LoRA (slots: 0 = off, rank) and a drafter (off / ngram / MTP, tokens) on one row."""
 
     changed = Signal()
 
@@ -23,13 +23,12 @@ class AdapterInputs(QObject):
         self.lora_slots.setObjectName("loraSlots")
         self.lora_slots.setRange(0, 64)
         self.lora_slots.setSpecialValueText("off")
-        self.lora_slots.setSuffix(" slots")
-        self.lora_slots.setToolTip("LoRA adapters in one batch: vLLM's --enable-lora "
+        self.lora_slots.setToolTip("LoRA slots, adapters in one batch: vLLM's --enable-lora "
                                    "--max-loras (each slot's GPU stacks come out of the KV cache)")
         self.lora_rank = QComboBox()
         self.lora_rank.setObjectName("loraRank")
         for rank in ALLOWED_RANKS:
-            self.lora_rank.addItem(f"rank {rank}", rank)
+            self.lora_rank.addItem(f"r{rank}", rank)
         self.lora_rank.setCurrentIndex(ALLOWED_RANKS.index(DEFAULT_MAX_LORA_RANK))
         self.lora_rank.setToolTip("The largest adapter rank: vLLM's --max-lora-rank")
         self.lora_rank.setEnabled(False)
@@ -37,13 +36,13 @@ class AdapterInputs(QObject):
         self.drafter.setObjectName("drafter")
         for label, method in (("off", ""), ("ngram", "ngram"), ("MTP", "mtp")):
             self.drafter.addItem(label, method)
-        self.drafter.setToolTip("Speculative decoding: vLLM's --speculative-config (ngram: "
+        self.drafter.setToolTip("Draft: speculative decoding, vLLM's --speculative-config (ngram: "
                                 "prompt lookup; MTP: the checkpoint's MTP layers)")
         self.draft_tokens = QSpinBox()
         self.draft_tokens.setObjectName("draftTokens")
         self.draft_tokens.setRange(1, 8)
         self.draft_tokens.setValue(2)
-        self.draft_tokens.setSuffix(" tokens")
+        self.draft_tokens.setPrefix("×")
         self.draft_tokens.setToolTip("num_speculative_tokens: draft tokens per step")
         self.draft_tokens.setEnabled(False)
         self.lora_slots.valueChanged.connect(self._sync)
@@ -51,18 +50,14 @@ class AdapterInputs(QObject):
         self.lora_rank.currentIndexChanged.connect(self._emit)
         self.draft_tokens.valueChanged.connect(self._emit)
 
-    def lora_row(self) -> QHBoxLayout:
-        """The LoRA row's widgets."""
+    def row(self) -> QHBoxLayout:
+        """One form row: LoRA slots and rank, the drafter and its tokens."""
         row = QHBoxLayout()
-        row.addWidget(self.lora_slots, 1)
+        row.setSpacing(4)
+        self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        row.addWidget(self.lora_slots)
         row.addWidget(self.lora_rank)
-        return row
-
-    def draft_row(self) -> QHBoxLayout:
-        """The drafter row's widgets."""
-        row = QHBoxLayout()
         row.addWidget(self.drafter, 1)
-        row.addWidget(QLabel(""))
         row.addWidget(self.draft_tokens)
         return row
 
