@@ -49,8 +49,9 @@ def adapter_candidates(failure: Failure, inputs: PlanInputs, original: Capacity
     slots = original.inputs.get("max_loras")
     rank = original.inputs.get("max_lora_rank")
     if failure.kind in (failures.BAD_FLAG_VALUE, failures.UNSUPPORTED_MODEL):
-        if inputs.enable_lora and isinstance(rank, int) and rank not in lora.ALLOWED_RANKS:
-            accepted = max((r for r in lora.ALLOWED_RANKS if r <= rank), default=1)
+        ranks = lora.allowed_ranks(inputs.vllm_version)
+        if inputs.enable_lora and isinstance(rank, int) and rank not in ranks:
+            accepted = max((r for r in ranks if r <= rank), default=ranks[0])
             out.append((LORA_RANK_ACCEPTED, replace(inputs, max_lora_rank=accepted),
                         f"LoRA rank {accepted} (one vLLM accepts)", 0.4))
         cpu = original.inputs.get("max_cpu_loras")
@@ -71,7 +72,8 @@ def adapter_candidates(failure: Failure, inputs: PlanInputs, original: Capacity
         out.append((FEWER_LORA_SLOTS, replace(inputs, max_loras=fewer),
                     f"{fewer} LoRA slot{'s' if fewer != 1 else ''}", 1.4))
     if inputs.enable_lora and isinstance(rank, int):
-        lower = max((r for r in lora.ALLOWED_RANKS if r < rank), default=None)
+        lower = max((r for r in lora.allowed_ranks(inputs.vllm_version) if r < rank),
+                    default=None)
         if lower is not None:
             out.append((LOWER_LORA_RANK, replace(inputs, max_lora_rank=lower),
                         f"LoRA rank up to {lower}", 1.7))

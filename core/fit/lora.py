@@ -51,11 +51,21 @@ from kvpilot.core.vllm.versions import supports
 DEFAULT_MAX_LORAS = 1
 DEFAULT_MAX_LORA_RANK = 16
 
-#: the ranks ``--max-lora-rank`` accepts (config/lora.py ``MaxLoRARanks``, 0.20.0 and 0.32.0)
+#: the ranks ``--max-lora-rank`` accepts (config/lora.py ``MaxLoRARanks``: the same in the
+#: 0.20.0, 0.24.0, 0.28.0 and 0.32.0 wheels); 0.11.0's ``possible_max_ranks`` lacks 1
 ALLOWED_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
-#: the largest vocabulary ``LogitsProcessorWithLoRA.create_lora_weights`` accepts
+#: the largest vocabulary ``LogitsProcessorWithLoRA.create_lora_weights`` accepts (257,024
+#: in the 0.11.0 wheel, whose check counts the extra LoRA vocabulary)
 MAX_LORA_VOCAB = 258048
+OLD_MAX_LORA_VOCAB = 257024
+
+
+def allowed_ranks(vllm_version: str | None = None) -> tuple[int, ...]:
+    """The ``--max-lora-rank`` values ``vllm_version`` accepts."""
+    if supports("lora_extra_vocab", vllm_version):
+        return ALLOWED_RANKS[1:]
+    return ALLOWED_RANKS
 
 #: extra vocabulary rows and lm_head padding of the releases that had them (0.11.0 wheel)
 OLD_EXTRA_VOCAB = 256
@@ -187,11 +197,13 @@ def lora_budget(
     activation = 3 * tokens * rank * 4 + 5 * tokens * 8
     failure: Failure | None = None
     wrapped = model.architecture in LM_HEAD_LORA_ARCHITECTURES
-    if rank not in ALLOWED_RANKS:
+    ranks = allowed_ranks(vllm_version)
+    limit = OLD_MAX_LORA_VOCAB if supports("lora_extra_vocab", vllm_version) else MAX_LORA_VOCAB
+    if rank not in ranks:
         failure = Failure(
             failures.BAD_FLAG_VALUE,
             f"--max-lora-rank {rank} is not one vLLM accepts; use one of "
-            + ", ".join(str(r) for r in ALLOWED_RANKS) + ".",
+            + ", ".join(str(r) for r in ranks) + ".",
         )
     elif cpu < slots:
         failure = Failure(
@@ -199,10 +211,10 @@ def lora_budget(
             f"max_cpu_loras ({cpu}) must be >= max_loras ({slots}); raise --max-cpu-loras or "
             "lower --max-loras.",
         )
-    elif wrapped and model.vocab_size > MAX_LORA_VOCAB:
+    elif wrapped and model.vocab_size > limit:
         failure = Failure(
             failures.UNSUPPORTED_MODEL,
-            f"with LoRA vLLM needs a vocabulary of at most {MAX_LORA_VOCAB:,} tokens; this "
+            f"with LoRA vLLM needs a vocabulary of at most {limit:,} tokens; this "
             f"model has {model.vocab_size:,}.",
         )
     factor = 1.5 if cudagraphs_on else 1.0

@@ -201,12 +201,13 @@ FEATURES: dict[str, Feature] = {
         Feature("lora_cudagraph_specialize", "0.20.0",
                 "v1/cudagraph_dispatcher.py _get_lora_cases: [0, max_loras + 1] with "
                 "cudagraph_specialize_lora (default True), every size captured without and "
-                "with adapters (0.20.0 and 0.32.0 wheels; older releases not checked)"),
+                "with adapters (0.20.0, 0.24.0, 0.28.0 and 0.32.0 wheels; the 0.11.0 wheel has "
+                "no cudagraph_specialize_lora; releases between not checked)"),
         Feature("spec_decode_capture_scaled", "0.20.0",
                 "config/vllm.py _set_cudagraph_sizes: largest default capture "
-                "min(max_num_seqs x (1 + num_speculative_tokens) x 2, 512); the 0.11.0 wheel "
-                "has min(2 x max_num_seqs, 512) whatever the draft (releases between not "
-                "checked)"),
+                "min(max_num_seqs x (1 + num_speculative_tokens) x 2, 512) in the 0.20.0, "
+                "0.24.0, 0.28.0 and 0.32.0 wheels; the 0.11.0 wheel has min(2 x max_num_seqs, "
+                "512) whatever the draft (releases between not checked)"),
         Feature("runner_flag", "0.11.0",
                 "engine/arg_utils.py: --runner generate/pooling (with --convert) replaces "
                 "--task for embedding and reranking models", flag="--runner"),

@@ -110,3 +110,8 @@ def test_many_large_slots_turn_a_fitting_plan_into_no_fit(llama8b):
     assert heavy.verdict == VERDICT_DOES_NOT_FIT
     assert heavy.failure is not None and heavy.failure.kind == failures.KV_CACHE_TOO_SMALL
     assert heavy.inputs["lora_slot_bytes"] == 8 * _llama8b_elements(64) * 2
+
+
+def test_0_11_accepts_no_rank_1():
+    assert 1 in lora.allowed_ranks("0.20.0") and 1 not in lora.allowed_ranks("0.11.0")
+    assert lora.allowed_ranks("0.32.0") == lora.ALLOWED_RANKS
