@@ -50,6 +50,13 @@ def cli_flags(inputs: PlanInputs) -> list[str]:
     if inputs.enable_prefix_caching is not None:
         flags.append("--enable-prefix-caching" if inputs.enable_prefix_caching
                      else "--no-enable-prefix-caching")
+    if inputs.enable_lora:
+        flags.append("--enable-lora")
+    for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+                 "speculative_config", "runner"):
+        value = getattr(inputs, name)
+        if value is not None:
+            flags += ["--" + name.replace("_", "-"), str(value)]
     assert inputs.max_cudagraph_capture_size is None and inputs.cudagraph_mode is None, \
         "no plan flag for these: set by fallbacks only"
     return flags
