@@ -1,12 +1,13 @@
-"""LoRA adapters and speculative decoding on the real CPU engine (vLLM 0.32.0+cpu), planned
-first and then launched by ``kvpilot serve`` with the same flags.
+"""LoRA adapters, speculative decoding and the pooling runner on the real CPU engine (vLLM
+0.32.0+cpu), planned first and then launched by ``kvpilot serve`` with the same flags.
 
 * an adapter written here (PEFT's layout, no library) is served with ``--enable-lora`` and
   answers a completion under its own name; the plan sizes its slots from vLLM's stacks;
 * ngram speculative decoding drafts tokens (vLLM's spec-decode counters move) and keeps the KV
   cache as it is; a draft model's layers join the KV cache, so the same memory holds half the
   tokens, and a KV budget that one request fills without the draft is predicted to fail with
-  it, and fails in vLLM with the length kvpilot predicted.
+  it, and fails in vLLM with the length kvpilot predicted;
+* ``--runner pooling`` serves embeddings with the KV cache the plan predicted.
 """
 
 from __future__ import annotations
@@ -148,3 +149,27 @@ def test_a_draft_that_overflows_the_kv_cache_is_predicted_and_vllm_agrees(
     failure = events[-1]
     assert failure["kind"] == failures.KV_CACHE_TOO_SMALL
     assert failure["estimated_max_model_len"] == predicted_len
+
+
+def test_the_pooling_runner_serves_embeddings_with_the_planned_kv_cache(
+    vllm_runtime: Any, tiny_model: Path, tmp_path: Path, vllm_scratch: Path
+) -> None:
+    plan = _plan(tiny_model, tmp_path, "--runner", "pooling")
+    generate = _plan(tiny_model, tmp_path)
+    assert plan["verdict"] == "fits" and plan["inputs"]["runner"] == "pooling"
+    # no sampler in the profile run; the decoder's KV cache is sized as for generation
+    assert plan["kv_bytes_per_token"] == generate["kv_bytes_per_token"]
+    proc = start_serve(serve_argv(vllm_runtime.location, tiny_model, tmp_path, *CPU_FLAGS,
+                                  "--runner", "pooling"), serve_env(vllm_scratch, tmp_path))
+    try:
+        events = wait_event(proc, "ready", READY_TIMEOUT_S)
+        command = next(e for e in events if e.get("command"))["command"]
+        assert "--runner pooling" in command
+        reply = httpx.post(events[-1]["base_url"] + "/v1/embeddings", timeout=60, json={
+            "model": str(tiny_model), "input": "the river"})
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["data"][0]["embedding"]) == 128  # the tiny model's hidden size
+        assert _capacity(events)["kv_cache_tokens"] == plan["kv_cache_tokens"]
+    finally:
+        tail = _stop(proc)
+    assert tail[-1]["event"] == "stopped" and tail[-1]["clean"] is True
