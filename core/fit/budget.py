@@ -365,7 +365,7 @@ def compute_capacity(
         BudgetTerm("cudagraph", graphs_in_budget,
                    FROM_FITTED if graphs_in_budget else FROM_MODEL,
                    ("eager mode: no graphs" if inputs.enforce_eager else
-                    f"estimate {graphs / GiB:.2f} GiB" +
+                    f"estimate {graphs / GiB:.2f} GiB" + adapter_graphs_note(adapt, inputs.vllm_version) +
                     ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20")
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
@@ -611,3 +611,16 @@ def adapter_inputs(adapt: adapters.AdapterTerms) -> dict[str, Any]:
             "draft_known": adapt.speculative.draft_known,
         })
     return data
+
+
+def adapter_graphs_note(adapt: adapters.AdapterTerms, vllm_version: str | None) -> str:
+    """Why LoRA or a drafter changed the CUDA-graph estimate ("" when neither did)."""
+    note = ""
+    if adapt.lora is not None and adapt.lora.cudagraph_factor != 1:
+        note += (f" (x{adapt.lora.cudagraph_factor:g}: every size captured without and with "
+                 "LoRA; the band covers x1 to x2)")
+    if adapt.speculative is not None and supports("spec_decode_capture_scaled", vllm_version):
+        note += (f" (captures up to max_num_seqs x {adapt.capture_seqs_factor} x 2 tokens"
+                 + (", and the drafter's own graphs" if adapt.speculative.draft_layers else "")
+                 + ")")
+    return note
