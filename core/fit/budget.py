@@ -365,7 +365,8 @@ def compute_capacity(
         BudgetTerm("cudagraph", graphs_in_budget,
                    FROM_FITTED if graphs_in_budget else FROM_MODEL,
                    ("eager mode: no graphs" if inputs.enforce_eager else
-                    f"estimate {graphs / GiB:.2f} GiB" + adapter_graphs_note(adapt, inputs.vllm_version) +
+                    f"estimate {graphs / GiB:.2f} GiB"
+                    + adapter_graphs_note(adapt, inputs.vllm_version) +
                     ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20")
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
