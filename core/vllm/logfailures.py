@@ -409,6 +409,23 @@ def _bad_value_other(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     )
 
 
+def _lora_cpu_slots(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
+    return Failure(
+        fk.BAD_FLAG_VALUE,
+        f"vLLM needs --max-cpu-loras ({m[1]}) at least --max-loras ({m[2]}); raise it or "
+        "lower --max-loras.",
+        details={"flag": "--max-cpu-loras", "value": m[1]},
+    )
+
+
+def _lora_vocab(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
+    return Failure(
+        fk.UNSUPPORTED_MODEL,
+        f"vLLM serves LoRA adapters only for vocabularies up to {int(m[1]):,} tokens; this "
+        "model's is larger.",
+    )
+
+
 def _pydantic(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     field_name = ctx.pydantic_field or "a setting"
     value = re.search(r"input_value=([^,\]]+)", msg)
@@ -690,13 +707,16 @@ _OTHER_FAIL_RULES: tuple[tuple[re.Pattern[str], FailureBuilder], ...] = (
     (
         re.compile(
             r"error: argument (?P<flag>\S+?): (?:invalid [\w ]+ value|invalid choice): "
-            r"(?P<value>'[^']*')"
+            r"(?P<value>'[^']*'|[^\s(']+)"
         ),
         _bad_value,
     ),
     (re.compile(r"error: argument (?P<flag>\S+?): (?P<why>expected .*)$"), _bad_value_other),
     (re.compile(r"^\s*Input should be (.*?)(?: \[type=.*)?$"), _pydantic),
     (re.compile(r"Invalid kv_cache_dtype: '([^']*)'"), _named_bad_value("--kv-cache-dtype")),
+    # config/lora.py LoRAConfig and lora/layers/logits_processor.py refusals
+    (re.compile(r"max_cpu_loras \((\d+)\) must be >= max_loras \((\d+)\)"), _lora_cpu_slots),
+    (re.compile(r"When using LoRA, vocab size must be <= (\d+)"), _lora_vocab),
     (re.compile(r"Unknown quantization method: ([^.\s]+)"), _named_bad_value("--quantization")),
     (re.compile(r"Timed out waiting for engine core processes to start"), _timeout),
 )
