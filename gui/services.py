@@ -438,19 +438,7 @@ class AppServices:
                 title += f" · {cand.gpus_label}" if cand.gpus_label else ""
                 quantization = _quant_label(cand.quantization, cand.weight_bits)
             rows.append(
-                PlanRow(
-                    title=title,
-                    quantization=quantization,
-                    inputs=p.inputs,
-                    capacity=p.capacity,
-                    fits=p.fits,
-                    reason=p.reason,
-                    model_ref=local_ref or p.model_id,
-                    tokens_per_s=cand.decode_tokens_per_s if cand is not None else None,
-                    source=cand if cand is not None else p.rejection,
-                    tight=p.tight,
-                    kv_headroom_bytes=p.kv_headroom_bytes,
-                )
+                PlanRow(p, title, quantization, model_ref=local_ref or p.model_id)
             )
         where = "measured free memory" if target.measured else "planner mode, nothing measured"
         label = USE_CASE_LABELS

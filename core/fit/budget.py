@@ -35,6 +35,7 @@ from kvpilot.core.fit.plan import (
     BudgetTerm,
     Capacity,
     PlanInputs,
+    Verdict,
 )
 from kvpilot.core.models import spec as model_spec
 from kvpilot.core.units import GiB
@@ -409,8 +410,8 @@ def compute_capacity(
 
 def band_verdict(
     inputs: PlanInputs, band: tuple[int, int], failure: Failure | None
-) -> str:
-    """"fits" / "borderline" / "does_not_fit" for an available-KV band (low, high) in bytes.
+) -> Verdict:
+    """The :class:`~kvpilot.core.fit.plan.Verdict` for an available-KV band (low, high) in bytes.
 
     The free-memory and model-length checks do not depend on the band: they fail outright.
     Otherwise the low edge passing means "fits", the high edge failing "does_not_fit".

@@ -55,6 +55,15 @@ from kvpilot.core.vllm.orphans import (
     write_pidfile,
 )
 from kvpilot.core.vllm.proctree import StopReport, alive, descendants, stop_tree
+from kvpilot.core.vllm.states import (
+    FAILED,
+    READY,
+    STARTING,
+    STOPPED,
+    STOPPING,
+    TERMINAL_STATES,
+    SupervisorState,
+)
 from kvpilot.core.vllm.versions import supports
 
 if TYPE_CHECKING:
@@ -65,13 +74,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# states
-STARTING = "starting"
-READY = "ready"
-STOPPING = "stopping"
-STOPPED = "stopped"
-FAILED = "failed"
-TERMINAL_STATES = (STOPPED, FAILED)
+
 
 #: longest output line kept whole (characters); the rest of a longer line is cut and counted
 MAX_LINE_CHARS = 64 * 1024
@@ -86,8 +89,8 @@ class StateEvent:
     measurements); ``failure`` is set for ``failed``; ``phase`` is the last known start-up phase.
     """
 
-    state: str
-    previous: str | None
+    state: SupervisorState
+    previous: SupervisorState | None
     at_s: float
     monotonic_s: float
     phase: str | None = None
@@ -241,7 +244,7 @@ class Supervisor:
         self._scanner = logparse.LogScanner(
             version=getattr(runtime, "version", None), port=getattr(spec, "port", None)
         )
-        self._state: str | None = None
+        self._state: SupervisorState | None = None
         self._phase: str | None = None
         self._failure: failures.Failure | None = None
         self._pending_failures: list[failures.Failure] = []
@@ -277,7 +280,7 @@ class Supervisor:
 
     # ----------------------------------------------------------------- public properties
     @property
-    def state(self) -> str | None:
+    def state(self) -> SupervisorState | None:
         """Current state (None before :meth:`start`)."""
         return self._state
 
@@ -471,7 +474,9 @@ class Supervisor:
         sup._spawn(sup._monitor, name="vllm-monitor")
         return sup
 
-    def wait_for(self, states: tuple[str, ...], timeout_s: float | None = None) -> str | None:
+    def wait_for(
+        self, states: tuple[SupervisorState, ...], timeout_s: float | None = None
+    ) -> SupervisorState | None:
         """Block until the state is one of ``states`` (or terminal); returns the state reached."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._changed:
@@ -552,7 +557,7 @@ class Supervisor:
         if self._on_event is not None:
             notify(log, "on_event listener", self._on_event, event)
 
-    def _set_state(self, state: str, failure: failures.Failure | None = None) -> None:
+    def _set_state(self, state: SupervisorState, failure: failures.Failure | None = None) -> None:
         with self._changed:
             previous = self._state
             if previous == state:
@@ -918,7 +923,7 @@ class Supervisor:
         except Exception:  # never let bookkeeping break supervision
             log.exception("could not record the measured capacity")
 
-    def _on_exit(self, state: str | None) -> None:
+    def _on_exit(self, state: SupervisorState | None) -> None:
         rc = self._returncode
         # give the readers a moment to deliver the last lines before classifying (a child that
         # outlived the leader keeps the pipes open: never wait for their end of file)

@@ -47,7 +47,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.fit.plan import USE_CASE_LABELS
+from kvpilot.core.fit.plan import USE_CASE_LABELS, Verdict
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
@@ -641,6 +641,5 @@ def _times(x: float) -> str:
 def verdict_text(cap: Capacity) -> str:
     """``fits: KV 7.19-7.55 GiB (validation band)`` for the detail table."""
     low, high = cap.available_kv_band_bytes
-    words = {"fits": "fits", "borderline": "borderline", "does_not_fit": "does not fit"}
-    return (f"{words.get(cap.verdict, cap.verdict)}: vLLM's KV memory {low / fmt.GIB:.2f} to "
+    return (f"{Verdict(cap.verdict).words}: vLLM's KV memory {low / fmt.GIB:.2f} to "
             f"{high / fmt.GIB:.2f} GiB (validation band of this vLLM release)")
