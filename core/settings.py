@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 
 from kvpilot.core.errors import SettingsError
+from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.plan import (
-    USE_CASES,
     ServingSettings,
     serving_field_names,
     settings_from_dict,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvpilot.settings")
 
 #: the schema version this code writes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: file name inside the config directory
 FILE_NAME = "settings.json"
 #: environment variable that overrides the config directory (tests, portable installs)
@@ -72,29 +72,11 @@ KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16",
 THEMES: tuple[str, ...] = ("system", "light", "dark")
 MAX_SAMPLING_HZ = 20.0
 DEFAULT_PROFILE_NAME = "Default"
-#: a new profile's goal: context per request (tokens) and concurrent users
-DEFAULT_CONTEXT_TOKENS = 8192
-DEFAULT_USERS = 4
+#: the goal fields a profile stores (the release and the model filter are set where it is planned)
+GOAL_FIELDS: tuple[str, ...] = ("use_case", "context_tokens", "users", "min_weight_bits")
 
 
 # --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanSettings(ServingSettings):
-    """The goal and the serving settings of a plan, as the user last set them.
-
-    The serving settings are :class:`~kvpilot.core.fit.plan.ServingSettings` (the type the
-    plan, the launch command and the measurement key share); here ``max_model_len`` is the
-    context the user wants (tokens) and ``max_num_seqs`` the concurrent users, and
-    ``gpu_memory_utilization`` None means "auto" (the planner picks the highest value that
-    starts). ``use_case`` and ``allow_4bit`` steer the recommender.
-    """
-
-    max_model_len: int | None = DEFAULT_CONTEXT_TOKENS
-    max_num_seqs: int | None = DEFAULT_USERS
-    use_case: str = "chat"
-    allow_4bit: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,7 +86,11 @@ class Profile:
     Attributes:
         name: unique, shown in the profile selector.
         model_ref: catalog id, Hugging Face repo id or local path ("" = none chosen yet).
-        plan: goal and plan knobs.
+        goal: what the user wants (use case, context, users, quality floor): the recommender's
+            :class:`~kvpilot.core.fit.goal.Goal`, of which the profile stores
+            :data:`GOAL_FIELDS`.
+        plan: the serving settings the user fixed (``None``/``"auto"``/False: the planner
+            chooses), e.g. a KV dtype, a utilization, eager mode.
         vllm_runtime: path to a ``vllm`` executable or its Python ("" = detect automatically).
         host, port: where ``vllm serve`` listens (127.0.0.1 unless the user widens it).
         api_key: passed as ``--api-key`` ("" = none); never logged (excluded from ``repr``).
@@ -121,7 +107,8 @@ class Profile:
 
     name: str
     model_ref: str = ""
-    plan: PlanSettings = field(default_factory=PlanSettings)
+    goal: Goal = field(default_factory=Goal)
+    plan: ServingSettings = field(default_factory=ServingSettings)
     vllm_runtime: str = ""
     host: str = "127.0.0.1"
     port: int = 8000
@@ -251,15 +238,21 @@ def profile_problems(profile: Profile) -> list[SettingsProblem]:
         )
     if profile.theme not in THEMES:
         add("theme", f"'{profile.theme}' is unknown; use one of {', '.join(THEMES)}", "theme")
+    goal = profile.goal
+    for label, name in (("use_case", "use_case"), ("context", "context_tokens"),
+                        ("users", "users"), ("quality floor", "min_weight_bits")):
+        alone = replace(Goal(), **{name: getattr(goal, name)})
+        for message in alone.problems():
+            add(label, message, f"goal.{name}")
     plan = profile.plan
-    if plan.max_model_len is None or plan.max_model_len < 16:
+    if plan.max_model_len is not None and plan.max_model_len < 16:
         add(
-            "context",
-            f"{plan.max_model_len} tokens is too small; use at least 16",
+            "max_model_len",
+            f"{plan.max_model_len} tokens is too small; use at least 16 or leave it to the planner",
             "plan.max_model_len",
         )
-    if plan.max_num_seqs is None or plan.max_num_seqs < 1:
-        add("users", f"{plan.max_num_seqs} must be at least 1", "plan.max_num_seqs")
+    if plan.max_num_seqs is not None and plan.max_num_seqs < 1:
+        add("max_num_seqs", f"{plan.max_num_seqs} must be at least 1", "plan.max_num_seqs")
     if plan.kv_cache_dtype not in KV_DTYPES:
         add(
             "kv_cache_dtype",
@@ -271,12 +264,6 @@ def profile_problems(profile: Profile) -> list[SettingsProblem]:
             "gpu_memory_utilization",
             f"{plan.gpu_memory_utilization:g} must be in (0, 1] or auto",
             "plan.gpu_memory_utilization",
-        )
-    if plan.use_case not in USE_CASES:
-        add(
-            "use_case",
-            f"'{plan.use_case}' is unknown; use one of {', '.join(USE_CASES)}",
-            "plan.use_case",
         )
     problems.extend(
         SettingsProblem("extra_args", message, "extra_args")
@@ -313,8 +300,8 @@ def _extra_args_messages(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------- (de)serialisation
 
-_PLAN_FIELDS = {f.name for f in fields(PlanSettings)}
-_PROFILE_FIELDS = {f.name for f in fields(Profile)} - {"unknown", "plan"}
+_PLAN_FIELDS = set(serving_field_names())
+_PROFILE_FIELDS = {f.name for f in fields(Profile)} - {"unknown", "plan", "goal"}
 _TOP_KEYS = {"schema_version", "profiles", "active_profile", "window_geometry"}
 
 
@@ -332,8 +319,33 @@ def _check_type(value: Any, default: Any, optional: bool = False) -> bool:
     return True
 
 
-def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> PlanSettings:
-    default = PlanSettings()
+def _goal_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> Goal:
+    default = Goal()
+    if not isinstance(raw, dict):
+        if raw is not None:
+            warnings.append(
+                SettingsWarning("invalid_value", f"{where}.goal: not an object; using defaults")
+            )
+        return default
+    values: dict[str, Any] = {}
+    for name in GOAL_FIELDS:
+        if name not in raw:
+            continue
+        dv = getattr(default, name)
+        if _check_type(raw[name], dv):
+            values[name] = raw[name]
+        else:
+            warnings.append(
+                SettingsWarning(
+                    "invalid_value",
+                    f"{where}.goal.{name}: {raw[name]!r} has the wrong type; using {dv!r}",
+                )
+            )
+    return replace(default, **values)
+
+
+def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> ServingSettings:
+    default = ServingSettings()
     if not isinstance(raw, dict):
         if raw is not None:
             warnings.append(
@@ -341,22 +353,18 @@ def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> Pl
             )
         return default
     values: dict[str, Any] = {}
-    serving = set(serving_field_names())
     for name in _PLAN_FIELDS:
         if name not in raw:
             continue
         dv = getattr(default, name)
         v = raw[name]
-        if name in serving:
-            try:
-                settings_from_dict({name: v})
-                ok = v is not None or dv is None
-            except TypeError:
-                ok = False
-            if ok and name == "gpu_memory_utilization" and v is not None:
-                v = float(v)
-        else:
-            ok = _check_type(v, dv)
+        try:
+            settings_from_dict({name: v})
+            ok = v is not None or dv is None
+        except TypeError:
+            ok = False
+        if ok and name == "gpu_memory_utilization" and v is not None:
+            v = float(v)
         if ok:
             values[name] = v
         else:
@@ -391,19 +399,19 @@ def _profile_from_json(raw: Any, index: int, warnings: list[SettingsWarning]) ->
                     "invalid_value", f"{where}.{key}: {raw[key]!r} has the wrong type; using {dv!r}"
                 )
             )
+    goal = _goal_from_json(raw.get("goal"), where, warnings)
     plan = _plan_from_json(raw.get("plan"), where, warnings)
-    plan_unknown = (
-        {k: v for k, v in raw["plan"].items() if k not in _PLAN_FIELDS}
-        if isinstance(raw.get("plan"), dict)
-        else {}
-    )
-    unknown = {k: v for k, v in raw.items() if k not in _PROFILE_FIELDS | {"plan"}}
-    if plan_unknown:
-        unknown["__plan__"] = plan_unknown
-    profile = Profile(name=name, plan=plan, unknown=unknown, **values)
+    unknown = {k: v for k, v in raw.items() if k not in _PROFILE_FIELDS | {"plan", "goal"}}
+    for key, known in (("plan", _PLAN_FIELDS), ("goal", set(GOAL_FIELDS))):
+        inner = raw.get(key)
+        extra = {k: v for k, v in inner.items() if k not in known} if isinstance(inner, dict) \
+            else {}
+        if extra:
+            unknown[f"__{key}__"] = extra
+    profile = Profile(name=name, goal=goal, plan=plan, unknown=unknown, **values)
     # out-of-range values: reset the offending field to its default, keep the rest
     # (a reset can reveal another problem: a dropped API key on a wide host; so until stable)
-    for _ in range(len(_PROFILE_FIELDS) + len(_PLAN_FIELDS)):
+    for _ in range(len(_PROFILE_FIELDS) + len(_PLAN_FIELDS) + len(GOAL_FIELDS)):
         repairable = [p for p in profile_problems(profile) if p.reset is not None]
         if not repairable:
             break
@@ -417,10 +425,15 @@ def _profile_from_json(raw: Any, index: int, warnings: list[SettingsWarning]) ->
 
 
 def _reset_field(profile: Profile, name: str) -> Profile:
-    """``profile`` with the field ``name`` (``plan.<field>`` for plan fields) at its default."""
+    """``profile`` with the field ``name`` (``plan.<field>``, ``goal.<field>`` inside those) at
+    its default."""
     if name.startswith("plan."):
         key = name.removeprefix("plan.")
-        return replace(profile, plan=replace(profile.plan, **{key: getattr(PlanSettings(), key)}))
+        default_plan = getattr(ServingSettings(), key)
+        return replace(profile, plan=replace(profile.plan, **{key: default_plan}))
+    if name.startswith("goal."):
+        key = name.removeprefix("goal.")
+        return replace(profile, goal=replace(profile.goal, **{key: getattr(Goal(), key)}))
     return replace(profile, **{name: getattr(Profile(name=profile.name), name)})
 
 
@@ -476,14 +489,16 @@ def settings_from_json(
 def profile_to_json(profile: Profile) -> dict[str, Any]:
     """The JSON object for one profile, unknown keys included."""
     unknown = dict(profile.unknown)
-    plan_unknown = unknown.pop("__plan__", {})
-    plan = {f.name: getattr(profile.plan, f.name) for f in fields(PlanSettings)}
-    plan.update({k: v for k, v in plan_unknown.items() if k not in plan})
+    plan = {name: getattr(profile.plan, name) for name in serving_field_names()}
+    plan.update({k: v for k, v in unknown.pop("__plan__", {}).items() if k not in plan})
+    goal = {name: getattr(profile.goal, name) for name in GOAL_FIELDS}
+    goal.update({k: v for k, v in unknown.pop("__goal__", {}).items() if k not in goal})
     out: dict[str, Any] = {"name": profile.name}
     for f in fields(Profile):
-        if f.name in ("name", "unknown", "plan"):
+        if f.name in ("name", "unknown", "plan", "goal"):
             continue
         out[f.name] = getattr(profile, f.name)
+    out["goal"] = goal
     out["plan"] = plan
     out.update({k: v for k, v in unknown.items() if k not in out})
     return out
@@ -516,8 +531,33 @@ def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+#: where version 1 kept the goal inside ``plan``: plan key -> goal key
+_V1_GOAL_KEYS = {"use_case": "use_case", "max_model_len": "context_tokens",
+                 "max_num_seqs": "users"}
+
+
+def _migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept the goal in ``plan``: the context as ``max_model_len``, the users as
+    ``max_num_seqs``, the quality floor as ``allow_4bit``. Version 2 has a ``goal`` object, and
+    ``plan`` holds only the serving settings the user fixed."""
+    profiles = data.get("profiles")
+    for profile in profiles if isinstance(profiles, list) else ():
+        plan = profile.get("plan") if isinstance(profile, dict) else None
+        if not isinstance(plan, dict) or "goal" in profile:
+            continue
+        goal = {new: plan.pop(old) for old, new in _V1_GOAL_KEYS.items() if old in plan}
+        if "allow_4bit" in plan:
+            allow = plan.pop("allow_4bit")
+            goal["min_weight_bits"] = (4 if allow else 8) if isinstance(allow, bool) else allow
+        profile["goal"] = goal
+    data["schema_version"] = 2
+    return data
+
+
 #: version N -> function turning a version-N object into a version-N+1 object
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    0: _migrate_0_to_1, 1: _migrate_1_to_2,
+}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:

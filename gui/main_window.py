@@ -207,7 +207,7 @@ class MainWindow(WindowWidgets):
 
     def _finish_close(self) -> None:
         self.planner._debounce.stop()
-        self.profile_control.remember_goal(self.planner.goal())  # an edit just before closing
+        self.profile_control.remember_goal(self.planner.request())  # an edit just before closing
         self.settings = replace(self.settings, window_geometry=self.geometry_text())
         self.profile_control.save()
         self.dashboard.timer.stop()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kvpilot.core.fit.goal import Goal
+from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
@@ -14,18 +16,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Goal:
-    """What the user asked for in the planner."""
+class PlanRequest:
+    """What the planner is asked: the user's :class:`~kvpilot.core.fit.goal.Goal`, the serving
+    settings the user fixed (``"auto"``/None/False: the recommender chooses) and the model
+    (a catalog id, a Hub repo id or a local path; "" = rank the catalog). A profile stores all
+    three (``goal``, ``plan``, ``model_ref``)."""
 
-    use_case: str = "chat"
-    context_tokens: int = 8192
-    users: int = 4
-    allow_4bit: bool = True
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = None
-    enforce_eager: bool = False
+    goal: Goal = field(default_factory=Goal)
+    pinned: ServingSettings = field(default_factory=ServingSettings)
     model_ref: str = ""
-    vllm_version: str | None = None  # the installed vLLM's (None: the fit engine's default)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit import budget, parallel
 from kvpilot.core.fit.budget import borderline_note
+from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.plan import (
     USE_CASES,
     VERDICT_BORDERLINE,
@@ -33,7 +34,6 @@ from kvpilot.core.fit.plan import (
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -45,21 +45,6 @@ UNKNOWN_FREE_UTILIZATION = 0.90
 MAX_UTILIZATION = 0.95
 #: headroom below which a plan is flagged "tight" (GUI: amber)
 TIGHT_HEADROOM_BYTES = 1 * GiB
-
-
-@dataclass(frozen=True)
-class Goal:
-    """What the user wants: use case, context per request, concurrent users, quality floor.
-
-    ``min_weight_bits`` 16 means "no quantization", 8 "no 4-bit", 4 anything.
-    """
-
-    use_case: str = "chat"
-    context_tokens: int = 8192
-    users: int = 4
-    min_weight_bits: int = 4
-    vllm_version: str = NEWEST_KNOWN
-    model_filter: str | None = None
 
 
 @dataclass(frozen=True)

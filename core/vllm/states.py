@@ -15,11 +15,6 @@ class SupervisorState(StrEnum):
     STOPPED = "stopped"
     FAILED = "failed"
 
-    @property
-    def terminal(self) -> bool:
-        """The process is gone: stopped or failed."""
-        return self in TERMINAL_STATES
-
 
 STARTING = SupervisorState.STARTING
 READY = SupervisorState.READY

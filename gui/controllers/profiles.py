@@ -17,41 +17,24 @@ from kvpilot.core import settings as st
 from kvpilot.core.errors import KvpilotError
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.controllers.runtimes import RuntimeController, home_relative
-from kvpilot.gui.records import Goal
+from kvpilot.gui.records import PlanRequest
 
 if TYPE_CHECKING:
     from kvpilot.gui.settings_dialog import SettingsDialog
     from kvpilot.gui.window_widgets import WindowWidgets
 
 
-def goal_of(profile: st.Profile) -> Goal:
-    """The planner goal a profile stores."""
-    plan = profile.plan
-    return Goal(
-        use_case=plan.use_case,
-        context_tokens=plan.max_model_len or st.DEFAULT_CONTEXT_TOKENS,
-        users=plan.max_num_seqs or st.DEFAULT_USERS,
-        allow_4bit=plan.allow_4bit,
-        kv_cache_dtype=plan.kv_cache_dtype,
-        gpu_memory_utilization=plan.gpu_memory_utilization,
-        enforce_eager=plan.enforce_eager,
-        model_ref=profile.model_ref,
-    )
+def request_of(profile: st.Profile) -> PlanRequest:
+    """What the planner is asked for a profile: its goal, fixed settings and model."""
+    return PlanRequest(profile.goal, profile.plan, profile.model_ref)
 
 
-def with_goal(profile: st.Profile, goal: Goal) -> st.Profile:
-    """``profile`` storing ``goal``."""
-    plan = replace(
-        profile.plan,
-        use_case=goal.use_case,
-        max_model_len=goal.context_tokens,
-        max_num_seqs=goal.users,
-        kv_cache_dtype=goal.kv_cache_dtype,
-        gpu_memory_utilization=goal.gpu_memory_utilization,
-        enforce_eager=goal.enforce_eager,
-        allow_4bit=goal.allow_4bit,
-    )
-    return replace(profile, plan=plan, model_ref=goal.model_ref)
+def with_request(profile: st.Profile, request: PlanRequest) -> st.Profile:
+    """``profile`` storing the planner's ``request`` (the goal without the release planned
+    for, which follows the runtime)."""
+    goal = replace(request.goal, vllm_version=profile.goal.vllm_version,
+                   model_filter=profile.goal.model_filter)
+    return replace(profile, goal=goal, plan=request.pinned, model_ref=request.model_ref)
 
 
 class ProfileController(Controller):
@@ -74,7 +57,7 @@ class ProfileController(Controller):
         combo.addItems(list(window.settings.names))
         combo.setCurrentText(p.name)
         combo.blockSignals(False)
-        window.planner.set_goal(goal_of(p))
+        window.planner.set_request(request_of(p))
         if not initial:
             from PySide6.QtWidgets import QApplication
 
@@ -136,11 +119,12 @@ class ProfileController(Controller):
         except KvpilotError as exc:
             self.show_notice(f"Settings not saved: {exc.message}")
 
-    def remember_goal(self, goal: Goal) -> None:
-        """Store an edited goal in the active profile (saved when it changed)."""
+    def remember_goal(self, request: PlanRequest) -> None:
+        """Store an edited goal (and fixed settings, model) in the active profile (saved when
+        it changed)."""
         window = self.window
         p = window.profile
-        new = with_goal(p, goal)
+        new = with_request(p, request)
         if new == p:
             return
         try:

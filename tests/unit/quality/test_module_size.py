@@ -16,7 +16,6 @@ BEING_SPLIT = frozenset({
     "core/hub/download.py",
     "core/settings.py",
     "core/vllm/supervisor.py",
-    "gui/services.py",
 })
 
 

@@ -27,6 +27,8 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cli.py": ("tests/unit/commands/test_plan.py", "the dispatcher of every command"),
     "hardware/target.py": ("tests/unit/hardware/test_selection_multi_gpu.py",
                            "the one device target, built from probes, snapshots and specs"),
+    "vllm/states.py": ("tests/unit/vllm/test_supervisor.py",
+                       "the supervisor's states, entered and reported by the supervisor"),
     "launch.py": ("tests/unit/fit/test_plan_serving_settings.py",
                   "the launch session: start-up check, ranked fallbacks (serve and the window)"),
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),
