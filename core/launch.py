@@ -24,7 +24,12 @@ from kvpilot.core import failures
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
 from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
-from kvpilot.core.measurements import Measured, MeasurementKey, MeasurementStore
+from kvpilot.core.measurements import (
+    Measured,
+    MeasurementKey,
+    MeasurementStore,
+    launch_recorder,
+)
 
 if TYPE_CHECKING:
     from kvpilot.core.failures import Failure
@@ -270,8 +275,8 @@ class LaunchSession:
 
         options = dict(self.supervisor_options)
         key = self.measurement_key(inputs)
-        if key is not None and "measurements" not in options:
-            options["measurements"] = (self.store, key)
+        if key is not None and "on_ready_capacity" not in options:
+            options["on_ready_capacity"] = launch_recorder(self.store, key)
         return Supervisor(self.runtime, spec, data_dir=Path(self.data_dir),
                           on_event=self.on_event, gpu_pids_check=self.gpu_pids_check, **options)
 
@@ -341,7 +346,7 @@ def measure_plan(
     """
     from kvpilot.core.vllm.measure import run_measurement
 
-    options = {k: v for k, v in session.supervisor_options.items() if k != "measurements"}
+    options = {k: v for k, v in session.supervisor_options.items() if k != "on_ready_capacity"}
     return run_measurement(
         session.runtime, spec, session.store, timeout_s, data_dir=Path(session.data_dir),
         key=key_for(inputs), on_event=session.on_event, gpu_pids_check=session.gpu_pids_check,

@@ -15,7 +15,6 @@ MAX_LINES = 800
 BEING_SPLIT = frozenset({
     "core/hub/download.py",
     "core/settings.py",
-    "core/vllm/supervisor.py",
 })
 
 
