@@ -14,7 +14,6 @@ MAX_LINES = 800
 #: modules over the limit while their split is under way (path relative to the repository)
 BEING_SPLIT = frozenset({
     "core/hub/download.py",
-    "core/settings.py",
 })
 
 
