@@ -29,6 +29,8 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
                            "the one device target, built from probes, snapshots and specs"),
     "vllm/states.py": ("tests/unit/vllm/test_supervisor.py",
                        "the supervisor's states, entered and reported by the supervisor"),
+    "hub/download_errors.py": ("tests/unit/hub/test_download.py",
+                               "the download's errors, raised and checked by the downloader"),
     "launch.py": ("tests/unit/fit/test_plan_serving_settings.py",
                   "the launch session: start-up check, ranked fallbacks (serve and the window)"),
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),
