@@ -20,7 +20,7 @@ from typing import Any
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget_now, kv, multimodal, parallel
+from kvpilot.core.fit import activation, budget_now, kv, linear_state, multimodal, parallel
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -234,7 +234,8 @@ def compute_capacity(
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size)
+    layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size,
+                          prefix_caching=bool(inputs.enable_prefix_caching))
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
@@ -290,6 +291,8 @@ def compute_capacity(
                 f"is {estimate:,}.",
                 estimated_max_model_len=estimate,
             )
+        else:
+            failure = linear_state.mamba_blocks_failure(inputs, layout, cap.num_blocks, seqs)
 
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
@@ -435,10 +438,13 @@ def band_verdict(
     else:
         batched = inputs.max_num_batched_tokens
     layout = kv.kv_layout(model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
-                          inputs.block_size)
+                          inputs.block_size, prefix_caching=bool(inputs.enable_prefix_caching))
     in_flight = batched * profile.in_flight_batches
+    state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
+    if state == VERDICT_DOES_NOT_FIT:
+        return VERDICT_DOES_NOT_FIT
     if one_request_fits(layout, band[0], max_len, in_flight, profile):
-        return VERDICT_FITS if failure is None else VERDICT_BORDERLINE
+        return VERDICT_FITS if failure is None and state is None else VERDICT_BORDERLINE
     if one_request_fits(layout, band[1], max_len, in_flight, profile):
         return VERDICT_BORDERLINE
     return VERDICT_DOES_NOT_FIT

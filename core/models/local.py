@@ -23,12 +23,16 @@ from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
+    GATED_DELTA_NET,
     LINEAR_ATTENTION,
+    MAMBA2,
     MLA,
+    NO_CACHE,
     SLIDING_ATTENTION,
     SOURCE_ESTIMATE,
     SOURCE_FILE,
     UNKNOWN_ARCHITECTURE_NOTE,
+    LinearState,
     ModelSpec,
     MoE,
     Quantization,
@@ -77,6 +81,20 @@ SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(
         "Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration",
         "MllamaForConditionalGeneration",
+        # 2026 architectures (vLLM 0.2x model files: gemma4, qwen3_next, qwen3_5, nemotron_h,
+        # granitemoehybrid, llama4, glm4_moe)
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "Llama4ForCausalLM",
+        "Llama4ForConditionalGeneration",
+        "Glm4MoeForCausalLM",
     }
 )
 
@@ -115,6 +133,7 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_moe": {"head_dim": 128},
     "qwen3_vl_text": {"head_dim": 128},
     "qwen3_vl_moe_text": {"head_dim": 128},
+    "gemma4_text": {"tie_word_embeddings": True},
 }
 
 #: ChatGLM (GLM-4 remote code) spells the usual fields differently
@@ -149,7 +168,11 @@ _LAYER_TYPE_VALUES = {
     "sliding": SLIDING_ATTENTION,
     "local": SLIDING_ATTENTION,
     "linear_attention": LINEAR_ATTENTION,
+    "mamba": LINEAR_ATTENTION,  # Granite 4 hybrid
 }
+
+#: Nemotron-H ``hybrid_override_pattern``: one character per layer
+_HYBRID_PATTERN_KINDS = {"M": LINEAR_ATTENTION, "*": FULL_ATTENTION, "-": NO_CACHE, "E": NO_CACHE}
 
 
 def read_json_object(path: Path, what: str = "config.json") -> dict[str, Any]:
@@ -430,6 +453,63 @@ def spec_from_config(
         architecture_known=known,
         source=source,
         notes=tuple(notes),
+        linear_state=_linear_state(text, model_type, layer_types, where),
+        global_head_dim=f.integer("global_head_dim", required=False),
+        global_kv_heads=(
+            f.integer("num_global_key_value_heads", required=False)
+            if text.get("attention_k_eq_v") else None
+        ),
+        kv_shared_layers=f.integer("num_kv_shared_layers", required=False) or 0,
+    )
+
+
+def _linear_state(
+    text: Mapping[str, Any], model_type: str, layer_types: tuple[str, ...], where: str
+) -> LinearState | None:
+    """The recurrent state of the linear-attention layers, read as vLLM's model files read it.
+
+    Gated DeltaNet (``qwen3_next.py`` / ``qwen3_5.py``): conv over ``2 x key heads x key dim +
+    value heads x value dim`` channels, state ``value heads x value dim x key dim``; Qwen3.5's
+    ``mamba_ssm_dtype`` sets the state dtype. Mamba2 (``nemotron_h.py``,
+    ``granitemoehybrid.py``): conv over ``heads x head dim + 2 x groups x state size``, state
+    ``heads x head dim x state size``; vLLM keeps Nemotron-H's state in float32.
+
+    Raises:
+        ModelSpecError: linear-attention layers without the widths their state needs.
+    """
+    if LINEAR_ATTENTION not in layer_types:
+        return None
+
+    def need(*keys: str) -> int:
+        for key in keys:
+            value = text.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        raise ModelSpecError(
+            "linear-attention layers but no state width in config.json",
+            path=where, field=keys[0],
+        )
+
+    if text.get("linear_num_value_heads") is not None:
+        nk, nv = need("linear_num_key_heads"), need("linear_num_value_heads")
+        hk, hv = need("linear_key_head_dim"), need("linear_value_head_dim")
+        ssm = text.get("mamba_ssm_dtype")
+        return LinearState(
+            GATED_DELTA_NET, conv_dim=2 * nk * hk + nv * hv,
+            conv_kernel=need("linear_conv_kernel_dim"), temporal_heads=nv,
+            temporal_head_dim=hv, temporal_state_dim=hk,
+            ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
+        )
+    heads = need("mamba_num_heads", "mamba_n_heads")
+    head_dim = need("mamba_head_dim", "mamba_d_head")
+    state = need("ssm_state_size", "mamba_d_state")
+    groups = need("n_groups", "mamba_n_groups")
+    kernel = need("conv_kernel", "mamba_d_conv")
+    ssm_dtype = "float32" if model_type == "nemotron_h" else None
+    return LinearState(
+        MAMBA2, conv_dim=heads * head_dim + 2 * groups * state, conv_kernel=kernel,
+        temporal_heads=heads, temporal_head_dim=head_dim, temporal_state_dim=state,
+        ssm_dtype=ssm_dtype, n_groups=groups, state_size=state,
     )
 
 
@@ -461,16 +541,26 @@ def _moe(f: _Fields) -> MoE | None:
             break
     if not experts:
         return None
-    per_tok = f.integer("num_experts_per_tok", required=False) or f.integer("top_k", required=False)
+    per_tok = (
+        f.integer("num_experts_per_tok", required=False)
+        or f.integer("top_k_experts", required=False)  # Gemma 4
+        or f.integer("top_k", required=False)
+    )
     if not per_tok:
         raise ModelSpecError(
             "MoE config without num_experts_per_tok", path=f.path, field="num_experts_per_tok"
         )
+    moe_inter = f.integer("moe_intermediate_size", required=False)
+    shared = f.integer("n_shared_experts", required=False) or 0
+    shared_inter = f.integer("shared_expert_intermediate_size", required=False) or f.integer(
+        "moe_shared_expert_intermediate_size", required=False)
+    if not shared and shared_inter and moe_inter:
+        shared = max(1, round(shared_inter / moe_inter))  # Qwen3-Next / 3.5: one shared expert
     return MoE(
         num_experts=experts,
         num_experts_per_tok=per_tok,
-        moe_intermediate_size=f.integer("moe_intermediate_size", required=False),
-        num_shared_experts=f.integer("n_shared_experts", required=False) or 0,
+        moe_intermediate_size=moe_inter,
+        num_shared_experts=shared,
     )
 
 
@@ -541,7 +631,28 @@ def _layer_types(
     window = int(window_raw) if isinstance(window_raw, (int, float)) and window_raw > 0 else None
 
     explicit = text.get("layer_types")
-    if text.get("use_sliding_window") is False:
+    pattern_text = text.get("hybrid_override_pattern")
+    chunk = text.get("attention_chunk_size")
+    if isinstance(pattern_text, str) and pattern_text:
+        unknown = sorted(set(pattern_text) - set(_HYBRID_PATTERN_KINDS))
+        if unknown:
+            raise ModelSpecError(
+                f"hybrid_override_pattern has unknown layer letters {unknown} (known: M * - E)",
+                path=where, field="hybrid_override_pattern",
+            )
+        kinds = [_HYBRID_PATTERN_KINDS[c] for c in pattern_text]
+    elif model_type.startswith("llama4") and isinstance(chunk, int) and chunk > 0:
+        # vLLM's llama4.py: RoPE layers use chunked local attention (a window of one chunk),
+        # the NoPE layers (no_rope_layers[i] == 0) attend globally
+        nope = text.get("no_rope_layers")
+        flags = nope if isinstance(nope, list) and len(nope) == n_layers else [1] * n_layers
+        kinds = [SLIDING_ATTENTION if flag else FULL_ATTENTION for flag in flags]
+        window = chunk
+        notes.append(
+            f"chunked local attention ({chunk:,}-token chunks) is planned as a window of one "
+            "chunk"
+        )
+    elif text.get("use_sliding_window") is False:
         # Qwen2/Qwen3: a window may be written into the config but is switched off
         kinds = [FULL_ATTENTION] * n_layers
         if isinstance(explicit, list):
@@ -596,6 +707,11 @@ def _layer_types(
         window = None
     if all(k == FULL_ATTENTION for k in kinds):
         return (), None
+    if all(k in (LINEAR_ATTENTION, NO_CACHE) for k in kinds):
+        raise ModelSpecError(
+            "no attention layer in the config (a pure state-space model); kvpilot sizes hybrid "
+            "models with at least one attention layer", path=where, field="layer_types",
+        )
     return tuple(kinds), window
 
 

@@ -142,6 +142,10 @@ FEATURES: dict[str, Feature] = {
                 "engine/arg_utils.py: gpu_memory_utilization default 0.92 (0.9 before)"),
         Feature("max_model_len_auto", "0.14.0",
                 "config: --max-model-len auto / -1 fits the context to memory"),
+        Feature("mamba_blocks_check", "0.20.0",
+                "config/compilation.py: with FULL decode CUDA graphs a model with Mamba / "
+                "linear-attention layers fails start-up when max_num_seqs > the pool's blocks "
+                "('exceeds available Mamba cache blocks'; absent from the 0.19.0 wheel)"),
         Feature("cudagraph_in_budget", "0.20.0",
                 "v1/worker/gpu_worker.py determine_available_memory subtracts the CUDA-graph "
                 "estimate before the KV cache"),
