@@ -90,6 +90,11 @@ def param_breakdown(
     Vision encoders are not counted.
     """
     cfg: Mapping[str, Any] = text_config or {}
+    from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown  # rules of 2026 models
+
+    special = hybrid_breakdown(spec, cfg)
+    if special is not None:
+        return special
     mt = spec.model_type
     h = spec.hidden_size
     n_layers = spec.num_hidden_layers

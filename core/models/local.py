@@ -21,6 +21,7 @@ from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
+from kvpilot.core.models.bytemodel_hybrid import tower_params
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     GATED_DELTA_NET,
@@ -242,6 +243,8 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
     estimate = estimate_weight_bytes(spec, spec.quantization, text_config_of(config))
     if spec.vision is not None:
         estimate += vision_weight_bytes(spec.vision)
+    else:
+        estimate += 2 * tower_params(config)  # Gemma 4 vision / audio towers (16-bit)
     return replace(
         spec,
         weights_bytes=estimate,
@@ -645,7 +648,9 @@ def _layer_types(
         # vLLM's llama4.py: RoPE layers use chunked local attention (a window of one chunk),
         # the NoPE layers (no_rope_layers[i] == 0) attend globally
         nope = text.get("no_rope_layers")
-        flags = nope if isinstance(nope, list) and len(nope) == n_layers else [1] * n_layers
+        interval = text.get("no_rope_layer_interval") or 4  # transformers' Llama4TextConfig
+        flags = nope if isinstance(nope, list) and len(nope) == n_layers else [
+            int((i + 1) % int(interval) != 0) for i in range(n_layers)]
         kinds = [SLIDING_ATTENTION if flag else FULL_ATTENTION for flag in flags]
         window = chunk
         notes.append(

@@ -1,0 +1,156 @@
+"""The 2026 architectures planned from their published config.json (tests/data/models/*/
+SOURCE.txt names each copy): layers, KV bytes per token, the linear-attention state, vLLM's
+hybrid block size, and the parameter count against the checkpoint's published total.
+
+Parameter totals are the model cards' figures (rounded by their publishers to 0.1 B or to the
+billion), so they are compared within 1 %: the byte model prices these parameters per
+quantization method.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from fitkit import MODELS, rtx4090
+
+from kvpilot.core.fit import kv
+from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.models.bytemodel import param_breakdown
+from kvpilot.core.models.local import spec_from_config, text_config_of
+from kvpilot.core.models.spec import (
+    FULL_ATTENTION,
+    GATED_DELTA_NET,
+    LINEAR_ATTENTION,
+    MAMBA2,
+    NO_CACHE,
+    SLIDING_ATTENTION,
+    ModelSpec,
+)
+
+FIXTURES_2026 = (
+    "gemma-4-26b-a4b", "gemma-4-31b-it-nvfp4", "qwen3.5-27b", "qwen3.5-35b-a3b",
+    "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
+    "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b",
+)
+
+
+def _config(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((MODELS / name / "config.json").read_text())
+    return data
+
+
+def _spec(name: str) -> ModelSpec:
+    return spec_from_config(_config(name), model_id=name)
+
+
+def _params_b(name: str) -> float:
+    spec = _spec(name)
+    return param_breakdown(spec, text_config_of(_config(name))).total_params / 1e9
+
+
+@pytest.mark.parametrize("name", FIXTURES_2026)
+def test_every_fixture_is_a_known_architecture_with_a_source(name: str) -> None:
+    spec = _spec(name)
+    assert spec.architecture_known
+    assert (MODELS / name / "SOURCE.txt").is_file() or name in (
+        "qwen3-vl-30b-a3b-instruct", "gpt-oss-20b")  # fixtures of earlier releases
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token > 0
+    cap = compute_capacity(rtx4090(spec, max_model_len=4096, vllm_version="0.21.0"))
+    assert cap.verdict in ("fits", "borderline", "does_not_fit")
+
+
+def test_gemma4_26b_moe_global_layers_and_k_eq_v() -> None:
+    spec = _spec("gemma-4-26b-a4b")
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.num_experts_per_tok) == (128, 8)  # top_k_experts
+    assert spec.layer_types.count(FULL_ATTENTION) == 5
+    assert spec.layer_types.count(SLIDING_ATTENTION) == 25
+    assert (spec.global_head_dim, spec.global_kv_heads) == (512, 2)
+    layout = kv.kv_layout(spec)
+    # 25 sliding x 2 x 8 x 256 x 2 + 5 full x 2 x 2 x 512 x 2
+    assert layout.kv_bytes_per_token == 25 * 8192 + 5 * 4096
+    # sliding page 8 KiB/token x 16 is the larger: full-layer blocks hold 32 tokens
+    assert layout.page_bytes == 8192 * 16
+    full = [g for g in layout.groups if g.kind == FULL_ATTENTION]
+    assert [g.block_tokens for g in full] == [32]
+    assert layout.group_size == 5 and len(layout.groups) == 6
+    # 25.2 B total parameters and 3.8 B active (model card) plus the vision tower
+    assert _params_b("gemma-4-26b-a4b") == pytest.approx(25.2, rel=0.01)
+
+
+def test_gemma4_31b_dense() -> None:
+    spec = _spec("gemma-4-31b-it-nvfp4")
+    assert spec.moe is None and spec.num_hidden_layers == 60
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token == 50 * 2 * 16 * 256 * 2 + 10 * 2 * 4 * 512 * 2
+    assert _params_b("gemma-4-31b-it-nvfp4") == pytest.approx(30.7, rel=0.01)
+
+
+def test_qwen35_27b_gated_deltanet_state_and_block() -> None:
+    spec = _spec("qwen3.5-27b")
+    assert spec.layer_types.count(LINEAR_ATTENTION) == 48
+    assert spec.layer_types.count(FULL_ATTENTION) == 16
+    state = spec.linear_state
+    assert state is not None and state.family == GATED_DELTA_NET
+    assert state.ssm_dtype == "float32"  # mamba_ssm_dtype of the config
+    # conv (2 x 16 x 128 + 48 x 128) x 3 x bf16 + SSM 48 x 128 x 128 x fp32
+    per_layer = 10240 * 3 * 2 + 48 * 128 * 128 * 4
+    assert kv.state_page_bytes(spec) == per_layer
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token == 16 * 2 * 4 * 256 * 2
+    assert layout.block_size == 16 * math.ceil(per_layer / (16 * 4096)) == 784
+    assert layout.state_bytes_per_sequence == 48 * per_layer
+    assert spec.vision is not None  # the Qwen3-VL tower vLLM's qwen3_5.py builds
+
+
+def test_qwen35_35b_a3b_moe_hybrid() -> None:
+    spec = _spec("qwen3.5-35b-a3b")
+    assert spec.moe is not None and spec.moe.num_shared_experts == 1
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token == 10 * 2 * 2 * 256 * 2
+    assert layout.group_size == 10 and len(layout.groups) == 4
+    assert spec.vision is not None
+    # "35B in total" (model card), the vision tower included
+    assert _params_b("qwen3.5-35b-a3b") + spec.vision.params / 1e9 == pytest.approx(35, rel=0.01)
+
+
+def test_nemotron3_nano_mamba2_hybrid() -> None:
+    spec = _spec("nemotron-3-nano-30b-a3b")
+    kinds = spec.layer_types
+    assert (kinds.count(LINEAR_ATTENTION), kinds.count(FULL_ATTENTION), kinds.count(NO_CACHE)) \
+        == (23, 6, 23)
+    state = spec.linear_state
+    assert state is not None and state.family == MAMBA2
+    assert kv.state_page_bytes(spec) == (64 * 64 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token == 6 * 2 * 2 * 128 * 2
+    assert layout.block_size == 16 * math.ceil(kv.state_page_bytes(spec) / (16 * 1024))
+    # 31.6 B total, 3.6 B active with embeddings (model card)
+    assert _params_b("nemotron-3-nano-30b-a3b") == pytest.approx(31.6, rel=0.01)
+
+
+def test_llama4_scout_chunked_local_attention() -> None:
+    spec = _spec("llama-4-scout-17b-16e-instruct")
+    assert spec.sliding_window == 8192
+    assert spec.layer_types.count(FULL_ATTENTION) == 12  # every fourth layer is NoPE / global
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token == 48 * 2 * 8 * 128 * 2
+    # 109 B total of which the vision tower is outside this config copy
+    assert 105 < _params_b("llama-4-scout-17b-16e-instruct") < 109
+
+
+def test_deepseek_v3_mla_and_experts() -> None:
+    spec = _spec("deepseek-v3")
+    assert spec.mla is not None
+    assert kv.kv_layout(spec).kv_bytes_per_token == 61 * (512 + 64) * 2
+    assert _params_b("deepseek-v3") == pytest.approx(671, rel=0.005)
+
+
+def test_qwen3_vl_8b_dense_vision() -> None:
+    spec = _spec("qwen3-vl-8b-instruct")
+    assert spec.vision is not None
+    assert kv.kv_layout(spec).kv_bytes_per_token == 36 * 2 * 8 * 128 * 2
