@@ -657,6 +657,13 @@ def _layer_types(
             f"chunked local attention ({chunk:,}-token chunks) is planned as a window of one "
             "chunk"
         )
+    elif (text.get("full_attention_interval") and not isinstance(explicit, list)
+          and model_type.startswith(("qwen3_next", "qwen3_5"))):
+        # Qwen3-Next / 3.5 without layer_types: every interval-th layer is full attention
+        step = int(text["full_attention_interval"])
+        kinds = [
+            FULL_ATTENTION if (i + 1) % step == 0 else LINEAR_ATTENTION for i in range(n_layers)
+        ]
     elif text.get("use_sliding_window") is False:
         # Qwen2/Qwen3: a window may be written into the config but is switched off
         kinds = [FULL_ATTENTION] * n_layers
@@ -665,11 +672,6 @@ def _layer_types(
             kinds = [k if k == LINEAR_ATTENTION else FULL_ATTENTION for k in parsed]
     elif isinstance(explicit, list):
         kinds = [_layer_kind(v, where) for v in explicit]
-    elif text.get("full_attention_interval") and model_type.startswith("qwen3_next"):
-        step = int(text["full_attention_interval"])
-        kinds = [
-            FULL_ATTENTION if (i + 1) % step == 0 else LINEAR_ATTENTION for i in range(n_layers)
-        ]
     elif window is None:
         kinds = [FULL_ATTENTION] * n_layers
     elif model_type.startswith("gemma3") or text.get("sliding_window_pattern"):

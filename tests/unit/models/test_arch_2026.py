@@ -33,7 +33,8 @@ from kvpilot.core.models.spec import (
 FIXTURES_2026 = (
     "gemma-4-26b-a4b", "gemma-4-31b-it-nvfp4", "qwen3.5-27b", "qwen3.5-35b-a3b",
     "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
-    "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b",
+    "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b-thinking",
+    "qwen3.6-35b-a3b",
 )
 
 
@@ -154,3 +155,22 @@ def test_qwen3_vl_8b_dense_vision() -> None:
     spec = _spec("qwen3-vl-8b-instruct")
     assert spec.vision is not None
     assert kv.kv_layout(spec).kv_bytes_per_token == 36 * 2 * 8 * 128 * 2
+
+
+def test_qwen3_next_layers_follow_the_full_attention_interval() -> None:
+    spec = _spec("qwen3-next-80b-a3b-thinking")
+    assert spec.layer_types.count(FULL_ATTENTION) == 12
+    assert spec.layer_types.count(LINEAR_ATTENTION) == 36
+    state = spec.linear_state
+    assert state is not None and state.ssm_dtype is None  # no mamba_ssm_dtype: model dtype
+    assert kv.state_page_bytes(spec) == 8192 * 3 * 2 + 32 * 128 * 128 * 2
+    assert spec.moe is not None and spec.moe.num_experts == 512
+    # 80 B total (model card)
+    assert _params_b("qwen3-next-80b-a3b-thinking") == pytest.approx(80, rel=0.02)
+
+
+def test_qwen36_is_the_qwen35_moe_hybrid() -> None:
+    a, b = _spec("qwen3.6-35b-a3b"), _spec("qwen3.5-35b-a3b")
+    assert a.architecture == b.architecture
+    assert kv.kv_layout(a).block_size == kv.kv_layout(b).block_size
+    assert kv.state_page_bytes(a) == kv.state_page_bytes(b)
