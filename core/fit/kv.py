@@ -32,6 +32,10 @@ from kvpilot.core.models.spec import (
 #: vLLM's kernel block alignment for the attention backends of CUDA GPUs (tokens)
 KERNEL_BLOCK_ALIGNMENT = 16
 
+#: model types whose vLLM model class supports Mamba prefix caching ('all' mode when prefix
+#: caching is on; the others fall back to 'align'): SupportsMambaPrefixCaching in vLLM 0.21
+MAMBA_PREFIX_CACHING_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
+
 #: vLLM's default block size on CUDA attention backends (tokens per block)
 DEFAULT_BLOCK_SIZE = 16
 
@@ -122,6 +126,7 @@ class KvLayout:
     state_bytes_per_sequence: int = 0
     state_page_bytes: int = 0
     state_blocks_per_request: int = 1
+    state_blocks_follow_length: bool = False  # vLLM's 'all' mode: one state block per block
 
     @property
     def bytes_per_block(self) -> int:
@@ -141,7 +146,8 @@ class KvLayout:
         for group in self.groups:
             block = group.block_tokens or self.block_size
             if group.kind == LINEAR_ATTENTION:
-                total += self.state_blocks_per_request
+                total += (math.ceil(max_model_len / block) if self.state_blocks_follow_length
+                          else self.state_blocks_per_request)
             elif group.kind == SLIDING_ATTENTION and group.sliding_window:
                 tokens = min(group.sliding_window - 1 + in_flight_tokens, max_model_len)
                 total += math.ceil(tokens / block) + 1
@@ -263,7 +269,8 @@ def kv_layout(
     block grows to ``16 x ceil(state / (16 x one token's K+V))`` tokens so that one attention
     page holds a layer's state, and the state page is padded to the attention page; each
     sequence then holds one state block per linear group (two with prefix caching, vLLM's
-    'align' mode).
+    'align' mode; one per attention block of the context in 'all' mode, the prefix-caching
+    mode of the Mamba2 hybrids, whose block is a multiple of the Mamba chunk).
 
     Raises:
         FitError: unknown dtype, no attention layers, or a non-positive block size.
@@ -275,9 +282,16 @@ def kv_layout(
     elem = kv_dtype_bytes(kv_cache_dtype, model_dtype or model.torch_dtype)
     layers = _cache_layers(model)
     state_unpadded = state_page_bytes(model, tensor_parallel_size, model_dtype)
+    all_mode = bool(prefix_caching and state_unpadded
+                    and model.model_type in MAMBA_PREFIX_CACHING_TYPES)
     if state_unpadded and model.mla is None:
         align = max(KERNEL_BLOCK_ALIGNMENT, bs)
-        bs = max(bs, align * math.ceil(state_unpadded / (align * per_layer)))
+        if all_mode:
+            # 'all' mode: the block is a multiple of the Mamba chunk (kernel performance)
+            chunk = math.lcm(model.linear_state.chunk_size or align, align)  # type: ignore[union-attr]
+            bs = max(bs, chunk * math.ceil(math.ceil(state_unpadded / per_layer) / chunk))
+        else:
+            bs = max(bs, align * math.ceil(state_unpadded / (align * per_layer)))
     per_kind = {
         kind: _layer_bytes(model, kind, elem, tensor_parallel_size) if model.mla is None
         else per_layer
@@ -306,6 +320,7 @@ def kv_layout(
         state_bytes_per_sequence=state_unpadded * n_state,
         state_page_bytes=state_unpadded,
         state_blocks_per_request=2 if prefix_caching else 1,
+        state_blocks_follow_length=all_mode,
     )
 
 

@@ -513,6 +513,7 @@ def _linear_state(
         MAMBA2, conv_dim=heads * head_dim + 2 * groups * state, conv_kernel=kernel,
         temporal_heads=heads, temporal_head_dim=head_dim, temporal_state_dim=state,
         ssm_dtype=ssm_dtype, n_groups=groups, state_size=state,
+        chunk_size=int(text.get("chunk_size") or text.get("mamba_chunk_size") or 0),
     )
 
 

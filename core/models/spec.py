@@ -83,6 +83,7 @@ class LinearState:
         ssm_dtype: dtype name of the SSM state (``float32`` where the config or vLLM sets it).
         n_groups: Mamba2 B/C groups (vLLM widens them to a multiple of the TP size).
         state_size: Mamba2 ``ssm_state_size`` (sizes the extra groups' conv channels).
+        chunk_size: Mamba2 scan chunk (``chunk_size``; 0 when the config has none).
     """
 
     family: str
@@ -94,6 +95,7 @@ class LinearState:
     ssm_dtype: str | None = None
     n_groups: int = 0
     state_size: int = 0
+    chunk_size: int = 0
 
     def page_bytes(self, model_elem_bytes: int, ssm_elem_bytes: int, tp: int = 1) -> int:
         """Bytes of one sequence's state in one layer on one rank (before page padding)."""

@@ -174,3 +174,16 @@ def test_qwen36_is_the_qwen35_moe_hybrid() -> None:
     assert a.architecture == b.architecture
     assert kv.kv_layout(a).block_size == kv.kv_layout(b).block_size
     assert kv.state_page_bytes(a) == kv.state_page_bytes(b)
+
+
+def test_nemotron_prefix_caching_uses_vllms_all_mode() -> None:
+    spec = _spec("nemotron-3-nano-30b-a3b")
+    state = kv.state_page_bytes(spec)
+    plain = kv.kv_layout(spec)
+    cached = kv.kv_layout(spec, prefix_caching=True)
+    # 'all' mode: the block is a multiple of the Mamba chunk (chunk_size 128 in the config)
+    assert cached.block_size == 128 * math.ceil(math.ceil(state / 1024) / 128) == 2176
+    # and a sequence holds a state block per attention block of its context, per state group
+    per_len = math.ceil(16_384 / cached.block_size)
+    assert cached.blocks_per_request(16_384, 2048) == per_len + 4 * per_len
+    assert plain.blocks_per_request(16_384, 2048) == math.ceil(16_384 / plain.block_size) + 4
