@@ -239,7 +239,8 @@ def compute_capacity(
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
-        tokens_from_concurrency=profile.tokens_from_concurrency,
+        tokens_from_concurrency=profile.tokens_from_concurrency
+        and supports("kv_tokens_from_concurrency", inputs.vllm_version),
     )
 
     # ---- failures, in the order vLLM meets them -----------------------------------------

@@ -346,9 +346,10 @@ def kv_capacity(
 ) -> KvCapacity:
     """Blocks, KV tokens and maximum concurrency for a KV budget, as vLLM logs them.
 
-    ``tokens_from_concurrency`` selects the formula of vLLM >= 0.12
-    (``int(max_concurrency x max_model_len)``); older versions printed
-    ``num_blocks // num_groups x block_size``.
+    ``tokens_from_concurrency`` selects the formula of vLLM >= 0.21
+    (``int(max_concurrency x max_model_len)``); 0.10.2 to 0.20 printed
+    ``num_blocks // num_groups x block_size`` (the smallest group block: the attention block of
+    a hybrid model); see ``versions.FEATURES['kv_tokens_from_concurrency']``.
     """
     num_blocks = max(0, available_kv_bytes) // layout.bytes_per_block
     per_request = max(1, layout.blocks_per_request(max_model_len, in_flight_tokens))

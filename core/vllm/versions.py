@@ -142,6 +142,11 @@ FEATURES: dict[str, Feature] = {
                 "engine/arg_utils.py: gpu_memory_utilization default 0.92 (0.9 before)"),
         Feature("max_model_len_auto", "0.14.0",
                 "config: --max-model-len auto / -1 fits the context to memory"),
+        Feature("kv_tokens_from_concurrency", "0.21.0",
+                "v1/core/kv_cache_utils.py _report_kv_cache_config: 'GPU KV cache size' = "
+                "int(max concurrency x max_model_len); 0.10.2 to 0.20.0 print num_blocks // "
+                "groups x the smallest block size (checked in the 0.10.2, 0.13.0, 0.16.0, "
+                "0.19.0 and 0.20.0 wheels)"),
         Feature("mamba_blocks_check", "0.20.0",
                 "config/compilation.py: with FULL decode CUDA graphs a model with Mamba / "
                 "linear-attention layers fails start-up when max_num_seqs > the pool's blocks "
