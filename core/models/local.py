@@ -96,6 +96,7 @@ SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(
         "Llama4ForCausalLM",
         "Llama4ForConditionalGeneration",
         "Glm4MoeForCausalLM",
+        "Glm4MoeLiteForCausalLM",  # GLM-4.7-Flash: DeepSeek-style MLA (glm4_moe_lite.py)
     }
 )
 

@@ -34,7 +34,7 @@ FIXTURES_2026 = (
     "gemma-4-26b-a4b", "gemma-4-31b-it-nvfp4", "qwen3.5-27b", "qwen3.5-35b-a3b",
     "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
     "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b-thinking",
-    "qwen3.6-35b-a3b",
+    "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash",
 )
 
 
@@ -187,3 +187,14 @@ def test_nemotron_prefix_caching_uses_vllms_all_mode() -> None:
     per_len = math.ceil(16_384 / cached.block_size)
     assert cached.blocks_per_request(16_384, 2048) == per_len + 4 * per_len
     assert plain.blocks_per_request(16_384, 2048) == math.ceil(16_384 / plain.block_size) + 4
+
+
+def test_glm4_moe_and_its_mla_lite_sibling() -> None:
+    # GLM-4.7 has the architecture of GLM-4.5 / 4.6 (Glm4MoeForCausalLM); this copy of its
+    # config.json leaves out quantization_config, so only the shape is checked
+    glm = _spec("glm-4.7-fp8")
+    assert glm.moe is not None and glm.moe.num_experts == 160
+    assert kv.kv_layout(glm).kv_bytes_per_token == 92 * 2 * 8 * 128 * 2
+    flash = _spec("glm-4.7-flash")
+    assert flash.architecture_known and flash.mla is not None
+    assert kv.kv_layout(flash).kv_bytes_per_token == 47 * (512 + 64) * 2
