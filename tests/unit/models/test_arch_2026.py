@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -198,3 +199,16 @@ def test_glm4_moe_and_its_mla_lite_sibling() -> None:
     flash = _spec("glm-4.7-flash")
     assert flash.architecture_known and flash.mla is not None
     assert kv.kv_layout(flash).kv_bytes_per_token == 47 * (512 + 64) * 2
+
+
+def test_logged_token_count_follows_the_release_for_hybrid_models() -> None:
+    spec = _spec("nemotron-3-nano-30b-a3b")
+    inputs = rtx4090(spec, gpu_total_bytes=80 << 30, max_model_len=32_768, max_num_seqs=64,
+                     vllm_version="0.20.0")
+    old = compute_capacity(inputs)
+    layout = kv.kv_layout(spec)
+    # 0.20.0 prints num_blocks // groups x the attention block
+    assert old.kv_cache_tokens == old.num_blocks // len(layout.groups) * layout.block_size
+    new = compute_capacity(replace(inputs, vllm_version="0.21.0"))
+    # 0.21.0 prints int(concurrency x max_model_len)
+    assert new.kv_cache_tokens == int(new.max_concurrency * 32_768)
