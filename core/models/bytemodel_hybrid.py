@@ -165,6 +165,9 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
             dense += h * e * n_layers  # router
             if mt == "gemma4_text":
                 dense += (h + e + 3 * h) * n_layers  # router scale, per-expert scale, 3 norms
+            elif mt == "granitemoehybrid" and _int(cfg, "shared_intermediate_size"):
+                s_inter = _int(cfg, "shared_intermediate_size")  # Granite 4's shared MLP
+                linears += [Linear(h, s_inter, 2 * n_layers), Linear(s_inter, h, n_layers)]
             elif moe.num_shared_experts:
                 s_inter = _int(cfg, "shared_expert_intermediate_size",
                                default=e_inter * moe.num_shared_experts)
