@@ -235,7 +235,8 @@ def compute_capacity(
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
     layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size,
-                          prefix_caching=bool(inputs.enable_prefix_caching))
+                          prefix_caching=bool(inputs.enable_prefix_caching),
+                          vllm_version=inputs.vllm_version)
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
@@ -439,7 +440,8 @@ def band_verdict(
     else:
         batched = inputs.max_num_batched_tokens
     layout = kv.kv_layout(model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
-                          inputs.block_size, prefix_caching=bool(inputs.enable_prefix_caching))
+                          inputs.block_size, prefix_caching=bool(inputs.enable_prefix_caching),
+                          vllm_version=inputs.vllm_version)
     in_flight = batched * profile.in_flight_batches
     state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
     if state == VERDICT_DOES_NOT_FIT:

@@ -150,6 +150,7 @@ def _with_kv(
     layout = kv.kv_layout(
         inputs.model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
         predicted.block_size, prefix_caching=bool(inputs.enable_prefix_caching),
+        vllm_version=inputs.vllm_version,
     )
     in_flight = predicted.max_num_batched_tokens * profile.in_flight_batches
     cap = kv.kv_capacity(

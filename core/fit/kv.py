@@ -28,6 +28,7 @@ from kvpilot.core.models.spec import (
     SLIDING_ATTENTION,
     ModelSpec,
 )
+from kvpilot.core.vllm import versions
 
 #: vLLM's kernel block alignment for the attention backends of CUDA GPUs (tokens)
 KERNEL_BLOCK_ALIGNMENT = 16
@@ -219,19 +220,30 @@ def _cache_layers(model: ModelSpec) -> list[tuple[str, int | None]]:
     return out
 
 
+def group_padding_ratio(vllm_version: str | None) -> float:
+    """Below this ratio of the largest to the smallest kind's layer count vLLM pads groups to
+    the largest count instead of splitting (0: never; ``versions.FEATURES``)."""
+    if versions.supports("kv_group_padding_1_5", vllm_version):
+        return 1.5
+    if versions.supports("kv_group_padding_1_25", vllm_version):
+        return 1.25
+    return 0.0
+
+
 def _group_layers(
-    counts: dict[tuple[str, int | None, int | None], int], model_id: str
+    counts: dict[tuple[str, int | None, int | None], int], model_id: str, padding_ratio: float
 ) -> tuple[tuple[KvGroup, ...], int]:
     """Group layers the way vLLM's hybrid KV-cache manager does (kv_cache_utils.py
     ``_get_kv_cache_groups_uniform_page_size``): groups of the smallest kind's layer count, or
-    of the largest one's where that is under 1.5 x the smallest (padding instead of splits)."""
+    of the largest one's where that is under ``padding_ratio`` x the smallest (padding
+    instead of splits)."""
     if not counts:
         raise FitError(f"{model_id}: no attention layers; kvpilot cannot size its KV cache")
     if len(counts) == 1:
         (kind, window, tokens), n = next(iter(counts.items()))
         return (KvGroup(kind, n, window, tokens),), n
     smallest, largest = min(counts.values()), max(counts.values())
-    group_size = largest if largest < smallest * 1.5 else smallest
+    group_size = largest if largest < smallest * padding_ratio else smallest
     groups: list[KvGroup] = []
     order = {FULL_ATTENTION: 0, SLIDING_ATTENTION: 1, LINEAR_ATTENTION: 2}
     ordered = sorted(counts.items(), key=lambda item: (order[item[0][0]], item[0][1] or 0))
@@ -262,6 +274,7 @@ def kv_layout(
     model_dtype: str | None = None,
     *,
     prefix_caching: bool = False,
+    vllm_version: str | None = None,
 ) -> KvLayout:
     """The KV layout of ``model`` per rank.
 
@@ -271,6 +284,8 @@ def kv_layout(
     sequence then holds one state block per linear group (two with prefix caching, vLLM's
     'align' mode; one per attention block of the context in 'all' mode, the prefix-caching
     mode of the Mamba2 hybrids, whose block is a multiple of the Mamba chunk).
+
+    ``vllm_version`` picks the release's grouping rule (None: the newest).
 
     Raises:
         FitError: unknown dtype, no attention layers, or a non-positive block size.
@@ -307,7 +322,7 @@ def kv_layout(
         if kind != LINEAR_ATTENTION and pages[kind] != page:
             tokens = bs * page // pages[kind]
         counts[(kind, window, tokens)] = counts.get((kind, window, tokens), 0) + 1
-    groups, group_size = _group_layers(counts, model.model_id)
+    groups, group_size = _group_layers(counts, model.model_id, group_padding_ratio(vllm_version))
     kv_per_token = sum(per_kind[kind] for kind, _ in layers if kind != LINEAR_ATTENTION)
     n_state = sum(1 for kind, _ in layers if kind == LINEAR_ATTENTION)
     return KvLayout(

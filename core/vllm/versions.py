@@ -142,6 +142,14 @@ FEATURES: dict[str, Feature] = {
                 "engine/arg_utils.py: gpu_memory_utilization default 0.92 (0.9 before)"),
         Feature("max_model_len_auto", "0.14.0",
                 "config: --max-model-len auto / -1 fits the context to memory"),
+        Feature("kv_group_padding_1_25", "0.13.0",
+                "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: group size "
+                "= the largest kind's layer count when under 1.25 x the smallest (padding "
+                "layers); absent from the 0.10.2 wheel (0.11 / 0.12 not checked)",
+                until="0.19.0"),
+        Feature("kv_group_padding_1_5", "0.19.0",
+                "v1/core/kv_cache_utils.py: the same rule with 1.5 x (0.19.0, 0.20.0, 0.21.0 "
+                "wheels)"),
         Feature("kv_tokens_from_concurrency", "0.21.0",
                 "v1/core/kv_cache_utils.py _report_kv_cache_config: 'GPU KV cache size' = "
                 "int(max concurrency x max_model_len); 0.10.2 to 0.20.0 print num_blocks // "
