@@ -101,12 +101,14 @@ def mamba_blocks_options(
 ) -> list[StateOption]:
     """Fallbacks for "max_num_seqs (N) exceeds available Mamba cache blocks (M)".
 
-    1. fewer sequences: ``--max-num-seqs M`` with M the blocks vLLM logged (or the planned
-       blocks at the band's low edge when the failure carries none), which passes the check;
+    1. fewer sequences: ``--max-num-seqs M`` with M the blocks vLLM logged (or, for a
+       predicted failure, the planned blocks at the band's low edge), which passes the check;
     2. PIECEWISE CUDA graphs (vLLM skips the check; decode loses FULL graphs);
     3. eager mode (no graphs at all).
     """
-    logged = failure.details.get("num_blocks") if failure.details else None
+    # vLLM's own count when the failure was read from its log; for a predicted one the blocks
+    # at the band's low edge, so that the option is predicted to start
+    logged = failure.details.get("num_blocks") if failure.details and failure.line else None
     blocks = int(logged) if isinstance(logged, int) and logged > 0 else 0
     if not blocks:
         blocks = max(1, original.available_kv_low_bytes // max(1, original.page_bytes_per_block))

@@ -212,3 +212,23 @@ def test_logged_token_count_follows_the_release_for_hybrid_models() -> None:
     new = compute_capacity(replace(inputs, vllm_version="0.21.0"))
     # 0.21.0 prints int(concurrency x max_model_len)
     assert new.kv_cache_tokens == int(new.max_concurrency * 32_768)
+
+
+def test_qwen35_27b_default_sequences_exceed_the_state_blocks_on_a_96gb_card() -> None:
+    from kvpilot.core import failures
+    from kvpilot.core.fit import fallback, linear_state
+
+    spec = _spec("qwen3.5-27b")
+    inputs = rtx4090(spec, gpu_total_bytes=97_887 << 20, max_model_len=32_768,
+                     vllm_version="0.21.0")
+    cap = compute_capacity(inputs)
+    assert cap.max_num_seqs > cap.num_blocks  # vLLM's default sequences for a 96 GB card
+    assert cap.failure is not None and cap.failure.kind == failures.MAMBA_CACHE_BLOCKS
+    options = fallback.propose(cap.failure, inputs)
+    fewer = next(o for o in options if o.kind == linear_state.FEWER_SEQUENCES)
+    # a predicted failure: as many sequences as the band's low edge has blocks
+    assert fewer.inputs.max_num_seqs == cap.available_kv_band_bytes[0] // cap.page_bytes_per_block
+    assert fewer.capacity.failure is None and fewer.predicted_fits
+    assert options[0] is fewer  # the smallest change that is predicted to start
+    # the same plan on 0.19 (no such check) starts
+    assert compute_capacity(replace(inputs, vllm_version="0.19.0")).failure is None
