@@ -95,7 +95,7 @@ def test_unknown_dtype_is_a_clear_error(qwen7b):
 def test_group_padding_follows_the_release(gptoss):
     # 12 sliding + 13 full (a drafter's extra layer): padded to groups of 13 from 0.13
     # (under 1.25 x), split into groups of 12 before
-    kinds = gptoss.resolved_layer_types + ("full_attention",)
+    kinds = (*gptoss.resolved_layer_types, "full_attention")
     model = replace(gptoss, layer_types=kinds, num_hidden_layers=len(kinds))
     assert kv.kv_layout(model, vllm_version="0.10.2").group_size == 12
     assert kv.kv_layout(model, vllm_version="0.16.0").group_size == 13
