@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvpilot.core.models.bytemodel import Linear, ParamBreakdown
+from kvpilot.core.models.params import Linear, ParamBreakdown
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,

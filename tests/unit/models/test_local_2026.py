@@ -20,7 +20,10 @@ from fitkit import MODELS, rtx4090
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.models.bytemodel import param_breakdown
+from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown, tower_params
+from kvpilot.core.models.linear_config import linear_state_from_config
 from kvpilot.core.models.local import spec_from_config, text_config_of
+from kvpilot.core.models.params import ParamBreakdown
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     GATED_DELTA_NET,
@@ -232,3 +235,22 @@ def test_qwen35_27b_default_sequences_exceed_the_state_blocks_on_a_96gb_card() -
     assert options[0] is fewer  # the smallest change that is predicted to start
     # the same plan on 0.19 (no such check) starts
     assert compute_capacity(replace(inputs, vllm_version="0.19.0")).failure is None
+
+
+def test_the_2026_rules_and_the_towers_they_leave_to_vision() -> None:
+    spec = _spec("gemma-4-26b-a4b")
+    split = hybrid_breakdown(spec, text_config_of(_config("gemma-4-26b-a4b")))
+    assert isinstance(split, ParamBreakdown)
+    # experts are the quantizable bulk of a MoE checkpoint; embeddings stay 16-bit
+    expert = sum(x.in_features * x.out_features * x.count for x in split.linears if x.is_expert)
+    assert expert > 0.8 * split.linear_params
+    assert split.embedding_params == 262_144 * 2816 and split.lm_head_params == 0  # tied
+    # Gemma 4's vision tower has no rule in vision.py: sized from its vision_config
+    assert spec.vision is None and 0.4e9 < tower_params(_config("gemma-4-26b-a4b")) < 0.7e9
+    # the generic rules keep older architectures
+    assert hybrid_breakdown(_spec("gpt-oss-20b"), text_config_of(_config("gpt-oss-20b"))) is None
+    # the state is read the same way through the config reader
+    qwen = _spec("qwen3.5-27b")
+    assert linear_state_from_config(
+        text_config_of(_config("qwen3.5-27b")), qwen.model_type, qwen.layer_types, "x"
+    ) == qwen.linear_state
