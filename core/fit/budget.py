@@ -20,7 +20,15 @@ from typing import Any
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget_now, kv, linear_state, multimodal, parallel
+from kvpilot.core.fit import (
+    activation,
+    budget_now,
+    kv,
+    linear_state,
+    multimodal,
+    mxfp4_padding,
+    parallel,
+)
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -179,6 +187,8 @@ def compute_capacity(
     else:
         weights_total, weights_src = estimate_weights_bytes(model), FROM_MODEL
     weights = math.ceil(weights_total / tp)
+    mxfp4_pad = mxfp4_padding.padding_bytes(model, tp, inputs.compute_capability)
+    weights += mxfp4_pad
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
@@ -329,6 +339,9 @@ def compute_capacity(
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
+    if mxfp4_pad:
+        weights_note += (f", plus {mxfp4_pad / GiB:.2f} GiB the MXFP4 MoE kernel's padding of "
+                         "the expert tensors adds")
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
