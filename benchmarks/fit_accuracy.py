@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core import failures
-from kvpilot.core.fit import activation
+from kvpilot.core.fit import activation, mxfp4_padding
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.plan import Capacity, PlanInputs
@@ -82,8 +82,9 @@ SIBLING_WEIGHTS_GIB = {
     "l40s-qwen3-14b-awq-1k-u0.95-seqs8-v0280": 9.44,
 }
 
-#: compute capability of GPUs below 8.0 in the cases (vLLM 0.8-0.10 fall back to V0 there)
-COMPUTE_CAPABILITY = {"T4": (7, 5)}
+#: compute capability of GPUs in the cases where a rule depends on it: below 8.0 vLLM 0.8-0.10
+#: fall back to V0; the MXFP4 MoE kernel (and its padding) follows it (gpt-oss cases)
+COMPUTE_CAPABILITY = {"T4": (7, 5), "A100": (8, 0), "H100": (9, 0)}
 
 #: the row an unknown-version case is predicted with, from its log wording (reported apart)
 ASSUMED_VERSION = {"V1": "0.11.0", "V0": "0.6.4"}
@@ -245,10 +246,13 @@ def load_cases(
                 from_config = load_local_model(root, model_id=case["model_id"])
                 model = from_config
                 weights_total = round(weights_gib * GiB * tp) if weights_gib else None
+                # vLLM's logged size holds the MXFP4 kernel's padding, the plan adds it itself
+                pad = mxfp4_padding.padding_bytes(
+                    from_config, tp, _compute_capability(case["gpu_name"])) * tp
                 if weights_total is not None:
-                    (root / "model.safetensors.index.json").write_text(
-                        json.dumps({"metadata": {"total_size": weights_total}, "weight_map": {}})
-                    )
+                    (root / "model.safetensors.index.json").write_text(json.dumps(
+                        {"metadata": {"total_size": weights_total - pad}, "weight_map": {}}
+                    ))
                     model = load_local_model(root, model_id=case["model_id"])
             inputs = PlanInputs(
                 model=model,
@@ -275,7 +279,7 @@ def load_cases(
                 reported_tokens=rep.get("kv_cache_tokens"),
                 expected_failure=_failure_kind(case["outcome"]),
                 reported_weights_bytes=weights_total,
-                config_weights_bytes=from_config.weights_bytes,
+                config_weights_bytes=(from_config.weights_bytes or 0) + pad,
                 weights_from_config=weights_total is None,
             ))
     return cases, skipped
@@ -540,6 +544,10 @@ def recent_summary(known: list[dict[str, Any]]) -> dict[str, Any]:
         "config_weights_median_abs_error_pct": round(statistics.median(werr), 2) if werr else None,
         "config_weights_worst_abs_error_pct": round(max(werr), 2) if werr else None,
         "architectures": sorted({r["architecture"] for r in recent}),
+        "config_weights_all_versions": {
+            r["case"]: r["config_weights_error_pct"] for r in known
+            if "config_weights_error_pct" in r
+        },
     }
 
 
