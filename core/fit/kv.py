@@ -298,7 +298,8 @@ def kv_layout(
     layers = _cache_layers(model)
     state_unpadded = state_page_bytes(model, tensor_parallel_size, model_dtype)
     all_mode = bool(prefix_caching and state_unpadded
-                    and model.model_type in MAMBA_PREFIX_CACHING_TYPES)
+                    and model.model_type in MAMBA_PREFIX_CACHING_TYPES
+                    and versions.supports("mamba_cache_all_mode", vllm_version))
     if state_unpadded and model.mla is None:
         align = max(KERNEL_BLOCK_ALIGNMENT, bs)
         if all_mode:

@@ -150,6 +150,12 @@ FEATURES: dict[str, Feature] = {
         Feature("kv_group_padding_1_5", "0.19.0",
                 "v1/core/kv_cache_utils.py: the same rule with 1.5 x (0.19.0, 0.20.0, 0.21.0 "
                 "wheels)"),
+        Feature("mamba_cache_all_mode", "0.16.0",
+                "model_executor/models/config.py MambaModelConfig: prefix caching on a model "
+                "with Mamba prefix-caching support sets mamba_cache_mode 'all' (blocks a "
+                "multiple of the Mamba chunk, one state block per block); seen in the 0.16.0 and "
+                "0.21.0 wheels, the 0.33.0 wheel has only 'align' and 'none'",
+                until="0.33.0", until_exact=False),
         Feature("kv_tokens_from_concurrency", "0.21.0",
                 "v1/core/kv_cache_utils.py _report_kv_cache_config: 'GPU KV cache size' = "
                 "int(max concurrency x max_model_len); 0.10.2 to 0.20.0 print num_blocks // "

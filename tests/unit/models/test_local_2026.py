@@ -184,13 +184,17 @@ def test_nemotron_prefix_caching_uses_vllms_all_mode() -> None:
     spec = _spec("nemotron-3-nano-30b-a3b")
     state = kv.state_page_bytes(spec)
     plain = kv.kv_layout(spec)
-    cached = kv.kv_layout(spec, prefix_caching=True)
+    cached = kv.kv_layout(spec, prefix_caching=True, vllm_version="0.21.0")
     # 'all' mode: the block is a multiple of the Mamba chunk (chunk_size 128 in the config)
     assert cached.block_size == 128 * math.ceil(math.ceil(state / 1024) / 128) == 2176
     # and a sequence holds a state block per attention block of its context, per state group
     per_len = math.ceil(16_384 / cached.block_size)
     assert cached.blocks_per_request(16_384, 2048) == per_len + 4 * per_len
     assert plain.blocks_per_request(16_384, 2048) == math.ceil(16_384 / plain.block_size) + 4
+    # 0.33 keeps only 'align': two state blocks per group, no chunk alignment
+    newest = kv.kv_layout(spec, prefix_caching=True, vllm_version="0.33.0")
+    assert newest.block_size == plain.block_size
+    assert newest.blocks_per_request(16_384, 2048) == math.ceil(16_384 / plain.block_size) + 8
 
 
 def test_glm4_moe_and_its_mla_lite_sibling() -> None:
