@@ -20,7 +20,15 @@ from typing import Any
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget_now, kv, multimodal, parallel
+from kvpilot.core.fit import (
+    activation,
+    budget_now,
+    kv,
+    linear_state,
+    multimodal,
+    mxfp4_padding,
+    parallel,
+)
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -180,6 +188,8 @@ def compute_capacity(
     else:
         weights_total, weights_src = estimate_weights_bytes(model), FROM_MODEL
     weights = math.ceil(weights_total / tp)
+    mxfp4_pad = mxfp4_padding.padding_bytes(model, tp, inputs.compute_capability)
+    weights += mxfp4_pad
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
@@ -235,11 +245,14 @@ def compute_capacity(
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size)
+    layout = kv.kv_layout(model, inputs.kv_cache_dtype, tp, inputs.block_size,
+                          prefix_caching=bool(inputs.enable_prefix_caching),
+                          vllm_version=inputs.vllm_version)
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
-        tokens_from_concurrency=profile.tokens_from_concurrency,
+        tokens_from_concurrency=profile.tokens_from_concurrency
+        and supports("kv_tokens_from_concurrency", inputs.vllm_version),
     )
 
     # ---- failures, in the order vLLM meets them -----------------------------------------
@@ -291,6 +304,8 @@ def compute_capacity(
                 f"is {estimate:,}.",
                 estimated_max_model_len=estimate,
             )
+        else:
+            failure = linear_state.mamba_blocks_failure(inputs, layout, cap.num_blocks, seqs)
 
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
@@ -325,6 +340,9 @@ def compute_capacity(
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
+    if mxfp4_pad:
+        weights_note += (f", plus {mxfp4_pad / GiB:.2f} GiB the MXFP4 MoE kernel's padding of "
+                         "the expert tensors adds")
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
@@ -436,10 +454,14 @@ def band_verdict(
     else:
         batched = inputs.max_num_batched_tokens
     layout = kv.kv_layout(model, inputs.kv_cache_dtype, inputs.tensor_parallel_size,
-                          inputs.block_size)
+                          inputs.block_size, prefix_caching=bool(inputs.enable_prefix_caching),
+                          vllm_version=inputs.vllm_version)
     in_flight = batched * profile.in_flight_batches
+    state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
+    if state == VERDICT_DOES_NOT_FIT:
+        return VERDICT_DOES_NOT_FIT
     if one_request_fits(layout, band[0], max_len, in_flight, profile):
-        return VERDICT_FITS if failure is None else VERDICT_BORDERLINE
+        return VERDICT_FITS if failure is None and state is None else VERDICT_BORDERLINE
     if one_request_fits(layout, band[1], max_len, in_flight, profile):
         return VERDICT_BORDERLINE
     return VERDICT_DOES_NOT_FIT
