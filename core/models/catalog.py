@@ -71,6 +71,8 @@ class CatalogEntry:
     notes: tuple[str, ...]
     checkpoints: tuple[CatalogCheckpoint, ...]
     config: dict[str, Any]
+    #: first public release (ISO date, ``YYYY-MM`` or ``YYYY-MM-DD``; "" when not recorded)
+    release_date: str = ""
 
     @property
     def base_checkpoint(self) -> CatalogCheckpoint:
@@ -116,6 +118,7 @@ def _as_entry(raw: dict[str, Any]) -> CatalogEntry:
             notes=tuple(raw.get("notes", ())),
             checkpoints=tuple(_as_checkpoint(c, entry_id) for c in raw["checkpoints"]),
             config=dict(raw["config"]),
+            release_date=str(raw.get("release_date") or ""),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelSpecError(
