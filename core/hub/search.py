@@ -218,7 +218,7 @@ def badge_hits(
     sized: dict[str, list[SizedCheckpoint]] = {}
     problems: dict[str, str] = {}
     specs: list[ModelSpec] = []
-    owner: dict[str, str] = {}
+    owners: dict[str, list[str]] = {}
     for hit in hits:
         rows: list[SizedCheckpoint] = []
         sized[hit.repo] = rows
@@ -241,17 +241,20 @@ def badge_hits(
                 continue
             rows.append(SizedCheckpoint(ckpt.repo, ckpt.scheme, spec.weights_bytes,
                                         spec.weights_source, why or ""))
-            if why is None and ckpt.repo not in owner:
-                specs.append(spec)
-                owner[ckpt.repo] = hit.repo
+            if why is None:
+                if ckpt.repo not in owners:
+                    specs.append(spec)
+                owners.setdefault(ckpt.repo, []).append(hit.repo)
     goal = replace(goal, model_filter=None)
     result = recommend(device.card(), goal, specs, capacity_of=capacity_of)
     best: dict[str, Candidate] = {}
     for cand in result.candidates:  # ranked best first
-        best.setdefault(owner[cand.model_id], cand)
+        for repo in owners[cand.model_id]:
+            best.setdefault(repo, cand)
     rejections: dict[str, list[Rejection]] = {}
     for rej in result.rejected:
-        rejections.setdefault(owner[rej.model_id], []).append(rej)
+        for repo in owners[rej.model_id]:
+            rejections.setdefault(repo, []).append(rej)
     out: list[SearchHit] = []
     for hit in hits:
         rows = sized[hit.repo]

@@ -46,6 +46,8 @@ SORTS: dict[str, Literal["downloads", "trending_score"]] = {
     "downloads": "downloads", "trending": "trending_score",
 }
 CACHE_SCHEMA = 1
+#: the model-tree tag of a quantized upload
+QUANTIZED_TAG = "base_model:quantized:"
 CACHE_FOLDER = "hub-search"
 #: parallel requests in a round
 WORKERS = 8
@@ -161,6 +163,14 @@ def _listed_architecture(config: object) -> str:
     return str(archs[0]) if isinstance(archs, list) and archs else ""
 
 
+def _base_of(info: Any) -> str | None:  # noqa: ANN401 - huggingface_hub's ModelInfo
+    """The base a quantized upload names in its model tree (``base_model:quantized:<id>``)."""
+    for tag in info.tags or ():
+        if isinstance(tag, str) and tag.startswith(QUANTIZED_TAG):
+            return tag[len(QUANTIZED_TAG) :]
+    return None
+
+
 def _read_config(
     repo: str, sha: str, token: str | bool | None, endpoint: str
 ) -> Mapping[str, Any]:
@@ -232,7 +242,10 @@ def fetch_search(
         ordered = sorted(merged.values(), key=lambda ti: -(getattr(ti[1], key) or 0))
         kept: list[tuple[str, Any]] = []
         unregistered: list[tuple[str, str]] = []
+        listed = set(merged)
         for tag, info in ordered:
+            if _base_of(info) in listed:
+                continue  # a quantized upload of a listed base: it comes with the base's tree
             arch = _listed_architecture(info.config)
             if registered is not None and arch not in registered:
                 unregistered.append((info.id, arch or "none named"))
