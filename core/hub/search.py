@@ -19,6 +19,7 @@ sm_89: :mod:`~kvpilot.core.models.checkpoint_rules`) is listed as refused with t
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -43,6 +44,8 @@ from kvpilot.core.models.checkpoint_rules import refusal
 from kvpilot.core.models.local import parse_quantization, spec_from_config
 from kvpilot.core.models.spec import SOURCE_ESTIMATE, SOURCE_HUB, ModelSpec
 from kvpilot.core.units import GiB
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -332,7 +335,8 @@ def runtime_filter() -> tuple[frozenset[str] | None, str]:
     try:
         found = registered_architectures()
     except RuntimeNotFoundError as err:
-        return None, f"not filtered by architecture: {err.message}"
+        log.info("no architecture filter: %s", err.message)
+        return None, "not filtered by architecture (no usable vLLM runtime to ask)"
     return found.architectures, (
         f"kept to the {len(found.architectures)} architectures vLLM {found.version} registers"
     )
