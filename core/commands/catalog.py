@@ -44,11 +44,14 @@ def run(args: argparse.Namespace) -> int:
     total = sum(len(m.checkpoints) for m in models)
     lines = [f"{len(models)} models, {total} checkpoints"]
     for m in models:
+        params = f"{m.params_total / 1e9:.1f}B parameters" if m.params_total \
+            else "parameters not counted yet"
         lines.append(f"\n{m.id}  ({m.family}, released {m.release_date or 'date not recorded'}, "
-                     f"{m.params_total / 1e9:.1f}B parameters, {m.context_length:,} context)")
+                     f"{params}, {m.context_length:,} context)")
         for c in m.checkpoints:
-            size = f"{c.weights_bytes / GiB:6.2f} GiB"
-            how = "" if c.weights_source == "catalog" else " (byte-model estimate)"
+            size = f"{c.weights_bytes / GiB:6.2f} GiB" if c.weights_bytes else "size unknown"
+            how = "" if c.weights_source == "catalog" or not c.weights_bytes \
+                else " (byte-model estimate)"
             mark = f"   refused: {c.refused}" if c.refused else (
                 f"   note: {c.note}" if c.note else "")
             lines.append(f"   {c.repo:56} {c.scheme:9} {size}{how}{mark}")

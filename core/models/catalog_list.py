@@ -18,15 +18,16 @@ from kvpilot.core.models.spec import Quantization
 
 @dataclass(frozen=True)
 class ListedCheckpoint:
-    """One checkpoint: repo, vLLM method (None: 16-bit), scheme, bits, weight bytes, their
-    source (``catalog`` exact or listed; ``estimate`` byte model) and why this GPU refuses it
-    ("" when it does not, or no GPU was given); ``note`` how it runs differently there."""
+    """One checkpoint: repo, vLLM method (None: 16-bit), scheme, bits, weight bytes (None: not
+    known yet, the entry's note says why), their source (``catalog`` exact or listed;
+    ``estimate`` byte model), why this GPU refuses it ("" when it does not, or no GPU was
+    given) and ``note``, how it runs differently there."""
 
     repo: str
     method: str | None
     scheme: str
     bits: int | None
-    weights_bytes: int
+    weights_bytes: int | None
     weights_source: str
     refused: str = ""
     note: str = ""
@@ -51,7 +52,7 @@ def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
     for c in entry.checkpoints:
         quant = Quantization(c.method, c.bits, c.group_size) if c.method else None
         scheme = scheme_of_quantization(quant)
-        rows.append(ListedCheckpoint(c.repo, c.method, scheme, c.bits, c.weights_bytes,
+        rows.append(ListedCheckpoint(c.repo, c.method, scheme, c.bits, c.weights_bytes or None,
                                      c.weights_source, refusal(scheme, cc) or "",
                                      caveat(scheme, cc)))
     return ListedModel(entry.id, entry.family, entry.release_date, entry.params_total,

@@ -110,7 +110,9 @@ def scheme_of_quantization(quant: Quantization | None) -> str:
     method = quant.method.lower()
     if method in ("awq", "gptq", "fp8", "mxfp4"):
         return method
-    if method in ("modelopt-fp4", "modelopt_fp4", "nvfp4"):
+    if method in ("modelopt-fp4", "modelopt_fp4", "nvfp4") or (
+        method == "modelopt" and quant.group_size == NVFP4_GROUP_SIZE
+    ):
         return SCHEME_NVFP4
     if method == "compressed-tensors":
         if quant.bits == 4 and quant.group_size == NVFP4_GROUP_SIZE:
