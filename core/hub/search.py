@@ -234,6 +234,10 @@ def badge_hits(
         except KvpilotError as err:
             problems[hit.repo] = f"kvpilot cannot plan {hit.architecture} yet: {err.message}"
             continue
+        if not base.architecture_known:  # the generic decoder's figures would be a guess
+            problems[hit.repo] = (f"kvpilot has no memory rule for {base.architecture} yet, "
+                                  "so it is not badged")
+            continue
         for ckpt in hit.checkpoints:
             why = refusal(ckpt.scheme, cc)
             try:

@@ -56,6 +56,9 @@ def add_entry(hub: FakeHub, entry: CatalogEntry, rank: int) -> None:
         repo.trending_score = 500 - rank
         if ckpt.repo != entry.id:
             repo.tags = (f"base_model:quantized:{entry.id}",)
+        if not ckpt.weights_bytes:  # a size nobody counted: the Hub lists no count either
+            repo.safetensors_parameters = {}
+        elif ckpt.repo != entry.id or ckpt.method is not None:
             repo.safetensors_parameters = {"U8": ckpt.weights_bytes}
         else:
             repo.safetensors_parameters = {"BF16": ckpt.weights_bytes // 2}

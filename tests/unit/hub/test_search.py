@@ -66,7 +66,9 @@ def test_no_safetensors_header_is_read_and_requests_come_in_two_rounds(hub: Fake
     trees = [r for r in listings if "base_model:quantized:" in r.query]
     configs = [r for r in records if r.path.endswith("/config.json")]
     assert len(searches) == 2  # one per pipeline tag
-    sixteen_bit = [h for h in result.hits if h.checkpoints[0].scheme == "16-bit"]
+    # a 16-bit hit has its model tree listed (one not badged lists no checkpoint: all are here)
+    sixteen_bit = [h for h in result.hits
+                   if not h.checkpoints or h.checkpoints[0].scheme == "16-bit"]
     assert len(trees) == len(sixteen_bit)
     assert {r.path.split("/resolve/")[0].lstrip("/") for r in configs} == {
         h.repo for h in result.hits
@@ -144,3 +146,12 @@ def test_weight_bytes_are_the_hub_count_times_each_dtype_width():
     assert weights_bytes_of({"F8_E4M3": 10, "BF16": 2}) == 14
     assert weights_bytes_of({"Q4_K": 10}) is None  # a width the table does not know
     assert weights_bytes_of(None) is None
+
+
+def test_an_architecture_without_a_memory_rule_is_not_badged_with_a_guess(hub: FakeHub):
+    # Qwen3.5 (Gated DeltaNet hybrid): its config.json is read, but kvpilot has no rule yet
+    result = search_hub("Qwen3.5-27B", RTX4090, CHAT)
+    hit = next(h for h in result.hits if h.repo == "Qwen/Qwen3.5-27B")
+    assert hit.badge.verdict == BADGE_CANNOT_PLAN
+    assert "Qwen3_5ForConditionalGeneration" in hit.badge.reason
+    assert hit.checkpoints == ()
