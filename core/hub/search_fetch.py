@@ -210,7 +210,10 @@ def fetch_search(
 
     from kvpilot.core.hub.download import _FINALIZE_NETWORK_ERRORS
 
-    failed = (*HUB_ERRORS, *_FINALIZE_NETWORK_ERRORS)
+    # on a refused connection huggingface_hub closes its shared client, and a request another
+    # thread of the round has in flight then fails with RuntimeError ("client has been closed")
+    failed: tuple[type[BaseException], ...] = (
+        *HUB_ERRORS, *_FINALIZE_NETWORK_ERRORS, RuntimeError)
     if sort not in SORTS:
         raise HubSearchError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
     from kvpilot.core.hub.download import resolve_endpoint
