@@ -247,6 +247,9 @@ class HubSearchDialog(QDialog):
         text = f"<b>{hit.repo}</b> ({hit.architecture}): {hit.badge.reason}"
         if refused:
             text += "<br>Not on this GPU: " + "; ".join(refused)
+        notes = sorted({c.note for c in hit.checkpoints if c.note})
+        if notes:
+            text += "<br>" + "; ".join(notes)
         self.detail.setText(text)
         self.plan_button.setEnabled(hit.badge.checkpoint is not None or bool(hit.checkpoints))
 

@@ -127,7 +127,8 @@ def render(result: SearchResult) -> str:
     for i, hit in enumerate(result.hits, 1):
         b = hit.badge
         sizes = ", ".join(f"{c.scheme} {size_label(c.weights_bytes)}"
-                          + (" (refused)" if c.refused else "") for c in hit.checkpoints)
+                          + (" (refused)" if c.refused else " (weight-only here)" if c.note
+                             else "") for c in hit.checkpoints)
         lines.append(f"{i:>2} {_MARKS[b.verdict]} {hit.repo}  [{b.label}]  "
                      f"{hit.downloads:,} downloads")
         lines.append(f"     {hit.architecture} · {sizes}")

@@ -40,7 +40,7 @@ from kvpilot.core.hub.search_fetch import (
     read_cached,
     write_cached,
 )
-from kvpilot.core.models.checkpoint_rules import refusal
+from kvpilot.core.models.checkpoint_rules import caveat, refusal
 from kvpilot.core.models.local import parse_quantization, spec_from_config
 from kvpilot.core.models.spec import SOURCE_ESTIMATE, SOURCE_HUB, ModelSpec
 from kvpilot.core.units import GiB
@@ -72,6 +72,8 @@ class SizedCheckpoint:
     weights_bytes: int | None
     weights_source: str
     refused: str = ""
+    #: how it runs differently on this GPU (FP8 weight-only below sm_89), "" when as built
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,8 @@ def badge_hits(
                                             f"unreadable quantization_config: {err.message}"))
                 continue
             rows.append(SizedCheckpoint(ckpt.repo, ckpt.scheme, spec.weights_bytes,
-                                        spec.weights_source, why or ""))
+                                        spec.weights_source, why or "",
+                                        caveat(ckpt.scheme, cc)))
             if why is None:
                 if ckpt.repo not in owners:
                     specs.append(spec)
@@ -318,7 +321,8 @@ def hit_to_json(hit: SearchHit) -> dict[str, Any]:
         },
         "checkpoints": [
             {"repo": c.repo, "scheme": c.scheme, "weights_bytes": c.weights_bytes,
-             "weights_source": c.weights_source, "refused": c.refused or None}
+             "weights_source": c.weights_source, "refused": c.refused or None,
+             "note": c.note or None}
             for c in hit.checkpoints
         ],
     }

@@ -51,3 +51,12 @@ def test_bad_numbers_and_offline_without_cache_are_one_line_errors(hub: FakeHub,
     assert "must be positive" in capsys.readouterr().err
     assert main(["search", "never-searched", *ARGS, "--offline"]) == 2
     assert "offline mode" in capsys.readouterr().err
+
+
+def test_fp8_checkpoints_below_ada_are_marked_weight_only(hub: FakeHub, capsys):
+    assert main(["search", "Qwen3-8B", "--gpu", "RTX 3090", "--no-runtime-filter",
+                 "--vllm-version", "0.11.0"]) == 0
+    assert "fp8 8.8 GiB (weight-only here)" in capsys.readouterr().out
+    assert main(["search", "Qwen3-8B", *ARGS, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(c["note"] is None for c in data["hits"][0]["checkpoints"])
