@@ -19,7 +19,8 @@ managed runtime, as kvpilot finds it) asked once, then read from the cache, and 
 filtered by it.
 
 Goal (issue: "20 hits sized and badged in under 3 s from cache, and in one round of Hub
-requests (not one per file)"). Exit status 1 when the cached search takes 3 s or more, when a
+requests (not one per file)"). Exit status 1 when the cached search takes 3 s or more (in process,
+or as a new ``kvpilot search --offline`` process, start-up included), when a
 safetensors file or per-repo metadata request is made, or when a round of per-hit requests waits
 on another.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,6 +104,14 @@ def run() -> dict[str, Any]:
                            offline=True)
         rebadge_s = time.perf_counter() - start
         extra = len(hub.settled()) - len(records)
+        # the same cached search as the user runs it: a new `kvpilot search` process
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvpilot.core.cli", "search", "", "--gpu", "RTX 4090",
+             "--limit", str(HITS), "--offline", "--no-runtime-filter", "--json"],
+            capture_output=True, text=True, check=False)
+        cli_s = time.perf_counter() - start
+        cli_hits = len(json.loads(proc.stdout)["hits"]) if proc.returncode == 0 else 0
     kinds: dict[str, int] = {}
     for rec in records:
         kind = _kind(rec.path, rec.query)
@@ -121,6 +131,7 @@ def run() -> dict[str, Any]:
         "requests_when_cached": extra,
         "cold_s": round(cold_s, 3), "warm_from_cache_s": round(warm_s, 3),
         "offline_rebadge_s": round(rebadge_s, 3), "badges": verdicts,
+        "cli_cached_process_s": round(cli_s, 3), "cli_cached_hits": cli_hits,
         "same_hits_cold_and_warm": [h.repo for h in cold.hits] == [h.repo for h in warm.hits],
         "rebadged_hits": len(other.hits),
     }
@@ -152,7 +163,8 @@ def main() -> int:
             out["runtime_filter"] = time_runtime_filter()
     bad = (out["requests"].get("safetensors file", 0) + out["requests"].get("per-repo info", 0)
            + out["requests_when_cached"])
-    ok = out["warm_from_cache_s"] < GOAL_S and out["hits"] == HITS and not bad
+    ok = (out["warm_from_cache_s"] < GOAL_S and out["cli_cached_process_s"] < GOAL_S
+          and out["hits"] == HITS and out["cli_cached_hits"] == HITS and not bad)
     if args.json:
         print(json.dumps({**out, "goal_met": ok}, indent=2))
         return 0 if ok else 1
@@ -168,6 +180,8 @@ def main() -> int:
     print(f"  warm (from cache, sized and badged): {out['warm_from_cache_s']:.3f} s "
           f"(goal < {GOAL_S:.0f} s), {out['requests_when_cached']} requests")
     print(f"  offline re-badge for another goal: {out['offline_rebadge_s']:.3f} s")
+    print(f"  `kvpilot search --offline` as a new process (start-up included): "
+          f"{out['cli_cached_process_s']:.2f} s, {out['cli_cached_hits']} hits")
     print(f"  badges: {out['badges']}")
     if "runtime_filter" in out:
         rf = out["runtime_filter"]
