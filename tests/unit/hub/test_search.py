@@ -155,3 +155,12 @@ def test_an_architecture_without_a_memory_rule_is_not_badged_with_a_guess(hub: F
     assert hit.badge.verdict == BADGE_CANNOT_PLAN
     assert "Qwen3_5ForConditionalGeneration" in hit.badge.reason
     assert hit.checkpoints == ()
+
+
+def test_a_plan_whose_start_is_uncertain_is_borderline_with_its_settings(hub: FakeHub):
+    # 8 users x 64k tokens of Qwen3-8B on a 4090: the best plan's band straddles the line
+    result = search_hub("Qwen3-8B", RTX4090, Goal(context_tokens=65536, users=8))
+    hit = next(h for h in result.hits if h.repo == "Qwen/Qwen3-8B")
+    assert hit.badge.verdict == "borderline"
+    assert hit.badge.settings is not None and hit.badge.checkpoint is not None
+    assert hit.badge.settings.max_model_len == 40960  # the model stops at 40,960 tokens
