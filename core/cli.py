@@ -32,6 +32,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "kvpilot.core.commands.export",
         "print the plan as a command, docker run, compose file or Helm values",
     ),
+    "catalog": ("kvpilot.core.commands.catalog", "list the models the recommender ranks"),
+    "search": ("kvpilot.core.commands.search", "find Hugging Face models that fit this GPU"),
     "runtime": ("kvpilot.core.commands.runtime", "install, list and remove managed vLLM runtimes"),
     "install-desktop-entry": (
         "kvpilot.core.commands.desktop",

@@ -23,6 +23,7 @@ from kvpilot.gui.controllers.attach import AttachController
 from kvpilot.gui.controllers.benchmark import BenchmarkController
 from kvpilot.gui.controllers.fallback import FallbackController
 from kvpilot.gui.controllers.gpus import GpuController
+from kvpilot.gui.controllers.hub_search import HubSearchController
 from kvpilot.gui.controllers.measure import MeasureController
 from kvpilot.gui.controllers.orphans import OrphanController
 from kvpilot.gui.controllers.planner import PlannerController
@@ -72,6 +73,7 @@ class MainWindow(WindowWidgets):
         attach = self.attach_control = AttachController(self, gpus, server)
         self.benchmark_control = BenchmarkController(self, server, attach)
         self.orphan_control = OrphanController(self, server)
+        self.hub_search_control = HubSearchController(self, gpus, runtimes)
         self._wire()
 
         profiles.apply_profile(initial=True)
@@ -116,6 +118,7 @@ class MainWindow(WindowWidgets):
         self.planner.copy_command_requested.connect(plans.copy_command)
         self.planner.export_requested.connect(plans.export_plan)
         self.planner.browse_model_requested.connect(plans.browse_model)
+        self.planner.hub_search_requested.connect(lambda: self.hub_search_control.open())
         self.planner.launch_requested.connect(server.launch_plan)
         self.planner.measure_requested.connect(measure.measure)
         self.planner.measure_cancel_requested.connect(measure.cancel)

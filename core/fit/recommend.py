@@ -202,12 +202,14 @@ def recommend(
     """
     if goal.use_case not in USE_CASES:
         raise FitError(f"use case must be one of {', '.join(USE_CASES)}")
-    if models is None:
-        from kvpilot.core.models.catalog import all_checkpoint_specs
-
-        models = all_checkpoint_specs()
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
+    if models is None:
+        from kvpilot.core.models.catalog import all_checkpoint_specs, unplannable
+
+        models = all_checkpoint_specs()
+        rejected += [Rejection(repo, why) for repo, why in unplannable()
+                     if not goal.model_filter or goal.model_filter.lower() in repo.lower()]
     multi = gpu_set is not None and len(gpu_set.cards) > 1
     for model in models:
         if goal.model_filter and goal.model_filter.lower() not in model.model_id.lower():

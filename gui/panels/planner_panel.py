@@ -10,6 +10,7 @@ Signals:
     copy_command_requested(): copy the selected plan's ``vllm serve`` command.
     export_requested(str): copy the selected plan as command, docker, compose or helm.
     browse_model_requested(): pick a local model directory.
+    hub_search_requested(): open the "Find on Hugging Face" dialog.
     measure_requested(object): "Measure on this GPU" for the selected :class:`PlanRow`.
     measure_cancel_requested(): stop the running dry run.
 """
@@ -118,6 +119,7 @@ class PlannerPanel(QWidget):
     copy_command_requested = Signal()
     export_requested = Signal(str)  # "command" | "docker" | "compose" | "helm"
     browse_model_requested = Signal()
+    hub_search_requested = Signal()
     measure_requested = Signal(object)  # the selected PlanRow
     measure_cancel_requested = Signal()
 
@@ -200,8 +202,14 @@ class PlannerPanel(QWidget):
         self.model.currentTextChanged.connect(self._changed)
         self.browse = QPushButton("Local…")
         self.browse.clicked.connect(self.browse_model_requested.emit)
+        self.hub_search = QPushButton("Hugging Face…")
+        self.hub_search.setObjectName("hubSearchOpen")
+        self.hub_search.setToolTip("Find on Hugging Face: search the Hub, sized and badged for "
+                                   "this GPU")
+        self.hub_search.clicked.connect(self.hub_search_requested.emit)
         model_row.addWidget(self.model, 1)
         model_row.addWidget(self.browse)
+        model_row.addWidget(self.hub_search)
         form.addRow("Model", model_row)
         self.copy_button = QPushButton("Copy command")
         self.copy_button.setObjectName("copyCommand")

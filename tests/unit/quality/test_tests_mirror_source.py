@@ -61,6 +61,15 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
                             "every failure row is fed its recorded lines through the scanner"),
     "vllm/logformats.py": ("tests/unit/vllm/test_logparse_formats.py",
                            "every capacity row is fed its recorded lines through the scanner"),
+    "hub/search_fetch.py": ("tests/unit/hub/test_search.py",
+                            "fetching is one half of a search, tested through it"),
+    "hub/model_tree.py": ("tests/unit/hub/test_search.py",
+                          "the quantized variants of every search hit"),
+    "commands/search.py": ("tests/unit/hub/test_search_cli.py", "the CLI face of the search"),
+    "commands/catalog.py": ("tests/unit/models/test_catalog_list.py",
+                            "the CLI face of the catalog listing"),
+    "vllm/architectures.py": ("tests/e2e/test_architectures_e2e.py",
+                              "the registry is asked of the real vLLM runtime"),
     "vllm/measure.py": ("tests/e2e/test_server_crashes.py", "a dry run needs the real engine"),
 }
 
