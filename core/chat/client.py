@@ -13,7 +13,9 @@ the ``Authorization`` header; it is never logged or put into a message.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -132,6 +134,7 @@ class ChatCall:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._response: httpx.Response | None = None
+        self._socket: socket.socket | None = None
 
     @property
     def stopped(self) -> bool:
@@ -143,7 +146,9 @@ class ChatCall:
         arrived, marked stopped. Does nothing after the reply ended."""
         self._stopped.set()
         with self._lock:
-            response = self._response
+            response, sock = self._response, self._socket
+        if sock is not None:  # unblocks a read still waiting for the response's headers
+            _shut(sock)
         if response is not None:
             try:
                 response.close()
@@ -175,7 +180,11 @@ class ChatCall:
             with (
                 httpx.Client(timeout=timeout, transport=self._transport) as client,
                 client.stream(
-                    "POST", url, json=body, headers=_headers(self.target.api_key)
+                    "POST",
+                    url,
+                    json=body,
+                    headers=_headers(self.target.api_key),
+                    extensions={"trace": self._trace},
                 ) as response,
             ):
                 with self._lock:
@@ -205,7 +214,22 @@ class ChatCall:
         finally:
             with self._lock:
                 self._response = None
+                self._socket = None
         return state.reply(stopped=self._stopped.is_set())
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: keep the connection's socket, so that :meth:`stop` can shut
+        it while the request still waits for the server's first byte."""
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self._socket = sock
+        if self._stopped.is_set():
+            _shut(sock)
 
     def _read(
         self,
@@ -235,6 +259,13 @@ class ChatCall:
                 on_text(delta.text)
         if not state.done and state.finish_reason is None and not self._stopped.is_set():
             raise errors.gone(root, "the stream ended without [DONE]", mid_reply=True)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut both directions of ``sock`` (the reader sees the end; the server sees the client
+    go and stops generating); a socket already closed is left alone."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _error_body(response: httpx.Response) -> str:

@@ -49,8 +49,9 @@ class ChatError(KvpilotError):
 
 
 def quote(text: str, limit: int = QUOTE_CHARS) -> str:
-    """``text`` on one line, cut to ``limit`` characters (with an ellipsis)."""
-    one = " ".join(text.split())
+    """``text`` on one line without a closing full stop, cut to ``limit`` characters (with an
+    ellipsis), to end a sentence of its own."""
+    one = " ".join(text.split()).rstrip(". ")
     return one if len(one) <= limit else one[: limit - 1].rstrip() + "…"
 
 

@@ -1,0 +1,230 @@
+"""The chat client against real local HTTP servers that misbehave the ways servers do: a
+timeout, garbage, a dropped connection, a 500, a 404, no usage chunk; and the error sentences of
+vLLM's own error bodies."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from kvpilot.core.chat import errors
+from kvpilot.core.chat.client import ChatCall, ChatTarget, request_body
+from kvpilot.core.chat.conversation import ChatMessage, ChatSettings
+from kvpilot.core.chat.errors import ChatError
+
+PostHandler = Callable[[http.server.BaseHTTPRequestHandler], None]
+HISTORY = (ChatMessage("user", "hi"),)
+
+
+class PostServer:
+    """A threaded http.server on 127.0.0.1 whose POST handler a test sets."""
+
+    def __init__(self) -> None:
+        self.handler: PostHandler = lambda h: h.send_error(404)
+        self.bodies: list[dict[str, object]] = []
+        self.headers: list[dict[str, str]] = []
+        outer = self
+
+        class _H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(n))
+                outer.bodies.append(body)
+                outer.headers.append(dict(self.headers))
+                outer.handler(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class _Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that went away (timeout, stop tests) is expected here
+
+        self.httpd = _Server(("127.0.0.1", 0), _H)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[PostServer]:
+    s = PostServer()
+    yield s
+    s.close()
+
+
+def _stream(h: http.server.BaseHTTPRequestHandler, lines: list[str], *, pause_s: float = 0.0,
+            close_early: bool = False) -> None:
+    h.send_response(200)
+    h.send_header("Content-Type", "text/event-stream")
+    h.send_header("Connection", "close")
+    h.end_headers()
+    for line in lines:
+        h.wfile.write(f"{line}\n\n".encode())
+        h.wfile.flush()
+        if pause_s:
+            time.sleep(pause_s)
+    if close_early:
+        h.connection.shutdown(socket.SHUT_RDWR)
+    h.close_connection = True
+
+
+def _json(h: http.server.BaseHTTPRequestHandler, status: int, doc: object) -> None:
+    data = json.dumps(doc).encode()
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
+def _piece(text: str, finish: str | None = None) -> str:
+    return "data: " + json.dumps(
+        {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+    )
+
+
+def _target(url: str, key: str | None = "secret-key-9") -> ChatTarget:
+    return ChatTarget(base_url=url + "/v1/", model="tiny", api_key=key)
+
+
+def test_the_request_is_a_streamed_chat_completion_with_usage(server: PostServer) -> None:
+    server.handler = lambda h: _stream(h, [
+        _piece("a"), _piece("b"), _piece("c", "stop"),
+        'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}',
+        "data: [DONE]",
+    ], pause_s=0.02)
+    settings = ChatSettings(system_prompt="sys", temperature=0.3, max_tokens=7)
+    pieces: list[str] = []
+    reply = ChatCall(_target(server.url), settings, HISTORY).run(pieces.append)
+    assert pieces == ["a", "b", "c"] and reply.text == "abc"
+    body = server.bodies[0]
+    assert body == request_body(_target(server.url), settings, HISTORY)
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["messages"] == [{"role": "system", "content": "sys"},
+                                {"role": "user", "content": "hi"}]
+    assert (body["temperature"], body["max_tokens"], body["model"]) == (0.3, 7, "tiny")
+    assert server.headers[0]["Authorization"] == "Bearer secret-key-9"
+    s = reply.stats
+    assert (s.prompt_tokens, s.completion_tokens, s.counted) == (9, 3, False)
+    assert s.finish_reason == "stop"
+    assert s.ttft_s is not None and 0 < s.ttft_s < s.duration_s
+    assert s.tokens_per_s is not None and 2 / 0.2 < s.tokens_per_s < 2 / 0.03
+
+
+def test_without_usage_the_pieces_are_counted(server: PostServer) -> None:
+    server.handler = lambda h: _stream(h, [_piece("x"), _piece("y", "stop"), "data: [DONE]"])
+    s = ChatCall(_target(server.url, None), ChatSettings(), HISTORY).run().stats
+    assert (s.completion_tokens, s.counted, s.prompt_tokens) == (2, True, None)
+    assert "Authorization" not in server.headers[0]
+
+
+def test_nothing_for_the_read_timeout_is_the_timeout_sentence(server: PostServer) -> None:
+    release = threading.Event()
+    server.handler = lambda _h: release.wait(5)
+    try:
+        with pytest.raises(ChatError) as caught:
+            ChatCall(_target(server.url), ChatSettings(), HISTORY, read_timeout_s=0.3).run()
+    finally:
+        release.set()
+    assert caught.value.kind == errors.KIND_TIMEOUT
+    assert str(caught.value).startswith(f"The server at {server.url} sent nothing for 0.3 s")
+
+
+def test_garbage_in_the_stream_is_the_garbage_sentence(server: PostServer) -> None:
+    server.handler = lambda h: _stream(h, [_piece("ok"), "<html>oops</html>"])
+    with pytest.raises(ChatError) as caught:
+        ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
+    assert caught.value.kind == errors.KIND_GARBAGE
+
+
+def test_a_connection_dropped_mid_reply_is_gone(server: PostServer) -> None:
+    server.handler = lambda h: _stream(h, [_piece("half")], close_early=True)
+    with pytest.raises(ChatError) as caught:
+        ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
+    assert caught.value.kind == errors.KIND_GONE
+    assert "in the middle of the reply" in str(caught.value)
+
+
+def test_nothing_listening_is_gone() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ChatError) as caught:
+        ChatCall(_target(f"http://127.0.0.1:{port}"), ChatSettings(), HISTORY).run()
+    assert caught.value.kind == errors.KIND_GONE
+    assert str(caught.value) == (
+        f"The server at http://127.0.0.1:{port} is gone (nothing accepts connections there): "
+        "start it again or attach to a running one."
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "doc", "kind", "sentence"),
+    [
+        (401, {"error": "Unauthorized"}, errors.KIND_AUTH,
+         "refused the API key (401 Unauthorized)"),
+        (404, {"error": {"message": "The model `tiny` does not exist.", "type": "NotFoundError",
+                         "param": "model", "code": 404}},
+         errors.KIND_REJECTED, "(HTTP 404: The model `tiny` does not exist)."),
+        (500, {"detail": "boom"}, errors.KIND_SERVER, "failed to answer (HTTP 500: boom)."),
+        (400, {"error": {"message": "This model's maximum context length is 1024 tokens. However, "
+                         "your prompt contains 1300 input tokens, which exceeds this limit even "
+                         "without any output tokens. Please reduce the length of the input "
+                         "prompt.", "type": "BadRequestError", "param": "input_tokens",
+                         "code": 400}},
+         errors.KIND_CONTEXT, "context (1,024 tokens and the conversation has 1,300)"),
+    ],
+)
+def test_error_responses_are_one_sentence(
+    server: PostServer, status: int, doc: object, kind: str, sentence: str
+) -> None:
+    server.handler = lambda h: _json(h, status, doc)
+    with pytest.raises(ChatError) as caught:
+        ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
+    err = caught.value
+    assert (err.kind, err.status_code) == (kind, status)
+    assert sentence in str(err) and str(err).endswith(".") and "\n" not in str(err)
+    assert "secret-key-9" not in str(err) + err.detail
+
+
+def test_stop_while_waiting_for_the_first_piece(server: PostServer) -> None:
+    release = threading.Event()
+    server.handler = lambda h: (release.wait(5), _stream(h, [_piece("late")]))
+    call = ChatCall(_target(server.url), ChatSettings(), HISTORY)
+    timer = threading.Timer(0.3, call.stop)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        reply = call.run()
+    finally:
+        release.set()
+        timer.join()
+    assert time.monotonic() - t0 < 3
+    assert reply.stats.stopped and reply.text == "" and reply.stats.ttft_s is None
+
+
+def test_a_failed_turn_is_not_sent_again() -> None:
+    history = (
+        ChatMessage("user", "long " * 10),
+        ChatMessage("assistant", "", error="too long"),
+        ChatMessage("user", "short", image_url="data:image/png;base64,AA=="),
+    )
+    body = request_body(_target("http://127.0.0.1:1"), ChatSettings(), history)
+    assert body["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "short"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+    ]}]
