@@ -1,0 +1,123 @@
+"""The Chat tab without a server: where it sits, what it says, a damaged saved chat, the image
+button for vision models, and that long messages wrap inside a 1,366 x 768 window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testpaths import DATA
+
+from kvpilot.core.chat.conversation import ChatMessage, ReplyStats
+from kvpilot.core.chat.store import ConversationStore
+from kvpilot.core.vllm.watch import ServerIdentity
+from kvpilot.gui.panels.chat_panel import stats_line
+
+
+def _open_chat(window, qtbot) -> None:
+    window.tabs.setCurrentWidget(window.chat_panel)
+    qtbot.waitUntil(lambda: window.chat_control.loaded, timeout=10_000)
+
+
+def test_the_chat_tab_says_there_is_no_server(make_window, qtbot) -> None:
+    w = make_window()
+    names = [w.tabs.tabText(i) for i in range(w.tabs.count())]
+    assert names == ["Plan", "Dashboard", "Chat", "Log"]
+    _open_chat(w, qtbot)
+    panel = w.chat_panel
+    assert panel.target.text().startswith("No server to talk to")
+    assert not panel.send_button.isEnabled() and not panel.stop_button.isEnabled()
+    assert not panel.image_button.isVisible()
+    assert not w.chat_control.send("hello")  # nothing to send to: no message is added
+    assert w.chat_control.conversation.messages == ()
+
+
+def test_a_damaged_saved_chat_is_a_warning_not_a_crash(
+    make_window, qtbot, tmp_path: Path
+) -> None:
+    store = ConversationStore(tmp_path / "data" / "chats")
+    store.path("Default").parent.mkdir(parents=True)
+    store.path("Default").write_text('{"version": 1, "messages": [{"role"')
+    w = make_window()
+    assert w.profile.name == "Default"
+    _open_chat(w, qtbot)
+    assert "could not be read" in w.statusBar().currentMessage()
+    assert w.chat_control.conversation.messages == ()
+    assert store.path("Default").with_name(store.path("Default").name + ".damaged").exists()
+
+
+def test_the_image_button_is_there_only_for_a_vision_model(make_window, qtbot) -> None:
+    w = make_window()
+    _open_chat(w, qtbot)
+    for model, takes in (("qwen2.5-vl-7b-instruct", True), ("qwen2.5-7b-instruct", False)):
+        w.attach_control.attached = ServerIdentity(
+            base_url="http://127.0.0.1:9", version="0.32.0", model_id=model,
+            model_root=str(DATA / "models" / model), max_model_len=4096,
+        )
+        w.chat_control.refresh()
+        qtbot.waitUntil(lambda m=model: str(DATA / "models" / m) in w.chat_control._vision,
+                        timeout=10_000)
+        assert w.chat_panel.image_button.isVisible() is takes
+        assert w.chat_control.target is not None and w.chat_control.target.takes_images is takes
+        assert w.chat_panel.send_button.isEnabled()
+    w.attach_control.attached = None
+
+
+def test_long_messages_wrap_inside_a_laptop_screen(make_window, qtbot) -> None:
+    w = make_window()
+    _open_chat(w, qtbot)
+    stats = ReplyStats(ttft_s=0.2, duration_s=2.0, prompt_tokens=1200, completion_tokens=300,
+                       tokens_per_s=150.0)
+    w.chat_panel.show_messages((
+        ChatMessage("user", "https://example.org/" + "x" * 4000),
+        ChatMessage("assistant", "word " * 2000, stats=stats),
+        ChatMessage("assistant", "", error="The server at http://127.0.0.1:8000 is gone " * 20),
+    ))
+    w.chat_panel.show_target("Talking to " + "m" * 500, ready=True, takes_images=False)
+    w.resize(1366, 768)
+    qtbot.wait(50)
+    hint = w.minimumSizeHint()
+    assert hint.width() <= 1366 and hint.height() <= 768
+    assert w.width() <= 1366 and w.height() <= 768
+    assert w.chat_panel.view.horizontalScrollBar().maximum() == 0  # wrapped, not scrolled
+    assert "(4,020 characters, all of them sent)" in w.chat_panel.view.toPlainText()
+
+
+def test_the_figures_of_a_reply() -> None:
+    s = ReplyStats(ttft_s=0.212, duration_s=1.0, prompt_tokens=42, completion_tokens=24,
+                   tokens_per_s=35.4, finish_reason="length")
+    assert stats_line(s) == (
+        "TTFT 212 ms · 35 tokens/s · 42 prompt + 24 completion tokens · max tokens reached"
+    )
+    counted = ReplyStats(ttft_s=None, duration_s=0.1, prompt_tokens=None, completion_tokens=0,
+                         tokens_per_s=None, counted=True, stopped=True)
+    assert stats_line(counted) == (
+        "TTFT – · – tokens/s · – prompt + 0 completion tokens (counted) · stopped"
+    )
+
+
+def test_kvpilot_gui_screenshots_the_chat_tab_with_the_saved_conversation(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from PySide6.QtGui import QImage
+
+    from kvpilot.core.chat.conversation import Conversation
+
+    data = tmp_path / "data"
+    conv = Conversation().add(ChatMessage("user", "hello")).add(ChatMessage(
+        "assistant", "hi", stats=ReplyStats(ttft_s=0.1, duration_s=0.2, prompt_tokens=5,
+                                            completion_tokens=2, tokens_per_s=20.0)))
+    ConversationStore(data / "chats").save("Default", conv)
+    out = tmp_path / "chat.png"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "KVPILOT_CONFIG_DIR": str(tmp_path / "c"),
+           "KVPILOT_DATA_DIR": str(data), "KVPILOT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvpilot.core.cli", "gui", "--fake-gpu", "rtx4090-desktop",
+         "--panel", "chat", "--screenshot", str(out)],
+        capture_output=True, text=True, timeout=180, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    image = QImage(str(out))
+    assert not image.isNull() and image.width() >= 600
+    assert ConversationStore(data / "chats").load("Default").conversation == conv  # kept as is
