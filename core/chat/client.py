@@ -1,7 +1,8 @@
 """One streamed chat reply from an OpenAI-compatible server, with its figures; stoppable.
 
 :class:`ChatCall` posts the conversation to ``<server>/v1/chat/completions`` with
-``"stream": true`` and ``"stream_options": {"include_usage": true}``, hands each new piece of
+``"stream": true`` and ``"stream_options": {"include_usage": true}`` (and vLLM's
+``continuous_usage_stats``, dropped for a server that refuses it), hands each new piece of
 text to a callback as it arrives, and returns the reply with its :class:`ReplyStats`: time to
 first text (TTFT, s), tokens per second, prompt and completion tokens (the server's usage; the
 content chunks counted when it sends none). :meth:`ChatCall.stop` (from any thread) ends the
@@ -43,6 +44,9 @@ CONNECT_TIMEOUT_S = 5.0
 #: seconds without a byte from the server before the reply is given up (a long prompt's
 #: prefill on a busy server comes first)
 READ_TIMEOUT_S = 120.0
+#: the shortest time from the first text to the last that gives a generation rate (s): text
+#: that arrived in one burst (a client or server that lagged) says nothing about the speed
+MIN_RATE_SPAN_S = 0.05
 #: the most bytes of an error body read
 _ERROR_BODY_BYTES = 16_384
 
@@ -80,17 +84,29 @@ class Reply:
 
 
 def request_body(
-    target: ChatTarget, settings: ChatSettings, history: tuple[ChatMessage, ...]
+    target: ChatTarget,
+    settings: ChatSettings,
+    history: tuple[ChatMessage, ...],
+    *,
+    continuous_usage: bool = True,
 ) -> dict[str, Any]:
-    """The JSON body of a streamed chat completion of ``history`` (pure)."""
+    """The JSON body of a streamed chat completion of ``history`` (pure).
+
+    ``continuous_usage`` asks vLLM for the token counts in every chunk
+    (``continuous_usage_stats``), so that a stopped reply, or chunks vLLM merged while the
+    client lagged, still have the server's counts; the usage chunk at the end comes either way.
+    """
     s = settings.checked()
+    options: dict[str, bool] = {"include_usage": True}
+    if continuous_usage:
+        options["continuous_usage_stats"] = True
     return {
         "model": target.model,
         "messages": request_messages(s, history),
         "temperature": s.temperature,
         "max_tokens": s.max_tokens,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": options,
     }
 
 
@@ -171,8 +187,21 @@ class ChatCall:
             root = self.target.root
         except ValueError as exc:
             raise ChatError(errors.KIND_REJECTED, f"{exc}.") from None
+        try:
+            return self._run(root, on_text, continuous_usage=True)
+        except ChatError as exc:
+            # a strict OpenAI-compatible server that does not know vLLM's extension
+            if exc.kind != errors.KIND_REJECTED or "continuous_usage" not in exc.detail:
+                raise
+            return self._run(root, on_text, continuous_usage=False)
+
+    def _run(
+        self, root: str, on_text: Callable[[str], None] | None, *, continuous_usage: bool
+    ) -> Reply:
         url = f"{root}/v1/chat/completions"
-        body = request_body(self.target, self.settings, self.history)
+        body = request_body(
+            self.target, self.settings, self.history, continuous_usage=continuous_usage
+        )
         timeout = httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s)
         start = time.monotonic()
         state = _Progress(start)
@@ -306,7 +335,7 @@ class _Progress:
         rate = None
         if self.first is not None and self.last is not None and completion >= 2:
             span = self.last - self.first
-            if span > 0:
+            if span >= MIN_RATE_SPAN_S:
                 rate = (completion - 1) / span
         stats = ReplyStats(
             ttft_s=None if self.first is None else self.first - self.start,

@@ -48,7 +48,8 @@ class ReplyStats:
         completion_tokens: the reply's tokens: the server's usage, else the content chunks
             counted (``counted`` True).
         tokens_per_s: generation speed: the completion tokens after the first, divided by the
-            seconds from the first text to the last (None with fewer than two tokens).
+            seconds from the first text to the last, as this client saw them (None with fewer
+            than two tokens, or when all the text came in one burst).
         counted: the completion count is the chunks counted (the server sent no usage).
         stopped: the user stopped the reply before it ended.
         finish_reason: ``stop`` (the model ended), ``length`` (max tokens reached), … or None.

@@ -11,6 +11,7 @@ pool (:class:`~kvpilot.core.chat.store.ConversationStore`), the newest one alway
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from kvpilot.gui.controllers.server import ServerController
     from kvpilot.gui.panels.chat_panel import ChatPanel
     from kvpilot.gui.window_widgets import WindowWidgets
+
+log = logging.getLogger("kvpilot.gui")
 
 #: the longest wait between two redraws of a streaming reply (ms)
 REDRAW_MS = 80
@@ -232,7 +235,12 @@ class ChatController(Controller):
 
         if number != self._calls:
             return
-        sentence = str(exc) if isinstance(exc, ChatError) else f"The reply failed: {exc}."
+        if isinstance(exc, ChatError):
+            sentence = str(exc)
+            log.info("chat reply failed (%s): %s", exc.kind, exc.detail or sentence)
+        else:
+            sentence = f"The reply failed: {exc}."
+            log.error("chat reply failed", exc_info=exc)
         self._finish(ChatMessage(ROLE_ASSISTANT, self.streaming, error=sentence))
 
     def _finish(self, message: ChatMessage) -> None:

@@ -89,7 +89,7 @@ def test_a_streamed_reply_has_pieces_ttft_and_the_servers_token_counts(
     assert len(pieces) <= stats.completion_tokens  # a piece is one token or more
     body = request_body(_target(keyed_server), settings, history)
     assert stats.prompt_tokens == _tokenized(keyed_server, body)
-    assert stats.tokens_per_s is not None and stats.tokens_per_s > 0
+    assert stats.tokens_per_s is None or stats.tokens_per_s > 0  # None: all in one burst
 
 
 def test_a_conversation_goes_back_to_the_server_and_is_kept(
@@ -129,6 +129,7 @@ def test_stop_cuts_the_reply_and_the_server_keeps_serving(keyed_server: Supervis
     reply = call.run(on_text)
     t.join(10)
     assert reply.stats.stopped
+    assert not reply.stats.counted  # vLLM's running usage: the server's own count
     assert reply.stats.ttft_s is not None and reply.stats.ttft_s > 0
     assert 1 <= reply.stats.completion_tokens < 900
     assert reply.text == "".join(seen)

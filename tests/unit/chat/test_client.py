@@ -106,14 +106,15 @@ def test_the_request_is_a_streamed_chat_completion_with_usage(server: PostServer
         _piece("a"), _piece("b"), _piece("c", "stop"),
         'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}',
         "data: [DONE]",
-    ], pause_s=0.02)
+    ], pause_s=0.05)
     settings = ChatSettings(system_prompt="sys", temperature=0.3, max_tokens=7)
     pieces: list[str] = []
     reply = ChatCall(_target(server.url), settings, HISTORY).run(pieces.append)
     assert pieces == ["a", "b", "c"] and reply.text == "abc"
     body = server.bodies[0]
     assert body == request_body(_target(server.url), settings, HISTORY)
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["messages"] == [{"role": "system", "content": "sys"},
                                 {"role": "user", "content": "hi"}]
     assert (body["temperature"], body["max_tokens"], body["model"]) == (0.3, 7, "tiny")
@@ -122,7 +123,29 @@ def test_the_request_is_a_streamed_chat_completion_with_usage(server: PostServer
     assert (s.prompt_tokens, s.completion_tokens, s.counted) == (9, 3, False)
     assert s.finish_reason == "stop"
     assert s.ttft_s is not None and 0 < s.ttft_s < s.duration_s
-    assert s.tokens_per_s is not None and 2 / 0.2 < s.tokens_per_s < 2 / 0.03
+    assert s.tokens_per_s is not None and 2 / 0.5 < s.tokens_per_s < 2 / 0.09
+
+
+def test_a_server_that_refuses_vllms_usage_option_is_asked_again_without(
+    server: PostServer,
+) -> None:
+    def handler(h: http.server.BaseHTTPRequestHandler) -> None:
+        if server.bodies[-1]["stream_options"] == {"include_usage": True}:
+            _stream(h, [_piece("ok", "stop"), "data: [DONE]"])
+        else:
+            _json(h, 400, {"error": {"message": "Unrecognized request argument supplied: "
+                                     "stream_options.continuous_usage_stats"}})
+
+    server.handler = handler
+    reply = ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
+    assert reply.text == "ok" and len(server.bodies) == 2
+
+
+def test_text_in_one_burst_gives_no_rate(server: PostServer) -> None:
+    server.handler = lambda h: _stream(h, [_piece("a"), _piece("b"), _piece("c", "stop"),
+                                           "data: [DONE]"])
+    s = ChatCall(_target(server.url), ChatSettings(), HISTORY).run().stats
+    assert s.completion_tokens == 3 and s.tokens_per_s is None
 
 
 def test_without_usage_the_pieces_are_counted(server: PostServer) -> None:
