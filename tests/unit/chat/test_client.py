@@ -238,16 +238,3 @@ def test_stop_while_waiting_for_the_first_piece(server: PostServer) -> None:
         timer.join()
     assert time.monotonic() - t0 < 3
     assert reply.stats.stopped and reply.text == "" and reply.stats.ttft_s is None
-
-
-def test_a_failed_turn_is_not_sent_again() -> None:
-    history = (
-        ChatMessage("user", "long " * 10),
-        ChatMessage("assistant", "", error="too long"),
-        ChatMessage("user", "short", image_url="data:image/png;base64,AA=="),
-    )
-    body = request_body(_target("http://127.0.0.1:1"), ChatSettings(), history)
-    assert body["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": "short"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
-    ]}]

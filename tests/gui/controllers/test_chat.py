@@ -1,5 +1,5 @@
-"""The Chat tab without a server: where it sits, what it says, a damaged saved chat, the image
-button for vision models, and that long messages wrap inside a 1,366 x 768 window."""
+"""The Chat tab's controller without a server: where the tab sits, what it says, a damaged
+saved chat, the image button for vision models, and ``kvpilot gui --panel chat``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from testpaths import DATA
 from kvpilot.core.chat.conversation import ChatMessage, ReplyStats
 from kvpilot.core.chat.store import ConversationStore
 from kvpilot.core.vllm.watch import ServerIdentity
-from kvpilot.gui.panels.chat_panel import stats_line
 
 
 def _open_chat(window, qtbot) -> None:
@@ -60,39 +59,6 @@ def test_the_image_button_is_there_only_for_a_vision_model(make_window, qtbot) -
         assert w.chat_control.target is not None and w.chat_control.target.takes_images is takes
         assert w.chat_panel.send_button.isEnabled()
     w.attach_control.attached = None
-
-
-def test_long_messages_wrap_inside_a_laptop_screen(make_window, qtbot) -> None:
-    w = make_window()
-    _open_chat(w, qtbot)
-    stats = ReplyStats(ttft_s=0.2, duration_s=2.0, prompt_tokens=1200, completion_tokens=300,
-                       tokens_per_s=150.0)
-    w.chat_panel.show_messages((
-        ChatMessage("user", "https://example.org/" + "x" * 4000),
-        ChatMessage("assistant", "word " * 2000, stats=stats),
-        ChatMessage("assistant", "", error="The server at http://127.0.0.1:8000 is gone " * 20),
-    ))
-    w.chat_panel.show_target("Talking to " + "m" * 500, ready=True, takes_images=False)
-    w.resize(1366, 768)
-    qtbot.wait(50)
-    hint = w.minimumSizeHint()
-    assert hint.width() <= 1366 and hint.height() <= 768
-    assert w.width() <= 1366 and w.height() <= 768
-    assert w.chat_panel.view.horizontalScrollBar().maximum() == 0  # wrapped, not scrolled
-    assert "(4,020 characters, all of them sent)" in w.chat_panel.view.toPlainText()
-
-
-def test_the_figures_of_a_reply() -> None:
-    s = ReplyStats(ttft_s=0.212, duration_s=1.0, prompt_tokens=42, completion_tokens=24,
-                   tokens_per_s=35.4, finish_reason="length")
-    assert stats_line(s) == (
-        "TTFT 212 ms · 35 tokens/s · 42 prompt + 24 completion tokens · max tokens reached"
-    )
-    counted = ReplyStats(ttft_s=None, duration_s=0.1, prompt_tokens=None, completion_tokens=0,
-                         tokens_per_s=None, counted=True, stopped=True)
-    assert stats_line(counted) == (
-        "TTFT – · – tokens/s · – prompt + 0 completion tokens (counted) · stopped"
-    )
 
 
 def test_kvpilot_gui_screenshots_the_chat_tab_with_the_saved_conversation(tmp_path: Path) -> None:
