@@ -82,12 +82,12 @@ def message_html(message: ChatMessage, *, streaming: bool = False) -> str:
         body += f"<br><i style='color:{theme.MUTED}'>[image attached]</i>"
     if streaming:
         body += f" <span style='color:{theme.MUTED}'>▍</span>"
-    if body:
-        body = "<br>" + body
-    extra = ""
     if message.error:
-        extra = f"<div style='color:{theme.FAIL}'>{_text_html(message.error)}</div>"
-    elif message.stats is not None:
+        body += f"<br><span style='color:{theme.FAIL}'>{_text_html(message.error)}</span>"
+    if body:
+        body = "<br>" + body.removeprefix("<br>")
+    extra = ""
+    if message.stats is not None and not message.error:
         extra = (
             f"<div style='color:{theme.MUTED}; font-size:small'>"
             f"{html.escape(stats_line(message.stats))}</div>"

@@ -30,7 +30,8 @@ REPLY_MS = 180_000
 def keyed_server(vllm_runtime, launch_spec, tmp_path_factory) -> Iterator[Supervisor]:
     """One real vLLM server of the tiny model for this module; it wants ``API_KEY``."""
     sup = Supervisor(
-        vllm_runtime, launch_spec(api_key=API_KEY), data_dir=tmp_path_factory.mktemp("chat-gui")
+        vllm_runtime, launch_spec(api_key=API_KEY, served_model_name="tiny-chat"),
+        data_dir=tmp_path_factory.mktemp("chat-gui"),
     )
     sup.start()
     try:
@@ -61,9 +62,10 @@ def _no_dialog(qtbot) -> None:
 
 
 def test_the_chat_tab_talks_to_the_attached_server(
-    make_window, qtbot, keyed_server: Supervisor, tmp_path: Path
+    make_window, qtbot, keyed_server: Supervisor, vllm_runtime, tmp_path: Path
 ) -> None:
     w = make_window()
+    w.runtime_control.set_runtime(vllm_runtime)
     assert w.attach_control.attach(keyed_server.base_url, API_KEY)
     qtbot.waitUntil(lambda: w.attach_control.attached is not None, timeout=30_000)
     w.tabs.setCurrentWidget(w.chat_panel)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvpilot.core.chat import errors
 from kvpilot.core.chat.errors import ChatError
@@ -87,3 +89,26 @@ def test_an_error_event_in_the_stream_is_the_servers_sentence() -> None:
     assert str(caught.value) == (
         "The server stopped the reply with an error: EngineCore encountered an issue."
     )
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["choices", "usage", "delta", "content", "error",
+                                       "finish_reason", "prompt_tokens", "completion_tokens",
+                                       "text", "message"]) | st.text(max_size=5),
+                      inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=80), _JSON.map(lambda v: "data: " + json.dumps(v))))
+def test_any_line_is_a_delta_nothing_or_one_chat_error(line: str) -> None:
+    try:
+        got = StreamParser(URL).feed(line)
+    except ChatError as err:
+        assert err.kind in (errors.KIND_GARBAGE, errors.KIND_SERVER, errors.KIND_CONTEXT)
+        assert str(err)[-1] in ".?" and "\n" not in str(err)
+        return
+    assert got is None or isinstance(got, Delta)

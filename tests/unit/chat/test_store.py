@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvpilot.core.chat.conversation import (
     ChatMessage,
@@ -128,3 +130,24 @@ def test_settings_out_of_range_are_clamped_on_load(tmp_path: Path) -> None:
     ))
     s = store.load("p").conversation.settings
     assert (s.temperature, s.max_tokens) == (2.0, 1)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=200) | st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["version", "settings", "messages", "role", "text", "stats",
+                         "temperature", "max_tokens", "duration_s", "completion_tokens"]),
+        inner, max_size=4),
+    max_leaves=10,
+).map(json.dumps))
+def test_any_file_loads_or_is_set_aside(tmp_path: Path, text: str) -> None:
+    store = ConversationStore(tmp_path / "fuzz")
+    store.path("p").parent.mkdir(parents=True, exist_ok=True)
+    store.path("p").write_text(text, encoding="utf-8")
+    got = store.load("p")  # never raises
+    assert isinstance(got.conversation, Conversation)
+    assert (got.warning is None) == store.path("p").exists()
+    store.path("p").unlink(missing_ok=True)
+    store.path("p").with_name(store.path("p").name + ".damaged").unlink(missing_ok=True)
