@@ -87,3 +87,51 @@ def test_kvpilot_gui_screenshots_the_chat_tab_with_the_saved_conversation(tmp_pa
     image = QImage(str(out))
     assert not image.isNull() and image.width() >= 600
     assert ConversationStore(data / "chats").load("Default").conversation == conv  # kept as is
+
+
+def test_an_image_goes_with_the_message_to_a_vision_model(make_window, qtbot, tmp_path) -> None:
+    """A vision model's chat sends the picked image as an ``image_url`` part (a real local HTTP
+    server stands in for vLLM here: the CPU engine serves no vision model in these tests)."""
+    import base64
+
+    from chatkit import PostServer, piece, sse_reply
+
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    (tmp_path / "dot.png").write_bytes(png)
+    server = PostServer()
+    server.handler = lambda h: sse_reply(h, [
+        piece("a dot", "stop"),
+        'data: {"choices": [], "usage": {"prompt_tokens": 70, "completion_tokens": 2}}',
+        "data: [DONE]",
+    ])
+    try:
+        w = make_window()
+        _open_chat(w, qtbot)
+        vl = str(DATA / "models" / "qwen2.5-vl-7b-instruct")
+        w.attach_control.attached = ServerIdentity(
+            base_url=server.url, version="0.32.0", model_id="qwen-vl", model_root=vl,
+            max_model_len=4096,
+        )
+        w.chat_control.refresh()
+        qtbot.waitUntil(w.chat_panel.image_button.isVisible, timeout=10_000)
+        w.chat_control.attach_image(tmp_path / "dot.png")
+        qtbot.waitUntil(w.chat_panel.image_label.isVisible, timeout=10_000)
+        assert "dot.png" in w.chat_panel.image_label.text()
+        w.chat_panel.input.setPlainText("What is in the picture?")
+        with qtbot.waitSignal(w.chat_panel.busy_changed, timeout=30_000,
+                              check_params_cb=lambda busy: not busy):
+            w.chat_panel.send_button.click()
+        user = server.bodies[0]["messages"][-1]
+        assert user == {"role": "user", "content": [
+            {"type": "text", "text": "What is in the picture?"},
+            {"type": "image_url", "image_url": {
+                "url": "data:image/png;base64," + base64.b64encode(png).decode()}},
+        ]}
+        assert not w.chat_panel.image_label.isVisible()  # the image went with that message
+        shown = w.chat_panel.view.toPlainText()
+        assert "[image attached]" in shown and "a dot" in shown and "70 prompt" in shown
+    finally:
+        w.attach_control.attached = None
+        server.close()

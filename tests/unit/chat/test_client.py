@@ -5,58 +5,20 @@ vLLM's own error bodies."""
 from __future__ import annotations
 
 import http.server
-import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from chatkit import PostServer, json_reply, piece, sse_reply
 
 from kvpilot.core.chat import errors
 from kvpilot.core.chat.client import ChatCall, ChatTarget, request_body
 from kvpilot.core.chat.conversation import ChatMessage, ChatSettings
 from kvpilot.core.chat.errors import ChatError
 
-PostHandler = Callable[[http.server.BaseHTTPRequestHandler], None]
 HISTORY = (ChatMessage("user", "hi"),)
-
-
-class PostServer:
-    """A threaded http.server on 127.0.0.1 whose POST handler a test sets."""
-
-    def __init__(self) -> None:
-        self.handler: PostHandler = lambda h: h.send_error(404)
-        self.bodies: list[dict[str, object]] = []
-        self.headers: list[dict[str, str]] = []
-        outer = self
-
-        class _H(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                n = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(n))
-                outer.bodies.append(body)
-                outer.headers.append(dict(self.headers))
-                outer.handler(self)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        class _Server(http.server.ThreadingHTTPServer):
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # a client that went away (timeout, stop tests) is expected here
-
-        self.httpd = _Server(("127.0.0.1", 0), _H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -66,44 +28,13 @@ def server() -> Iterator[PostServer]:
     s.close()
 
 
-def _stream(h: http.server.BaseHTTPRequestHandler, lines: list[str], *, pause_s: float = 0.0,
-            close_early: bool = False) -> None:
-    h.send_response(200)
-    h.send_header("Content-Type", "text/event-stream")
-    h.send_header("Connection", "close")
-    h.end_headers()
-    for line in lines:
-        h.wfile.write(f"{line}\n\n".encode())
-        h.wfile.flush()
-        if pause_s:
-            time.sleep(pause_s)
-    if close_early:
-        h.connection.shutdown(socket.SHUT_RDWR)
-    h.close_connection = True
-
-
-def _json(h: http.server.BaseHTTPRequestHandler, status: int, doc: object) -> None:
-    data = json.dumps(doc).encode()
-    h.send_response(status)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(data)))
-    h.end_headers()
-    h.wfile.write(data)
-
-
-def _piece(text: str, finish: str | None = None) -> str:
-    return "data: " + json.dumps(
-        {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
-    )
-
-
 def _target(url: str, key: str | None = "secret-key-9") -> ChatTarget:
     return ChatTarget(base_url=url + "/v1/", model="tiny", api_key=key)
 
 
 def test_the_request_is_a_streamed_chat_completion_with_usage(server: PostServer) -> None:
-    server.handler = lambda h: _stream(h, [
-        _piece("a"), _piece("b"), _piece("c", "stop"),
+    server.handler = lambda h: sse_reply(h, [
+        piece("a"), piece("b"), piece("c", "stop"),
         'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}',
         "data: [DONE]",
     ], pause_s=0.05)
@@ -131,9 +62,9 @@ def test_a_server_that_refuses_vllms_usage_option_is_asked_again_without(
 ) -> None:
     def handler(h: http.server.BaseHTTPRequestHandler) -> None:
         if server.bodies[-1]["stream_options"] == {"include_usage": True}:
-            _stream(h, [_piece("ok", "stop"), "data: [DONE]"])
+            sse_reply(h, [piece("ok", "stop"), "data: [DONE]"])
         else:
-            _json(h, 400, {"error": {"message": "Unrecognized request argument supplied: "
+            json_reply(h, 400, {"error": {"message": "Unrecognized request argument supplied: "
                                      "stream_options.continuous_usage_stats"}})
 
     server.handler = handler
@@ -142,14 +73,14 @@ def test_a_server_that_refuses_vllms_usage_option_is_asked_again_without(
 
 
 def test_text_in_one_burst_gives_no_rate(server: PostServer) -> None:
-    server.handler = lambda h: _stream(h, [_piece("a"), _piece("b"), _piece("c", "stop"),
+    server.handler = lambda h: sse_reply(h, [piece("a"), piece("b"), piece("c", "stop"),
                                            "data: [DONE]"])
     s = ChatCall(_target(server.url), ChatSettings(), HISTORY).run().stats
     assert s.completion_tokens == 3 and s.tokens_per_s is None
 
 
 def test_without_usage_the_pieces_are_counted(server: PostServer) -> None:
-    server.handler = lambda h: _stream(h, [_piece("x"), _piece("y", "stop"), "data: [DONE]"])
+    server.handler = lambda h: sse_reply(h, [piece("x"), piece("y", "stop"), "data: [DONE]"])
     s = ChatCall(_target(server.url, None), ChatSettings(), HISTORY).run().stats
     assert (s.completion_tokens, s.counted, s.prompt_tokens) == (2, True, None)
     assert "Authorization" not in server.headers[0]
@@ -168,14 +99,14 @@ def test_nothing_for_the_read_timeout_is_the_timeout_sentence(server: PostServer
 
 
 def test_garbage_in_the_stream_is_the_garbage_sentence(server: PostServer) -> None:
-    server.handler = lambda h: _stream(h, [_piece("ok"), "<html>oops</html>"])
+    server.handler = lambda h: sse_reply(h, [piece("ok"), "<html>oops</html>"])
     with pytest.raises(ChatError) as caught:
         ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
     assert caught.value.kind == errors.KIND_GARBAGE
 
 
 def test_a_connection_dropped_mid_reply_is_gone(server: PostServer) -> None:
-    server.handler = lambda h: _stream(h, [_piece("half")], close_early=True)
+    server.handler = lambda h: sse_reply(h, [piece("half")], close_early=True)
     with pytest.raises(ChatError) as caught:
         ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
     assert caught.value.kind == errors.KIND_GONE
@@ -215,7 +146,7 @@ def test_nothing_listening_is_gone() -> None:
 def test_error_responses_are_one_sentence(
     server: PostServer, status: int, doc: object, kind: str, sentence: str
 ) -> None:
-    server.handler = lambda h: _json(h, status, doc)
+    server.handler = lambda h: json_reply(h, status, doc)
     with pytest.raises(ChatError) as caught:
         ChatCall(_target(server.url), ChatSettings(), HISTORY).run()
     err = caught.value
@@ -224,9 +155,9 @@ def test_error_responses_are_one_sentence(
     assert "secret-key-9" not in str(err) + err.detail
 
 
-def test_stop_while_waiting_for_the_first_piece(server: PostServer) -> None:
+def test_stop_while_waiting_for_the_firstpiece(server: PostServer) -> None:
     release = threading.Event()
-    server.handler = lambda h: (release.wait(5), _stream(h, [_piece("late")]))
+    server.handler = lambda h: (release.wait(5), sse_reply(h, [piece("late")]))
     call = ChatCall(_target(server.url), ChatSettings(), HISTORY)
     timer = threading.Timer(0.3, call.stop)
     timer.start()
