@@ -14,9 +14,11 @@ PostHandler = Callable[[http.server.BaseHTTPRequestHandler], None]
 
 
 class PostServer:
-    """A threaded http.server on 127.0.0.1 whose POST handler a test sets."""
+    """A threaded http.server on 127.0.0.1 whose POST handler a test sets; ``GET /v1/models``
+    lists ``model``."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "tiny-local") -> None:
+        self.model = model
         self.handler: PostHandler = lambda h: h.send_error(404)
         self.bodies: list[dict[str, object]] = []
         self.headers: list[dict[str, str]] = []
@@ -31,6 +33,12 @@ class PostServer:
                 outer.bodies.append(body)
                 outer.headers.append(dict(self.headers))
                 outer.handler(self)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    json_reply(self, 200, {"object": "list", "data": [{"id": outer.model}]})
+                else:
+                    self.send_error(404)
 
             def log_message(self, *args: object) -> None:
                 pass

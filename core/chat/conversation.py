@@ -92,6 +92,34 @@ class ReplyStats:
         )
 
 
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 0.01:
+        return f"{value * 1000:.1f} ms"
+    if value < 1.0:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.2f} s"
+
+
+def stats_text(stats: ReplyStats) -> str:
+    """The figures of a reply on one line, as the Chat tab and ``kvpilot chat`` show them:
+    ``"TTFT 212 ms · 35 tokens/s · 42 prompt + 24 completion tokens"`` and how it ended."""
+    rate = f"{stats.tokens_per_s:,.0f}" if stats.tokens_per_s else "–"
+    prompt = "–" if stats.prompt_tokens is None else f"{stats.prompt_tokens:,}"
+    counted = " (counted)" if stats.counted else ""
+    parts = [
+        f"TTFT {_seconds(stats.ttft_s)}",
+        f"{rate} tokens/s",
+        f"{prompt} prompt + {stats.completion_tokens:,} completion tokens{counted}",
+    ]
+    if stats.stopped:
+        parts.append("stopped")
+    elif stats.finish_reason == "length":
+        parts.append("max tokens reached")
+    return " · ".join(parts)
+
+
 @dataclass(frozen=True)
 class ChatMessage:
     """One turn: the user's text (and image) or the model's reply (or why it failed).

@@ -8,6 +8,9 @@ cuts the reply) and the one-sentence errors (context too long, refused key, serv
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import Supervisor
 
 from .conftest import READY_TIMEOUT_S
+from .servekit import kvpilot_argv
 
 API_KEY = "chat-e2e-key-1"
 
@@ -155,6 +159,30 @@ def test_a_wrong_api_key_is_the_401_sentence(keyed_server: Supervisor) -> None:
         assert caught.value.kind == errors.KIND_AUTH and caught.value.status_code == 401
         assert "refused the API key (401 Unauthorized)" in str(caught.value)
         assert "not-the-key" not in str(caught.value) and API_KEY not in str(caught.value)
+
+
+def test_kvpilot_chat_streams_a_reply_from_the_command_line(
+    keyed_server: Supervisor, tmp_path: Path
+) -> None:
+    env = {**os.environ, "CHAT_KEY": API_KEY, "KVPILOT_CONFIG_DIR": str(tmp_path / "config"),
+           "KVPILOT_DATA_DIR": str(tmp_path / "data"), "KVPILOT_SECRETS": "settings-file"}
+    base = kvpilot_argv("chat", "--url", f"{keyed_server.base_url}/v1", "--api-key-env",
+                        "CHAT_KEY", "--max-tokens", "6", "--temperature", "0")
+    proc = subprocess.run([*base, "--json", "hello"], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert 1 <= doc["completion_tokens"] <= 6 and not doc["counted"] and doc["prompt_tokens"] > 0
+    assert doc["ttft_s"] > 0 and isinstance(doc["text"], str)
+    plain = subprocess.run([*base, "hello"], capture_output=True, text=True, env=env,
+                           timeout=120, check=False)
+    assert plain.returncode == 0 and "completion tokens" in plain.stderr
+    env["CHAT_KEY"] = "wrong"
+    refused = subprocess.run([*base, "--model", keyed_server.model_name, "hello"],
+                             capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert refused.returncode == 1
+    assert "refused the API key (401 Unauthorized)" in refused.stderr
+    assert API_KEY not in refused.stderr + refused.stdout
 
 
 def test_a_stopped_server_is_gone(keyed_server: Supervisor) -> None:
