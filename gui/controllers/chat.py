@@ -222,8 +222,14 @@ class ChatController(Controller):
                 self._redraw.start()
 
     def _draw(self) -> None:
-        live = ChatMessage(ROLE_ASSISTANT, self.streaming) if self.call is not None else None
-        self.panel.show_messages(self.conversation.messages, live)
+        """The conversation with the reply arriving (the whole of it when the reply starts;
+        then only the reply: :meth:`ChatPanel.show_streaming`)."""
+        if self.call is None:
+            self.panel.show_messages(self.conversation.messages)
+        elif not self.streaming:
+            self.panel.show_messages(self.conversation.messages, ChatMessage(ROLE_ASSISTANT, ""))
+        else:
+            self.panel.show_streaming(ChatMessage(ROLE_ASSISTANT, self.streaming))
 
     def _on_reply(self, number: int, reply: Reply) -> None:
         if number != self._calls:

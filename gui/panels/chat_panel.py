@@ -12,7 +12,7 @@ import html
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent, QTextOption
+from PySide6.QtGui import QKeyEvent, QTextCursor, QTextOption
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QHBoxLayout,
@@ -33,8 +33,8 @@ from kvpilot.core.chat.conversation import (
     ChatMessage,
     ChatSettings,
     ReplyStats,
+    stats_text,
 )
-from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import wrap_anywhere
 
@@ -45,19 +45,8 @@ SHOWN_CHARS = 1500
 
 
 def stats_line(stats: ReplyStats) -> str:
-    """``"TTFT 212 ms · 35 tok/s · 42 prompt + 24 completion tokens"`` and how it ended."""
-    prompt = fmt.tokens(stats.prompt_tokens)
-    counted = " (counted)" if stats.counted else ""
-    parts = [
-        f"TTFT {fmt.latency(stats.ttft_s)}",
-        fmt.rate(stats.tokens_per_s, "tokens/s") if stats.tokens_per_s else "– tokens/s",
-        f"{prompt} prompt + {stats.completion_tokens:,} completion tokens{counted}",
-    ]
-    if stats.stopped:
-        parts.append("stopped")
-    elif stats.finish_reason == "length":
-        parts.append("max tokens reached")
-    return " · ".join(parts)
+    """The figures under a reply (the core's one line, the same ``kvpilot chat`` prints)."""
+    return stats_text(stats)
 
 
 def _text_html(text: str) -> str:
@@ -233,14 +222,35 @@ class ChatPanel(QWidget):
     ) -> None:
         """Render the conversation (and the reply arriving), scrolled to its end."""
         parts = [message_html(m) for m in messages]
-        if streaming is not None:
-            parts.append(message_html(streaming, streaming=True))
-        if not parts:
+        if not parts and streaming is None:
             parts.append(
                 f"<p style='color:{theme.MUTED}'>No messages yet. Each reply shows its time to "
                 "first token, its tokens per second and its token counts.</p>"
             )
         self.view.setHtml("".join(parts))
+        self._tail_start: int | None = None
+        if streaming is not None:
+            end = QTextCursor(self.view.document())
+            end.movePosition(QTextCursor.MoveOperation.End)
+            self._tail_start = end.position()
+            self.show_streaming(streaming)
+        self._scroll_to_end()
+
+    def show_streaming(self, streaming: ChatMessage) -> None:
+        """Redraw only the reply arriving, after the conversation :meth:`show_messages` drew
+        with it (the cost does not grow with the conversation); a full redraw when there is
+        none."""
+        start = getattr(self, "_tail_start", None)
+        if start is None:
+            self.show_messages((), streaming)
+            return
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertHtml(message_html(streaming, streaming=True))
+        self._scroll_to_end()
+
+    def _scroll_to_end(self) -> None:
         bar = self.view.verticalScrollBar()
         bar.setValue(bar.maximum())
 

@@ -43,3 +43,21 @@ def test_the_figures_of_a_reply() -> None:
     assert stats_line(counted) == (
         "TTFT – · – tokens/s · – prompt + 0 completion tokens (counted) · stopped"
     )
+
+
+def test_a_streaming_reply_redraws_only_itself(qtbot) -> None:
+    from kvpilot.gui.panels.chat_panel import ChatPanel
+
+    panel = ChatPanel()
+    qtbot.addWidget(panel)
+    history = (ChatMessage("user", "first question"), ChatMessage("assistant", "first answer"),
+               ChatMessage("user", "second question"))
+    panel.show_messages(history, ChatMessage("assistant", ""))
+    for text in ("Hel", "Hello wor", "Hello world, a longer reply"):
+        panel.show_streaming(ChatMessage("assistant", text))
+    shown = panel.view.toPlainText()
+    assert shown.count("first answer") == 1 and shown.count("Model") == 2
+    assert shown.rstrip().endswith("Hello world, a longer reply ▍")
+    assert "Hel ▍" not in shown and "Hello wor ▍" not in shown
+    panel.show_messages((*history, ChatMessage("assistant", "Hello world, a longer reply")))
+    assert "▍" not in panel.view.toPlainText()
