@@ -244,11 +244,14 @@ class ChatPanel(QWidget):
         if start is None:
             self.show_messages((), streaming)
             return
+        bar = self.view.verticalScrollBar()
+        following = bar.value() >= bar.maximum() - 8  # a reader who scrolled up stays put
         cursor = QTextCursor(self.view.document())
         cursor.setPosition(start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.insertHtml(message_html(streaming, streaming=True))
-        self._scroll_to_end()
+        if following:
+            self._scroll_to_end()
 
     def _scroll_to_end(self) -> None:
         bar = self.view.verticalScrollBar()

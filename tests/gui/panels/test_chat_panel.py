@@ -61,3 +61,21 @@ def test_a_streaming_reply_redraws_only_itself(qtbot) -> None:
     assert "Hel ▍" not in shown and "Hello wor ▍" not in shown
     panel.show_messages((*history, ChatMessage("assistant", "Hello world, a longer reply")))
     assert "▍" not in panel.view.toPlainText()
+
+
+def test_a_reader_who_scrolled_up_is_not_pulled_down(qtbot) -> None:
+    from kvpilot.gui.panels.chat_panel import ChatPanel
+
+    panel = ChatPanel()
+    qtbot.addWidget(panel)
+    panel.resize(600, 300)
+    panel.show()
+    history = tuple(ChatMessage("user", f"line {i} " * 30) for i in range(40))
+    panel.show_messages(history, ChatMessage("assistant", ""))
+    bar = panel.view.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()  # follows the reply
+    panel.show_streaming(ChatMessage("assistant", "more " * 50))
+    assert bar.value() == bar.maximum()
+    bar.setValue(0)
+    panel.show_streaming(ChatMessage("assistant", "more " * 200))
+    assert bar.value() == 0
