@@ -35,7 +35,7 @@ from kvpilot.core.chat.conversation import (
 )
 from kvpilot.core.chat.errors import ChatError
 from kvpilot.core.chat.sse import StreamParser
-from kvpilot.core.hosts import server_root
+from kvpilot.core.hosts import is_loopback_host, server_root
 
 log = logging.getLogger("kvpilot.chat")
 
@@ -207,7 +207,11 @@ class ChatCall:
         state = _Progress(start)
         try:
             with (
-                httpx.Client(timeout=timeout, transport=self._transport) as client,
+                httpx.Client(
+                    timeout=timeout,
+                    transport=self._transport,
+                    trust_env=not is_loopback_host(httpx.URL(root).host),  # no proxy to localhost
+                ) as client,
                 client.stream(
                     "POST",
                     url,

@@ -169,3 +169,14 @@ def test_stop_while_waiting_for_the_firstpiece(server: PostServer) -> None:
         timer.join()
     assert time.monotonic() - t0 < 3
     assert reply.stats.stopped and reply.text == "" and reply.stats.ttft_s is None
+
+
+def test_a_proxy_in_the_environment_is_not_used_for_this_machine(
+    server: PostServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    server.handler = lambda h: sse_reply(h, [piece("ok", "stop"), "data: [DONE]"])
+    assert ChatCall(_target(server.url), ChatSettings(), HISTORY).run().text == "ok"
