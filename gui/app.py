@@ -181,6 +181,8 @@ def show_panel(window: MainWindow, panel: str, failure_log: Path | None = None) 
         window.tabs.setCurrentWidget(window.dashboard)
     elif panel == "log":
         window.tabs.setCurrentWidget(window.log_view)
+    elif panel == "chat":
+        window.tabs.setCurrentWidget(window.chat_panel)  # the profile's conversation loads
     else:
         window.tabs.setCurrentWidget(window.planner)
     if panel in ("fallback", "log") and failure_log is not None:
