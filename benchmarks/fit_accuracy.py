@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core import failures
-from kvpilot.core.fit import activation
+from kvpilot.core.fit import activation, mxfp4_padding
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.plan import Capacity, PlanInputs
@@ -81,11 +82,27 @@ SIBLING_WEIGHTS_GIB = {
     "l40s-qwen3-14b-awq-1k-u0.95-seqs8-v0280": 9.44,
 }
 
-#: compute capability of GPUs below 8.0 in the cases (vLLM 0.8-0.10 fall back to V0 there)
-COMPUTE_CAPABILITY = {"T4": (7, 5)}
+#: compute capability of GPUs in the cases where a rule depends on it: below 8.0 vLLM 0.8-0.10
+#: fall back to V0; the MXFP4 MoE kernel (and its padding) follows it (gpt-oss cases)
+COMPUTE_CAPABILITY = {"T4": (7, 5), "A100": (8, 0), "H100": (9, 0)}
 
 #: the row an unknown-version case is predicted with, from its log wording (reported apart)
 ASSUMED_VERSION = {"V1": "0.11.0", "V0": "0.6.4"}
+
+#: published config.json copies (tests/data/models, each with its source) planned instead of
+#: architectures.json's facts: case id -> (folder, config additions the case states)
+CONFIGS = HERE.parent / "tests" / "data" / "models"
+REAL_CONFIG_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    # the case names an FP8 checkpoint of Qwen3-VL-30B-A3B (Qwen's FP8 checkpoints use
+    # 128 x 128 weight blocks); vLLM's weight line is not in the report
+    "rtxpro6000-qwen3vl-30b-a3b-fp8-32k-u0.70-v0202": (
+        "qwen3-vl-30b-a3b-instruct",
+        {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+    ),
+}
+
+#: the first release of the 2026 start-ups reported apart (the goals of this year's models)
+RECENT_SINCE = "0.20.0"
 
 
 def _load_cases(path: Path) -> list[dict[str, Any]]:
@@ -171,6 +188,9 @@ class Case:
     reported_graph_gib: float | None
     reported_tokens: int | None
     expected_failure: str | None
+    reported_weights_bytes: int | None = None
+    config_weights_bytes: int | None = None
+    weights_from_config: bool = False
 
 
 def _compute_capability(gpu_name: str) -> tuple[int, int] | None:
@@ -193,13 +213,14 @@ def load_cases(
                 case.get("gpu_class", "")
             )
             weights_gib = rep.get("weights_gib") or SIBLING_WEIGHTS_GIB.get(case["case_id"])
-            cfg = _config_for(arch, case) if arch else None
+            real = REAL_CONFIG_CASES.get(case["case_id"])
+            cfg = _config_for(arch, case) if arch and real is None else None
             why = None
-            if cfg is None:
+            if cfg is None and real is None:
                 why = "architecture not in architectures.json (or a multimodal / unknown one)"
             elif total_gib is None:
                 why = "the GPU's total memory is not reported"
-            elif weights_gib is None:
+            elif weights_gib is None and real is None:
                 why = "weights not reported"
             elif (case.get("pipeline_parallel_size") or 1) > 1:
                 why = "pipeline parallelism is not modelled"
@@ -214,13 +235,25 @@ def load_cases(
             engine = "V0" if str(case["vllm_engine"]).startswith("V0") else "V1"
             version = raw_version if known else ASSUMED_VERSION[engine]
             with tempfile.TemporaryDirectory() as tmp:
-                root = Path(tmp)
+                root = Path(tmp) / "model"
+                if real is not None:
+                    shutil.copytree(CONFIGS / real[0], root)
+                    cfg = {**json.loads((root / "config.json").read_text()), **real[1]}
+                else:
+                    root.mkdir()
                 (root / "config.json").write_text(json.dumps(cfg))
-                weights_total = round(weights_gib * GiB * tp)
-                (root / "model.safetensors.index.json").write_text(
-                    json.dumps({"metadata": {"total_size": weights_total}, "weight_map": {}})
-                )
-                model = load_local_model(root, model_id=case["model_id"])
+                # the byte model's size from config.json alone, before the logged size is given
+                from_config = load_local_model(root, model_id=case["model_id"])
+                model = from_config
+                weights_total = round(weights_gib * GiB * tp) if weights_gib else None
+                # vLLM's logged size holds the MXFP4 kernel's padding, the plan adds it itself
+                pad = mxfp4_padding.padding_bytes(
+                    from_config, tp, _compute_capability(case["gpu_name"])) * tp
+                if weights_total is not None:
+                    (root / "model.safetensors.index.json").write_text(json.dumps(
+                        {"metadata": {"total_size": weights_total - pad}, "weight_map": {}}
+                    ))
+                    model = load_local_model(root, model_id=case["model_id"])
             inputs = PlanInputs(
                 model=model,
                 gpu_total_bytes=int(total_gib * GiB),
@@ -245,6 +278,9 @@ def load_cases(
                 reported_graph_gib=rep.get("cuda_graph_gib"),
                 reported_tokens=rep.get("kv_cache_tokens"),
                 expected_failure=_failure_kind(case["outcome"]),
+                reported_weights_bytes=weights_total,
+                config_weights_bytes=(from_config.weights_bytes or 0) + pad,
+                weights_from_config=weights_total is None,
             ))
     return cases, skipped
 
@@ -285,14 +321,16 @@ def fit_constants(
        (0.20+; the graph constant is fitted on the pool sizes older releases log after capture,
        which the estimate need not equal): the median of predicted - logged KV over the row's
        cases that log neither the activation peak nor the graph estimate.
-    A constant without any training case keeps the prior.
+    A constant without any training case keeps the prior. Cases planned with the weight size
+    from config.json (none logged) are left out of every fit.
     """
     prior = prior or activation.FittedConstants(
         non_torch_single_gpu_bytes=int(0.06 * GiB),
         non_torch_tensor_parallel_bytes=int(0.45 * GiB),
         cudagraph_bytes_per_layer_hidden_token=10.0,
     )
-    training = [c for c in training if c.known]
+    # a case planned with the weight size from config.json validates, never tunes a constant
+    training = [c for c in training if c.known and not c.weights_from_config]
     fitted_on: dict[str, tuple[str, ...]] = {}
     # 1. graphs
     ratios, used = [], []
@@ -414,6 +452,12 @@ def _row(case: Case, cap: Capacity, mode: str) -> dict[str, Any]:
         row["tokens_error_pct"] = round(
             (cap.kv_cache_tokens - case.reported_tokens) / case.reported_tokens * 100, 2
         )
+    row["weights_from_config"] = case.weights_from_config
+    row["architecture"] = case.inputs.model.architecture
+    if case.reported_weights_bytes and case.config_weights_bytes:
+        row["config_weights_error_pct"] = round(
+            (case.config_weights_bytes - case.reported_weights_bytes)
+            / case.reported_weights_bytes * 100, 2)
     row["fit_matches"] = row["expected_failure"] == row["predicted_failure"]
     started = case.expected_failure is None
     row["verdict_right"] = (cap.verdict == "fits") if started else (
@@ -475,7 +519,36 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                "evaluated": len(evaluated), **_stats(known)}
     summary["per_row"] = {k: _stats(v) for k, v in sorted(per_row.items())}
     summary["unknown_version"] = _stats(unknown)
+    summary["recent"] = recent_summary(known)
     return summary
+
+
+def _is_recent(version: str) -> bool:
+    from kvpilot.core.vllm import versions
+
+    return versions.at_least(version, RECENT_SINCE)
+
+
+def recent_summary(known: list[dict[str, Any]]) -> dict[str, Any]:
+    """The 2026 start-ups (vLLM 0.20+) apart: available-KV error with the logged weight size,
+    the same with the weight size from config.json alone, and that size's own error."""
+    recent = [r for r in known if _is_recent(r["version"])]
+    logged = [r for r in recent if not r["weights_from_config"]]
+    from_config = [r for r in recent if r["weights_from_config"]]
+    werr = [abs(r["config_weights_error_pct"]) for r in recent if "config_weights_error_pct" in r]
+    return {
+        "since": RECENT_SINCE,
+        "known_weights": _stats(logged),
+        "weights_from_config_only": _stats(from_config),
+        "config_weights_cases": len(werr),
+        "config_weights_median_abs_error_pct": round(statistics.median(werr), 2) if werr else None,
+        "config_weights_worst_abs_error_pct": round(max(werr), 2) if werr else None,
+        "architectures": sorted({r["architecture"] for r in recent}),
+        "config_weights_all_versions": {
+            r["case"]: r["config_weights_error_pct"] for r in known
+            if "config_weights_error_pct" in r
+        },
+    }
 
 
 def validation_band(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -485,7 +558,10 @@ def validation_band(rows: list[dict[str, Any]]) -> dict[str, Any]:
     memory is the larger unknown with several GPUs). A row with fewer than two validated cases
     of its kind uses the pooled figure of that kind (all known cases).
     """
-    known = [r for r in rows if r.get("mode") == "validation" and "kv_error_gib" in r]
+    # rows planned with the weight size from config.json are left out: a plan adds the weight
+    # estimate's own uncertainty to its band (budget._WEIGHTS_UNCERTAINTY)
+    known = [r for r in rows if r.get("mode") == "validation" and "kv_error_gib" in r
+             and not r.get("weights_from_config")]
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     pooled_rows: dict[str, list[float]] = defaultdict(list)
     for r in known:
@@ -564,6 +640,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['verdict']:>12}{'' if r['verdict_right'] else ' MISS'}"
                 )
         print("summary: " + json.dumps(summary))
+        rec = summary["recent"]
+        print(f"2026 start-ups (vLLM {rec['since']}+), leave-one-out: known weights "
+              f"{rec['known_weights']['cases']} cases, available KV median "
+              f"{rec['known_weights']['kv_median_abs_error_pct']} %, worst "
+              f"{rec['known_weights']['kv_worst_abs_error_pct']} %; weights from config.json "
+              f"only {rec['weights_from_config_only']['cases']} cases, KV median "
+              f"{rec['weights_from_config_only']['kv_median_abs_error_pct']} %; weight size from "
+              f"config.json vs vLLM's log ({rec['config_weights_cases']} cases): median "
+              f"{rec['config_weights_median_abs_error_pct']} %, worst "
+              f"{rec['config_weights_worst_abs_error_pct']} %")
     ok = (
         summary["kv_median_abs_error_pct"] is not None
         and summary["kv_median_abs_error_pct"] <= 1.5

@@ -28,10 +28,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("kvpilot.core.commands.serve", "launch and supervise vllm serve"),
     "bench": ("kvpilot.core.commands.bench", "load-test a running OpenAI-compatible server"),
     "watch": ("kvpilot.core.commands.watch", "watch any running vLLM server"),
+    "chat": ("kvpilot.core.commands.chat", "send a message to a running server, stream the reply"),
     "export": (
         "kvpilot.core.commands.export",
         "print the plan as a command, docker run, compose file or Helm values",
     ),
+    "catalog": ("kvpilot.core.commands.catalog", "list the models the recommender ranks"),
+    "search": ("kvpilot.core.commands.search", "find Hugging Face models that fit this GPU"),
     "runtime": ("kvpilot.core.commands.runtime", "install, list and remove managed vLLM runtimes"),
     "install-desktop-entry": (
         "kvpilot.core.commands.desktop",

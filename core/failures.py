@@ -55,6 +55,9 @@ ENGINE_DIED = "engine_died"  # EngineDeadError / health 503 after ready
 SERVER_HUNG = "server_hung"  # alive, but /health unanswered for longer than the hung limit
 STARTUP_TIMEOUT = "startup_timeout"
 UNKNOWN = "unknown"
+# "max_num_seqs (N) exceeds available Mamba cache blocks (M)": a hybrid linear-attention model
+# with full CUDA graphs needs one block of the pool per decoding sequence
+MAMBA_CACHE_BLOCKS = "mamba_cache_blocks"
 
 ALL_KINDS: tuple[str, ...] = (
     KV_CACHE_TOO_SMALL,
@@ -77,4 +80,5 @@ ALL_KINDS: tuple[str, ...] = (
     SERVER_HUNG,
     STARTUP_TIMEOUT,
     UNKNOWN,
+    MAMBA_CACHE_BLOCKS,
 )

@@ -24,7 +24,13 @@ from kvpilot.core import failures
 from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
 from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
-from kvpilot.core.measurements import Measured, MeasurementKey, MeasurementStore
+from kvpilot.core.hub.cache import hub_cache_dir, is_repo_id
+from kvpilot.core.measurements import (
+    Measured,
+    MeasurementKey,
+    MeasurementStore,
+    launch_recorder,
+)
 
 if TYPE_CHECKING:
     from kvpilot.core.failures import Failure
@@ -256,9 +262,8 @@ class LaunchSession:
         Raises:
             DownloadError: gated, missing, unreachable, not enough disk (a KvpilotError).
         """
-        from kvpilot.core.hub.download import launchable_spec
-
         return launchable_spec(spec, on_progress=on_progress, cancel_event=cancel)
+
 
     # ------------------------------------------------------------------ the launch
 
@@ -274,8 +279,8 @@ class LaunchSession:
 
         options = dict(self.supervisor_options)
         key = self.measurement_key(inputs)
-        if key is not None and "measurements" not in options:
-            options["measurements"] = (self.store, key)
+        if key is not None and "on_ready_capacity" not in options:
+            options["on_ready_capacity"] = launch_recorder(self.store, key)
         return Supervisor(self.runtime, spec, data_dir=Path(self.data_dir),
                           on_event=self.on_event, gpu_pids_check=self.gpu_pids_check, **options)
 
@@ -305,6 +310,42 @@ class LaunchSession:
         if choice is not None:
             self.fallbacks_taken += 1
         return choice
+
+
+def launchable_spec(
+    spec: LaunchSpec,
+    *,
+    on_progress: Callable[[DownloadProgress], None] | None = None,
+    cancel_event: threading.Event | None = None,
+) -> LaunchSpec:
+    """The spec to launch: a Hub checkpoint is first made complete in the local cache.
+
+    A local path (or anything that is not a repo id) is returned unchanged. For a repo id the
+    files vLLM needs are downloaded by kvpilot (disk space checked first, progress through
+    ``on_progress``, resumable, cancellable) into the profile's cache (``spec.hf_home``) or the
+    default one, and the returned spec points vLLM at the snapshot folder with
+    ``HF_HUB_OFFLINE=1``; the repo id stays the served model name. Blocking.
+
+    Raises:
+        DownloadError: gated, missing, unreachable, not enough disk, cancelled.
+    """
+    if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
+        return spec
+    from kvpilot.core.hub.download import ensure_downloaded  # huggingface_hub: when needed
+
+    snapshot = ensure_downloaded(
+        spec.model,
+        token=spec.hf_token,
+        cache_dir=hub_cache_dir(hf_home=spec.hf_home),
+        on_progress=on_progress,
+        cancel_event=cancel_event,
+    )
+    return dataclasses.replace(
+        spec,
+        model=str(snapshot),
+        hf_offline=True,
+        served_model_name=spec.served_model_name or spec.model,
+    )
 
 
 #: what a first dry run usually takes when this GPU has not run the model before (s): vLLM's
@@ -345,7 +386,7 @@ def measure_plan(
     """
     from kvpilot.core.vllm.measure import run_measurement
 
-    options = {k: v for k, v in session.supervisor_options.items() if k != "measurements"}
+    options = {k: v for k, v in session.supervisor_options.items() if k != "on_ready_capacity"}
     return run_measurement(
         session.runtime, spec, session.store, timeout_s, data_dir=Path(session.data_dir),
         key=key_for(inputs), on_event=session.on_event, gpu_pids_check=session.gpu_pids_check,

@@ -12,18 +12,21 @@ The store is one JSON file (written atomically by ``paths.atomic_write_text``) h
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from kvpilot.core.errors import SettingsError
+from kvpilot.core.errors import KvpilotError, SettingsError
 from kvpilot.core.fit.plan import ServingSettings, settings_dict, settings_from_dict
 from kvpilot.core.models.identity import model_identity
 from kvpilot.core.paths import atomic_write_text, write_failure
 from kvpilot.core.vllm.versions import Release
+
+log = logging.getLogger("kvpilot.measurements")
 
 _T = TypeVar("_T")
 
@@ -191,6 +194,22 @@ def measured_from_reported(
     figures = {f.name: getattr(cap, f.name) for f in fields(ReportedFigures)}
     figures["available_kv_bytes"] = cap.kv_bytes  # the exact figure where there is one
     return Measured(measured_at=now_iso(), source=source, startup_s=startup_s, **figures)
+
+
+def launch_recorder(
+    store: MeasurementStore, key: MeasurementKey
+) -> Callable[[ReportedCapacity, float | None], None]:
+    """What a supervisor calls once its server is ready (``on_ready_capacity``): store what
+    vLLM reported under the plan's ``key`` as a ``launch`` measurement. A store that cannot be
+    written (a full disk, a damaged file) is logged as a warning; the server goes on serving."""
+
+    def record(cap: ReportedCapacity, startup_s: float | None) -> None:
+        try:
+            store.record(key, measured_from_reported(cap, SOURCE_LAUNCH, startup_s=startup_s))
+        except KvpilotError as exc:
+            log.warning("the measured capacity was not recorded: %s", exc.message)
+
+    return record
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,9 @@
 """Profiles and app settings on disk: a versioned JSON file in the platform config directory.
 
+The records themselves (:class:`Profile`, :class:`Settings`) and what makes a profile valid are
+:mod:`kvpilot.core.profiles`; this module reads, repairs, migrates and writes them, and names
+them for its callers.
+
 The file is ``settings.json`` in ``platformdirs.user_config_dir("kvpilot")`` (or in
 ``$KVPILOT_CONFIG_DIR`` when set, which tests use). It holds a list of :class:`Profile` records,
 the name of the active one, and app-wide state such as the window geometry.
@@ -35,28 +39,76 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
 from kvpilot.core.errors import SettingsError
+from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.plan import (
-    USE_CASES,
     ServingSettings,
     serving_field_names,
     settings_from_dict,
 )
 from kvpilot.core.paths import atomic_write_text, write_failure
+from kvpilot.core.profiles import (
+    DEFAULT_PROFILE_NAME,
+    GOAL_FIELDS,
+    KV_DTYPES,
+    MAX_SAMPLING_HZ,
+    SCHEMA_VERSION,
+    THEMES,
+    LoadResult,
+    Profile,
+    Settings,
+    SettingsProblem,
+    SettingsWarning,
+    profile_problems,
+    validate_extra_args,
+    validate_profile,
+)
 
 if TYPE_CHECKING:
     from kvpilot.core.secrets import FallbackChoice
 
+#: the records and their validation live in :mod:`kvpilot.core.profiles`; all are named here
+__all__ = [
+    "CONFIG_DIR_ENV",
+    "DEFAULT_PROFILE_NAME",
+    "FILE_NAME",
+    "GOAL_FIELDS",
+    "KV_DTYPES",
+    "MAX_SAMPLING_HZ",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SECRETS_STORAGE",
+    "THEMES",
+    "LoadResult",
+    "Profile",
+    "Settings",
+    "SettingsProblem",
+    "SettingsStore",
+    "SettingsWarning",
+    "create_profile",
+    "default_config_dir",
+    "delete_profile",
+    "duplicate_profile",
+    "migrate",
+    "profile_problems",
+    "profile_to_json",
+    "rename_profile",
+    "settings_from_json",
+    "settings_to_json",
+    "switch_profile",
+    "update_profile",
+    "validate_extra_args",
+    "validate_profile",
+]
+
 log = logging.getLogger("kvpilot.settings")
 
-#: the schema version this code writes
-SCHEMA_VERSION = 1
 #: file name inside the config directory
 FILE_NAME = "settings.json"
 #: environment variable that overrides the config directory (tests, portable installs)
@@ -68,253 +120,10 @@ SECRETS_STORAGE = (
     "(permissions 0600); no system keyring is used."
 )
 
-KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
-THEMES: tuple[str, ...] = ("system", "light", "dark")
-MAX_SAMPLING_HZ = 20.0
-DEFAULT_PROFILE_NAME = "Default"
-#: a new profile's goal: context per request (tokens) and concurrent users
-DEFAULT_CONTEXT_TOKENS = 8192
-DEFAULT_USERS = 4
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanSettings(ServingSettings):
-    """The goal and the serving settings of a plan, as the user last set them.
-
-    The serving settings are :class:`~kvpilot.core.fit.plan.ServingSettings` (the type the
-    plan, the launch command and the measurement key share); here ``max_model_len`` is the
-    context the user wants (tokens) and ``max_num_seqs`` the concurrent users, and
-    ``gpu_memory_utilization`` None means "auto" (the planner picks the highest value that
-    starts). ``use_case`` and ``allow_4bit`` steer the recommender.
-    """
-
-    max_model_len: int | None = DEFAULT_CONTEXT_TOKENS
-    max_num_seqs: int | None = DEFAULT_USERS
-    use_case: str = "chat"
-    allow_4bit: bool = True
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One named launch configuration.
-
-    Attributes:
-        name: unique, shown in the profile selector.
-        model_ref: catalog id, Hugging Face repo id or local path ("" = none chosen yet).
-        plan: goal and plan knobs.
-        vllm_runtime: path to a ``vllm`` executable or its Python ("" = detect automatically).
-        host, port: where ``vllm serve`` listens (127.0.0.1 unless the user widens it).
-        api_key: passed as ``--api-key`` ("" = none); never logged (excluded from ``repr``).
-        hf_cache_dir: ``HF_HOME``-style cache directory ("" = library default).
-        hf_token: Hugging Face token for gated models ("" = none); never logged.
-        extra_args: extra ``vllm serve`` arguments as typed by the user (shell-style quoting).
-        sampling_hz: telemetry samples per second (NVML and /metrics), 0 < hz <= 20.
-        theme: ``system``, ``light`` or ``dark``.
-        auto_fallback: after a failed launch, relaunch with the best fallback by itself (at
-            most :data:`kvpilot.core.launch.MAX_AUTO_FALLBACKS` times in a row), as
-            ``kvpilot serve --auto-fallback`` does.
-        unknown: keys from a newer schema, written back unchanged.
-    """
-
-    name: str
-    model_ref: str = ""
-    plan: PlanSettings = field(default_factory=PlanSettings)
-    vllm_runtime: str = ""
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str = field(default="", repr=False)
-    hf_cache_dir: str = ""
-    hf_token: str = field(default="", repr=False)
-    extra_args: str = ""
-    sampling_hz: float = 2.0
-    theme: str = "system"
-    auto_fallback: bool = False
-    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything in the settings file.
-
-    ``window_geometry`` is an opaque base64 string from the GUI ("" = default placement);
-    ``unknown`` holds top-level keys from a newer schema; ``schema_version`` is the version of
-    the file as read (kept when a newer app wrote it, so that it does not re-migrate its data).
-    """
-
-    profiles: tuple[Profile, ...] = (Profile(name=DEFAULT_PROFILE_NAME),)
-    active_profile: str = DEFAULT_PROFILE_NAME
-    window_geometry: str = ""
-    schema_version: int = SCHEMA_VERSION
-    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def active(self) -> Profile:
-        """The active profile (the first one when the stored name is missing)."""
-        for p in self.profiles:
-            if p.name == self.active_profile:
-                return p
-        return self.profiles[0]
-
-    def profile(self, name: str) -> Profile:
-        """The profile called ``name``; raises SettingsError when there is none."""
-        for p in self.profiles:
-            if p.name == name:
-                return p
-        raise SettingsError(f"no profile named '{name}'; existing: {', '.join(self.names)}")
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Profile names in display order."""
-        return tuple(p.name for p in self.profiles)
-
-
-@dataclass(frozen=True)
-class SettingsWarning:
-    """Something the user should be told about the settings file (the app keeps running).
-
-    ``kind`` is ``corrupt`` (file moved aside to ``backup_path``), ``invalid_value`` (a field
-    reset to its default), ``newer_version`` (file written by a newer kvpilot) or
-    ``permissions`` (file readable by others).
-    """
-
-    kind: str
-    message: str
-    backup_path: Path | None = None
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """The settings that were loaded and what the user must be told about them."""
-
-    settings: Settings
-    warnings: tuple[SettingsWarning, ...] = ()
-    path: Path | None = None
-
-
-# --------------------------------------------------------------------------- validation
-
-
-@dataclass(frozen=True)
-class SettingsProblem:
-    """One invalid setting of a profile.
-
-    ``label`` is the name the user knows (``context``, ``port``); ``message`` one sentence with the
-    fix; ``reset`` the :class:`Profile` field (``plan.<name>`` for plan fields) that loading a file
-    resets to its default to repair it, or None when no reset repairs it (an empty name).
-    """
-
-    label: str
-    message: str
-    reset: str | None
-
-    @property
-    def text(self) -> str:
-        """``label: message``, as shown to the user."""
-        return f"{self.label}: {self.message}"
-
-
-def profile_problems(profile: Profile) -> list[SettingsProblem]:
-    """Every problem with a profile ([] = valid), each naming the field, the fix and the repair."""
-    problems: list[SettingsProblem] = []
-
-    def add(label: str, message: str, reset: str | None) -> None:
-        problems.append(SettingsProblem(label, message, reset))
-
-    if not profile.name.strip():
-        add("name", "must not be empty", None)
-    if not 1 <= profile.port <= 65535:
-        add("port", f"{profile.port} is not a TCP port; use 1024-65535", "port")
-    if not profile.host.strip():
-        add("host", "must not be empty; use 127.0.0.1 to stay on this machine", "host")
-    elif profile.host not in ("127.0.0.1", "localhost", "::1") and not profile.api_key:
-        add(
-            "api_key",
-            f"the server listens on {profile.host}, reachable from other machines; "
-            "set an API key or use host 127.0.0.1",
-            "host",  # the safe repair: back to this machine only
-        )
-    if profile.api_key and not all("!" <= ch <= "~" for ch in profile.api_key):
-        add(
-            "api_key",
-            "holds a space, a line break or a non-ASCII character, which no HTTP client can "
-            "send; use printable ASCII characters only",
-            "api_key",
-        )
-    if not 0 < profile.sampling_hz <= MAX_SAMPLING_HZ:
-        add(
-            "sampling_hz",
-            f"{profile.sampling_hz:g} is out of range; use a value in (0, {MAX_SAMPLING_HZ:g}]",
-            "sampling_hz",
-        )
-    if profile.theme not in THEMES:
-        add("theme", f"'{profile.theme}' is unknown; use one of {', '.join(THEMES)}", "theme")
-    plan = profile.plan
-    if plan.max_model_len is None or plan.max_model_len < 16:
-        add(
-            "context",
-            f"{plan.max_model_len} tokens is too small; use at least 16",
-            "plan.max_model_len",
-        )
-    if plan.max_num_seqs is None or plan.max_num_seqs < 1:
-        add("users", f"{plan.max_num_seqs} must be at least 1", "plan.max_num_seqs")
-    if plan.kv_cache_dtype not in KV_DTYPES:
-        add(
-            "kv_cache_dtype",
-            f"'{plan.kv_cache_dtype}' is unknown; use one of {', '.join(KV_DTYPES)}",
-            "plan.kv_cache_dtype",
-        )
-    if plan.gpu_memory_utilization is not None and not 0 < plan.gpu_memory_utilization <= 1:
-        add(
-            "gpu_memory_utilization",
-            f"{plan.gpu_memory_utilization:g} must be in (0, 1] or auto",
-            "plan.gpu_memory_utilization",
-        )
-    if plan.use_case not in USE_CASES:
-        add(
-            "use_case",
-            f"'{plan.use_case}' is unknown; use one of {', '.join(USE_CASES)}",
-            "plan.use_case",
-        )
-    problems.extend(
-        SettingsProblem("extra_args", message, "extra_args")
-        for message in _extra_args_messages(profile.extra_args)
-    )
-    return problems
-
-
-def validate_profile(profile: Profile) -> list[str]:
-    """Problems with a profile, one sentence each naming the field and the fix ([] = valid)."""
-    return [problem.text for problem in profile_problems(profile)]
-
-
-def validate_extra_args(text: str) -> list[str]:
-    """Problems with the extra ``vllm serve`` arguments typed by the user ([] = valid).
-
-    Uses :func:`kvpilot.core.vllm.command.parse_extra_args`, which knows vLLM's flags and the
-    ones kvpilot sets itself.
-    """
-    return [f"extra_args: {message}" for message in _extra_args_messages(text)]
-
-
-def _extra_args_messages(text: str) -> list[str]:
-    if not text.strip():
-        return []
-    from kvpilot.core.vllm import command
-
-    try:
-        command.parse_extra_args(text)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is a user-facing problem
-        return [getattr(exc, "message", None) or str(exc)]
-    return []
-
-
 # --------------------------------------------------------------------------- (de)serialisation
 
-_PLAN_FIELDS = {f.name for f in fields(PlanSettings)}
-_PROFILE_FIELDS = {f.name for f in fields(Profile)} - {"unknown", "plan"}
+_PLAN_FIELDS = set(serving_field_names())
+_PROFILE_FIELDS = {f.name for f in fields(Profile)} - {"unknown", "plan", "goal"}
 _TOP_KEYS = {"schema_version", "profiles", "active_profile", "window_geometry"}
 
 
@@ -332,8 +141,33 @@ def _check_type(value: Any, default: Any, optional: bool = False) -> bool:
     return True
 
 
-def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> PlanSettings:
-    default = PlanSettings()
+def _goal_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> Goal:
+    default = Goal()
+    if not isinstance(raw, dict):
+        if raw is not None:
+            warnings.append(
+                SettingsWarning("invalid_value", f"{where}.goal: not an object; using defaults")
+            )
+        return default
+    values: dict[str, Any] = {}
+    for name in GOAL_FIELDS:
+        if name not in raw:
+            continue
+        dv = getattr(default, name)
+        if _check_type(raw[name], dv):
+            values[name] = raw[name]
+        else:
+            warnings.append(
+                SettingsWarning(
+                    "invalid_value",
+                    f"{where}.goal.{name}: {raw[name]!r} has the wrong type; using {dv!r}",
+                )
+            )
+    return replace(default, **values)
+
+
+def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> ServingSettings:
+    default = ServingSettings()
     if not isinstance(raw, dict):
         if raw is not None:
             warnings.append(
@@ -341,22 +175,18 @@ def _plan_from_json(raw: Any, where: str, warnings: list[SettingsWarning]) -> Pl
             )
         return default
     values: dict[str, Any] = {}
-    serving = set(serving_field_names())
     for name in _PLAN_FIELDS:
         if name not in raw:
             continue
         dv = getattr(default, name)
         v = raw[name]
-        if name in serving:
-            try:
-                settings_from_dict({name: v})
-                ok = v is not None or dv is None
-            except TypeError:
-                ok = False
-            if ok and name == "gpu_memory_utilization" and v is not None:
-                v = float(v)
-        else:
-            ok = _check_type(v, dv)
+        try:
+            settings_from_dict({name: v})
+            ok = v is not None or dv is None
+        except TypeError:
+            ok = False
+        if ok and name == "gpu_memory_utilization" and v is not None:
+            v = float(v)
         if ok:
             values[name] = v
         else:
@@ -391,19 +221,19 @@ def _profile_from_json(raw: Any, index: int, warnings: list[SettingsWarning]) ->
                     "invalid_value", f"{where}.{key}: {raw[key]!r} has the wrong type; using {dv!r}"
                 )
             )
+    goal = _goal_from_json(raw.get("goal"), where, warnings)
     plan = _plan_from_json(raw.get("plan"), where, warnings)
-    plan_unknown = (
-        {k: v for k, v in raw["plan"].items() if k not in _PLAN_FIELDS}
-        if isinstance(raw.get("plan"), dict)
-        else {}
-    )
-    unknown = {k: v for k, v in raw.items() if k not in _PROFILE_FIELDS | {"plan"}}
-    if plan_unknown:
-        unknown["__plan__"] = plan_unknown
-    profile = Profile(name=name, plan=plan, unknown=unknown, **values)
+    unknown = {k: v for k, v in raw.items() if k not in _PROFILE_FIELDS | {"plan", "goal"}}
+    for key, known in (("plan", _PLAN_FIELDS), ("goal", set(GOAL_FIELDS))):
+        inner = raw.get(key)
+        extra = {k: v for k, v in inner.items() if k not in known} if isinstance(inner, dict) \
+            else {}
+        if extra:
+            unknown[f"__{key}__"] = extra
+    profile = Profile(name=name, goal=goal, plan=plan, unknown=unknown, **values)
     # out-of-range values: reset the offending field to its default, keep the rest
     # (a reset can reveal another problem: a dropped API key on a wide host; so until stable)
-    for _ in range(len(_PROFILE_FIELDS) + len(_PLAN_FIELDS)):
+    for _ in range(len(_PROFILE_FIELDS) + len(_PLAN_FIELDS) + len(GOAL_FIELDS)):
         repairable = [p for p in profile_problems(profile) if p.reset is not None]
         if not repairable:
             break
@@ -417,10 +247,15 @@ def _profile_from_json(raw: Any, index: int, warnings: list[SettingsWarning]) ->
 
 
 def _reset_field(profile: Profile, name: str) -> Profile:
-    """``profile`` with the field ``name`` (``plan.<field>`` for plan fields) at its default."""
+    """``profile`` with the field ``name`` (``plan.<field>``, ``goal.<field>`` inside those) at
+    its default."""
     if name.startswith("plan."):
         key = name.removeprefix("plan.")
-        return replace(profile, plan=replace(profile.plan, **{key: getattr(PlanSettings(), key)}))
+        default_plan = getattr(ServingSettings(), key)
+        return replace(profile, plan=replace(profile.plan, **{key: default_plan}))
+    if name.startswith("goal."):
+        key = name.removeprefix("goal.")
+        return replace(profile, goal=replace(profile.goal, **{key: getattr(Goal(), key)}))
     return replace(profile, **{name: getattr(Profile(name=profile.name), name)})
 
 
@@ -476,14 +311,16 @@ def settings_from_json(
 def profile_to_json(profile: Profile) -> dict[str, Any]:
     """The JSON object for one profile, unknown keys included."""
     unknown = dict(profile.unknown)
-    plan_unknown = unknown.pop("__plan__", {})
-    plan = {f.name: getattr(profile.plan, f.name) for f in fields(PlanSettings)}
-    plan.update({k: v for k, v in plan_unknown.items() if k not in plan})
+    plan = {name: getattr(profile.plan, name) for name in serving_field_names()}
+    plan.update({k: v for k, v in unknown.pop("__plan__", {}).items() if k not in plan})
+    goal = {name: getattr(profile.goal, name) for name in GOAL_FIELDS}
+    goal.update({k: v for k, v in unknown.pop("__goal__", {}).items() if k not in goal})
     out: dict[str, Any] = {"name": profile.name}
     for f in fields(Profile):
-        if f.name in ("name", "unknown", "plan"):
+        if f.name in ("name", "unknown", "plan", "goal"):
             continue
         out[f.name] = getattr(profile, f.name)
+    out["goal"] = goal
     out["plan"] = plan
     out.update({k: v for k, v in unknown.items() if k not in out})
     return out
@@ -516,8 +353,33 @@ def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+#: where version 1 kept the goal inside ``plan``: plan key -> goal key
+_V1_GOAL_KEYS = {"use_case": "use_case", "max_model_len": "context_tokens",
+                 "max_num_seqs": "users"}
+
+
+def _migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept the goal in ``plan``: the context as ``max_model_len``, the users as
+    ``max_num_seqs``, the quality floor as ``allow_4bit``. Version 2 has a ``goal`` object, and
+    ``plan`` holds only the serving settings the user fixed."""
+    profiles = data.get("profiles")
+    for profile in profiles if isinstance(profiles, list) else ():
+        plan = profile.get("plan") if isinstance(profile, dict) else None
+        if not isinstance(plan, dict) or "goal" in profile:
+            continue
+        goal = {new: plan.pop(old) for old, new in _V1_GOAL_KEYS.items() if old in plan}
+        if "allow_4bit" in plan:
+            allow = plan.pop("allow_4bit")
+            goal["min_weight_bits"] = (4 if allow else 8) if isinstance(allow, bool) else allow
+        profile["goal"] = goal
+    data["schema_version"] = 2
+    return data
+
+
 #: version N -> function turning a version-N object into a version-N+1 object
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    0: _migrate_0_to_1, 1: _migrate_1_to_2,
+}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:

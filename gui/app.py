@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
 from kvpilot.core import logsetup, startup_gc
 from kvpilot.core import settings as st
+from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui import crash, theme
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.first_paint import FirstPaint
@@ -180,6 +181,8 @@ def show_panel(window: MainWindow, panel: str, failure_log: Path | None = None) 
         window.tabs.setCurrentWidget(window.dashboard)
     elif panel == "log":
         window.tabs.setCurrentWidget(window.log_view)
+    elif panel == "chat":
+        window.tabs.setCurrentWidget(window.chat_panel)  # the profile's conversation loads
     else:
         window.tabs.setCurrentWidget(window.planner)
     if panel in ("fallback", "log") and failure_log is not None:
@@ -278,7 +281,7 @@ def show_recorded_failure(window: MainWindow, log_path: Path) -> bool:
     window.server_control.current_request = LaunchRequest(
         inputs=row.inputs, model=row.model_ref, profile=window.profile, predicted=row.capacity
     )
-    window.server_panel.show_state("failed", model=row.model_ref)
+    window.server_panel.show_state(SupervisorState.FAILED, model=row.model_ref)
     window.fallback_control.on_failure(failure, after_ready=False)
     wait_until(lambda: not window.fallback_control.proposing, 10)
     return True

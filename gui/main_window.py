@@ -21,8 +21,10 @@ from PySide6.QtWidgets import QMessageBox
 from kvpilot.core import settings as st
 from kvpilot.gui.controllers.attach import AttachController
 from kvpilot.gui.controllers.benchmark import BenchmarkController
+from kvpilot.gui.controllers.chat import ChatController
 from kvpilot.gui.controllers.fallback import FallbackController
 from kvpilot.gui.controllers.gpus import GpuController
+from kvpilot.gui.controllers.hub_search import HubSearchController
 from kvpilot.gui.controllers.measure import MeasureController
 from kvpilot.gui.controllers.orphans import OrphanController
 from kvpilot.gui.controllers.planner import PlannerController
@@ -30,6 +32,7 @@ from kvpilot.gui.controllers.profiles import ProfileController
 from kvpilot.gui.controllers.runtimes import RuntimeController
 from kvpilot.gui.controllers.server import ServerController
 from kvpilot.gui.first_paint import FirstPaint
+from kvpilot.gui.panels.chat_panel import ChatPanel
 from kvpilot.gui.services import AppServices
 from kvpilot.gui.window_widgets import WindowWidgets
 
@@ -46,8 +49,9 @@ class MainWindow(WindowWidgets):
 
     The controllers are ``gpu_control``, ``runtime_control``, ``profile_control``,
     ``plan_control``, ``server_control``, ``fallback_control``, ``attach_control``,
-    ``benchmark_control`` and ``orphan_control``; each gets the ones it asks, and is told of
-    the others' events through the callbacks :meth:`_wire` sets.
+    ``benchmark_control``, ``orphan_control`` and ``chat_control`` (the Chat tab); each gets
+    the ones it asks, and is told of the others' events through the callbacks :meth:`_wire`
+    sets.
     """
 
     def __init__(
@@ -72,7 +76,12 @@ class MainWindow(WindowWidgets):
         attach = self.attach_control = AttachController(self, gpus, server)
         self.benchmark_control = BenchmarkController(self, server, attach)
         self.orphan_control = OrphanController(self, server)
+        self.hub_search_control = HubSearchController(self, gpus, runtimes)
+        self.chat_panel = ChatPanel()
+        self.tabs.insertTab(self.tabs.indexOf(self.log_view), self.chat_panel, "Chat")
+        self.chat_control = ChatController(self, self.chat_panel, server, attach)
         self._wire()
+        self.chat_control.wire()
 
         profiles.apply_profile(initial=True)
         self._restore_geometry()
@@ -116,6 +125,7 @@ class MainWindow(WindowWidgets):
         self.planner.copy_command_requested.connect(plans.copy_command)
         self.planner.export_requested.connect(plans.export_plan)
         self.planner.browse_model_requested.connect(plans.browse_model)
+        self.planner.hub_search_requested.connect(lambda: self.hub_search_control.open())
         self.planner.launch_requested.connect(server.launch_plan)
         self.planner.measure_requested.connect(measure.measure)
         self.planner.measure_cancel_requested.connect(measure.cancel)
@@ -207,12 +217,13 @@ class MainWindow(WindowWidgets):
 
     def _finish_close(self) -> None:
         self.planner._debounce.stop()
-        self.profile_control.remember_goal(self.planner.goal())  # an edit just before closing
+        self.profile_control.remember_goal(self.planner.request())  # an edit just before closing
         self.settings = replace(self.settings, window_geometry=self.geometry_text())
         self.profile_control.save()
         self.dashboard.timer.stop()
         self.server_control.log_timer.stop()
         self.measure_control.cancel()  # a dry run's thread stops its server
+        self.chat_control.shutdown()  # a reply streaming stops; the conversation is written
         self.services.stop_loops()
         if not self._closing:
             self._closing = True

@@ -2,80 +2,93 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from kvpilot.core.fit.goal import Goal
+from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
     from kvpilot.core.fit.plan import Capacity, PlanInputs
     from kvpilot.core.fit.recommend import Candidate, Rejection
+    from kvpilot.core.fit.replan import RankedPlan
 
 
 @dataclass(frozen=True)
-class Goal:
-    """What the user asked for in the planner."""
+class PlanRequest:
+    """What the planner is asked: the user's :class:`~kvpilot.core.fit.goal.Goal`, the serving
+    settings the user fixed (``"auto"``/None/False: the recommender chooses) and the model
+    (a catalog id, a Hub repo id or a local path; "" = rank the catalog). A profile stores all
+    three (``goal``, ``plan``, ``model_ref``)."""
 
-    use_case: str = "chat"
-    context_tokens: int = 8192
-    users: int = 4
-    allow_4bit: bool = True
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = None
-    enforce_eager: bool = False
+    goal: Goal = field(default_factory=Goal)
+    pinned: ServingSettings = field(default_factory=ServingSettings)
     model_ref: str = ""
-    vllm_version: str | None = None  # the installed vLLM's (None: the fit engine's default)
-    #: LoRA adapters per batch (0: off) and their largest rank; a drafter ("": off, "ngram",
-    #: "mtp") and its tokens per step (kvpilot.core.fit.adapters.adapter_settings)
-    lora_slots: int = 0
-    lora_rank: int = 16
-    speculative_method: str = ""
-    speculative_tokens: int = 2
-
-    def adapter_settings(self) -> dict[str, Any]:
-        """The serving settings of the LoRA and drafter inputs
-        (:func:`kvpilot.core.fit.adapters.adapter_settings`)."""
-        from kvpilot.core.fit.adapters import adapter_settings
-
-        return adapter_settings(
-            lora_slots=self.lora_slots, lora_rank=self.lora_rank,
-            speculative_method=self.speculative_method,
-            speculative_tokens=self.speculative_tokens,
-        )
 
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One ranked plan as the table shows it.
+    """One ranked plan as the table shows it: the fit engine's :class:`RankedPlan` and its
+    display.
 
-    ``inputs``/``capacity`` are the fit engine's PlanInputs and Capacity; ``model_ref`` is what
-    vLLM is given (a repo id or a local path); ``reason`` says why it does not fit or what to
-    watch; ``tokens_per_s`` is the engine's estimate (None when it has none); ``tight`` is the
-    fit engine's rule (:func:`kvpilot.core.fit.recommend.is_tight`), the CLI's too.
+    ``title`` is the row's text (the model, and the cards used on several GPUs);
+    ``quantization`` the checkpoint's label; ``model_ref`` what vLLM is given (a repo id or a
+    local path). Everything else is the ranked plan's, read through the properties below.
     """
 
+    plan: RankedPlan
     title: str
     quantization: str
-    inputs: PlanInputs | None
-    capacity: Capacity | None
-    fits: bool
-    reason: str
     model_ref: str
-    tokens_per_s: float | None = None
-    source: Candidate | Rejection | None = None
-    tight: bool = False
-    #: KV bytes left once the goal's users have theirs (what ``tight`` judges); None: no fit
-    kv_headroom_bytes: int | None = None
+
+    @property
+    def inputs(self) -> PlanInputs | None:
+        return self.plan.inputs
+
+    @property
+    def capacity(self) -> Capacity | None:
+        return self.plan.capacity
+
+    @property
+    def fits(self) -> bool:
+        return self.plan.fits
+
+    @property
+    def reason(self) -> str:
+        """Why it does not fit, or what to watch."""
+        return self.plan.reason
+
+    @property
+    def tight(self) -> bool:
+        """The fit engine's rule (:func:`kvpilot.core.fit.recommend.is_tight`), the CLI's too."""
+        return self.plan.tight
+
+    @property
+    def kv_headroom_bytes(self) -> int | None:
+        """KV bytes left once the goal's users have theirs (what ``tight`` judges)."""
+        return self.plan.kv_headroom_bytes
+
+    @property
+    def source(self) -> Candidate | Rejection | None:
+        """The recommender's own record of this plan."""
+        return self.plan.candidate or self.plan.rejection
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The engine's decode estimate (None when it has none)."""
+        cand = self.plan.candidate
+        return cand.decode_tokens_per_s if cand is not None else None
 
     @property
     def borderline(self) -> bool:
         """The fit engine's verdict is "borderline": vLLM may or may not start this plan."""
-        return not self.fits and self.capacity is not None and self.capacity.verdict == "borderline"
+        return self.plan.borderline
 
     @property
     def launchable(self) -> bool:
         """A plan that fits, or a borderline one (the user may try it; a failure is caught)."""
-        return self.inputs is not None and (self.fits or self.borderline)
+        return self.plan.launchable
 
     @property
     def status_color(self) -> str:

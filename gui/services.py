@@ -24,7 +24,7 @@ from kvpilot.core.settings import Profile
 from kvpilot.core.telemetry import Telemetry
 from kvpilot.core.vllm.versions import release_number
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.records import Goal, PlanResult, PlanRow
+from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
 
 if TYPE_CHECKING:
     from kvpilot.core.background import BackgroundLoop
@@ -388,47 +388,38 @@ class AppServices:
 
         return load_model_spec(ref)
 
-    def plan(self, target: DeviceTarget, goal: Goal) -> PlanResult:
-        """Blocking (pool): ranked plans for ``goal`` on ``target``, rejected ones after them.
+    def plan(self, target: DeviceTarget, request: PlanRequest) -> PlanResult:
+        """Blocking (pool): ranked plans for the request's goal on ``target``, rejected ones
+        after them.
 
-        A goal naming a local directory or repo id plans that model only; a catalog id filters
-        the catalog. Knobs the user fixed (KV dtype, utilization, eager) replace the
+        A request naming a local directory or repo id plans that model only; a catalog id
+        filters the catalog. Settings the user fixed (KV dtype, utilization, eager) replace the
         recommender's choice and the capacity is recomputed with them.
 
         Raises:
             KvpilotError: the named model cannot be read (message says where kvpilot looked).
         """
-        from kvpilot.core.fit import recommend as rec
-        from kvpilot.core.fit.replan import fixed_settings, replan, user_fixed
+        from kvpilot.core.fit.replan import replan, user_fixed
         from kvpilot.core.models import catalog
 
         models = None
         model_filter = None
         local_ref = ""
-        if goal.model_ref:
-            if catalog.find(goal.model_ref) is not None:
-                model_filter = goal.model_ref
+        ref = request.model_ref
+        if ref:
+            if catalog.find(ref) is not None:
+                model_filter = ref
             else:
-                models = [self.load_model(goal.model_ref)]
-                local_ref = goal.model_ref
-        fit_goal = rec.Goal(
-            use_case=goal.use_case if goal.use_case in rec.USE_CASES else "chat",
-            context_tokens=goal.context_tokens,
-            users=goal.users,
-            min_weight_bits=4 if goal.allow_4bit else 8,
-            model_filter=model_filter,
-            **({"vllm_version": release_number(goal.vllm_version)} if goal.vllm_version else {}),
-        )
-        chosen = fixed_settings(
-            kv_cache_dtype=goal.kv_cache_dtype,
-            gpu_memory_utilization=goal.gpu_memory_utilization,
-            enforce_eager=goal.enforce_eager,
-            overrides=goal.adapter_settings(),
-        )
+                models = [self.load_model(ref)]
+                local_ref = ref
+        goal = request.goal
+        fit_goal = replace(goal, model_filter=model_filter,
+                           vllm_version=release_number(goal.vllm_version))
         _, plans = replan(
-            target.card(), fit_goal, models, fixed=self.fixed_settings(goal),
+            target.card(), fit_goal, models, fixed=self.fixed_settings(request),
             capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
-            describe_fixed=user_fixed(chosen),  # plan_overrides are the backend's, not a choice
+            # plan_overrides are the backend's, not a choice
+            describe_fixed=user_fixed(request.pinned),
         )
         rows: list[PlanRow] = []
         for p in plans:
@@ -439,19 +430,7 @@ class AppServices:
                 title += f" · {cand.gpus_label}" if cand.gpus_label else ""
                 quantization = _quant_label(cand.quantization, cand.weight_bits)
             rows.append(
-                PlanRow(
-                    title=title,
-                    quantization=quantization,
-                    inputs=p.inputs,
-                    capacity=p.capacity,
-                    fits=p.fits,
-                    reason=p.reason,
-                    model_ref=local_ref or p.model_id,
-                    tokens_per_s=cand.decode_tokens_per_s if cand is not None else None,
-                    source=cand if cand is not None else p.rejection,
-                    tight=p.tight,
-                    kv_headroom_bytes=p.kv_headroom_bytes,
-                )
+                PlanRow(p, title, quantization, model_ref=local_ref or p.model_id)
             )
         where = "measured free memory" if target.measured else "planner mode, nothing measured"
         label = USE_CASE_LABELS
@@ -461,18 +440,14 @@ class AppServices:
         )
         return PlanResult(rows, heading)
 
-    def fixed_settings(self, goal: Goal) -> ServingSettings:
-        """The serving settings the user fixed (goal knobs and :attr:`plan_overrides`): the
+    def fixed_settings(self, request: PlanRequest) -> ServingSettings:
+        """The serving settings the user fixed (the request's and :attr:`plan_overrides`): the
         recommender keeps them in every plan it ranks."""
+        from kvpilot.core.fit.plan import ServingSettings
         from kvpilot.core.fit.replan import fixed_settings
 
-        adapters = goal.adapter_settings()
-        return fixed_settings(
-            kv_cache_dtype=goal.kv_cache_dtype,
-            gpu_memory_utilization=goal.gpu_memory_utilization,
-            enforce_eager=goal.enforce_eager,
-            overrides={**adapters, **(self.plan_overrides or {})},
-        )
+        chosen = ServingSettings().settings_changes(request.pinned)
+        return fixed_settings(overrides={**chosen, **self.plan_overrides})
 
     def planned_capacity(self, inputs: PlanInputs) -> Capacity:
         """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""

@@ -11,7 +11,7 @@ import importlib
 
 from kvpilot.core.commands import Subparsers
 
-PANELS = ("planner", "dashboard", "log", "fallback", "settings")
+PANELS = ("planner", "dashboard", "log", "fallback", "settings", "chat")
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:

@@ -32,9 +32,9 @@ from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.plan import (
     VERDICT_BORDERLINE,
-    VERDICT_FITS,
     Capacity,
     PlanInputs,
+    Verdict,
 )
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.models.identity import launch_reference
@@ -209,14 +209,10 @@ def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) ->
     lines.append(f"KV band         {low / GiB:.2f} to {high / GiB:.2f} GiB (validation error of "
                  f"the vLLM {cap.inputs.get('vllm_rules_since')}+ rules, weights from "
                  f"{cap.inputs.get('weights_source')})")
-    if cap.verdict == VERDICT_FITS:
-        lines.append("verdict         fits")
-    elif cap.verdict == VERDICT_BORDERLINE:
-        lines.append("verdict         borderline"
-                     + (f" ({cap.failure.kind}): {cap.failure.message}" if cap.failure else ""))
+    verdict = f"verdict         {cap.verdict.words}"
+    if cap.verdict is not Verdict.FITS and cap.failure is not None:
+        verdict += f" ({cap.failure.kind}): {cap.failure.message}"
+    lines.append(verdict)
+    if cap.verdict is Verdict.BORDERLINE:
         lines.append(f"                {borderline_note(cap, startup_s)}")
-    elif cap.failure is None:
-        lines.append("verdict         does not fit")
-    else:
-        lines.append(f"verdict         does not fit ({cap.failure.kind}): {cap.failure.message}")
     return "\n".join(lines)

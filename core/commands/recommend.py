@@ -33,7 +33,14 @@ from kvpilot.core.commands.serving_args import (
 )
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.recommend import USE_CASES, Goal, Recommendation, recommend, target_of
+from kvpilot.core.fit.goal import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_USERS,
+    Goal,
+    min_weight_bits_for,
+    parse_context_tokens,
+)
+from kvpilot.core.fit.recommend import USE_CASES, Recommendation, recommend, target_of
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
@@ -45,10 +52,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         description="Rank checkpoint x context x sequences x KV dtype x utilization for a GPU.",
     )
     add_device_arguments(parser)
-    parser.add_argument("--context", "--max-model-len", dest="context", type=int, default=8192,
-                        help="tokens per request")
-    parser.add_argument("--users", "--max-num-seqs", dest="users", type=int, default=4,
-                        help="concurrent requests")
+    parser.add_argument("--context", "--max-model-len", dest="context", type=_context,
+                        default=DEFAULT_CONTEXT_TOKENS,
+                        help="tokens per request: 8192, 32768 or 32k (k = 1,024 tokens)")
+    parser.add_argument("--users", "--max-num-seqs", dest="users", type=int,
+                        default=DEFAULT_USERS, help="concurrent requests")
     add_serving_arguments(parser, with_length_and_seqs=False)
     parser.add_argument("--use-case", choices=USE_CASES, default="chat")
     parser.add_argument("--no-4bit", action="store_true", help="quality floor: 8-bit or better")
@@ -61,9 +69,17 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def _context(text: str) -> int:
+    """``--context``: :func:`~kvpilot.core.fit.goal.parse_context_tokens` for argparse."""
+    try:
+        return parse_context_tokens(text)
+    except FitError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.context <= 0 or args.users <= 0:
-        raise FitError("--context and --users must be positive")
+    if args.users <= 0:
+        raise FitError("--users must be positive")
     from kvpilot.core.commands.plan import detected_vllm_version
 
     version = args.vllm_version or detected_vllm_version() or NEWEST_KNOWN
@@ -76,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         use_case=args.use_case,
         context_tokens=args.context,
         users=args.users,
-        min_weight_bits=8 if args.no_4bit else 4,
+        min_weight_bits=min_weight_bits_for(not args.no_4bit),
         vllm_version=version,
         model_filter=args.model,
     )

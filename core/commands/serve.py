@@ -52,6 +52,7 @@ from kvpilot.core.vllm.supervisor import (
     CapacityUpdatedEvent,
     StateEvent,
     Supervisor,
+    SupervisorState,
 )
 
 API_KEY_ENV = "KVPILOT_API_KEY"
@@ -293,7 +294,9 @@ def _report_orphans(orphans: list[OrphanServer], out: EventPrinter, stop: bool) 
             )
 
 
-def _wait(sup: Supervisor, states: tuple[str, ...], stop: threading.Event) -> str | None:
+def _wait(
+    sup: Supervisor, states: tuple[SupervisorState, ...], stop: threading.Event
+) -> SupervisorState | None:
     while not stop.is_set():
         state = sup.wait_for(states, 0.25)
         if state in states or state in (FAILED, STOPPED):

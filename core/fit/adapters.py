@@ -23,7 +23,7 @@ from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.lora import LoraBudget, lora_budget
-from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.fit.plan import PlanInputs, ServingSettings
 from kvpilot.core.fit.speculative import (
     SpeculativeBudget,
     parse_speculative_config,
@@ -151,16 +151,22 @@ def kv_dtype_of(inputs: PlanInputs) -> str:
     return kv_dtype
 
 
-def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None) -> kv.KvLayout:
+def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None,
+                terms: AdapterTerms | None = None) -> kv.KvLayout:
     """The KV layout vLLM would use for ``inputs``: the model's, with a drafter's layers.
+
+    ``terms`` are :func:`adapter_terms` of ``inputs`` when already computed.
 
     Raises:
         FitError: as :func:`kvpilot.core.fit.kv.kv_layout` and :func:`adapter_terms`.
     """
-    base = kv.kv_layout(model, kv_dtype_of(inputs), inputs.tensor_parallel_size, block_size)
-    if not inputs.speculative_config:
-        return base
-    terms = adapter_terms(inputs, model, max_num_batched_tokens=1)
+    base = kv.kv_layout(model, kv_dtype_of(inputs), inputs.tensor_parallel_size, block_size,
+                        prefix_caching=bool(inputs.enable_prefix_caching),
+                        vllm_version=inputs.vllm_version)
+    if terms is None:
+        if not inputs.speculative_config:
+            return base
+        terms = adapter_terms(inputs, model, max_num_batched_tokens=1)
     return terms.layout(base)
 
 
@@ -195,3 +201,36 @@ def adapter_settings(
             config["prompt_lookup_max"] = 4
         values["speculative_config"] = json.dumps(config)
     return values
+
+
+@dataclass(frozen=True)
+class PlannerAdapters:
+    """The planner's adapter inputs for a set of serving settings: LoRA slots (0: off) and
+    rank, the drafter ("" off, "ngram", "mtp") and its tokens; ``other_speculative_config`` a
+    drafter the inputs do not offer (kept as it is, e.g. EAGLE-3 set on the command line)."""
+
+    lora_slots: int = 0
+    lora_rank: int = 16
+    speculative_method: str = ""
+    speculative_tokens: int = 2
+    other_speculative_config: str | None = None
+
+
+def planner_adapters(settings: ServingSettings) -> PlannerAdapters:
+    """What the planner's adapter inputs show for ``settings`` (the inverse of
+    :func:`adapter_settings`)."""
+    slots = (settings.max_loras or 1) if settings.enable_lora else 0
+    rank = settings.max_lora_rank or 16
+    method, tokens, other = "", 2, None
+    if settings.speculative_config:
+        try:
+            config = json.loads(settings.speculative_config)
+        except json.JSONDecodeError:
+            config = None
+        value = config.get("num_speculative_tokens") if isinstance(config, dict) else None
+        if isinstance(config, dict) and config.get("method") in PLANNER_DRAFTERS:
+            method = str(config["method"])
+            tokens = value if isinstance(value, int) and value > 0 else 1
+        else:
+            other = settings.speculative_config
+    return PlannerAdapters(slots, rank, method, tokens, other)

@@ -20,7 +20,16 @@ from typing import Any
 from kvpilot.core import failures
 from kvpilot.core.errors import FitError
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, adapters, budget_now, kv, multimodal, parallel
+from kvpilot.core.fit import (
+    activation,
+    adapters,
+    budget_now,
+    kv,
+    linear_state,
+    multimodal,
+    mxfp4_padding,
+    parallel,
+)
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
@@ -35,6 +44,7 @@ from kvpilot.core.fit.plan import (
     BudgetTerm,
     Capacity,
     PlanInputs,
+    Verdict,
 )
 from kvpilot.core.models import spec as model_spec
 from kvpilot.core.units import GiB
@@ -186,6 +196,8 @@ def compute_capacity(
     else:
         weights_total, weights_src = estimate_weights_bytes(model), FROM_MODEL
     weights = math.ceil(weights_total / tp)
+    mxfp4_pad = mxfp4_padding.padding_bytes(model, tp, inputs.compute_capability)
+    weights += mxfp4_pad
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
@@ -248,12 +260,12 @@ def compute_capacity(
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    layout = adapt.layout(kv.kv_layout(model, adapters.kv_dtype_of(inputs), tp,
-                                       inputs.block_size))
+    layout = adapters.plan_layout(inputs, model, inputs.block_size, adapt)
     in_flight = batched * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
-        tokens_from_concurrency=profile.tokens_from_concurrency,
+        tokens_from_concurrency=profile.tokens_from_concurrency
+        and supports("kv_tokens_from_concurrency", inputs.vllm_version),
     )
 
     # ---- failures, in the order vLLM meets them -----------------------------------------
@@ -307,6 +319,8 @@ def compute_capacity(
                 f"is {estimate:,}.",
                 estimated_max_model_len=estimate,
             )
+        else:
+            failure = linear_state.mamba_blocks_failure(inputs, layout, cap.num_blocks, seqs)
 
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
@@ -343,6 +357,9 @@ def compute_capacity(
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
+    if mxfp4_pad:
+        weights_note += (f", plus {mxfp4_pad / GiB:.2f} GiB the MXFP4 MoE kernel's padding of "
+                         "the expert tensors adds")
     weights_note += adapter_weights_note(adapt)
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
@@ -431,8 +448,8 @@ def compute_capacity(
 
 def band_verdict(
     inputs: PlanInputs, band: tuple[int, int], failure: Failure | None
-) -> str:
-    """"fits" / "borderline" / "does_not_fit" for an available-KV band (low, high) in bytes.
+) -> Verdict:
+    """The :class:`~kvpilot.core.fit.plan.Verdict` for an available-KV band (low, high) in bytes.
 
     The free-memory and model-length checks do not depend on the band: they fail outright.
     Otherwise the low edge passing means "fits", the high edge failing "does_not_fit".
@@ -459,8 +476,11 @@ def band_verdict(
         batched = inputs.max_num_batched_tokens
     layout = adapters.plan_layout(inputs, model, inputs.block_size)
     in_flight = batched * profile.in_flight_batches
+    state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
+    if state == VERDICT_DOES_NOT_FIT:
+        return VERDICT_DOES_NOT_FIT
     if one_request_fits(layout, band[0], max_len, in_flight, profile):
-        return VERDICT_FITS if failure is None else VERDICT_BORDERLINE
+        return VERDICT_FITS if failure is None and state is None else VERDICT_BORDERLINE
     if one_request_fits(layout, band[1], max_len, in_flight, profile):
         return VERDICT_BORDERLINE
     return VERDICT_DOES_NOT_FIT

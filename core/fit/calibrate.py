@@ -42,6 +42,7 @@ from kvpilot.core.measurements import (
 )
 from kvpilot.core.models.identity import spec_identity
 from kvpilot.core.units import GiB
+from kvpilot.core.vllm import versions
 
 
 def key_for(inputs: PlanInputs) -> MeasurementKey:
@@ -150,7 +151,8 @@ def _with_kv(
     in_flight = predicted.max_num_batched_tokens * profile.in_flight_batches
     cap = kv.kv_capacity(
         layout, available_kv_bytes, predicted.max_model_len, in_flight,
-        tokens_from_concurrency=profile.tokens_from_concurrency,
+        tokens_from_concurrency=profile.tokens_from_concurrency
+        and versions.supports("kv_tokens_from_concurrency", inputs.vllm_version),
     )
     tokens = reported_tokens if reported_tokens is not None else cap.kv_cache_tokens
     terms = _reported_terms(predicted, available_kv_bytes, note, source, measured)

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget, fallback_adapters
+from kvpilot.core.fit import activation, budget, fallback_adapters, linear_state
 from kvpilot.core.fit.kv import DEFAULT_BLOCK_SIZE
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
@@ -59,6 +59,7 @@ ANSWERED_KINDS: tuple[str, ...] = (
     failures.UNSUPPORTED_KV_DTYPE,
     failures.UNSUPPORTED_QUANTIZATION,
     failures.MAX_MODEL_LEN_ABOVE_MODEL,
+    failures.MAMBA_CACHE_BLOCKS,
 )
 
 
@@ -188,6 +189,11 @@ def propose(
         for model in _smaller_checkpoints(inputs.model, smaller_models)[:2]:
             new = replace(inputs, model=model, quantization=None)
             add(SMALLER_CHECKPOINT, new, f"{model.model_id}", cost=2.5)
+
+    # a hybrid linear-attention model has fewer pool blocks than sequences
+    if kind == failures.MAMBA_CACHE_BLOCKS:
+        for state_opt in linear_state.mamba_blocks_options(failure, inputs, original, plan):
+            add(state_opt.kind, state_opt.inputs, state_opt.change, state_opt.cost)
 
     # LoRA slots, rank and the drafter: give their memory back (or fix a refused setting)
     for opt_kind, new, change, cost, cap in fallback_adapters.planned_candidates(

@@ -4,8 +4,9 @@ Per layer and token, ordinary attention stores K and V for every KV head:
 ``2 x num_kv_heads (per tensor-parallel rank) x head_dim x dtype_bytes``. Multi-head latent
 attention (DeepSeek style) stores one latent vector of ``kv_lora_rank + qk_rope_head_dim``
 values and no separate V. Layers with a sliding window only ever hold about
-``window - 1 + in-flight tokens`` of a request. Linear-attention (Mamba/GDN) layers keep a fixed
-state and are not modelled here (they have no per-token KV).
+``window - 1 + in-flight tokens`` of a request. Linear-attention (Mamba / Gated DeltaNet) layers
+keep a fixed state per sequence, stored in blocks of the same pool (one block per sequence and
+linear group, its page padded to the attention page; see :func:`kv_layout`).
 
 Hybrid models (Gemma 2/3, gpt-oss) put their layers into *groups* of equal size, one per
 attention type, sharing a single block pool: a block then costs ``page_bytes x group_size`` and a
@@ -27,6 +28,14 @@ from kvpilot.core.models.spec import (
     SLIDING_ATTENTION,
     ModelSpec,
 )
+from kvpilot.core.vllm import versions
+
+#: vLLM's kernel block alignment for the attention backends of CUDA GPUs (tokens)
+KERNEL_BLOCK_ALIGNMENT = 16
+
+#: model types whose vLLM model class supports Mamba prefix caching ('all' mode when prefix
+#: caching is on; the others fall back to 'align'): SupportsMambaPrefixCaching in vLLM 0.21
+MAMBA_PREFIX_CACHING_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})
 
 #: vLLM's default block size on CUDA attention backends (tokens per block)
 DEFAULT_BLOCK_SIZE = 16
@@ -88,9 +97,10 @@ def serving_dtype(checkpoint_dtype: str) -> str:
 class KvGroup:
     """One KV-cache group: ``num_layers`` layers of the same attention kind sharing blocks."""
 
-    kind: str  # full_attention | sliding_attention
+    kind: str  # full_attention | sliding_attention | linear_attention
     num_layers: int
     sliding_window: int | None
+    block_tokens: int | None = None  # tokens per block where page unification raised it
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,10 @@ class KvLayout:
     page_bytes: int
     group_size: int
     groups: tuple[KvGroup, ...]
+    state_bytes_per_sequence: int = 0
+    state_page_bytes: int = 0
+    state_blocks_per_request: int = 1
+    state_blocks_follow_length: bool = False  # vLLM's 'all' mode: one state block per block
     #: bytes a drafter's attention layers add to each block (speculative decoding: MTP
     #: layers, an EAGLE head, a draft model; see :func:`with_draft_layers`)
     draft_bytes_per_block: int = 0
@@ -134,12 +148,21 @@ class KvLayout:
         """
         total = 0
         for group in self.groups:
-            if group.kind == SLIDING_ATTENTION and group.sliding_window:
+            block = group.block_tokens or self.block_size
+            if group.kind == LINEAR_ATTENTION:
+                total += (math.ceil(max_model_len / block) if self.state_blocks_follow_length
+                          else self.state_blocks_per_request)
+            elif group.kind == SLIDING_ATTENTION and group.sliding_window:
                 tokens = min(group.sliding_window - 1 + in_flight_tokens, max_model_len)
-                total += math.ceil(tokens / self.block_size) + 1
+                total += math.ceil(tokens / block) + 1
             else:
-                total += math.ceil(max_model_len / self.block_size)
+                total += math.ceil(max_model_len / block)
         return total
+
+    @property
+    def has_state_layers(self) -> bool:
+        """Linear-attention (Mamba / GDN) layers share the block pool."""
+        return any(g.kind == LINEAR_ATTENTION for g in self.groups)
 
     def kv_bytes_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
         """Bytes of KV one full-length request pins (what vLLM calls the needed memory)."""
@@ -171,31 +194,77 @@ def bytes_per_token_per_layer(
     return 2 * kv_heads_per_rank(model, tensor_parallel_size) * model.head_dim * elem
 
 
-def _group_layers(model: ModelSpec) -> tuple[tuple[KvGroup, ...], int]:
-    """Group attention layers the way vLLM's hybrid KV-cache manager does."""
-    counts: dict[tuple[str, int | None], int] = {}
-    for kind in model.resolved_layer_types:
-        if kind == LINEAR_ATTENTION:
+def _layer_bytes(
+    model: ModelSpec, kind: str, elem: int, tensor_parallel_size: int
+) -> int:
+    """K+V bytes per token of one layer of ``kind`` (Gemma 4's full layers differ)."""
+    if kind == FULL_ATTENTION and (model.global_head_dim or model.global_kv_heads):
+        heads = max(1, (model.global_kv_heads or model.num_key_value_heads)
+                    // tensor_parallel_size)
+        return 2 * heads * (model.global_head_dim or model.head_dim) * elem
+    return 2 * kv_heads_per_rank(model, tensor_parallel_size) * model.head_dim * elem
+
+
+def _cache_layers(model: ModelSpec) -> list[tuple[str, int | None]]:
+    """(kind, window) of every layer that owns cache, in order: KV-shared layers (the last
+    ``kv_shared_layers``) and layers without attention or state own none."""
+    kinds = model.resolved_layer_types
+    owning = len(kinds) - model.kv_shared_layers if model.kv_shared_layers > 0 else len(kinds)
+    out: list[tuple[str, int | None]] = []
+    for kind in kinds[:owning]:
+        if kind not in (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION):
             continue
         window = model.sliding_window if kind == SLIDING_ATTENTION else None
         if kind == SLIDING_ATTENTION and not window:
-            kind, window = FULL_ATTENTION, None
-        counts[(kind, window)] = counts.get((kind, window), 0) + 1
+            kind = FULL_ATTENTION
+        out.append((kind, window))
+    return out
+
+
+def group_padding_ratio(vllm_version: str | None) -> float:
+    """Below this ratio of the largest to the smallest kind's layer count vLLM pads groups to
+    the largest count instead of splitting (0: never; ``versions.FEATURES``)."""
+    if versions.supports("kv_group_padding_1_5", vllm_version):
+        return 1.5
+    if versions.supports("kv_group_padding_1_25", vllm_version):
+        return 1.25
+    return 0.0
+
+
+def _group_layers(
+    counts: dict[tuple[str, int | None, int | None], int], model_id: str, padding_ratio: float
+) -> tuple[tuple[KvGroup, ...], int]:
+    """Group layers the way vLLM's hybrid KV-cache manager does (kv_cache_utils.py
+    ``_get_kv_cache_groups_uniform_page_size``): groups of the smallest kind's layer count, or
+    of the largest one's where that is under ``padding_ratio`` x the smallest (padding
+    instead of splits)."""
     if not counts:
-        raise FitError(f"{model.model_id}: no attention layers; kvpilot cannot size its KV cache")
+        raise FitError(f"{model_id}: no attention layers; kvpilot cannot size its KV cache")
     if len(counts) == 1:
-        (kind, window), n = next(iter(counts.items()))
-        return (KvGroup(kind, n, window),), n
-    # hybrid: groups of equal size (the smallest layer count), larger kinds split into several
-    group_size = min(counts.values())
+        (kind, window, tokens), n = next(iter(counts.items()))
+        return (KvGroup(kind, n, window, tokens),), n
+    smallest, largest = min(counts.values()), max(counts.values())
+    group_size = largest if largest < smallest * padding_ratio else smallest
     groups: list[KvGroup] = []
-    ordered = sorted(
-        counts.items(), key=lambda item: (item[0][0] != FULL_ATTENTION, item[0][1] or 0)
-    )
-    for (kind, window), n in ordered:
+    order = {FULL_ATTENTION: 0, SLIDING_ATTENTION: 1, LINEAR_ATTENTION: 2}
+    ordered = sorted(counts.items(), key=lambda item: (order[item[0][0]], item[0][1] or 0))
+    for (kind, window, tokens), n in ordered:
         for _ in range(math.ceil(n / group_size)):
-            groups.append(KvGroup(kind, group_size, window))
+            groups.append(KvGroup(kind, group_size, window, tokens))
     return tuple(groups), group_size
+
+
+def state_page_bytes(
+    model: ModelSpec, tensor_parallel_size: int = 1, model_dtype: str | None = None
+) -> int:
+    """Bytes of one sequence's recurrent state in one linear-attention layer (unpadded), with
+    the conv state in the model dtype and the SSM state in its own (0: no such layers)."""
+    state = model.linear_state
+    if state is None:
+        return 0
+    elem = dtype_bytes(serving_dtype(model_dtype or model.torch_dtype))
+    ssm = dtype_bytes(state.ssm_dtype) if state.ssm_dtype else elem
+    return state.page_bytes(elem, ssm, tensor_parallel_size)
 
 
 def kv_layout(
@@ -204,8 +273,20 @@ def kv_layout(
     tensor_parallel_size: int = 1,
     block_size: int | None = None,
     model_dtype: str | None = None,
+    *,
+    prefix_caching: bool = False,
+    vllm_version: str | None = None,
 ) -> KvLayout:
     """The KV layout of ``model`` per rank.
+
+    Hybrid linear-attention models follow vLLM's ``_align_hybrid_block_size``: the attention
+    block grows to ``16 x ceil(state / (16 x one token's K+V))`` tokens so that one attention
+    page holds a layer's state, and the state page is padded to the attention page; each
+    sequence then holds one state block per linear group (two with prefix caching, vLLM's
+    'align' mode; one per attention block of the context in 'all' mode, the prefix-caching
+    mode of the Mamba2 hybrids, whose block is a multiple of the Mamba chunk).
+
+    ``vllm_version`` picks the release's grouping rule (None: the newest).
 
     Raises:
         FitError: unknown dtype, no attention layers, or a non-positive block size.
@@ -214,17 +295,49 @@ def kv_layout(
     if bs <= 0:
         raise FitError("block_size must be positive")
     per_layer = bytes_per_token_per_layer(model, kv_cache_dtype, tensor_parallel_size, model_dtype)
-    groups, group_size = _group_layers(model)
-    attention_layers = sum(
-        1 for kind in model.resolved_layer_types if kind != LINEAR_ATTENTION
-    )
+    elem = kv_dtype_bytes(kv_cache_dtype, model_dtype or model.torch_dtype)
+    layers = _cache_layers(model)
+    state_unpadded = state_page_bytes(model, tensor_parallel_size, model_dtype)
+    all_mode = bool(prefix_caching and state_unpadded
+                    and model.model_type in MAMBA_PREFIX_CACHING_TYPES
+                    and versions.supports("mamba_cache_all_mode", vllm_version))
+    if state_unpadded and model.mla is None:
+        align = max(KERNEL_BLOCK_ALIGNMENT, bs)
+        if all_mode:
+            # 'all' mode: the block is a multiple of the Mamba chunk (kernel performance)
+            chunk = math.lcm(model.linear_state.chunk_size or align, align)  # type: ignore[union-attr]
+            bs = max(bs, chunk * math.ceil(math.ceil(state_unpadded / per_layer) / chunk))
+        else:
+            bs = max(bs, align * math.ceil(state_unpadded / (align * per_layer)))
+    per_kind = {
+        kind: _layer_bytes(model, kind, elem, tensor_parallel_size) if model.mla is None
+        else per_layer
+        for kind in (FULL_ATTENTION, SLIDING_ATTENTION)
+    }
+    pages = {kind: per_kind[kind] * bs for kind, _ in layers if kind != LINEAR_ATTENTION}
+    page = max(pages.values(), default=per_layer * bs)
+    if state_unpadded > page:
+        page = state_unpadded  # MLA hybrids: no alignment rule kvpilot knows; state page
+    counts: dict[tuple[str, int | None, int | None], int] = {}
+    for kind, window in layers:
+        tokens = None
+        if kind != LINEAR_ATTENTION and pages[kind] != page:
+            tokens = bs * page // pages[kind]
+        counts[(kind, window, tokens)] = counts.get((kind, window, tokens), 0) + 1
+    groups, group_size = _group_layers(counts, model.model_id, group_padding_ratio(vllm_version))
+    kv_per_token = sum(per_kind[kind] for kind, _ in layers if kind != LINEAR_ATTENTION)
+    n_state = sum(1 for kind, _ in layers if kind == LINEAR_ATTENTION)
     return KvLayout(
         bytes_per_token_per_layer=per_layer,
-        kv_bytes_per_token=per_layer * attention_layers,
+        kv_bytes_per_token=kv_per_token,
         block_size=bs,
-        page_bytes=per_layer * bs,
+        page_bytes=page,
         group_size=group_size,
         groups=groups,
+        state_bytes_per_sequence=state_unpadded * n_state,
+        state_page_bytes=state_unpadded,
+        state_blocks_per_request=2 if prefix_caching else 1,
+        state_blocks_follow_length=all_mode,
     )
 
 
@@ -265,9 +378,10 @@ def kv_capacity(
 ) -> KvCapacity:
     """Blocks, KV tokens and maximum concurrency for a KV budget, as vLLM logs them.
 
-    ``tokens_from_concurrency`` selects the formula of vLLM >= 0.12
-    (``int(max_concurrency x max_model_len)``); older versions printed
-    ``num_blocks // num_groups x block_size``.
+    ``tokens_from_concurrency`` selects the formula of vLLM >= 0.21
+    (``int(max_concurrency x max_model_len)``); 0.10.2 to 0.20 printed
+    ``num_blocks // num_groups x block_size`` (the smallest group block: the attention block of
+    a hybrid model); see ``versions.FEATURES['kv_tokens_from_concurrency']``.
     """
     num_blocks = max(0, available_kv_bytes) // layout.bytes_per_block
     per_request = max(1, layout.blocks_per_request(max_model_len, in_flight_tokens))

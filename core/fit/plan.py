@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
+from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from kvpilot.core.failures import Failure
@@ -32,10 +33,25 @@ FROM_MEASURED = "measured"  # reported by vLLM in an earlier launch on this GPU
 FROM_CALIBRATED = "calibrated"  # the model corrected by a measurement of other settings
 FROM_FITTED = "fitted"  # a constant fitted on public start-up logs (see core/fit/activation.py)
 
-#: plan verdicts (``Capacity.verdict``)
-VERDICT_FITS = "fits"
-VERDICT_BORDERLINE = "borderline"  # the uncertainty band straddles the fit / no-fit line
-VERDICT_DOES_NOT_FIT = "does_not_fit"
+
+
+class Verdict(StrEnum):
+    """Whether vLLM starts a plan (``Capacity.verdict``); the value is the JSON spelling."""
+
+    FITS = "fits"
+    #: the uncertainty band straddles the fit / no-fit line: vLLM may or may not start it
+    BORDERLINE = "borderline"
+    DOES_NOT_FIT = "does_not_fit"
+
+    @property
+    def words(self) -> str:
+        """The verdict as the CLI and the window say it: "fits", "borderline", "does not fit"."""
+        return self.value.replace("_", " ")
+
+
+VERDICT_FITS = Verdict.FITS
+VERDICT_BORDERLINE = Verdict.BORDERLINE
+VERDICT_DOES_NOT_FIT = Verdict.DOES_NOT_FIT
 
 #: failure kinds, in vLLM's terms (``Failure.kind``): see :mod:`kvpilot.core.failures`
 
@@ -287,7 +303,7 @@ class Capacity:
     inputs: dict[str, Any] = field(default_factory=dict)
     headroom_bytes: int | None = None
     available_kv_band_bytes: tuple[int, int] = (0, 0)
-    verdict: str = VERDICT_FITS
+    verdict: Verdict = Verdict.FITS
 
     @property
     def available_kv_low_bytes(self) -> int:

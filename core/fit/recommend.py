@@ -22,6 +22,7 @@ from typing import Any
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit import budget, parallel
 from kvpilot.core.fit.budget import borderline_note
+from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.plan import (
     USE_CASES,
     VERDICT_BORDERLINE,
@@ -33,7 +34,6 @@ from kvpilot.core.fit.plan import (
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -45,21 +45,6 @@ UNKNOWN_FREE_UTILIZATION = 0.90
 MAX_UTILIZATION = 0.95
 #: headroom below which a plan is flagged "tight" (GUI: amber)
 TIGHT_HEADROOM_BYTES = 1 * GiB
-
-
-@dataclass(frozen=True)
-class Goal:
-    """What the user wants: use case, context per request, concurrent users, quality floor.
-
-    ``min_weight_bits`` 16 means "no quantization", 8 "no 4-bit", 4 anything.
-    """
-
-    use_case: str = "chat"
-    context_tokens: int = 8192
-    users: int = 4
-    min_weight_bits: int = 4
-    vllm_version: str = NEWEST_KNOWN
-    model_filter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,12 +206,14 @@ def recommend(
     """
     if goal.use_case not in USE_CASES:
         raise FitError(f"use case must be one of {', '.join(USE_CASES)}")
-    if models is None:
-        from kvpilot.core.models.catalog import all_checkpoint_specs
-
-        models = all_checkpoint_specs()
     candidates: list[Candidate] = []
     rejected: list[Rejection] = []
+    if models is None:
+        from kvpilot.core.models.catalog import all_checkpoint_specs, unplannable
+
+        models = all_checkpoint_specs()
+        rejected += [Rejection(repo, why) for repo, why in unplannable()
+                     if not goal.model_filter or goal.model_filter.lower() in repo.lower()]
     multi = gpu_set is not None and len(gpu_set.cards) > 1
     for model in models:
         if goal.model_filter and goal.model_filter.lower() not in model.model_id.lower():

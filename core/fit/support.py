@@ -98,6 +98,11 @@ def check_support(inputs: PlanInputs) -> Failure | None:
             f"vLLM {inputs.vllm_version} no longer has {method} quantization (removed in "
             f"{since}); install {removed[1]} or pick another checkpoint.",
         )
+    from kvpilot.core.models.checkpoint_rules import support_refusal
+
+    fp4 = support_refusal(inputs.model.quantization, cc)
+    if fp4 is not None:
+        return Failure(failures.UNSUPPORTED_QUANTIZATION, fp4)
     need = QUANT_MIN_CAPABILITY.get(method)
     if cc is not None and need is not None and cc < need:
         return Failure(

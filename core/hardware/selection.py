@@ -10,9 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvpilot.core.errors import HardwareError
-from kvpilot.core.fit.parallel import GpuSet
-from kvpilot.core.fit.plan import GpuTarget
-from kvpilot.core.hardware import specs
 from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
 
 
@@ -100,38 +97,3 @@ def describe_gpu(gpu: GpuSnapshot) -> str:
     if drives_display(gpu):
         text += " (display)"
     return text
-
-
-def gpu_set_from_probe(result: ProbeResult, indices: Sequence[int] | None = None) -> GpuSet:
-    """This machine's GPUs (``indices``, default all) from a ``ProbeResult``, with the P2P and
-    NVLink status NVML reports for every pair (all pairs must have it).
-
-    Raises:
-        HardwareError: an index NVML does not report (see ``select_gpus``).
-    """
-    chosen = select_gpus(result, indices if indices is not None else
-                         [g.index for g in result.gpus if not g.lost])
-    cards = []
-    for g in chosen:
-        spec = specs.lookup(g.pci_device_id, g.name, memory_total_bytes=g.memory_total_bytes)
-        cards.append(GpuTarget(
-            name=g.name or "GPU", total_bytes=int(g.cuda_total_bytes or 0),
-            free_bytes=g.memory_free_bytes, compute_capability=g.compute_capability,
-            bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s if spec else None,
-            bf16_dense_tflops=spec.bf16_dense_tflops if spec else None,
-            drives_display=drives_display(g), index=g.index, uuid=g.uuid,
-        ))
-    links = [result.link(a.index, b.index) for i, a in enumerate(chosen) for b in chosen[i + 1:]]
-
-    def every(values: list[bool | None]) -> bool | None:
-        if not values:
-            return None
-        if any(v is False for v in values):
-            return False
-        return None if any(v is None for v in values) else True
-
-    return GpuSet(
-        tuple(cards),
-        p2p=every([x.p2p if x else None for x in links]),
-        nvlink=every([x.nvlink if x else None for x in links]),
-    )

@@ -184,14 +184,19 @@ def from_probe(result: ProbeResult, indices: Sequence[int] | None = None) -> Dev
         HardwareError: no GPU was read, or an index NVML does not report.
         FitError: a chosen GPU reported no memory total.
     """
-    from kvpilot.core.hardware.selection import gpu_set_from_probe, select_gpus
+    from kvpilot.core.hardware.selection import select_gpus
 
     wanted = tuple(indices) if indices else ((result.gpus[0].index,) if result.gpus else (0,))
     gpus = select_gpus(result, wanted)
     targets = [from_snapshot(g) for g in gpus]
     if len(targets) == 1:
         return targets[0]
-    gpu_set = gpu_set_from_probe(result, wanted)
+    links = [result.link(a.index, b.index) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    gpu_set = GpuSet(
+        tuple(t.card() for t in targets),
+        p2p=_every([x.p2p if x else None for x in links]),
+        nvlink=_every([x.nvlink if x else None for x in links]),
+    )
     per = per_gpu(gpu_set.cards)
     smallest = min(targets, key=lambda t: t.total_bytes)
     holders = tuple(sorted((h for t in targets for h in t.memory_holders), key=lambda h: -h[1]))
@@ -210,6 +215,14 @@ def from_probe(result: ProbeResult, indices: Sequence[int] | None = None) -> Dev
         allreduce=gpu_set.allreduce_path(len(targets)),
         gpu_set=gpu_set,
     )
+
+
+def _every(values: list[bool | None]) -> bool | None:
+    """True when every GPU pair has a link, False when one lacks it, None when one is unknown
+    (or there is no pair)."""
+    if not values or (any(v is None for v in values) and not any(v is False for v in values)):
+        return None
+    return all(values)
 
 
 def _unknown_gpu(name: str) -> FitError:

@@ -22,8 +22,8 @@ placement (``hf_hub_download`` finds the finished blob and only links it into th
 The endpoint is ``HF_ENDPOINT`` read at call time (``huggingface_hub`` reads it once, at import).
 The launch then uses :attr:`DownloadPlan.snapshot_path` with ``HF_HUB_OFFLINE=1``.
 
-Errors are :class:`DownloadError` subclasses with a message saying what to do; each has a
-stable ``kind`` string (see the ``KIND_*`` constants).
+Errors are :class:`~kvpilot.core.hub.download_errors.DownloadError` subclasses with a message
+saying what to do; each has a stable ``kind`` string (see the ``KIND_*`` constants there).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol
+from typing import BinaryIO, Literal, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -54,14 +54,22 @@ from huggingface_hub import (
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
-from kvpilot.core import failures
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.hub.cache import complete_snapshot, hub_cache_dir, is_repo_id, repo_folder
+from kvpilot.core.hub.cache import complete_snapshot, hub_cache_dir, repo_folder
+from kvpilot.core.hub.download_errors import (
+    DiskFullError,
+    DownloadCancelled,
+    DownloadError,
+    DownloadInterruptedError,
+    HubUnreachableError,
+    ModelNotFoundError,
+    NoLoadableWeightsError,
+    NotEnoughDiskError,
+    hub_error,
+    not_a_hub,
+    short_error,
+)
 from kvpilot.core.paths import mount_point
 from kvpilot.core.units import size_text
-
-if TYPE_CHECKING:
-    from kvpilot.core.vllm.command import LaunchSpec
 
 try:  # huggingface_hub >= 1.0 talks through httpx2; older releases through requests
     import httpx2 as _httpx2
@@ -69,17 +77,6 @@ try:  # huggingface_hub >= 1.0 talks through httpx2; older releases through requ
     _HF_NETWORK_ERRORS: tuple[type[BaseException], ...] = (_httpx2.TransportError,)
 except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
     _HF_NETWORK_ERRORS = ()
-
-#: error kinds (``DownloadError.kind``); the first two are shared with the supervisor
-KIND_GATED = failures.GATED_REPO
-KIND_NOT_FOUND = failures.MODEL_NOT_FOUND
-KIND_AUTH = "hub_auth_rejected"
-KIND_UNREACHABLE = "hub_unreachable"
-KIND_NO_DISK_SPACE = "not_enough_disk"
-KIND_DISK_FULL = "disk_full"
-KIND_INTERRUPTED = "download_interrupted"
-KIND_NO_WEIGHTS = "no_loadable_weights"
-KIND_CANCELLED = "download_cancelled"
 
 DownloadState = Literal["checking", "downloading", "done", "cancelled", "failed"]
 
@@ -96,92 +93,6 @@ _FINALIZE_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     *_NETWORK_ERRORS,
     hf_errors.LocalEntryNotFoundError,
 )
-
-
-# -- errors -----------------------------------------------------------------------------------
-class DownloadError(KvpilotError):
-    """A model could not be fetched; ``kind`` is one of the ``KIND_*`` strings."""
-
-    kind = "download_failed"
-
-
-class GatedModelError(DownloadError):
-    """The repository is gated and the token (if any) has not been granted access."""
-
-    kind = KIND_GATED
-
-
-class ModelNotFoundError(DownloadError):
-    """No such repository, revision or file (or a private one the token cannot see)."""
-
-    kind = KIND_NOT_FOUND
-
-
-class HubAuthError(DownloadError):
-    """The Hub rejected the token itself (401 invalid credentials)."""
-
-    kind = KIND_AUTH
-
-
-class HubUnreachableError(DownloadError):
-    """The Hub could not be reached and the cache cannot stand in for it."""
-
-    kind = KIND_UNREACHABLE
-
-
-class NotEnoughDiskError(DownloadError):
-    """The cache's file system has less free space than the files still to fetch."""
-
-    kind = KIND_NO_DISK_SPACE
-
-    def __init__(self, message: str, *, needed_bytes: int, free_bytes: int, path: Path) -> None:
-        super().__init__(message)
-        self.needed_bytes = needed_bytes
-        self.free_bytes = free_bytes
-        self.path = path
-
-
-class DiskFullError(DownloadError):
-    """Writing a file failed because the disk filled up during the download.
-
-    ``needed_bytes``: what the download still has to write; ``free_bytes``: free on that disk
-    now; ``mount``: its mount point; ``partial_path``: the partial file, kept for the resume.
-    """
-
-    kind = KIND_DISK_FULL
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        needed_bytes: int,
-        free_bytes: int | None,
-        mount: Path,
-        partial_path: Path,
-    ) -> None:
-        super().__init__(message)
-        self.needed_bytes = needed_bytes
-        self.free_bytes = free_bytes
-        self.mount = mount
-        self.partial_path = partial_path
-
-
-class DownloadInterruptedError(DownloadError):
-    """The connection broke mid-file more often than the retry budget allows."""
-
-    kind = KIND_INTERRUPTED
-
-
-class NoLoadableWeightsError(DownloadError):
-    """The repository holds no weights in a format vLLM loads from a HF checkpoint."""
-
-    kind = KIND_NO_WEIGHTS
-
-
-class DownloadCancelled(DownloadError):
-    """The user cancelled; finished files and the partial file stay in the cache."""
-
-    kind = KIND_CANCELLED
 
 
 # -- records ----------------------------------------------------------------------------------
@@ -340,10 +251,10 @@ def plan_download(
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
     except _NETWORK_ERRORS as exc:
-        reason = f"the Hub at {url} cannot be reached ({_short(exc)})"
+        reason = f"the Hub at {url} cannot be reached ({short_error(exc)})"
         return _offline_plan(repo_id, revision, url, cache, token, reason)
     except hf_errors.HfHubHTTPError as exc:
-        raise _translate_hub_error(exc, repo_id, revision, url) from exc
+        raise hub_error(exc, repo_id, revision, url) from exc
     if not info.sha:
         raise ModelNotFoundError(f"the Hub at {url} gave no commit for {repo_id}@{revision}")
     siblings = {s.rfilename: s for s in info.siblings or []}
@@ -661,7 +572,7 @@ class Downloader:
             try:
                 self._stream(client, url, request_headers, partial, have)
             except _NETWORK_ERRORS as exc:
-                problem = _short(exc)
+                problem = short_error(exc)
             have = partial.stat().st_size if partial.exists() else 0
             if have >= size:
                 break
@@ -772,9 +683,10 @@ class Downloader:
     def _unreachable(self, exc: BaseException) -> HubUnreachableError:
         missing = len(self.plan.files) - self._files_done
         return HubUnreachableError(
-            f"the Hub at {self.plan.endpoint} cannot be reached ({_short(exc)}); {missing} file(s) "
-            f"of {self.plan.repo_id} are not in the cache yet, so it cannot start offline; check "
-            "the network and start the download again, it resumes where it stopped"
+            f"the Hub at {self.plan.endpoint} cannot be reached ({short_error(exc)}); "
+            f"{missing} file(s) of {self.plan.repo_id} are not in the cache yet, so it cannot "
+            "start offline; check the network and start the download again, it resumes where it "
+            "stopped"
         )
 
     def _emit(
@@ -833,40 +745,6 @@ def ensure_downloaded(
     return Downloader(plan, sink, cancel_event, disk_usage=disk_usage).run()
 
 
-def launchable_spec(
-    spec: LaunchSpec,
-    *,
-    on_progress: Callable[[DownloadProgress], None] | None = None,
-    cancel_event: threading.Event | None = None,
-) -> LaunchSpec:
-    """The spec to launch: a Hub checkpoint is first made complete in the local cache.
-
-    A local path (or anything that is not a repo id) is returned unchanged. For a repo id the
-    files vLLM needs are downloaded by kvpilot (disk space checked first, progress through
-    ``on_progress``, resumable, cancellable) into the profile's cache (``spec.hf_home``) or the
-    default one, and the returned spec points vLLM at the snapshot folder with
-    ``HF_HUB_OFFLINE=1``; the repo id stays the served model name. Blocking.
-
-    Raises:
-        DownloadError: gated, missing, unreachable, not enough disk, cancelled.
-    """
-    if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
-        return spec
-    snapshot = ensure_downloaded(
-        spec.model,
-        token=spec.hf_token,
-        cache_dir=hub_cache_dir(hf_home=spec.hf_home),
-        on_progress=on_progress,
-        cancel_event=cancel_event,
-    )
-    return replace(
-        spec,
-        model=str(snapshot),
-        hf_offline=True,
-        served_model_name=spec.served_model_name or spec.model,
-    )
-
-
 # -- helpers ----------------------------------------------------------------------------------
 def _head(plan: DownloadPlan, filename: str) -> HfFileMetadata:
     """HEAD one file at the plan's commit (etag, size, CDN location); typed errors."""
@@ -874,8 +752,8 @@ def _head(plan: DownloadPlan, filename: str) -> HfFileMetadata:
 
     def unreachable(exc: BaseException) -> HubUnreachableError:
         return HubUnreachableError(
-            f"the Hub at {plan.endpoint} cannot be reached ({_short(exc)}) and {plan.repo_id} is "
-            "not completely in the cache; check the network and try again"
+            f"the Hub at {plan.endpoint} cannot be reached ({short_error(exc)}) and "
+            f"{plan.repo_id} is not completely in the cache; check the network and try again"
         )
 
     with _hub_errors(plan, _NETWORK_ERRORS, unreachable):
@@ -896,63 +774,14 @@ def _hub_errors(
     except network_errors as exc:
         raise unreachable(exc) from exc
     except hf_errors.FileMetadataError as exc:
-        raise _not_a_hub(plan.endpoint, exc) from exc
+        raise not_a_hub(plan.endpoint, exc) from exc
     except hf_errors.HfHubHTTPError as exc:
-        raise _translate_hub_error(exc, plan.repo_id, plan.revision, plan.endpoint) from exc
-
-
-def _translate_hub_error(
-    exc: hf_errors.HfHubHTTPError, repo_id: str, revision: str, endpoint: str
-) -> DownloadError:
-    page = f"{endpoint}/{repo_id}"
-    status = exc.response.status_code if exc.response is not None else None
-    if isinstance(exc, hf_errors.GatedRepoError):
-        return GatedModelError(
-            f"{repo_id} is gated: open {page}, accept its licence with your Hugging Face account, "
-            "then set a read token of that account in Settings (or HF_TOKEN) and try again"
-        )
-    if isinstance(exc, hf_errors.RevisionNotFoundError):
-        return ModelNotFoundError(
-            f"{repo_id} has no revision '{revision}'; use 'main' or a branch, tag or commit "
-            f"listed on {page}"
-        )
-    if isinstance(exc, hf_errors.RepositoryNotFoundError):
-        return ModelNotFoundError(
-            f"model {repo_id} was not found on {endpoint}; check the name (organisation/model), "
-            "or, if it is private, set a token with access in Settings (or HF_TOKEN)"
-        )
-    if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
-        return ModelNotFoundError(
-            f"a file of {repo_id}@{revision} is missing on {endpoint}: {_short(exc)}"
-        )
-    if status == 401:
-        return HubAuthError(
-            "the Hugging Face token was rejected (401 invalid credentials); set a valid read "
-            "token in Settings or HF_TOKEN, or remove it to download public models"
-        )
-    if status == 403:
-        return HubAuthError(
-            f"the Hugging Face token may not read {repo_id} (403); use a token with read access "
-            "in Settings or HF_TOKEN"
-        )
-    return DownloadError(f"the Hub at {endpoint} answered {status} for {repo_id}; try again later")
-
-
-def _not_a_hub(endpoint: str, exc: BaseException) -> DownloadError:
-    return DownloadError(
-        f"{endpoint} did not answer like a Hugging Face Hub ({_short(exc)}); check HF_ENDPOINT "
-        "and any proxy or firewall in between"
-    )
+        raise hub_error(exc, plan.repo_id, plan.revision, plan.endpoint) from exc
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     return parts.scheme, (parts.hostname or "").lower(), parts.port
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _size(n_bytes: int) -> str:

@@ -25,11 +25,14 @@ model agrees within 0.03 % (AWQ Llama-3.1-8B, Mistral-Nemo, Qwen2.5-7B/32B; FP8 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from math import ceil
 from typing import Any
 
+from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown  # rules of 2026 models
+from kvpilot.core.models.params import Linear, ParamBreakdown
 from kvpilot.core.models.spec import ModelSpec, Quantization
+
+__all__ = ["Linear", "ParamBreakdown", "estimate_weight_bytes", "param_breakdown"]
 
 #: model types whose q/k/v projections carry a bias
 _QKV_BIAS_TYPES = frozenset(
@@ -43,43 +46,6 @@ _QK_NORM_TYPES = frozenset(
 _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
 
 
-@dataclass(frozen=True)
-class Linear:
-    """``count`` identical projections of ``in_features`` x ``out_features`` (quantizable)."""
-
-    in_features: int
-    out_features: int
-    count: int = 1
-    is_expert: bool = False
-
-
-@dataclass(frozen=True)
-class ParamBreakdown:
-    """Parameters of a text model split by how quantization treats them.
-
-    ``linears`` are quantizable projections; ``dense16_params`` are parameters that every method
-    keeps 16-bit (embeddings, lm_head, norms, biases, routers, attention sinks).
-    """
-
-    linears: tuple[Linear, ...]
-    dense16_params: int
-    embedding_params: int
-    lm_head_params: int
-
-    @property
-    def linear_params(self) -> int:
-        return sum(x.in_features * x.out_features * x.count for x in self.linears)
-
-    @property
-    def total_params(self) -> int:
-        return self.linear_params + self.dense16_params
-
-    def active_params(self, moe_fraction: float) -> int:
-        """Parameters used per token when experts are used with ``moe_fraction`` of their count."""
-        expert = sum(x.in_features * x.out_features * x.count for x in self.linears if x.is_expert)
-        return int(self.total_params - expert * (1.0 - moe_fraction))
-
-
 def param_breakdown(
     spec: ModelSpec, text_config: Mapping[str, Any] | None = None
 ) -> ParamBreakdown:
@@ -90,6 +56,9 @@ def param_breakdown(
     Vision encoders are not counted.
     """
     cfg: Mapping[str, Any] = text_config or {}
+    special = hybrid_breakdown(spec, cfg)
+    if special is not None:
+        return special
     mt = spec.model_type
     h = spec.hidden_size
     n_layers = spec.num_hidden_layers

@@ -71,6 +71,8 @@ class CatalogEntry:
     notes: tuple[str, ...]
     checkpoints: tuple[CatalogCheckpoint, ...]
     config: dict[str, Any]
+    #: first public release (ISO date, ``YYYY-MM`` or ``YYYY-MM-DD``; "" when not recorded)
+    release_date: str = ""
 
     @property
     def base_checkpoint(self) -> CatalogCheckpoint:
@@ -116,6 +118,7 @@ def _as_entry(raw: dict[str, Any]) -> CatalogEntry:
             notes=tuple(raw.get("notes", ())),
             checkpoints=tuple(_as_checkpoint(c, entry_id) for c in raw["checkpoints"]),
             config=dict(raw["config"]),
+            release_date=str(raw.get("release_date") or ""),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelSpecError(
@@ -181,8 +184,42 @@ def find(ref: str) -> tuple[CatalogEntry, CatalogCheckpoint] | None:
 
 
 @cache
+def _split() -> tuple[dict[str, ModelSpec], dict[str, str]]:
+    """(specs of the checkpoints kvpilot can plan, reason for each it cannot yet) by repo key.
+
+    A checkpoint cannot be planned when its architecture has no memory rule in kvpilot yet
+    (``architecture_known`` False) or its config lacks a field the planner needs: the catalog
+    may list it before the planner supports it, and the recommender then names it rejected
+    instead of ranking a guess.
+    """
+    specs: dict[str, ModelSpec] = {}
+    reasons: dict[str, str] = {}
+    for key, (entry, ckpt) in _index().items():
+        try:
+            spec = checkpoint_spec(entry, ckpt)
+        except ModelSpecError as err:
+            reasons[key] = f"kvpilot cannot plan {ckpt.repo} yet: {err.message}"
+            continue
+        if not spec.architecture_known:
+            reasons[key] = (f"kvpilot has no memory rule for {spec.architecture} yet, so "
+                            f"{ckpt.repo} is not ranked")
+            continue
+        specs[key] = spec
+    return specs, reasons
+
+
 def _spec_cache() -> dict[str, ModelSpec]:
-    return {key: checkpoint_spec(entry, ckpt) for key, (entry, ckpt) in _index().items()}
+    return _split()[0]
+
+
+def unplannable() -> tuple[tuple[str, str], ...]:
+    """(checkpoint repo, why) for each catalog checkpoint the planner cannot plan yet, in
+    catalog order."""
+    reasons = _split()[1]
+    return tuple(
+        (c.repo, reasons[c.repo.lower()])
+        for e in catalog_entries() for c in e.checkpoints if c.repo.lower() in reasons
+    )
 
 
 def get(ref: str) -> ModelSpec:
@@ -194,6 +231,9 @@ def get(ref: str) -> ModelSpec:
     spec = _spec_cache().get(ref.strip().lower())
     if spec is not None:
         return spec
+    why = _split()[1].get(ref.strip().lower())
+    if why is not None:
+        raise ModelSpecError(why, field="model")
     close = difflib.get_close_matches(
         ref, [c.repo for e in catalog_entries() for c in e.checkpoints], n=3
     )
@@ -207,6 +247,10 @@ def get(ref: str) -> ModelSpec:
 
 @cache
 def all_checkpoint_specs() -> tuple[ModelSpec, ...]:
-    """Specs of every checkpoint of every entry, in catalog order (cached after the first call)."""
+    """Specs of every checkpoint the planner can plan, in catalog order (cached after the first
+    call); :func:`unplannable` lists the others."""
     specs = _spec_cache()
-    return tuple(specs[c.repo.lower()] for e in catalog_entries() for c in e.checkpoints)
+    return tuple(
+        specs[c.repo.lower()] for e in catalog_entries() for c in e.checkpoints
+        if c.repo.lower() in specs
+    )

@@ -21,10 +21,13 @@ from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
+from kvpilot.core.models.bytemodel_hybrid import tower_params
+from kvpilot.core.models.linear_config import linear_state_from_config
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     MLA,
+    NO_CACHE,
     SLIDING_ATTENTION,
     SOURCE_ESTIMATE,
     SOURCE_FILE,
@@ -77,6 +80,21 @@ SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset(
         "Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration",
         "MllamaForConditionalGeneration",
+        # 2026 architectures (vLLM 0.2x model files: gemma4, qwen3_next, qwen3_5, nemotron_h,
+        # granitemoehybrid, llama4, glm4_moe)
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "Llama4ForCausalLM",
+        "Llama4ForConditionalGeneration",
+        "Glm4MoeForCausalLM",
+        "Glm4MoeLiteForCausalLM",  # GLM-4.7-Flash: DeepSeek-style MLA (glm4_moe_lite.py)
     }
 )
 
@@ -115,6 +133,7 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_moe": {"head_dim": 128},
     "qwen3_vl_text": {"head_dim": 128},
     "qwen3_vl_moe_text": {"head_dim": 128},
+    "gemma4_text": {"tie_word_embeddings": True},
 }
 
 #: ChatGLM (GLM-4 remote code) spells the usual fields differently
@@ -149,7 +168,11 @@ _LAYER_TYPE_VALUES = {
     "sliding": SLIDING_ATTENTION,
     "local": SLIDING_ATTENTION,
     "linear_attention": LINEAR_ATTENTION,
+    "mamba": LINEAR_ATTENTION,  # Granite 4 hybrid
 }
+
+#: Nemotron-H ``hybrid_override_pattern``: one character per layer
+_HYBRID_PATTERN_KINDS = {"M": LINEAR_ATTENTION, "*": FULL_ATTENTION, "-": NO_CACHE, "E": NO_CACHE}
 
 
 def read_json_object(path: Path, what: str = "config.json") -> dict[str, Any]:
@@ -219,6 +242,8 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
     estimate = estimate_weight_bytes(spec, spec.quantization, text_config_of(config))
     if spec.vision is not None:
         estimate += vision_weight_bytes(spec.vision)
+    else:
+        estimate += 2 * tower_params(config)  # Gemma 4 vision / audio towers (16-bit)
     return replace(
         spec,
         weights_bytes=estimate,
@@ -430,6 +455,13 @@ def spec_from_config(
         architecture_known=known,
         source=source,
         notes=tuple(notes),
+        linear_state=linear_state_from_config(text, model_type, layer_types, where),
+        global_head_dim=f.integer("global_head_dim", required=False),
+        global_kv_heads=(
+            f.integer("num_global_key_value_heads", required=False)
+            if text.get("attention_k_eq_v") else None
+        ),
+        kv_shared_layers=f.integer("num_kv_shared_layers", required=False) or 0,
         mtp_layers=_mtp_layers(text),
     )
 
@@ -471,16 +503,26 @@ def _moe(f: _Fields) -> MoE | None:
             break
     if not experts:
         return None
-    per_tok = f.integer("num_experts_per_tok", required=False) or f.integer("top_k", required=False)
+    per_tok = (
+        f.integer("num_experts_per_tok", required=False)
+        or f.integer("top_k_experts", required=False)  # Gemma 4
+        or f.integer("top_k", required=False)
+    )
     if not per_tok:
         raise ModelSpecError(
             "MoE config without num_experts_per_tok", path=f.path, field="num_experts_per_tok"
         )
+    moe_inter = f.integer("moe_intermediate_size", required=False)
+    shared = f.integer("n_shared_experts", required=False) or 0
+    shared_inter = f.integer("shared_expert_intermediate_size", required=False) or f.integer(
+        "moe_shared_expert_intermediate_size", required=False)
+    if not shared and shared_inter and moe_inter:
+        shared = max(1, round(shared_inter / moe_inter))  # Qwen3-Next / 3.5: one shared expert
     return MoE(
         num_experts=experts,
         num_experts_per_tok=per_tok,
-        moe_intermediate_size=f.integer("moe_intermediate_size", required=False),
-        num_shared_experts=f.integer("n_shared_experts", required=False) or 0,
+        moe_intermediate_size=moe_inter,
+        num_shared_experts=shared,
     )
 
 
@@ -551,7 +593,37 @@ def _layer_types(
     window = int(window_raw) if isinstance(window_raw, (int, float)) and window_raw > 0 else None
 
     explicit = text.get("layer_types")
-    if text.get("use_sliding_window") is False:
+    pattern_text = text.get("hybrid_override_pattern")
+    chunk = text.get("attention_chunk_size")
+    if isinstance(pattern_text, str) and pattern_text:
+        unknown = sorted(set(pattern_text) - set(_HYBRID_PATTERN_KINDS))
+        if unknown:
+            raise ModelSpecError(
+                f"hybrid_override_pattern has unknown layer letters {unknown} (known: M * - E)",
+                path=where, field="hybrid_override_pattern",
+            )
+        kinds = [_HYBRID_PATTERN_KINDS[c] for c in pattern_text]
+    elif model_type.startswith("llama4") and isinstance(chunk, int) and chunk > 0:
+        # vLLM's llama4.py: RoPE layers use chunked local attention (a window of one chunk),
+        # the NoPE layers (no_rope_layers[i] == 0) attend globally
+        nope = text.get("no_rope_layers")
+        interval = text.get("no_rope_layer_interval") or 4  # transformers' Llama4TextConfig
+        flags = nope if isinstance(nope, list) and len(nope) == n_layers else [
+            int((i + 1) % int(interval) != 0) for i in range(n_layers)]
+        kinds = [SLIDING_ATTENTION if flag else FULL_ATTENTION for flag in flags]
+        window = chunk
+        notes.append(
+            f"chunked local attention ({chunk:,}-token chunks) is planned as a window of one "
+            "chunk"
+        )
+    elif (text.get("full_attention_interval") and not isinstance(explicit, list)
+          and model_type.startswith(("qwen3_next", "qwen3_5"))):
+        # Qwen3-Next / 3.5 without layer_types: every interval-th layer is full attention
+        step = int(text["full_attention_interval"])
+        kinds = [
+            FULL_ATTENTION if (i + 1) % step == 0 else LINEAR_ATTENTION for i in range(n_layers)
+        ]
+    elif text.get("use_sliding_window") is False:
         # Qwen2/Qwen3: a window may be written into the config but is switched off
         kinds = [FULL_ATTENTION] * n_layers
         if isinstance(explicit, list):
@@ -559,11 +631,6 @@ def _layer_types(
             kinds = [k if k == LINEAR_ATTENTION else FULL_ATTENTION for k in parsed]
     elif isinstance(explicit, list):
         kinds = [_layer_kind(v, where) for v in explicit]
-    elif text.get("full_attention_interval") and model_type.startswith("qwen3_next"):
-        step = int(text["full_attention_interval"])
-        kinds = [
-            FULL_ATTENTION if (i + 1) % step == 0 else LINEAR_ATTENTION for i in range(n_layers)
-        ]
     elif window is None:
         kinds = [FULL_ATTENTION] * n_layers
     elif model_type.startswith("gemma3") or text.get("sliding_window_pattern"):
@@ -606,6 +673,11 @@ def _layer_types(
         window = None
     if all(k == FULL_ATTENTION for k in kinds):
         return (), None
+    if all(k in (LINEAR_ATTENTION, NO_CACHE) for k in kinds):
+        raise ModelSpecError(
+            "no attention layer in the config (a pure state-space model); kvpilot sizes hybrid "
+            "models with at least one attention layer", path=where, field="layer_types",
+        )
     return tuple(kinds), window
 
 

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 LINEAR_ATTENTION = "linear_attention"  # Mamba / GDN style state layers (no per-token KV)
+NO_CACHE = "no_cache"  # layers without attention or state (Nemotron-H MLP / MoE-only layers)
+
+#: recurrent-state families of linear-attention layers (vLLM's MambaStateShapeCalculator)
+GATED_DELTA_NET = "gated_delta_net"  # Qwen3-Next, Qwen3.5 / 3.6
+MAMBA2 = "mamba2"  # Nemotron-H, Granite 4 hybrid
 
 #: where a number came from, for the "why" of every figure in the GUI
 SOURCE_FILE = "file"  # measured from files on disk (config.json, safetensors headers)
@@ -58,6 +63,50 @@ class MLA:
 
     kv_lora_rank: int
     qk_rope_head_dim: int
+
+
+@dataclass(frozen=True)
+class LinearState:
+    """The per-sequence state of one linear-attention layer, as vLLM's ``MambaSpec`` sizes it.
+
+    Two tensors per layer and sequence (``mamba_utils.MambaStateShapeCalculator``): a
+    convolution state of ``conv_dim x (conv_kernel - 1)`` values in the model dtype and a
+    temporal (SSM) state of ``temporal_heads x temporal_head_dim x temporal_state_dim`` values in
+    ``ssm_dtype`` (None: the model dtype). ``conv_dim`` and ``temporal_heads`` are split over
+    tensor-parallel ranks.
+
+    Attributes:
+        family: :data:`GATED_DELTA_NET` or :data:`MAMBA2`.
+        conv_dim: channels of the convolution state (whole model, before the TP split).
+        conv_kernel: convolution width (the state keeps ``conv_kernel - 1`` steps).
+        temporal_heads, temporal_head_dim, temporal_state_dim: shape of the SSM state.
+        ssm_dtype: dtype name of the SSM state (``float32`` where the config or vLLM sets it).
+        n_groups: Mamba2 B/C groups (vLLM widens them to a multiple of the TP size).
+        state_size: Mamba2 ``ssm_state_size`` (sizes the extra groups' conv channels).
+        chunk_size: Mamba2 scan chunk (``chunk_size``; 0 when the config has none).
+    """
+
+    family: str
+    conv_dim: int
+    conv_kernel: int
+    temporal_heads: int
+    temporal_head_dim: int
+    temporal_state_dim: int
+    ssm_dtype: str | None = None
+    n_groups: int = 0
+    state_size: int = 0
+    chunk_size: int = 0
+
+    def page_bytes(self, model_elem_bytes: int, ssm_elem_bytes: int, tp: int = 1) -> int:
+        """Bytes of one sequence's state in one layer on one rank (before page padding)."""
+        conv_dim = self.conv_dim
+        if self.family == MAMBA2 and self.n_groups and tp > 1 and self.n_groups % tp:
+            extra = tp - self.n_groups  # vLLM's extra_groups_for_head_shards for n_groups < tp
+            conv_dim += 2 * max(0, extra) * self.state_size
+        conv = conv_dim // tp * (self.conv_kernel - 1) * model_elem_bytes
+        temporal = (self.temporal_heads // tp * self.temporal_head_dim
+                    * self.temporal_state_dim * ssm_elem_bytes)
+        return conv + temporal
 
 
 @dataclass(frozen=True)
@@ -136,6 +185,11 @@ class ModelSpec:
             follows the generic decoder model (every figure is then an estimate).
         source: where the spec was read (path, ``hub:repo@rev``, ``catalog:id``).
         notes: free-form caveats (unverified values, assumptions) to show the user.
+        linear_state: the recurrent state of the ``linear_attention`` layers (None: none).
+        global_head_dim, global_kv_heads: head size and KV heads of the full-attention layers
+            where they differ from the sliding ones (Gemma 4; None: the same).
+        kv_shared_layers: the last N layers reuse an earlier layer's KV and allocate none
+            (Gemma 4 E2B / E4B ``num_kv_shared_layers``).
     """
 
     model_id: str
@@ -164,6 +218,10 @@ class ModelSpec:
     architecture_known: bool = True
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    linear_state: LinearState | None = None
+    global_head_dim: int | None = None
+    global_kv_heads: int | None = None
+    kv_shared_layers: int = 0
     #: multi-token-prediction layers in the checkpoint (``num_nextn_predict_layers`` or
     #: ``mtp_num_hidden_layers``): what ``--speculative-config '{"method": "mtp"}'`` loads
     mtp_layers: int = 0

@@ -39,6 +39,9 @@ VISION_ARCHITECTURES: Mapping[str, str] = {
     "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
     "Qwen3VLForConditionalGeneration": "qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl",
+    # vLLM's qwen3_5.py builds the Qwen3-VL vision transformer and processing info
+    "Qwen3_5ForConditionalGeneration": "qwen3_vl",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_vl",
     "Gemma3ForConditionalGeneration": "gemma3",
     "Mistral3ForConditionalGeneration": "mistral3",
     "LlavaForConditionalGeneration": "llava",

@@ -117,6 +117,18 @@ def _kv_tokens_too_few(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     )
 
 
+def _mamba_blocks(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
+    """vLLM 0.20+: a hybrid linear-attention model has fewer pool blocks than sequences."""
+    seqs, blocks = int(m[1]), int(m[2])
+    return Failure(
+        fk.MAMBA_CACHE_BLOCKS,
+        f"--max-num-seqs {seqs} is more than the {blocks} blocks of the KV pool; each decoding "
+        f"sequence of this hybrid model needs one block for its linear-attention state, so at "
+        f"most {blocks} sequences can start.",
+        details={"max_num_seqs": seqs, "num_blocks": blocks},
+    )
+
+
 def _negative_budget(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     """vLLM's KV budget came out negative (weights + activations + other tenants > budget)."""
     available = gib_to_bytes(m[1])
@@ -550,6 +562,17 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
         ("model weights take 20.51GiB; non_torch_memory takes 0.28GiB; PyTorch activation peak "
          "memory takes 1.16GiB; the rest of the memory reserved for KV Cache is -0.65GiB.",
          "composed from the vLLM 0.6.6 format string"),
+    ),
+    _fail(
+        fk.MAMBA_CACHE_BLOCKS, "0.20.0", None,
+        r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)",
+        _mamba_blocks,
+        ("(EngineCore pid=4188) ERROR 11-29 10:31:07 [core.py:1584] ValueError: max_num_seqs "
+         "(256) exceeds available Mamba cache blocks (143). Each decode sequence requires one "
+         "Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs "
+         "to at most 143 or increase gpu_memory_utilization.",
+         "composed from the vLLM 0.20.0 / 0.21.0 format string (config/compilation.py)"),
+        note="FULL decode CUDA graphs only (eager and PIECEWISE skip the check)",
     ),
     _fail(
         fk.NO_KV_MEMORY, "0.6.0", None, r"No available memory for the cache blocks", _no_kv,

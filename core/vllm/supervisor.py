@@ -25,11 +25,10 @@ import logging
 import logging.handlers
 import os
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -38,16 +37,10 @@ import psutil
 
 from kvpilot.core import failures
 from kvpilot.core.background import notify
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.measurements import (
-    SOURCE_LAUNCH,
-    MeasurementKey,
-    MeasurementStore,
-    ReportedCapacity,
-    measured_from_reported,
-)
-from kvpilot.core.vllm import logparse
+from kvpilot.core.measurements import ReportedCapacity
+from kvpilot.core.vllm import health, logparse, output_lines
 from kvpilot.core.vllm.command import SECRET_ENV, LaunchCommand, LaunchSpec, build_command
+from kvpilot.core.vllm.launch_log import LaunchLog
 from kvpilot.core.vllm.orphans import (
     ServerRecord,
     pidfile_path,
@@ -55,7 +48,20 @@ from kvpilot.core.vllm.orphans import (
     write_pidfile,
 )
 from kvpilot.core.vllm.proctree import StopReport, alive, descendants, stop_tree
-from kvpilot.core.vllm.versions import supports
+from kvpilot.core.vllm.states import (
+    FAILED,
+    READY,
+    STARTING,
+    STOPPED,
+    STOPPING,
+    TERMINAL_STATES,
+    CapacityUpdatedEvent,
+    LogLineEvent,
+    StateEvent,
+    SupervisorEvent,
+    SupervisorState,
+    iter_states,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -63,111 +69,25 @@ if TYPE_CHECKING:
     from kvpilot.core.vllm.orphans import OrphanServer
     from kvpilot.core.vllm.runtime import VllmRuntime
 
+#: the states and events live in :mod:`kvpilot.core.vllm.states`; listeners may name them here
+__all__ = [
+    "FAILED", "READY", "STARTING", "STOPPED", "STOPPING", "TERMINAL_STATES",
+    "CapacityUpdatedEvent", "LogLineEvent", "StateEvent", "Supervisor", "SupervisorEvent",
+    "SupervisorState", "iter_states",
+]
+
 log = logging.getLogger(__name__)
 
-# states
-STARTING = "starting"
-READY = "ready"
-STOPPING = "stopping"
-STOPPED = "stopped"
-FAILED = "failed"
-TERMINAL_STATES = (STOPPED, FAILED)
 
-#: longest output line kept whole (characters); the rest of a longer line is cut and counted
-MAX_LINE_CHARS = 64 * 1024
+
 #: events kept by :meth:`Supervisor.events` (output lines are in :meth:`Supervisor.lines`)
 MAX_EVENTS = 10_000
 
-@dataclass(frozen=True)
-class StateEvent:
-    """The supervisor entered ``state``.
-
-    ``at_s`` is wall time (``time.time()``), ``monotonic_s`` the monotonic clock (for latency
-    measurements); ``failure`` is set for ``failed``; ``phase`` is the last known start-up phase.
-    """
-
-    state: str
-    previous: str | None
-    at_s: float
-    monotonic_s: float
-    phase: str | None = None
-    failure: failures.Failure | None = None
-    returncode: int | None = None
-
-
-@dataclass(frozen=True)
-class LogLineEvent:
-    """One line of vLLM output (API key redacted). ``stream`` is ``stdout`` or ``stderr``."""
-
-    stream: str
-    line: str
-    at_s: float
-
-
-@dataclass(frozen=True)
-class CapacityUpdatedEvent:
-    """The merged :class:`ReportedCapacity` changed (after a log line or a /metrics read)."""
-
-    capacity: ReportedCapacity
-    source: str
-
-
-SupervisorEvent = Any  # StateEvent | LogLineEvent | CapacityUpdatedEvent | logparse events
 
 
 def _client_host(host: str) -> str:
     host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     return f"[{host}]" if ":" in host else host
-
-
-class _LaunchLogHandler(logging.handlers.RotatingFileHandler):
-    """A rotating file handler that reports a failed write (a full disk) once, not per line."""
-
-    failure: str | None = None
-
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: ARG002 - logging override
-        if self.failure is None:
-            exc = sys.exc_info()[1]
-            self.failure = str(exc) if exc is not None else "unknown error"
-            log.warning(
-                "the launch log %s cannot be written (%s); vLLM's latest lines are still kept "
-                "in memory; free some disk space",
-                self.baseFilename,
-                self.failure,
-            )
-
-
-class _LaunchLog:
-    """A rotating log file for one launch, plus pruning of old launches' files."""
-
-    def __init__(
-        self, folder: Path, stem: str, *, max_bytes: int, backups: int, keep_launches: int
-    ) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"{stem}.log"
-        self._logger = logging.Logger(f"kvpilot.launch.{stem}")
-        self._logger.propagate = False
-        handler = _LaunchLogHandler(
-            self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
-        )
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        self._handler = handler
-        self._logger.addHandler(handler)
-        self._prune(folder, keep_launches)
-
-    def _prune(self, folder: Path, keep: int) -> None:
-        launches = sorted(p for p in folder.glob("*.log") if p != self.path)
-        for old in launches[: max(0, len(launches) - (keep - 1))]:
-            for f in folder.glob(old.name + "*"):
-                with contextlib.suppress(OSError):
-                    f.unlink()
-
-    def write(self, line: str) -> None:
-        self._logger.info(line)
-
-    def close(self) -> None:
-        self._handler.close()
-        self._logger.removeHandler(self._handler)
 
 
 class Supervisor:
@@ -185,7 +105,10 @@ class Supervisor:
         ready_timeout_s: give up (failed ``startup_timeout``) when not ready by then; None = never.
         gpu_pids_check: returns the pids that currently hold GPU memory (NVML), so that a stop can
             confirm none of ours is left; None on machines without a GPU.
-        measurements: ``(store, key)``: record the reported capacity when the server is ready.
+        on_ready_capacity: called once the server is ready with what vLLM reported
+            (:class:`ReportedCapacity`) and the start-up time (s, None when unknown), from a
+            supervisor thread; :func:`kvpilot.core.measurements.launch_recorder` stores it under
+            the plan's key. Whatever it raises is logged and goes no further.
         buffer_lines: lines kept in memory (:meth:`lines`).
         keep_launches: launch log files kept in ``<data_dir>/logs``.
         settle_s: seconds to wait after the first failure line for a more specific one.
@@ -207,7 +130,7 @@ class Supervisor:
         ready_health_interval_s: float = 0.5,
         ready_timeout_s: float | None = None,
         gpu_pids_check: Callable[[], set[int]] | None = None,
-        measurements: tuple[MeasurementStore, MeasurementKey] | None = None,
+        on_ready_capacity: Callable[[ReportedCapacity, float | None], None] | None = None,
         buffer_lines: int = 5000,
         keep_launches: int = 20,
         log_max_bytes: int = 20 << 20,
@@ -224,12 +147,11 @@ class Supervisor:
         self.ready_health_interval_s = ready_health_interval_s
         self.ready_timeout_s = ready_timeout_s
         self.gpu_pids_check = gpu_pids_check
-        self.measurements = measurements
+        self.on_ready_capacity = on_ready_capacity
         self.settle_s = settle_s
         self.check_flags = check_flags
         self.exit_grace_s = exit_grace_s
         self.hung_after_s = hung_after_s
-        self._unanswered_since: float | None = None
         self._keep_launches = keep_launches
         self._log_max_bytes = log_max_bytes
 
@@ -241,7 +163,7 @@ class Supervisor:
         self._scanner = logparse.LogScanner(
             version=getattr(runtime, "version", None), port=getattr(spec, "port", None)
         )
-        self._state: str | None = None
+        self._state: SupervisorState | None = None
         self._phase: str | None = None
         self._failure: failures.Failure | None = None
         self._pending_failures: list[failures.Failure] = []
@@ -261,7 +183,7 @@ class Supervisor:
         self._create_times: dict[int, float] = {}
         self._known_pids: set[int] = set()
         self._threads: list[threading.Thread] = []
-        self._launch_log: _LaunchLog | None = None
+        self._launch_log: LaunchLog | None = None
         self._pidfile: Path | None = None
         self._secret: str | None = None
         self._secrets: tuple[str, ...] = ()
@@ -277,7 +199,7 @@ class Supervisor:
 
     # ----------------------------------------------------------------- public properties
     @property
-    def state(self) -> str | None:
+    def state(self) -> SupervisorState | None:
         """Current state (None before :meth:`start`)."""
         return self._state
 
@@ -390,7 +312,7 @@ class Supervisor:
         )
         self._redacted_argv = tuple(cmd.display_argv)
         stem = f"{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}-{self._port}"
-        self._launch_log = _LaunchLog(
+        self._launch_log = LaunchLog(
             self.data_dir / "logs",
             stem,
             max_bytes=self._log_max_bytes,
@@ -471,7 +393,9 @@ class Supervisor:
         sup._spawn(sup._monitor, name="vllm-monitor")
         return sup
 
-    def wait_for(self, states: tuple[str, ...], timeout_s: float | None = None) -> str | None:
+    def wait_for(
+        self, states: tuple[SupervisorState, ...], timeout_s: float | None = None
+    ) -> SupervisorState | None:
         """Block until the state is one of ``states`` (or terminal); returns the state reached."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._changed:
@@ -552,7 +476,7 @@ class Supervisor:
         if self._on_event is not None:
             notify(log, "on_event listener", self._on_event, event)
 
-    def _set_state(self, state: str, failure: failures.Failure | None = None) -> None:
+    def _set_state(self, state: SupervisorState, failure: failures.Failure | None = None) -> None:
         with self._changed:
             previous = self._state
             if previous == state:
@@ -600,35 +524,11 @@ class Supervisor:
         return line
 
     def _read_stream(self, stream: IO[bytes], name: str) -> None:
-        # read at most MAX_LINE_CHARS bytes at a time: one huge line never sits in memory whole
-        kept: str | None = None  # the first piece of the line being read
-        cut = 0  # bytes of that line dropped after the first piece
-        try:
-            for raw in iter(lambda: stream.readline(MAX_LINE_CHARS), b""):
-                if kept is None:
-                    kept = raw.decode("utf-8", "replace").rstrip("\r\n")
-                else:
-                    cut += len(raw.rstrip(b"\r\n"))
-                if raw.endswith(b"\n"):
-                    self._handle_line(_with_cut(kept, cut), name)
-                    kept, cut = None, 0
-            if kept is not None:
-                self._handle_line(_with_cut(kept, cut), name)
-        except (OSError, ValueError):
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                stream.close()
+        output_lines.read_lines(stream, lambda line: self._handle_line(line, name))
 
     def _tail_file(self, path: Path) -> None:
-        with path.open("r", encoding="utf-8", errors="replace") as fh:
-            fh.seek(0, os.SEEK_END)
-            while self._state not in TERMINAL_STATES:
-                line = fh.readline()
-                if not line:
-                    time.sleep(0.25)
-                    continue
-                self._handle_line(line.rstrip("\r\n"), "log")
+        output_lines.tail_lines(path, lambda line: self._handle_line(line, "log"),
+                                running=lambda: self._state not in TERMINAL_STATES)
 
     def _handle_line(self, line: str, stream: str) -> None:
         line = self._redact(line)
@@ -778,6 +678,7 @@ class Supervisor:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         timeout = httpx.Timeout(2.0, connect=0.5)
         last_tree_scan = 0.0
+        watch = health.HealthWatch(self.hung_after_s)
         with httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers) as client:
             while True:
                 state = self._state
@@ -806,7 +707,7 @@ class Supervisor:
                     last_tree_scan = now
                 # 4. HTTP
                 if state == STARTING:
-                    if self._probe_ready(client):
+                    if health.serves_model(client, self._model_name):
                         with self._lock:
                             self._scanner.mark_ready()
                         self._set_state(READY)
@@ -825,7 +726,7 @@ class Supervisor:
                         )
                         return
                 elif state == READY:
-                    dead = self._probe_dead(client)
+                    dead = watch.check(client, self._leader_exited)
                     if dead is not None and not self._stop_requested:
                         if self._leader_exited():  # the exit (status, signal) says more
                             self._on_exit(state)
@@ -839,86 +740,21 @@ class Supervisor:
                 if self._wake.wait(wait):
                     self._wake.clear()
 
-    def _probe_ready(self, client: httpx.Client) -> bool:
-        import httpx
-
-        try:
-            r = client.get("/health")
-            if r.status_code != 200:
-                return False
-            m = client.get("/v1/models")
-            if m.status_code != 200:
-                return False
-            ids = [str(d.get("id")) for d in m.json().get("data", [])]
-        except (httpx.HTTPError, ValueError):
-            return False
-        return self._model_name in ids or (not self._model_name and bool(ids))
-
-    def _probe_dead(self, client: httpx.Client) -> tuple[str, str] | None:
-        """(failure kind, message) when the ready server is dead or hung, else None."""
-        import httpx
-
-        sent = time.monotonic()
-        try:
-            r = client.get("/health")
-        except httpx.ConnectError:
-            return (
-                failures.ENGINE_DIED,
-                "the server stopped accepting connections after it was ready",
-            )
-        except httpx.HTTPError:
-            # slow under load is not dead; alive but silent for hung_after_s is hung
-            now = time.monotonic()
-            if self._unanswered_since is None:
-                self._unanswered_since = sent  # silent since the unanswered request went out
-            silent = now - self._unanswered_since
-            if silent >= self.hung_after_s and not self._leader_exited():
-                return (
-                    failures.SERVER_HUNG,
-                    f"vLLM has not answered /health for {silent:.0f} s although its process is "
-                    "alive (hung or stopped); kvpilot stopped it: start it again",
-                )
-            return None
-        self._unanswered_since = None
-        if r.status_code == 503:
-            return (
-                failures.ENGINE_DIED,
-                "the engine died after the server was ready (/health answered 503)",
-            )
-        return None
-
     def _after_ready(self, client: httpx.Client) -> None:
-        import httpx
-
-        from kvpilot.core.vllm import metrics
-
-        if supports("cache_config_info_metric", self._version):
-            with contextlib.suppress(httpx.HTTPError, metrics.ScrapeError):
-                r = client.get("/metrics")
-                if r.status_code == 200:
-                    sample = metrics.parse_metrics(r.text, time.monotonic())
-                    self._merge_capacity("metrics", sample.cache_config_capacity())
+        figures = health.cache_capacity_from_metrics(client, self._version)
+        if figures is not None:
+            self._merge_capacity("metrics", figures)
         self._post_ready.set()
-        self._record_measurement()
+        if self.on_ready_capacity is not None and not self._capacity.empty:
+            startup = (
+                None
+                if self._ready_at is None or self._started_mono is None
+                else self._ready_at - self._started_mono
+            )
+            notify(log, "on_ready_capacity listener", self.on_ready_capacity, self._capacity,
+                   startup)
 
-    def _record_measurement(self) -> None:
-        if self.measurements is None or self._capacity.empty:
-            return
-        store, key = self.measurements
-        cap = self._capacity
-        startup = (
-            None
-            if self._ready_at is None or self._started_mono is None
-            else self._ready_at - self._started_mono
-        )
-        try:
-            store.record(key, measured_from_reported(cap, SOURCE_LAUNCH, startup_s=startup))
-        except KvpilotError as exc:  # a full disk, a damaged file: say so, go on serving
-            log.warning("the measured capacity was not recorded: %s", exc.message)
-        except Exception:  # never let bookkeeping break supervision
-            log.exception("could not record the measured capacity")
-
-    def _on_exit(self, state: str | None) -> None:
+    def _on_exit(self, state: SupervisorState | None) -> None:
         rc = self._returncode
         # give the readers a moment to deliver the last lines before classifying (a child that
         # outlived the leader keeps the pipes open: never wait for their end of file)
@@ -957,16 +793,5 @@ def _self_ct() -> float:
         return 0.0
 
 
-def _with_cut(line: str, cut: int) -> str:
-    return f"{line} … [{cut:,} more bytes of this line not shown]" if cut else line
-
-
 def _failure(kind: str, message: str) -> failures.Failure:
     return failures.Failure(kind=kind, message=message)
-
-
-def iter_states(events: list[SupervisorEvent]) -> Iterator[str]:
-    """The sequence of states in an event list."""
-    for ev in events:
-        if isinstance(ev, StateEvent):
-            yield ev.state

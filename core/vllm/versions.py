@@ -142,6 +142,29 @@ FEATURES: dict[str, Feature] = {
                 "engine/arg_utils.py: gpu_memory_utilization default 0.92 (0.9 before)"),
         Feature("max_model_len_auto", "0.14.0",
                 "config: --max-model-len auto / -1 fits the context to memory"),
+        Feature("kv_group_padding_1_25", "0.13.0",
+                "v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: group size "
+                "= the largest kind's layer count when under 1.25 x the smallest (padding "
+                "layers); absent from the 0.10.2 wheel (0.11 / 0.12 not checked)",
+                until="0.19.0"),
+        Feature("kv_group_padding_1_5", "0.19.0",
+                "v1/core/kv_cache_utils.py: the same rule with 1.5 x (0.19.0, 0.20.0, 0.21.0 "
+                "wheels)"),
+        Feature("mamba_cache_all_mode", "0.16.0",
+                "model_executor/models/config.py MambaModelConfig: prefix caching on a model "
+                "with Mamba prefix-caching support sets mamba_cache_mode 'all' (blocks a "
+                "multiple of the Mamba chunk, one state block per block); seen in the 0.16.0 and "
+                "0.21.0 wheels, the 0.33.0 wheel has only 'align' and 'none'",
+                until="0.33.0", until_exact=False),
+        Feature("kv_tokens_from_concurrency", "0.21.0",
+                "v1/core/kv_cache_utils.py _report_kv_cache_config: 'GPU KV cache size' = "
+                "int(max concurrency x max_model_len); 0.10.2 to 0.20.0 print num_blocks // "
+                "groups x the smallest block size (checked in the 0.10.2, 0.13.0, 0.16.0, "
+                "0.19.0 and 0.20.0 wheels)"),
+        Feature("mamba_blocks_check", "0.20.0",
+                "config/compilation.py: with FULL decode CUDA graphs a model with Mamba / "
+                "linear-attention layers fails start-up when max_num_seqs > the pool's blocks "
+                "('exceeds available Mamba cache blocks'; absent from the 0.19.0 wheel)"),
         Feature("cudagraph_in_budget", "0.20.0",
                 "v1/worker/gpu_worker.py determine_available_memory subtracts the CUDA-graph "
                 "estimate before the KV cache"),

@@ -17,6 +17,7 @@ widgets with what comes back, on the GUI thread. None computes what the core dec
 - :mod:`.attach`: watching a server kvpilot did not start.
 - :mod:`.benchmark`: the load test of the running or watched server.
 - :mod:`.orphans`: a server an earlier kvpilot left running (keep it or stop it).
+- :mod:`.chat`: the Chat tab: streamed replies from the running or watched server.
 
 Heavy core modules (fit engine, log parser, supervisor, HTTP) are imported inside the functions
 that use them, so that importing the window stays cheap before its first paint.

@@ -21,10 +21,11 @@ from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
+    from kvpilot.core.fit.goal import Goal
     from kvpilot.gui.controllers.gpus import GpuController
     from kvpilot.gui.controllers.profiles import ProfileController
     from kvpilot.gui.controllers.runtimes import RuntimeController
-    from kvpilot.gui.records import Goal, PlanResult, PlanRow
+    from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
     from kvpilot.gui.window_widgets import WindowWidgets
 
 log = logging.getLogger("kvpilot.gui")
@@ -49,8 +50,8 @@ class PlannerController(Controller):
         self.profiles = profiles
         self.plan_generation = 0
 
-    def on_goal_changed(self, goal: Goal) -> None:
-        self.profiles.remember_goal(goal)
+    def on_goal_changed(self, request: PlanRequest) -> None:
+        self.profiles.remember_goal(request)
         self.replan()
 
     def replan(self) -> None:
@@ -59,15 +60,15 @@ class PlannerController(Controller):
         target = self.gpus.target
         if target is None:
             return
-        goal = window.planner.goal()
+        request = window.planner.request()
         runtime = self.runtimes.runtime
         if runtime is not None:
-            goal = replace(goal, vllm_version=runtime.version)
+            request = replace(request, goal=replace(request.goal, vllm_version=runtime.version))
         self.plan_generation += 1
         gen = self.plan_generation
         window.planner.set_status("planning…")
         run_in_pool(
-            lambda: self.services.plan(target, goal),
+            lambda: self.services.plan(target, request),
             lambda res: self._on_plans(gen, res),
             lambda exc: self._on_plan_error(gen, exc),
         )
@@ -98,7 +99,7 @@ class PlannerController(Controller):
             window.planner.clear_feasibility("select a plan to see what else fits")
             return
         inputs = row.inputs
-        goal = window.planner.goal()
+        goal = window.planner.request().goal
         gen = self.plan_generation
         run_in_pool(
             lambda: self.services.feasibility(inputs, CHART_CONTEXTS),

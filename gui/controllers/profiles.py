@@ -11,74 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvpilot.core import settings as st
 from kvpilot.core.errors import KvpilotError
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.controllers.runtimes import RuntimeController, home_relative
-from kvpilot.gui.records import Goal
+from kvpilot.gui.records import PlanRequest
 
 if TYPE_CHECKING:
     from kvpilot.gui.settings_dialog import SettingsDialog
     from kvpilot.gui.window_widgets import WindowWidgets
 
 
-def goal_of(profile: st.Profile) -> Goal:
-    """The planner goal a profile stores."""
-    plan = profile.plan
-    return Goal(
-        use_case=plan.use_case,
-        context_tokens=plan.max_model_len or st.DEFAULT_CONTEXT_TOKENS,
-        users=plan.max_num_seqs or st.DEFAULT_USERS,
-        allow_4bit=plan.allow_4bit,
-        kv_cache_dtype=plan.kv_cache_dtype,
-        gpu_memory_utilization=plan.gpu_memory_utilization,
-        enforce_eager=plan.enforce_eager,
-        model_ref=profile.model_ref,
-        **adapter_goal_fields(plan),
-    )
+def request_of(profile: st.Profile) -> PlanRequest:
+    """What the planner is asked for a profile: its goal, fixed settings and model."""
+    return PlanRequest(profile.goal, profile.plan, profile.model_ref)
 
 
-def with_goal(profile: st.Profile, goal: Goal) -> st.Profile:
-    """``profile`` storing ``goal``."""
-    plan = replace(
-        profile.plan,
-        use_case=goal.use_case,
-        max_model_len=goal.context_tokens,
-        max_num_seqs=goal.users,
-        kv_cache_dtype=goal.kv_cache_dtype,
-        gpu_memory_utilization=goal.gpu_memory_utilization,
-        enforce_eager=goal.enforce_eager,
-        allow_4bit=goal.allow_4bit,
-        enable_lora=False, max_loras=None, max_lora_rank=None,
-        # a drafter the planner's inputs do not offer (set on the command line) is kept
-        speculative_config=None if "speculative_method" in adapter_goal_fields(profile.plan)
-        or goal.speculative_method else profile.plan.speculative_config,
-    )
-    plan = replace(plan, **goal.adapter_settings())
-    return replace(profile, plan=plan, model_ref=goal.model_ref)
-
-
-def adapter_goal_fields(plan: st.PlanSettings) -> dict[str, Any]:
-    """The planner's LoRA and drafter inputs for the settings a profile stores (a drafter the
-    inputs do not offer shows as off)."""
-    import json
-
-    fields: dict[str, Any] = {}
-    if plan.enable_lora:
-        fields["lora_slots"] = plan.max_loras or 1
-        fields["lora_rank"] = plan.max_lora_rank or 16
-    if plan.speculative_config:
-        try:
-            config = json.loads(plan.speculative_config)
-        except json.JSONDecodeError:
-            config = None
-        if isinstance(config, dict) and config.get("method") in ("ngram", "mtp"):
-            fields["speculative_method"] = config["method"]
-            tokens = config.get("num_speculative_tokens")
-            fields["speculative_tokens"] = tokens if isinstance(tokens, int) and tokens > 0 else 1
-    return fields
+def with_request(profile: st.Profile, request: PlanRequest) -> st.Profile:
+    """``profile`` storing the planner's ``request`` (the goal without the release planned
+    for, which follows the runtime)."""
+    goal = replace(request.goal, vllm_version=profile.goal.vllm_version,
+                   model_filter=profile.goal.model_filter)
+    return replace(profile, goal=goal, plan=request.pinned, model_ref=request.model_ref)
 
 
 class ProfileController(Controller):
@@ -101,7 +57,7 @@ class ProfileController(Controller):
         combo.addItems(list(window.settings.names))
         combo.setCurrentText(p.name)
         combo.blockSignals(False)
-        window.planner.set_goal(goal_of(p))
+        window.planner.set_request(request_of(p))
         if not initial:
             from PySide6.QtWidgets import QApplication
 
@@ -163,11 +119,12 @@ class ProfileController(Controller):
         except KvpilotError as exc:
             self.show_notice(f"Settings not saved: {exc.message}")
 
-    def remember_goal(self, goal: Goal) -> None:
-        """Store an edited goal in the active profile (saved when it changed)."""
+    def remember_goal(self, request: PlanRequest) -> None:
+        """Store an edited goal (and fixed settings, model) in the active profile (saved when
+        it changed)."""
         window = self.window
         p = window.profile
-        new = with_goal(p, goal)
+        new = with_request(p, request)
         if new == p:
             return
         try:

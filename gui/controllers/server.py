@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.fit.plan import Verdict
+from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool, run_in_thread
@@ -117,7 +119,7 @@ class ServerController(Controller):
         window.banner.setVisible(False)
         window.log_view.clear()
         self.started_by_us = True
-        window.server_panel.show_state("starting", model=request.model)
+        window.server_panel.show_state(SupervisorState.STARTING, model=request.model)
         window.server_panel.show_capacity(self._predicted_tokens(), None)
         inputs = request.inputs
         # a download of the model may come first and take minutes: its own thread, not the pool
@@ -134,11 +136,11 @@ class ServerController(Controller):
         self.window.log_view.clear()
         self.started_by_us = True  # its pidfile is ours now: closing asks and stops it
         self.current_request = None
-        self.window.server_panel.show_state("starting", model=model)
+        self.window.server_panel.show_state(SupervisorState.STARTING, model=model)
 
     def _predicted_tokens(self) -> int | None:
         cap = self._predicted
-        if cap is None or cap.verdict == "does_not_fit":
+        if cap is None or cap.verdict is Verdict.DOES_NOT_FIT:
             return None
         return int(cap.kv_cache_tokens)
 
@@ -151,7 +153,7 @@ class ServerController(Controller):
         message = str(exc)
         if not isinstance(exc, KvpilotError):
             log.error("server start failed", exc_info=exc)
-        self.window.server_panel.show_state("failed", detail=message)
+        self.window.server_panel.show_state(SupervisorState.FAILED, detail=message)
         if isinstance(exc, StartupRefusedError) and self.current_request is not None:
             # not launched: the free memory now is below what the plan requests; the
             # fallbacks start from the fresh reading
@@ -171,7 +173,7 @@ class ServerController(Controller):
                 then()
             return False
         self._stop_in_flight = True
-        self.window.server_panel.show_state("stopping")
+        self.window.server_panel.show_state(SupervisorState.STOPPING)
 
         def done(_: object = None) -> None:
             self._stop_in_flight = False
@@ -247,7 +249,9 @@ class ServerController(Controller):
         sup = self.services.supervisor
         model = sup.model_name if sup is not None else ""
         if ev.state == sv.READY and sup is not None:
-            window.server_panel.show_state(sv.READY, model=model, endpoint=f"{sup.base_url}/v1")
+            window.server_panel.show_state(
+                SupervisorState.READY, model=model, endpoint=f"{sup.base_url}/v1"
+            )
             pids = sup.tree_pids()
             self.services.telemetry.set_vllm_pids(pids)
             window.gpu_panel.set_server(pids, self._reported)
@@ -256,12 +260,12 @@ class ServerController(Controller):
             window.tabs.setCurrentWidget(window.dashboard)
         elif ev.state == sv.FAILED:
             self.services.stop_metrics()
-            window.server_panel.show_state(sv.FAILED, model=model)
+            window.server_panel.show_state(SupervisorState.FAILED, model=model)
             window.gpu_panel.set_server((), None)
             self.failed(ev.failure, ev.previous == sv.READY)
         elif ev.state == sv.STOPPED:
             self.services.stop_metrics()
-            window.server_panel.show_state(sv.STOPPED, model=model)
+            window.server_panel.show_state(SupervisorState.STOPPED, model=model)
             window.gpu_panel.set_server((), None)
         else:
             window.server_panel.show_state(ev.state, model=model)

@@ -6,10 +6,14 @@ The widgets only read and show values; the settings they mean come from
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QSpinBox, QWidget
 
+from kvpilot.core.fit.adapters import adapter_settings, planner_adapters
 from kvpilot.core.fit.lora import ALLOWED_RANKS, DEFAULT_MAX_LORA_RANK
+from kvpilot.core.fit.plan import ServingSettings
 
 
 class AdapterInputs(QObject):
@@ -19,6 +23,7 @@ class AdapterInputs(QObject):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._other_speculative: str | None = None
         self.lora_slots = QSpinBox()
         self.lora_slots.setObjectName("loraSlots")
         self.lora_slots.setRange(0, 64)
@@ -67,14 +72,25 @@ class AdapterInputs(QObject):
         return (self.lora_slots.value(), int(rank) if rank else DEFAULT_MAX_LORA_RANK,
                 str(self.drafter.currentData() or ""), self.draft_tokens.value())
 
-    def set_values(self, slots: int, rank: int, method: str, tokens: int) -> None:
-        """Show these values (no ``changed`` is emitted by the caller's suppression)."""
-        self.lora_slots.setValue(max(0, slots))
-        i = self.lora_rank.findData(rank)
+    def settings(self) -> dict[str, Any]:
+        """The serving settings these inputs mean (a drafter they do not offer, shown to them
+        by :meth:`show_settings`, is kept while the drafter is off)."""
+        slots, rank, method, tokens = self.values()
+        values = adapter_settings(lora_slots=slots, lora_rank=rank, speculative_method=method,
+                                  speculative_tokens=tokens)
+        if not method and self._other_speculative:
+            values["speculative_config"] = self._other_speculative
+        return values
+
+    def show_settings(self, settings: ServingSettings) -> None:
+        """Show what ``settings`` fix (the caller suppresses the change signal)."""
+        shown = planner_adapters(settings)
+        self._other_speculative = shown.other_speculative_config
+        self.lora_slots.setValue(shown.lora_slots)
+        i = self.lora_rank.findData(shown.lora_rank)
         self.lora_rank.setCurrentIndex(i if i >= 0 else ALLOWED_RANKS.index(DEFAULT_MAX_LORA_RANK))
-        j = self.drafter.findData(method)
-        self.drafter.setCurrentIndex(max(0, j))
-        self.draft_tokens.setValue(max(1, tokens))
+        self.drafter.setCurrentIndex(max(0, self.drafter.findData(shown.speculative_method)))
+        self.draft_tokens.setValue(shown.speculative_tokens)
 
     def _sync(self, *_: object) -> None:
         self.lora_rank.setEnabled(self.lora_slots.value() > 0)

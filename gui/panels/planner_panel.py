@@ -4,12 +4,13 @@ The panel shows :class:`PlanRow` records that the main window builds from the fi
 ranked candidates (see :mod:`kvpilot.gui.services`); it computes nothing itself.
 
 Signals:
-    goal_changed(object): the goal inputs changed (a :class:`~kvpilot.gui.services.Goal`).
+    goal_changed(object): the goal inputs changed (a :class:`~kvpilot.gui.records.PlanRequest`).
     plan_selected(object): the selected :class:`PlanRow` (None when the table is empty).
     launch_requested(object): double-click / Enter on a plan that fits.
     copy_command_requested(): copy the selected plan's ``vllm serve`` command.
     export_requested(str): copy the selected plan as command, docker, compose or helm.
     browse_model_requested(): pick a local model directory.
+    hub_search_requested(): open the "Find on Hugging Face" dialog.
     measure_requested(object): "Measure on this GPU" for the selected :class:`PlanRow`.
     measure_cancel_requested(): stop the running dry run.
 """
@@ -47,12 +48,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.fit.plan import USE_CASE_LABELS
+from kvpilot.core.errors import FitError
+from kvpilot.core.fit.goal import (
+    DEFAULT_CONTEXT_TOKENS,
+    Goal,
+    min_weight_bits_for,
+    parse_context_tokens,
+)
+from kvpilot.core.fit.plan import USE_CASE_LABELS, ServingSettings, Verdict
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
-from kvpilot.gui.records import Goal, PlanRow
+from kvpilot.gui.records import PlanRequest, PlanRow
 from kvpilot.gui.widgets import Segment, StackedBar
 
 if TYPE_CHECKING:
@@ -67,10 +75,6 @@ EXPORT_FORMATS = (
 )
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
-DEFAULT_CONTEXT = 8192
-MIN_CONTEXT = 16
-#: above any model's context (10M tokens); a bigger number is a typo
-MAX_CONTEXT = 16 * 1024 * 1024
 USE_CASES = tuple(USE_CASE_LABELS.items())
 #: chart x grid (contexts), log-spaced powers of two
 CHART_CONTEXTS = [1 << k for k in range(10, 18)]
@@ -116,6 +120,7 @@ class PlannerPanel(QWidget):
     copy_command_requested = Signal()
     export_requested = Signal(str)  # "command" | "docker" | "compose" | "helm"
     browse_model_requested = Signal()
+    hub_search_requested = Signal()
     measure_requested = Signal(object)  # the selected PlanRow
     measure_cancel_requested = Signal()
 
@@ -127,11 +132,14 @@ class PlannerPanel(QWidget):
         self._debounce.setObjectName("planner-goal-debounce")
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(250)
-        self._debounce.timeout.connect(lambda: self.goal_changed.emit(self.goal()))
+        self._debounce.timeout.connect(lambda: self.goal_changed.emit(self.request()))
 
         # --- goal inputs
         goal_box = QGroupBox("Plan")
         form = QFormLayout(goal_box)
+        # a row of spin boxes (the adapters) is taller than a check box's: one pixel less
+        # between rows keeps the window within a 768-pixel screen
+        form.setVerticalSpacing(max(0, form.verticalSpacing() - 1))
         self.use_case_group = QButtonGroup(self)
         uc_col = QVBoxLayout()
         for i, (key, words) in enumerate(USE_CASES):
@@ -207,8 +215,14 @@ class PlannerPanel(QWidget):
         self.model.currentTextChanged.connect(self._changed)
         self.browse = QPushButton("Local…")
         self.browse.clicked.connect(self.browse_model_requested.emit)
+        self.hub_search = QPushButton("Hugging Face…")
+        self.hub_search.setObjectName("hubSearchOpen")
+        self.hub_search.setToolTip("Find on Hugging Face: search the Hub, sized and badged for "
+                                   "this GPU")
+        self.hub_search.clicked.connect(self.hub_search_requested.emit)
         model_row.addWidget(self.model, 1)
         model_row.addWidget(self.browse)
+        model_row.addWidget(self.hub_search)
         form.addRow("Model", model_row)
         self.copy_button = QPushButton("Copy command")
         self.copy_button.setObjectName("copyCommand")
@@ -375,50 +389,46 @@ class PlannerPanel(QWidget):
         shown = self.context.currentText()
         if isinstance(ctx, int) and f"{ctx:,}" == shown:
             return ctx, None
-        text = shown.replace(",", "").replace("_", "").strip().lower()
         try:
-            value = float(text[:-1]) * 1024 if text.endswith("k") else float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or not MIN_CONTEXT <= value <= MAX_CONTEXT:
-            return DEFAULT_CONTEXT, (
-                f"Context {shown.strip()[:40]!r} is not a number of tokens from {MIN_CONTEXT} to "
-                f"{MAX_CONTEXT:,} (e.g. 8192 or 32k); planning with {DEFAULT_CONTEXT:,}."
+            return parse_context_tokens(shown), None
+        except FitError as exc:
+            return DEFAULT_CONTEXT_TOKENS, (
+                f"{exc.message[0].upper()}{exc.message[1:]}; planning with "
+                f"{DEFAULT_CONTEXT_TOKENS:,}."
             )
-        return int(value), None
 
     def _show_context_problem(self, *_: object) -> None:
         problem = self.context_tokens()[1]
         self.context_problem.setText(problem or "")
         self.context_problem.setVisible(problem is not None)
 
-    def goal(self) -> Goal:
-        """The goal as currently entered (a context that is not a number: the default)."""
+    def request(self) -> PlanRequest:
+        """The goal, fixed settings and model as currently entered (a context that is not a
+        number: the default)."""
         ctx, _ = self.context_tokens()
-        slots, rank, method, tokens = self.adapters.values()
         use_case = USE_CASES[max(0, self.use_case_group.checkedId())][0]
         model_ref = self.model.currentData() if self.model.currentIndex() == 0 else None
         if model_ref is None or self.model.currentText() != self.model.itemText(0):
             model_ref = self.model.currentText().strip()
             if model_ref == self.model.itemText(0):
                 model_ref = ""
-        return Goal(
+        goal = Goal(
             use_case=use_case,
             context_tokens=ctx,
             users=self.users.value(),
-            allow_4bit=self.allow_4bit.isChecked(),
+            min_weight_bits=min_weight_bits_for(self.allow_4bit.isChecked()),
+        )
+        pinned = ServingSettings(
             kv_cache_dtype=self.kv_dtype.currentData() or "auto",
             gpu_memory_utilization=None if self.util_auto.isChecked() else self.util.value(),
             enforce_eager=self.enforce_eager.isChecked(),
-            model_ref=model_ref or "",
-            lora_slots=slots,
-            lora_rank=rank,
-            speculative_method=method,
-            speculative_tokens=tokens,
+            **self.adapters.settings(),
         )
+        return PlanRequest(goal, pinned, model_ref or "")
 
-    def set_goal(self, goal: Goal) -> None:
+    def set_request(self, request: PlanRequest) -> None:
         """Fill the inputs (no goal_changed emitted)."""
+        goal, pinned = request.goal, request.pinned
         self._suppress = True
         try:
             ids = [k for k, _ in USE_CASES]
@@ -432,16 +442,16 @@ class PlannerPanel(QWidget):
             else:
                 self.context.setEditText(f"{goal.context_tokens:,}")
             self.users.setValue(goal.users)
-            self.allow_4bit.setChecked(goal.allow_4bit)
-            j = self.kv_dtype.findData("fp8" if goal.kv_cache_dtype.startswith("fp8") else "auto")
+            self.allow_4bit.setChecked(goal.allows_4bit)
+            kv = pinned.kv_cache_dtype
+            j = self.kv_dtype.findData("fp8" if kv.startswith("fp8") else "auto")
             self.kv_dtype.setCurrentIndex(max(0, j))
-            self.util_auto.setChecked(goal.gpu_memory_utilization is None)
-            if goal.gpu_memory_utilization is not None:
-                self.util.setValue(goal.gpu_memory_utilization)
-            self.enforce_eager.setChecked(goal.enforce_eager)
-            self.adapters.set_values(goal.lora_slots, goal.lora_rank, goal.speculative_method,
-                                     goal.speculative_tokens)
-            self.set_model_ref(goal.model_ref)
+            self.util_auto.setChecked(pinned.gpu_memory_utilization is None)
+            if pinned.gpu_memory_utilization is not None:
+                self.util.setValue(pinned.gpu_memory_utilization)
+            self.enforce_eager.setChecked(pinned.enforce_eager)
+            self.adapters.show_settings(pinned)
+            self.set_model_ref(request.model_ref)
         finally:
             self._suppress = False
 
@@ -658,6 +668,5 @@ def _times(x: float) -> str:
 def verdict_text(cap: Capacity) -> str:
     """``fits: KV 7.19-7.55 GiB (validation band)`` for the detail table."""
     low, high = cap.available_kv_band_bytes
-    words = {"fits": "fits", "borderline": "borderline", "does_not_fit": "does not fit"}
-    return (f"{words.get(cap.verdict, cap.verdict)}: vLLM's KV memory {low / fmt.GIB:.2f} to "
+    return (f"{Verdict(cap.verdict).words}: vLLM's KV memory {low / fmt.GIB:.2f} to "
             f"{high / fmt.GIB:.2f} GiB (validation band of this vLLM release)")

@@ -18,6 +18,7 @@ import html
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from PySide6.QtCore import (
     QAbstractListModel,
@@ -46,22 +47,25 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.core.vllm.phases import DOWNLOADING, PHASES, phase_words  # not the log parser
+from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
 
-STATE_COLORS = {
-    "starting": theme.INFO,
-    "ready": theme.OK,
-    "stopping": theme.TIGHT,
-    "stopped": theme.MUTED,
-    "failed": theme.FAIL,
-    "attached": theme.OK,
-}
-
-
 #: the panel's state for a server kvpilot watches but did not start (``kvpilot watch``)
-ATTACHED = "attached"
+ATTACHED: Literal["attached"] = "attached"
+#: what the panel shows: a supervisor state, a watched server, or None (no server yet)
+PanelState = SupervisorState | Literal["attached"] | None
+
+STATE_COLORS: dict[str, str] = {
+    SupervisorState.STARTING: theme.INFO,
+    SupervisorState.READY: theme.OK,
+    SupervisorState.STOPPING: theme.TIGHT,
+    SupervisorState.STOPPED: theme.MUTED,
+    SupervisorState.FAILED: theme.FAIL,
+    ATTACHED: theme.OK,
+}
+_STARTING, _READY = SupervisorState.STARTING, SupervisorState.READY
 
 
 class ServerPanel(QWidget):
@@ -78,7 +82,7 @@ class ServerPanel(QWidget):
     ) -> None:
         super().__init__(parent)
         self._clock = clock
-        self.state: str | None = None
+        self.state: PanelState = None
         self.phase: str | None = None
         self.phases_seen: list[str] = []
         self._since_s: float | None = None
@@ -179,13 +183,13 @@ class ServerPanel(QWidget):
 
     def _update_buttons(self) -> None:
         attached = self.state == ATTACHED
-        busy = self.state in ("starting", "ready", "stopping") or attached
+        busy = self.state in (_STARTING, _READY, SupervisorState.STOPPING) or attached
         blocked = getattr(self, "_blocked", None)
         self.launch_button.setEnabled(not busy and not blocked)
         self.launch_button.setToolTip(blocked or "Launch the selected plan (F5)")
         # a server kvpilot does not own is never stopped from here: Detach instead of Stop
         self.stop_button.setVisible(not attached)
-        self.stop_button.setEnabled(self.state in ("starting", "ready"))
+        self.stop_button.setEnabled(self.state in (_STARTING, _READY))
         self.detach_button.setVisible(attached)
         self.attach_button.setEnabled(not busy)
 
@@ -193,7 +197,7 @@ class ServerPanel(QWidget):
 
     def show_state(
         self,
-        state: str | None,
+        state: PanelState,
         *,
         model: str = "",
         endpoint: str = "",
@@ -202,25 +206,17 @@ class ServerPanel(QWidget):
         """Enter a supervisor state (None = no server yet)."""
         now = self._clock()
         if state != self.state:
-            if state == "starting":
+            if state == _STARTING:
                 self._since_s = now
                 self._ready_s = None
                 self.phases_seen = []
                 self.phase = None
                 self.progress.setValue(0)
-            elif state in ("ready", ATTACHED):
+            elif state in (_READY, ATTACHED):
                 self._ready_s = now
         self.state = state
         color = STATE_COLORS.get(state or "", theme.MUTED)
-        words = {
-            None: "no server running",
-            "starting": "starting",
-            "ready": "ready",
-            "stopping": "stopping",
-            "stopped": "stopped",
-            "failed": "failed",
-            ATTACHED: "attached",
-        }.get(state, state or "")
+        words = "no server running" if state is None else str(state)
         text = f'<span style="color:{color}">●</span> <b>{words}</b>'
         if model:
             text += f" · {html.escape(elide_middle(model, 60))}"
@@ -230,12 +226,12 @@ class ServerPanel(QWidget):
         self.status.setToolTip(" · ".join(p for p in (words, model, detail) if p))
         if endpoint:
             self._endpoint = endpoint
-        show_ep = state in ("ready", ATTACHED) and bool(self._endpoint)
+        show_ep = state in (_READY, ATTACHED) and bool(self._endpoint)
         self.endpoint.setText(self._endpoint)
         self.endpoint.setVisible(show_ep)
         self.copy_endpoint.setVisible(show_ep)
-        self.progress.setVisible(state == "starting")
-        if state == "starting":
+        self.progress.setVisible(state == _STARTING)
+        if state == _STARTING:
             self._show_phase_text()
         self._update_buttons()
         self._update_elapsed()
@@ -284,9 +280,9 @@ class ServerPanel(QWidget):
 
     def _update_elapsed(self) -> None:
         now = self._clock()
-        if self.state == "starting" and self._since_s is not None:
+        if self.state == _STARTING and self._since_s is not None:
             self.elapsed.setText(f"elapsed {fmt.duration(now - self._since_s)}")
-        elif self.state in ("ready", ATTACHED) and self._ready_s is not None:
+        elif self.state in (_READY, ATTACHED) and self._ready_s is not None:
             self.elapsed.setText(f"up {fmt.duration(now - self._ready_s)}")
         else:
             self.elapsed.setText("")

@@ -8,6 +8,11 @@ It answers only what ``huggingface_hub`` and kvpilot's downloader actually call:
   (``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` / ``X-Linked-Size`` for LFS files,
   ``Content-Length``, ``Accept-Ranges``), 206 answers to ``Range`` requests, and, like the real
   Hub, a 302 for LFS files to a separate "CDN" server on another port.
+* ``GET /api/models?search=&pipeline_tag=&filter=&sort=&limit=&expand=``: the model listing
+  (search text in the repo id, pipeline tag, tags such as ``base_model:quantized:<id>``, sorted
+  by downloads or trending score), each repo with what ``expand`` asks for: its commit, the
+  Hub's safetensors parameter count per dtype, and the part of its ``config.json`` the Hub
+  lists (``architectures``, ``model_type``, ``quantization_config``).
 * the Hub's error answers: ``X-Error-Code`` RepoNotFound / RevisionNotFound / EntryNotFound /
   GatedRepo and a 401 "Invalid credentials in Authorization header" for a rejected token.
 
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
@@ -59,6 +64,14 @@ class FakeRepo:
     branches: tuple[str, ...] = ("main",)
     gated: bool = False
     allowed_tokens: set[str] = field(default_factory=set)  # tokens that accepted the licence
+    #: listing facts (``/api/models``): pipeline tag, tags, downloads, trending score, creation
+    pipeline_tag: str = "text-generation"
+    tags: tuple[str, ...] = ()
+    downloads: int = 0
+    trending_score: int = 0
+    created_at: str = "2025-01-01T00:00:00.000Z"
+    #: the Hub's safetensors parameter count per dtype (None: read from the files' headers)
+    safetensors_parameters: dict[str, int] | None = None
 
     def is_lfs(self, path: str) -> bool:
         return len(self.files[path]) >= LFS_MIN_BYTES or path.endswith(".safetensors")
@@ -78,6 +91,7 @@ class RequestRecord:
     range_header: str | None
     authorization: str | None
     body_bytes_sent: int
+    query: str = ""
 
 
 class FakeHub(StartStop):
@@ -228,6 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._serve_cdn(path)
             elif not self._token_ok():
                 self._error(401, message="Invalid credentials in Authorization header")
+            elif path == "/api/models":
+                self._serve_listing(urlsplit(self.path).query)
             elif path.startswith("/api/models/"):
                 self._serve_info(path[len("/api/models/") :])
             elif "/resolve/" in path:
@@ -244,6 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
                     range_header=self.headers.get("Range"),
                     authorization=self.headers.get("Authorization"),
                     body_bytes_sent=self._sent,
+                    query=unquote(urlsplit(self.path).query),
                 )
             )
 
@@ -291,8 +308,27 @@ class _Handler(BaseHTTPRequestHandler):
             "private": False,
             "gated": "manual" if repo.gated else False,
             "siblings": siblings,
+            **_listing_fields(repo),
         }
         self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
+
+    def _serve_listing(self, query: str) -> None:
+        params = parse_qs(query)
+        text = (params.get("search") or [""])[0].lower()
+        tag = (params.get("pipeline_tag") or [""])[0]
+        filters = params.get("filter") or []
+        sort = (params.get("sort") or ["downloads"])[0]
+        limit = int((params.get("limit") or ["1000"])[0])
+        found = [
+            r for r in self.hub.repos.values()
+            if text in r.repo_id.lower() and (not tag or r.pipeline_tag == tag)
+            and all(f in r.tags for f in filters)
+        ]
+        key = "trending_score" if sort == "trendingScore" else "downloads"
+        found.sort(key=lambda r: -getattr(r, key))
+        body = [{"id": r.repo_id, "_id": r.sha[:24], "modelId": r.repo_id,
+                 **_listing_fields(r)} for r in found[:limit]]
+        self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
     def _serve_resolve(self, rest: str) -> None:
         head, _, tail = rest.partition("/resolve/")
@@ -404,6 +440,45 @@ class _Handler(BaseHTTPRequestHandler):
         if cut is not None:
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _safetensors_parameters(repo: FakeRepo) -> dict[str, int] | None:
+    """Parameters per dtype, as the Hub counts them from the safetensors headers."""
+    if repo.safetensors_parameters is not None:
+        return repo.safetensors_parameters
+    counts: dict[str, int] = {}
+    for path, content in repo.files.items():
+        if not path.endswith(".safetensors") or len(content) < 8:
+            continue
+        size = int.from_bytes(content[:8], "little")
+        header = json.loads(content[8 : 8 + size])
+        for name, tensor in header.items():
+            if name == "__metadata__":
+                continue
+            n = 1
+            for dim in tensor["shape"]:
+                n *= dim
+            counts[tensor["dtype"]] = counts.get(tensor["dtype"], 0) + n
+    return counts or None
+
+
+def _listing_fields(repo: FakeRepo) -> dict[str, Any]:
+    """What the Hub lists of a repo besides its id (the ``expand`` fields)."""
+    fields: dict[str, Any] = {
+        "sha": repo.sha, "pipeline_tag": repo.pipeline_tag, "tags": list(repo.tags),
+        "downloads": repo.downloads, "trendingScore": repo.trending_score,
+        "createdAt": repo.created_at, "gated": "manual" if repo.gated else False,
+        "private": False,
+    }
+    params = _safetensors_parameters(repo)
+    if params is not None:
+        fields["safetensors"] = {"parameters": params, "total": sum(params.values())}
+    raw = repo.files.get("config.json")
+    if raw is not None:
+        config = json.loads(raw)
+        fields["config"] = {k: config[k] for k in ("architectures", "model_type",
+                                                   "quantization_config") if k in config}
+    return fields
 
 
 def isolate_hf(monkeypatch: pytest.MonkeyPatch, root: Path, endpoint: str | None) -> Path:

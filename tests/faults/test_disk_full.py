@@ -162,7 +162,8 @@ def test_a_download_on_a_disk_that_fills_up_names_it_and_resumes(
         pytest.skip("needs a real small disk (tmpfs mount as root); tests/unit/vllm simulates it")
     from fakes.fake_hub import FakeHub, isolate_hf
 
-    from kvpilot.core.hub.download import DiskFullError, Downloader, plan_download
+    from kvpilot.core.hub.download import Downloader, plan_download
+    from kvpilot.core.hub.download_errors import DiskFullError
 
     root = download_disk.root
     weights = hashlib.sha256(b"weights").digest() * (6 * 2**20 // 32)  # 6 MiB

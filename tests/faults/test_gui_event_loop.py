@@ -73,7 +73,8 @@ def test_stop_and_close_with_a_hung_metrics_endpoint_never_block_the_loop(
 def test_a_long_download_before_a_launch_holds_no_pool_thread(
     make_window, qtbot, loop_probe, monkeypatch
 ) -> None:
-    from kvpilot.core.hub import download
+    from kvpilot.core import launch
+    from kvpilot.core.hub import download, download_errors
     from kvpilot.core.vllm.runtime import VllmRuntime
 
     started = threading.Event()
@@ -93,9 +94,9 @@ def test_a_long_download_before_a_launch_holds_no_pool_thread(
                 )
             time.sleep(0.001)
         release.wait(20)
-        raise download.DownloadCancelled(f"download of {spec.model} cancelled")
+        raise download_errors.DownloadCancelled(f"download of {spec.model} cancelled")
 
-    monkeypatch.setattr(download, "launchable_spec", slow_download)
+    monkeypatch.setattr(launch, "launchable_spec", slow_download)
     w = make_window("rtx4090-desktop")
     w.runtime_control.set_runtime(VllmRuntime(("/bin/false",), "0.32.0", "env", "/bin/false"))
     qtbot.waitUntil(lambda: w.planner.selected() is not None, timeout=15_000)

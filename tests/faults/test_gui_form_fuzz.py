@@ -146,15 +146,15 @@ def test_planner_inputs(
         _set_spin(planner.util, util)
         planner.kv_dtype.setCurrentIndex(int(kv))
         planner.model.setEditText(model)
-        goal = planner.goal()
+        request = planner.request()
         tokens, problem = planner.context_tokens()
-        assert goal.context_tokens == tokens
+        assert request.goal.context_tokens == tokens
         assert 16 <= tokens <= 16 * 1024 * 1024
         assert planner.context_problem.isVisibleTo(planner) == (problem is not None)
         if problem is not None:
             assert planner.context_problem.text() == problem
         try:
-            result = window.services.plan(window.gpu_control.target, goal)
+            result = window.services.plan(window.gpu_control.target, request)
         except KvpilotError as exc:  # the documented error: shown as one line
             assert exc.message.strip() and "\n" not in exc.message.strip()
         else:

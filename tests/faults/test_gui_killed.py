@@ -38,14 +38,14 @@ from dataclasses import replace
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QCoreApplication
 from kvpilot.core import settings as st
-from kvpilot.core.hub import download
+from kvpilot.core import launch
 from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.gui import app as gui_app
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.services import AppServices
 
 fake, config_dir, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-download.launchable_spec = lambda spec, **_: spec  # catalog plans need no weights here
+launch.launchable_spec = lambda spec, **_: spec  # catalog plans need no weights here
 app = gui_app.ensure_app()
 services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop")
 services.supervisor_options = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
@@ -80,9 +80,9 @@ pump(lambda: False, 3600)  # until the test kills this process
 def test_a_sigkilled_gui_leaves_an_orphan_the_next_window_offers_and_never_doubles(
     make_window, qtbot, isolated_dirs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvpilot.core.hub import download
+    from kvpilot.core import launch
 
-    monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
+    monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     port = find_free_port("127.0.0.1", 19850)
     first = subprocess.Popen(

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 import kvpilot.gui  # noqa: E402, F401
 from kvpilot.core import settings as st  # noqa: E402
+from kvpilot.core.vllm.states import SupervisorState  # noqa: E402
 from kvpilot.gui import app as gui_app  # noqa: E402
 from kvpilot.gui.bridge import CoreBridge  # noqa: E402
 from kvpilot.gui.services import AppServices  # noqa: E402
@@ -77,7 +78,7 @@ def main() -> int:
         gui_app.show_recorded_failure(window, log)
         measure(f"failure:{log.parent.name}/{log.stem}")
     window.banner.setVisible(False)
-    window.server_panel.show_state("starting", model=LONG_MODEL)
+    window.server_panel.show_state(SupervisorState.STARTING, model=LONG_MODEL)
     window.server_panel.show_download(3 << 30, 40 << 30)
     measure("download")
     window.server_panel.show_state(

@@ -44,7 +44,7 @@ def test_feasibility_chart_marks_the_goal(make_window, qtbot) -> None:
     finite = [v for v in y if v == v]
     assert finite == sorted(finite, reverse=True)
     gx, gy = w.planner.goal_marker.getData()
-    goal = w.planner.goal()
+    goal = w.planner.request().goal
     assert list(gy) == [goal.users]
     assert math.isclose(10 ** gx[0], goal.context_tokens, rel_tol=1e-9)
 
@@ -60,7 +60,8 @@ def test_goal_change_replans(make_window, qtbot) -> None:
     fitting = [r for r in w.planner.rows if r.fits]
     assert all(r.capacity.max_num_seqs >= 12 for r in fitting)
     # the goal is remembered in the active profile
-    assert w.store.load().settings.active.plan.max_num_seqs == 12
+    saved = w.store.load().settings.active
+    assert saved.goal.users == 12 and saved.plan.max_num_seqs is None
 
 
 def test_no_vllm_disables_launch_with_the_fix(make_window) -> None:

@@ -68,7 +68,7 @@ def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
         w.planner.enforce_eager.setChecked(True)
         w.planner.set_model_ref(str(tiny_model))
         w.planner._debounce.stop()
-        w.planner.goal_changed.emit(w.planner.goal())
+        w.planner.goal_changed.emit(w.planner.request())
         qtbot.waitUntil(
             lambda: w.plan_control.plan_generation > gen
             and "1,024 context" in w.planner.heading.text(),
@@ -153,7 +153,7 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot, monkeypatch, ca
     qtbot.waitUntil(lambda: not _alive(tree), timeout=30_000)
     # the loop closes: a re-plan of the same settings uses what vLLM reported at that launch
     old_row = w.planner.selected()
-    w.planner.goal_changed.emit(w.planner.goal())
+    w.planner.goal_changed.emit(w.planner.request())
     qtbot.waitUntil(lambda: w.planner.selected() not in (None, old_row), timeout=30_000)
     row = w.planner.selected()
     assert row is not None and row.capacity is not None

@@ -13,11 +13,12 @@ from fitkit import cli_flags
 from kvpilot.core.cli import build_parser, main
 from kvpilot.core.commands.plan import inputs_from_args
 from kvpilot.core.fit.calibrate import key_for
-from kvpilot.core.fit.plan import FROM_MEASURED, PlanInputs
+from kvpilot.core.fit.goal import Goal
+from kvpilot.core.fit.plan import FROM_MEASURED, PlanInputs, ServingSettings
 from kvpilot.core.measurements import Measured, MeasurementStore
 from kvpilot.core.units import GiB
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.records import Goal, PlanRow
+from kvpilot.gui.records import PlanRequest, PlanRow
 from kvpilot.gui.services import AppServices
 
 #: every recorded snapshot with a GPU kvpilot ships (``--fake-gpu NAME``)
@@ -36,7 +37,7 @@ def _cli_argv(row: PlanRow, inputs: PlanInputs) -> list[str]:
     return ["plan", "--model", row.model_ref, *cli_flags(inputs)]
 
 
-def _window_rows(services: AppServices, goal: Goal) -> list[PlanRow]:
+def _window_rows(services: AppServices, goal: PlanRequest) -> list[PlanRow]:
     result = services.probe()
     target = services.target_from_selection(result, tuple(g.index for g in result.gpus))
     return [r for r in services.plan(target, goal).rows if r.inputs is not None and r.fits]
@@ -52,9 +53,11 @@ def test_cli_and_window_give_one_capacity_and_one_key(
     compared = 0
     try:
         for model, context, users, kv_dtype, utilization in GOALS:
-            goal = Goal(context_tokens=context, users=users, kv_cache_dtype=kv_dtype,
-                        gpu_memory_utilization=utilization, model_ref=model,
-                        vllm_version=VLLM_VERSION)
+            goal = PlanRequest(
+                Goal(context_tokens=context, users=users, vllm_version=VLLM_VERSION),
+                ServingSettings(kv_cache_dtype=kv_dtype, gpu_memory_utilization=utilization),
+                model_ref=model,
+            )
             for row in _window_rows(services, goal)[:2]:
                 assert row.inputs is not None and row.capacity is not None
                 argv = _cli_argv(row, row.inputs)
@@ -109,8 +112,8 @@ def test_a_measurement_stored_by_one_path_is_shown_by_the_other(
     monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path))
     services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop", data_dir=tmp_path)
     try:
-        goal = Goal(context_tokens=8192, users=4, model_ref="Qwen/Qwen3-8B",
-                    vllm_version=VLLM_VERSION)
+        goal = PlanRequest(Goal(context_tokens=8192, users=4, vllm_version=VLLM_VERSION),
+                           model_ref="Qwen/Qwen3-8B")
         row = _window_rows(services, goal)[0]
         assert row.inputs is not None and row.capacity is not None
         assert row.capacity.inputs.get("kv_source") != FROM_MEASURED

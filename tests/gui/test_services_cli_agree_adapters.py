@@ -11,9 +11,12 @@ from fitkit import cli_flags
 
 from kvpilot.core.cli import build_parser, main
 from kvpilot.core.commands.plan import inputs_from_args
+from kvpilot.core.fit.adapters import adapter_settings
 from kvpilot.core.fit.calibrate import key_for
+from kvpilot.core.fit.goal import Goal
+from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.records import Goal
+from kvpilot.gui.records import PlanRequest
 from kvpilot.gui.services import AppServices
 
 
@@ -23,9 +26,11 @@ def test_adapters_plan_the_same_in_the_window_and_the_cli(
     monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-desktop")
     monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path))
     services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop", data_dir=tmp_path)
-    goal = Goal(context_tokens=16384, users=2, model_ref="meta-llama/Llama-3.1-8B-Instruct",
-                vllm_version="0.20.0", lora_slots=2, lora_rank=32,
-                speculative_method="ngram", speculative_tokens=3)
+    pinned = ServingSettings(**adapter_settings(lora_slots=2, lora_rank=32,
+                                                speculative_method="ngram",
+                                                speculative_tokens=3))
+    goal = PlanRequest(Goal(context_tokens=16384, users=2, vllm_version="0.20.0"), pinned,
+                       model_ref="meta-llama/Llama-3.1-8B-Instruct")
     try:
         result = services.probe()
         target = services.target_from_selection(result, tuple(g.index for g in result.gpus))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
 
-from kvpilot.core.hub.download import DownloadCancelled
+from kvpilot.core.hub.download_errors import DownloadCancelled
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.gui.bridge import CoreBridge as Bridge
 from kvpilot.gui.services import AppServices
@@ -54,7 +54,7 @@ def test_download_progress_reaches_the_gui_thread(qtbot, hub, tmp_path):
 
 
 def test_stop_cancels_a_running_download(qtbot, tmp_path, monkeypatch):
-    from kvpilot.core.hub import download
+    from kvpilot.core import launch as launch_session
 
     def slow_download(spec, *, on_progress=None, cancel_event=None):
         assert cancel_event is not None
@@ -62,7 +62,7 @@ def test_stop_cancels_a_running_download(qtbot, tmp_path, monkeypatch):
             raise AssertionError("the download was never cancelled")
         raise DownloadCancelled(f"download of {spec.model} cancelled")
 
-    monkeypatch.setattr(download, "launchable_spec", slow_download)
+    monkeypatch.setattr(launch_session, "launchable_spec", slow_download)
     services = AppServices(Bridge(), fake_gpu="rtx4090-desktop", data_dir=tmp_path / "data")
     errors: list[BaseException] = []
 

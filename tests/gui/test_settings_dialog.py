@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
 from kvpilot.core import settings as st
+from kvpilot.core.fit.goal import Goal
 from kvpilot.gui.settings_dialog import SettingsDialog
 
 
@@ -111,21 +112,21 @@ def test_profile_switch_restores_its_goal(make_window, store, qtbot) -> None:
     s = st.create_profile(s, "Batch 4k", activate=False)
     batch = replace(
         s.profile("Batch 4k"),
-        plan=st.PlanSettings(use_case="batch", max_model_len=4096, max_num_seqs=16),
+        goal=Goal(use_case="batch", context_tokens=4096, users=16),
     )
     s = st.update_profile(s, batch)
     store.save(s)
     w = make_window()
-    assert w.planner.goal().context_tokens == 8192
+    assert w.planner.request().goal.context_tokens == 8192
     w.profile_control.switch_profile("Batch 4k")
-    goal = w.planner.goal()
+    goal = w.planner.request().goal
     assert (goal.use_case, goal.context_tokens, goal.users) == ("batch", 4096, 16)
     qtbot.waitUntil(lambda: "16 users" in w.planner.heading.text(), timeout=15_000)
     assert store.load().settings.active_profile == "Batch 4k"
     # the active profile is restored at the next start
     w2 = make_window()
     assert w2.profile.name == "Batch 4k"
-    assert w2.planner.goal().users == 16
+    assert w2.planner.request().goal.users == 16
 
 
 @pytest.mark.parametrize("content", ["{ this is not json", json.dumps([1, 2])])
@@ -166,7 +167,7 @@ def test_unknown_keys_survive_the_gui(make_window, store) -> None:
     data = json.loads(store.path.read_text(encoding="utf-8"))
     assert data["future_flag"] == {"x": 1}
     assert data["profiles"][0]["later"] is True
-    assert data["profiles"][0]["plan"]["max_num_seqs"] == 6
+    assert data["profiles"][0]["goal"]["users"] == 6
 
 
 def test_settings_say_which_vllm_releases_are_supported(qtbot) -> None:

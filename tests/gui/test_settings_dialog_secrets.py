@@ -41,9 +41,9 @@ def ring(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture(autouse=True)
 def _catalog_models_need_no_download(monkeypatch):
-    from kvpilot.core.hub import download
+    from kvpilot.core import launch
 
-    monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
+    monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
 
 
 def _visible_texts(widget) -> list[str]:

@@ -17,6 +17,7 @@ from kvpilot.core.measurements import (
     MeasurementKey,
     MeasurementStore,
     ReportedCapacity,
+    launch_recorder,
     measured_from_reported,
     measurement_key,
 )
@@ -184,3 +185,25 @@ def test_reported_capacity_merges_log_then_metrics_and_maps_to_measured() -> Non
     assert (measured.kv_cache_tokens, measured.num_blocks, measured.block_size) == (
         1_048_576, 8192, 128)
     assert measured.complete
+
+
+def test_the_launch_recorder_stores_what_a_ready_server_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The supervisor's ``on_ready_capacity`` hook: the figures land under the plan's key as a
+    launch measurement; a store that cannot be written is a warning, never an exception."""
+    cap = ReportedCapacity().merged("log", kv_cache_tokens=131_072, kv_cache_memory_bytes=7 << 30,
+                                    num_blocks=8192, max_concurrency=16.0,
+                                    concurrency_for_len=8192)
+    store = MeasurementStore(tmp_path / "m.json")
+    launch_recorder(store, KEY)(cap, 41.5)
+    got = store.lookup(KEY)
+    assert got is not None
+    assert (got.source, got.startup_s, got.kv_cache_tokens, got.available_kv_bytes) == (
+        SOURCE_LAUNCH, 41.5, 131_072, 7 << 30)
+
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    launch_recorder(MeasurementStore(broken), KEY)(cap, None)  # does not raise
+    assert "the measured capacity was not recorded" in caplog.text
+    assert broken.read_text() == "{not json"  # nothing lost: the damaged file is left for the user

@@ -11,6 +11,8 @@ import pytest
 
 from kvpilot.core import settings as st
 from kvpilot.core.errors import SettingsError
+from kvpilot.core.fit.goal import Goal
+from kvpilot.core.fit.plan import ServingSettings
 
 
 @pytest.fixture()
@@ -42,14 +44,13 @@ def test_round_trip_keeps_every_field(store: st.SettingsStore) -> None:
     profile = st.Profile(
         name="Chat 32k",
         model_ref="Qwen/Qwen3-14B-AWQ",
-        plan=st.PlanSettings(
-            use_case="long-docs",
+        goal=Goal(use_case="long-docs", context_tokens=32768, users=3, min_weight_bits=8),
+        plan=ServingSettings(
             max_model_len=32768,
             max_num_seqs=3,
             kv_cache_dtype="fp8",
             gpu_memory_utilization=0.91,
             enforce_eager=True,
-            allow_4bit=False,
             max_num_batched_tokens=4096,
             kv_cache_memory_bytes=8 << 30,
             enable_prefix_caching=False,
@@ -99,12 +100,6 @@ def test_failed_write_leaves_previous_file_intact(
     monkeypatch.undo()
     assert store.load().settings.window_geometry == "first"
     assert sorted(p.name for p in store.path.parent.iterdir()) == ["settings.json"]
-
-
-def test_secrets_are_not_in_repr() -> None:
-    p = st.Profile(name="a", api_key="sk-very-secret", hf_token="hf_very_secret")
-    assert "sk-very-secret" not in repr(p)
-    assert "hf_very_secret" not in repr(st.Settings(profiles=(p,), active_profile="a"))
 
 
 @pytest.mark.parametrize(
@@ -214,11 +209,13 @@ def test_wrong_type_and_out_of_range_fields_fall_back_with_warning(
     assert p.sampling_hz == st.Profile(name="x").sampling_hz
     assert p.theme == "system"
     assert p.model_ref == "m"  # valid fields are kept
-    assert p.plan.max_model_len == 2048
-    assert p.plan.max_num_seqs == 4  # default (the string was rejected)
+    # a version-1 file: its plan's context and sequences are the goal's context and users now
+    assert p.goal.context_tokens == 2048
+    assert p.goal.users == 4  # default (the string was rejected)
+    assert p.plan.max_model_len is None and p.plan.max_num_seqs is None
     assert p.plan.gpu_memory_utilization is None
     messages = " | ".join(w.message for w in result.warnings)
-    for needle in ("port", "sampling_hz", "theme", "max_num_seqs", "gpu_memory_utilization"):
+    for needle in ("port", "sampling_hz", "theme", "goal.users", "gpu_memory_utilization"):
         assert needle in messages
     assert all(w.kind == "invalid_value" for w in result.warnings)
 
@@ -272,8 +269,9 @@ def test_migrate_runs_registered_steps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_migrate_without_a_step_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(st, "SCHEMA_VERSION", 3)
-    with pytest.raises(SettingsError, match="no migration from settings schema version 1"):
+    monkeypatch.setattr(st, "SCHEMA_VERSION", st.SCHEMA_VERSION + 1)
+    last = st.SCHEMA_VERSION - 1
+    with pytest.raises(SettingsError, match=f"no migration from settings schema version {last}"):
         st.migrate({"schema_version": 1})
 
 
@@ -303,11 +301,11 @@ def test_create_duplicate_rename_switch_delete() -> None:
     assert s.names == ("Default", "Long docs")
     assert s.active_profile == "Long docs"
     s = st.update_profile(
-        s, replace(s.active, port=8100, plan=st.PlanSettings(max_model_len=65536))
+        s, replace(s.active, port=8100, goal=Goal(context_tokens=65536))
     )
     s = st.duplicate_profile(s, "Long docs", "Long docs fp8")
     assert s.active.port == 8100
-    assert s.active.plan.max_model_len == 65536
+    assert s.active.goal.context_tokens == 65536
     s = st.rename_profile(s, "Long docs fp8", "Docs fp8")
     assert s.active_profile == "Docs fp8"
     s = st.switch_profile(s, "Default")
@@ -344,66 +342,6 @@ def test_update_profile_validates() -> None:
         st.update_profile(s, replace(s.active, sampling_hz=0))
 
 
-def _profile_wrong_everywhere(extra_args: str = "") -> st.Profile:
-    """A profile with a bad value in every validated field (open host without a key too)."""
-    return st.Profile(
-        name="x",
-        port=0,
-        host="0.0.0.0",
-        sampling_hz=50,
-        theme="neon",
-        extra_args=extra_args,
-        plan=st.PlanSettings(
-            max_model_len=1,
-            max_num_seqs=0,
-            kv_cache_dtype="int3",
-            gpu_memory_utilization=0.0,
-            use_case="poetry",
-        ),
-    )
-
-
-def test_validate_profile_lists_every_problem() -> None:
-    problems = st.validate_profile(_profile_wrong_everywhere())
-    keys = {prob.split(":", 1)[0] for prob in problems}
-    assert keys == {
-        "port",
-        "api_key",
-        "sampling_hz",
-        "theme",
-        "context",
-        "users",
-        "kv_cache_dtype",
-        "gpu_memory_utilization",
-        "use_case",
-    }
-
-
-def test_extra_args_with_broken_quoting_are_reported() -> None:
-    problems = st.validate_extra_args('--served-model-name "unterminated')
-    assert problems and problems[0].startswith("extra_args:")
-    assert st.validate_extra_args("") == []
-
-
-def test_extra_args_that_repeat_a_managed_flag_name_the_setting() -> None:
-    (problem,) = st.validate_extra_args("--max-model-len 4096")
-    assert problem.startswith("extra_args:")
-    assert "context length" in problem  # says which setting to change instead
-
-
-def test_a_profile_plan_is_the_shared_serving_settings_type() -> None:
-    """The profile stores the same ServingSettings a plan, a launch and a measurement use."""
-    from kvpilot.core.fit.plan import ServingSettings
-    from kvpilot.core.vllm.command import LaunchSpec
-
-    plan = st.PlanSettings(max_model_len=16384, max_num_seqs=2, kv_cache_dtype="fp8",
-                           max_num_batched_tokens=2048)
-    assert isinstance(plan, ServingSettings)
-    spec = LaunchSpec(model="m").with_settings(plan.settings)
-    assert (spec.max_model_len, spec.max_num_seqs, spec.kv_cache_dtype,
-            spec.max_num_batched_tokens) == (16384, 2, "fp8", 2048)
-
-
 def test_a_wrongly_typed_serving_setting_in_a_profile_falls_back(store: st.SettingsStore) -> None:
     _write(store, {"schema_version": 1, "profiles": [
         {"name": "A", "plan": {"max_num_batched_tokens": "many", "dtype": 16,
@@ -416,38 +354,34 @@ def test_a_wrongly_typed_serving_setting_in_a_profile_falls_back(store: st.Setti
     assert "max_num_batched_tokens" in messages and "dtype" in messages
 
 
-def test_problems_are_structured_and_each_reset_repairs_its_problem() -> None:
-    """Load-time repair uses the problem's ``reset`` field, never the text of its message."""
-    bad = _profile_wrong_everywhere(extra_args="--max-model-len 4096")
-    problems = st.profile_problems(bad)
-    assert [p.text for p in problems] == st.validate_profile(bad)
-    assert {p.reset for p in problems} == {
-        "port",
-        "host",
-        "sampling_hz",
-        "theme",
-        "extra_args",
-        "plan.max_model_len",
-        "plan.max_num_seqs",
-        "plan.kv_cache_dtype",
-        "plan.gpu_memory_utilization",
-        "plan.use_case",
-    }
-    for problem in problems:
-        assert problem.reset is not None
-        fixed = st._reset_field(bad, problem.reset)
-        assert problem.text not in st.validate_profile(fixed), problem
-    # the whole repair, as loading a file does it: every field back to a valid default
-    settings, warnings = st.settings_from_json(
-        {"schema_version": 1, "profiles": [st.profile_to_json(bad)], "active_profile": "x"}
-    )
-    assert st.profile_problems(settings.active) == []
-    assert len(warnings) == len(problems)
-    assert settings.active.host == "127.0.0.1"
-    assert settings.active.plan.max_model_len == st.PlanSettings().max_model_len
-    assert settings.active.extra_args == ""
+def test_a_version_1_goal_moves_out_of_the_plan(store: st.SettingsStore) -> None:
+    """Version 1 kept the goal in ``plan`` (context as max_model_len, users as max_num_seqs);
+    the file is read into the profile's goal and written back as version 2."""
+    _write(store, {"schema_version": 1, "active_profile": "B", "profiles": [
+        {"name": "B", "plan": {"use_case": "batch", "max_model_len": 4096, "max_num_seqs": 16,
+                               "allow_4bit": False, "kv_cache_dtype": "fp8",
+                               "enforce_eager": True}}]})
+    result = store.load()
+    assert result.warnings == ()
+    profile = result.settings.active
+    assert profile.goal == Goal(use_case="batch", context_tokens=4096, users=16,
+                                min_weight_bits=8)
+    assert profile.plan == ServingSettings(kv_cache_dtype="fp8", enforce_eager=True)
+    store.save(result.settings)
+    written = json.loads(store.path.read_text())
+    assert written["schema_version"] == st.SCHEMA_VERSION == 2
+    (body,) = written["profiles"]
+    assert body["goal"] == {"use_case": "batch", "context_tokens": 4096, "users": 16,
+                            "min_weight_bits": 8}
+    assert {"use_case", "allow_4bit"}.isdisjoint(body["plan"])
+    assert body["plan"]["max_model_len"] is None and body["plan"]["kv_cache_dtype"] == "fp8"
+    assert store.load().settings.active == profile
 
 
-def test_an_empty_name_is_a_problem_without_a_repair() -> None:
-    (problem,) = st.profile_problems(st.Profile(name=" "))
-    assert problem.label == "name" and problem.reset is None
+def test_unknown_goal_keys_are_kept(store: st.SettingsStore) -> None:
+    _write(store, {"schema_version": 2, "profiles": [
+        {"name": "A", "goal": {"users": 3, "latency_slo_s": 2.5}}]})
+    s = store.load().settings
+    assert s.active.goal.users == 3
+    store.save(s)
+    assert json.loads(store.path.read_text())["profiles"][0]["goal"]["latency_slo_s"] == 2.5

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from kvpilot.core.cli import main
+from kvpilot.core.fit.goal import Goal
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.records import Goal
+from kvpilot.gui.records import PlanRequest
 from kvpilot.gui.services import AppServices
 
 GPU = "NVIDIA GeForce RTX 4090"
@@ -23,7 +24,7 @@ def test_gui_and_cli_flag_the_same_plans_tight(qtbot, capsys, monkeypatch) -> No
     services = AppServices(CoreBridge())
     result = services.plan(
         services.target_from_spec(GPU),
-        Goal(context_tokens=32768, users=4, vllm_version="0.32.0"),
+        PlanRequest(Goal(context_tokens=32768, users=4, vllm_version="0.32.0")),
     )
     rows = [r for r in result.rows if r.source is not None and hasattr(r.source, "tight")]
     gui_tight = [(r.source.model_id, r.capacity.kv_cache_dtype, r.tight) for r in rows]

@@ -34,9 +34,9 @@ FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
 def _catalog_models_need_no_download(monkeypatch):
     """The stand-in vllm serves catalog plans without weights: skip kvpilot's Hub download
     (tests/gui/test_download_gui.py covers it against a local stand-in Hub)."""
-    from kvpilot.core.hub import download
+    from kvpilot.core import launch
 
-    monkeypatch.setattr(download, "launchable_spec", lambda spec, **_: spec)
+    monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from fitkit import rtx4090
 from testpaths import DATA
 
 from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.replan import RankedPlan
 from kvpilot.core.models.local import spec_from_config
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui.panels.planner_panel import PlannerPanel
@@ -24,7 +25,9 @@ def _row(architecture: str) -> PlanRow:
                    weights_source="file")
     inputs = rtx4090(spec, max_model_len=8192)
     cap = compute_capacity(inputs)
-    return PlanRow("x/fancy · 8k", "bf16", inputs, cap, cap.fits, "", "x/fancy")
+    plan = RankedPlan(model_id="x/fancy", inputs=inputs, capacity=cap, fits=cap.fits,
+                      borderline=False, tight=False, reason="")
+    return PlanRow(plan, "x/fancy · 8k", "bf16", "x/fancy")
 
 
 def test_detail_marks_unknown_architecture(qtbot) -> None:

@@ -11,6 +11,7 @@ def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
     from fitkit import fixture_spec, rtx4090
 
     from kvpilot.core.fit.budget import compute_capacity
+    from kvpilot.core.fit.replan import RankedPlan
     from kvpilot.gui.panels.planner_panel import PlannerPanel
     from kvpilot.gui.records import PlanRow
 
@@ -18,10 +19,12 @@ def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
     inputs = rtx4090(model, max_model_len=32768, max_num_seqs=1, gpu_memory_utilization=0.7)
     cap = compute_capacity(inputs)
     assert cap.verdict == "borderline"
-    row = PlanRow(title="Qwen/Qwen2.5-7B-Instruct", quantization="", inputs=inputs,
-                  capacity=cap, fits=False, reason="borderline: ...", model_ref="q")
-    refused = PlanRow(title="x", quantization="", inputs=None, capacity=None, fits=False,
-                      reason="does not fit", model_ref="x")
+    plan = RankedPlan(model_id="q", inputs=inputs, capacity=cap, fits=False, borderline=True,
+                      tight=False, reason="borderline: ...")
+    row = PlanRow(plan, title="Qwen/Qwen2.5-7B-Instruct", quantization="", model_ref="q")
+    none = RankedPlan(model_id="x", inputs=None, capacity=None, fits=False, borderline=False,
+                      tight=False, reason="does not fit")
+    refused = PlanRow(none, title="x", quantization="", model_ref="x")
     assert row.borderline and row.launchable and not refused.launchable
     panel = PlannerPanel()
     qtbot.addWidget(panel)

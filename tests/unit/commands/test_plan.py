@@ -143,6 +143,21 @@ def test_recommend_json_ranks_candidates(capsys):
     assert out["rejected"]
 
 
+def test_recommend_reads_a_context_as_the_planner_does(capsys):
+    """``--context 16k`` is 16,384 tokens (the planner's "16k"); a wrong one is one line."""
+    args = ["recommend", "--gpu", "RTX 4090", "--gpu-free-mib", "22900", "--users", "4",
+            "--json", "--limit", "3"]
+    assert main([*args, "--context", "16k"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert main([*args, "--context", "16384"]) == 0
+    assert short == json.loads(capsys.readouterr().out)
+    assert short["goal"]["context"] == 16384
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--context", "lots"])
+    assert exc.value.code == 2
+    assert "context 'lots' is not a number of tokens" in capsys.readouterr().err
+
+
 def test_version_flag(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])

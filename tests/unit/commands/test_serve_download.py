@@ -10,7 +10,7 @@ import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
 
 from kvpilot.core.commands.serve import EventPrinter, ensure_local_model
-from kvpilot.core.hub.download import GatedModelError
+from kvpilot.core.hub.download_errors import GatedModelError
 from kvpilot.core.vllm.command import LaunchSpec
 
 REPO = "acme/tiny-serve"

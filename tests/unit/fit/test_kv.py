@@ -90,3 +90,18 @@ def test_estimated_max_model_len_keeps_the_null_block_aside(qwen7b):
 def test_unknown_dtype_is_a_clear_error(qwen7b):
     with pytest.raises(FitError, match="unknown dtype 'int3'"):
         kv.kv_layout(qwen7b, "int3")
+
+
+def test_group_padding_follows_the_release(gptoss):
+    # 12 sliding + 13 full (a drafter's extra layer): padded to groups of 13 from 0.13
+    # (under 1.25 x), split into groups of 12 before
+    kinds = (*gptoss.resolved_layer_types, "full_attention")
+    model = replace(gptoss, layer_types=kinds, num_hidden_layers=len(kinds))
+    assert kv.kv_layout(model, vllm_version="0.10.2").group_size == 12
+    assert kv.kv_layout(model, vllm_version="0.16.0").group_size == 13
+    assert kv.kv_layout(model, vllm_version="0.21.0").group_size == 13
+    # 8 full + 11 sliding: only the 1.5 rule of 0.19+ pads
+    kinds = ("full_attention",) * 8 + ("sliding_attention",) * 11
+    model = replace(gptoss, layer_types=kinds, num_hidden_layers=len(kinds))
+    assert kv.kv_layout(model, vllm_version="0.16.0").group_size == 8
+    assert kv.kv_layout(model, vllm_version="0.19.0").group_size == 11

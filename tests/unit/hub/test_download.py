@@ -17,20 +17,23 @@ from fakes.fake_hub import FakeHub, isolate_hf
 from huggingface_hub import hf_hub_download
 
 from kvpilot.core.hub import download as dl
+from kvpilot.core.hub import download_errors as errs
 from kvpilot.core.hub.cache import complete_snapshot
 from kvpilot.core.hub.download import (
+    Downloader,
+    DownloadProgress,
+    check_disk_space,
+    plan_download,
+)
+from kvpilot.core.hub.download_errors import (
     DiskFullError,
     DownloadCancelled,
-    Downloader,
     DownloadInterruptedError,
-    DownloadProgress,
     GatedModelError,
     HubAuthError,
     HubUnreachableError,
     ModelNotFoundError,
     NotEnoughDiskError,
-    check_disk_space,
-    plan_download,
 )
 
 REPO = "acme/tiny-chat"
@@ -157,7 +160,7 @@ def test_select_files_falls_back_to_bin_only_without_safetensors() -> None:
 
 
 def test_select_files_gguf_only_repo_is_a_typed_error() -> None:
-    with pytest.raises(dl.NoLoadableWeightsError, match="safetensors"):
+    with pytest.raises(errs.NoLoadableWeightsError, match="safetensors"):
         dl.select_files(["README.md", "model-Q4_K_M.gguf", "original/consolidated.00.pth"])
 
 
@@ -256,7 +259,7 @@ def test_dropped_connection_keeps_partial_and_next_run_resumes_with_range(hub: F
     with pytest.raises(DownloadInterruptedError, match="resume"):
         Downloader(plan, events, max_retries=0).run()
     assert events.items[-1].state == "failed"
-    assert events.items[-1].error_kind == dl.KIND_INTERRUPTED
+    assert events.items[-1].error_kind == errs.KIND_INTERRUPTED
     assert _partial(plan).stat().st_size == cut
     assert complete_snapshot(REPO) is None
 
@@ -428,7 +431,7 @@ def test_not_enough_disk_fails_before_any_byte(hub: FakeHub) -> None:
     assert "HF_HUB_CACHE" in str(err.value)
     assert Path(disk.asked[0]).exists()  # nearest existing parent of the cache folder
     assert events.states == ["checking", "failed"]
-    assert events.items[-1].error_kind == dl.KIND_NO_DISK_SPACE
+    assert events.items[-1].error_kind == errs.KIND_NO_DISK_SPACE
     assert not [r for r in hub.settled() if r.method == "GET" and "/resolve/" in r.path]
     assert check_disk_space(plan, disk_usage=TinyDisk(free=plan.bytes_to_fetch)) == (
         plan.bytes_to_fetch
@@ -467,7 +470,7 @@ def test_disk_full_during_download(hub: FakeHub) -> None:
     events = Events()
     with pytest.raises(DiskFullError, match="is full") as err:
         Downloader(plan, events, open_file=opener).run()
-    assert err.value.kind == dl.KIND_DISK_FULL
+    assert err.value.kind == errs.KIND_DISK_FULL
     assert err.value.needed_bytes == plan.total_bytes - 3_000_000 - sum(
         size_of(f.filename) for f in plan.files if f.filename != WEIGHTS
     )
@@ -497,7 +500,7 @@ def test_hub_lost_after_planning_says_model_cannot_start_offline(hub: FakeHub) -
     events = Events()
     with pytest.raises(HubUnreachableError, match="not completely in the cache"):
         Downloader(plan, events).run()
-    assert events.items[-1].error_kind == dl.KIND_UNREACHABLE
+    assert events.items[-1].error_kind == errs.KIND_UNREACHABLE
 
 
 def test_ensure_downloaded_fetches_once_then_uses_the_cache(hub: FakeHub) -> None:

@@ -139,9 +139,13 @@ def test_bf16_base_is_two_bytes_per_parameter():
 
 
 def test_entry_metadata():
+    waiting = {repo.lower() for repo, _why in catalog.unplannable()}
     for e in ENTRIES:
         assert 1 <= e.quality_tier <= 5
         assert e.params_active <= e.params_total
+        assert e.license
+        if e.id.lower() in waiting:  # listed before the planner reads its architecture
+            continue
         assert e.context_length == catalog.get(e.id).derived_max_model_len
         assert e.license
     moe = next(e for e in ENTRIES if e.id == "Qwen/Qwen3-30B-A3B")
@@ -151,7 +155,8 @@ def test_entry_metadata():
 
 def test_all_checkpoint_specs_cached_and_complete():
     specs = catalog.all_checkpoint_specs()
-    assert len(specs) == sum(len(e.checkpoints) for e in ENTRIES)
+    waiting = catalog.unplannable()
+    assert len(specs) + len(waiting) == sum(len(e.checkpoints) for e in ENTRIES)
     assert catalog.all_checkpoint_specs() is specs  # built once
     assert all(s.weights_bytes and s.weights_bytes > 0 for s in specs)
     assert len({s.model_id for s in specs}) == len(specs)
@@ -160,8 +165,9 @@ def test_all_checkpoint_specs_cached_and_complete():
 def test_unverified_entries_are_marked():
     unverified = [e.id for e in ENTRIES if not e.verified]
     assert unverified  # the reference set has partially verified entries; they stay marked
+    waiting = {repo.lower() for repo, _why in catalog.unplannable()}
     for e in ENTRIES:
-        if not e.verified:
+        if not e.verified and e.id.lower() not in waiting:
             spec = catalog.get(e.id)
             assert any("not fully verified" in n for n in spec.notes)
 

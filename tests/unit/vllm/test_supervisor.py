@@ -22,6 +22,7 @@ from kvpilot.core import failures
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 from kvpilot.core.vllm.runtime import VllmRuntime
+from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.core.vllm.supervisor import (
     FAILED,
     READY,
@@ -121,6 +122,9 @@ def test_kv_too_small_is_classified_while_the_process_lingers(
     )
     assert sup.wait_for((READY,), 20) == FAILED
     failed = next(e for e in sup.events() if isinstance(e, StateEvent) and e.state == FAILED)
+    states = [e.state for e in sup.events() if isinstance(e, StateEvent)]
+    assert states == [SupervisorState.STARTING, SupervisorState.FAILED]
+    assert all(type(state) is SupervisorState for state in states)
     assert sup.failure is not None
     assert sup.failure.kind == failures.KV_CACHE_TOO_SMALL
     assert sup.failure.estimated_max_model_len == 128

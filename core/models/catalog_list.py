@@ -1,0 +1,93 @@
+"""What the recommender ranks, as a list: ``kvpilot catalog`` and any window that shows it.
+
+:func:`catalog_listing` is the one function: every catalog entry with its family, release date
+and checkpoints (quantization scheme, weight bytes and where they came from), and, for a given
+GPU, which checkpoints its compute capability refuses and why
+(:mod:`~kvpilot.core.models.checkpoint_rules`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvpilot.core.models.catalog import CatalogEntry, catalog_entries
+from kvpilot.core.models.checkpoint_rules import caveat, refusal, scheme_of_quantization
+from kvpilot.core.models.spec import Quantization
+
+
+@dataclass(frozen=True)
+class ListedCheckpoint:
+    """One checkpoint: repo, vLLM method (None: 16-bit), scheme, bits, weight bytes (None: not
+    known yet, the entry's note says why), their source (``catalog`` exact or listed;
+    ``estimate`` byte model), why this GPU refuses it ("" when it does not, or no GPU was
+    given) and ``note``, how it runs differently there."""
+
+    repo: str
+    method: str | None
+    scheme: str
+    bits: int | None
+    weights_bytes: int | None
+    weights_source: str
+    refused: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    """One catalog entry as listed."""
+
+    id: str
+    family: str
+    release_date: str
+    params_total: int
+    context_length: int
+    license: str
+    gated: bool
+    checkpoints: tuple[ListedCheckpoint, ...]
+
+
+def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
+    rows = []
+    for c in entry.checkpoints:
+        quant = Quantization(c.method, c.bits, c.group_size) if c.method else None
+        scheme = scheme_of_quantization(quant)
+        rows.append(ListedCheckpoint(c.repo, c.method, scheme, c.bits, c.weights_bytes or None,
+                                     c.weights_source, refusal(scheme, cc) or "",
+                                     caveat(scheme, cc)))
+    return ListedModel(entry.id, entry.family, entry.release_date, entry.params_total,
+                       entry.context_length, entry.license, entry.gated, tuple(rows))
+
+
+def catalog_listing(
+    compute_capability: tuple[int, int] | None = None, family: str | None = None
+) -> tuple[ListedModel, ...]:
+    """Every catalog model in catalog order (only ``family`` when given, any case), with the
+    checkpoints a GPU of ``compute_capability`` refuses marked.
+
+    Raises:
+        ModelSpecError: the bundled catalog cannot be read (a packaging error).
+    """
+    wanted = family.lower() if family else None
+    return tuple(
+        _listed(e, compute_capability) for e in catalog_entries()
+        if wanted is None or e.family.lower() == wanted
+    )
+
+
+def listing_to_json(models: tuple[ListedModel, ...]) -> list[dict[str, Any]]:
+    """The JSON form (``kvpilot catalog --json``)."""
+    return [
+        {
+            "id": m.id, "family": m.family, "release_date": m.release_date or None,
+            "params_total": m.params_total, "context_length": m.context_length,
+            "license": m.license, "gated": m.gated,
+            "checkpoints": [
+                {"repo": c.repo, "quantization": c.method, "scheme": c.scheme, "bits": c.bits,
+                 "weights_bytes": c.weights_bytes, "weights_source": c.weights_source,
+                 "refused": c.refused or None, "note": c.note or None}
+                for c in m.checkpoints
+            ],
+        }
+        for m in models
+    ]

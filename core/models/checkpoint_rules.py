@@ -1,0 +1,166 @@
+"""Which quantized checkpoints run on which GPU: the weight scheme and its compute capability.
+
+A checkpoint's ``quantization_config`` (as its ``config.json`` or the Hub's listing holds it) is
+reduced to one scheme name, and each scheme has the compute capability vLLM's kernels need:
+
+* ``awq`` / ``gptq``: 4- or 8-bit integer weights, Marlin kernels from sm_75;
+* ``w4a16``: compressed-tensors 4-bit integer weights, 16-bit activations (Marlin), sm_75;
+* ``w8a8-int8``: compressed-tensors 8-bit integer weights and activations, sm_75;
+* ``fp8``: FP8 weights and activations (W8A8) from sm_89 (Ada); from sm_75 vLLM runs them as
+  weight-only FP8 through Marlin (W8A16, :func:`caveat` says so);
+* ``mxfp4``: OCP microscaling FP4 (gpt-oss), sm_80;
+* ``nvfp4``: NVIDIA FP4 with 16-element groups, only Blackwell (sm_100 data centre, sm_120
+  consumer); refused on every other card;
+* ``16-bit``: no quantization; ``other``: a method these rules do not know (not refused here:
+  :func:`kvpilot.core.fit.support.check_support` has the last word).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvpilot.core.models.spec import Quantization
+
+SCHEME_16BIT = "16-bit"
+SCHEME_AWQ = "awq"
+SCHEME_GPTQ = "gptq"
+SCHEME_W4A16 = "w4a16"
+SCHEME_W8A8_INT8 = "w8a8-int8"
+SCHEME_FP8 = "fp8"
+SCHEME_MXFP4 = "mxfp4"
+SCHEME_NVFP4 = "nvfp4"
+SCHEME_OTHER = "other"
+
+#: lowest compute capability per scheme (NVFP4: see :data:`NVFP4_MAJORS`)
+MIN_CAPABILITY: dict[str, tuple[int, int]] = {
+    SCHEME_AWQ: (7, 5),
+    SCHEME_GPTQ: (7, 5),
+    SCHEME_W4A16: (7, 5),
+    SCHEME_W8A8_INT8: (7, 5),
+    SCHEME_FP8: (7, 5),
+    SCHEME_MXFP4: (8, 0),
+}
+#: FP8 W8A8 (FP8 tensor cores) from here; below, weight-only
+FP8_W8A8_CAPABILITY = (8, 9)
+#: compute-capability majors with FP4 tensor cores (sm_100 B200/GB200, sm_120 RTX 50 / PRO 6000)
+NVFP4_MAJORS = (10, 12)
+#: NVFP4 scales every 16 weights; MXFP4 every 32; integer 4-bit schemes 32..128
+NVFP4_GROUP_SIZE = 16
+
+
+def _first_weights(qcfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    groups = qcfg.get("config_groups")
+    if isinstance(groups, Mapping):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if isinstance(weights, Mapping):
+                return weights
+    return {}
+
+
+def _first_activations(qcfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    groups = qcfg.get("config_groups")
+    if isinstance(groups, Mapping):
+        for group in groups.values():
+            acts = group.get("input_activations") if isinstance(group, Mapping) else None
+            if isinstance(acts, Mapping):
+                return acts
+    return None
+
+
+def scheme_of(qcfg: Mapping[str, Any] | None) -> str:
+    """The scheme of a ``quantization_config`` (None: a 16-bit checkpoint)."""
+    if not qcfg:
+        return SCHEME_16BIT
+    method = str(qcfg.get("quant_method") or "").lower().replace("_", "-")
+    if method in ("awq", "auto-awq", "awq-marlin"):
+        return SCHEME_AWQ
+    if method in ("gptq", "auto-gptq", "gptq-marlin") or (not method and "bits" in qcfg):
+        return SCHEME_GPTQ
+    if method == "fp8":
+        return SCHEME_FP8
+    if method == "mxfp4":
+        return SCHEME_MXFP4
+    if method == "modelopt":
+        algo = str(qcfg.get("quant_algo") or "").upper()
+        return SCHEME_NVFP4 if "FP4" in algo else SCHEME_FP8 if "FP8" in algo else SCHEME_OTHER
+    if method == "compressed-tensors":
+        if "nvfp4" in str(qcfg.get("format") or "").lower():
+            return SCHEME_NVFP4
+        weights = _first_weights(qcfg)
+        bits = weights.get("num_bits")
+        kind = str(weights.get("type") or "int").lower()
+        acts = _first_activations(qcfg)
+        if bits == 4 and kind == "float":
+            return SCHEME_NVFP4 if weights.get("group_size") == NVFP4_GROUP_SIZE else SCHEME_MXFP4
+        if bits == 8 and kind == "float":
+            return SCHEME_FP8
+        if bits == 8 and acts is not None:
+            return SCHEME_W8A8_INT8
+        if bits in (4, 8):
+            return SCHEME_W4A16
+    return SCHEME_OTHER
+
+
+def scheme_of_quantization(quant: Quantization | None) -> str:
+    """The scheme of a parsed :class:`Quantization` (what a catalog checkpoint holds)."""
+    if quant is None:
+        return SCHEME_16BIT
+    method = quant.method.lower()
+    if method in ("awq", "gptq", "fp8", "mxfp4"):
+        return method
+    if method in ("modelopt-fp4", "modelopt_fp4", "nvfp4") or (
+        method == "modelopt" and quant.group_size == NVFP4_GROUP_SIZE
+    ):
+        return SCHEME_NVFP4
+    if method == "compressed-tensors":
+        if quant.bits == 4 and quant.group_size == NVFP4_GROUP_SIZE:
+            return SCHEME_NVFP4
+        if quant.bits == 8:
+            return SCHEME_FP8
+        return SCHEME_W4A16
+    return SCHEME_OTHER
+
+
+def refusal(scheme: str, compute_capability: tuple[int, int] | None) -> str | None:
+    """Why a ``scheme`` checkpoint cannot run on a card of ``compute_capability`` (None: it can,
+    or the card is unknown)."""
+    if compute_capability is None:
+        return None
+    major, minor = compute_capability
+    if scheme == SCHEME_NVFP4:
+        if major in NVFP4_MAJORS:
+            return None
+        return (
+            f"NVFP4 weights need FP4 tensor cores (sm_100 or sm_120, Blackwell); this GPU is "
+            f"sm_{major}{minor}. Pick the AWQ, GPTQ or FP8 checkpoint instead."
+        )
+    need = MIN_CAPABILITY.get(scheme)
+    if need is not None and compute_capability < need:
+        return (
+            f"{scheme} weights need compute capability {need[0]}.{need[1]}; this GPU is "
+            f"{major}.{minor}. Pick another checkpoint."
+        )
+    return None
+
+
+def caveat(scheme: str, compute_capability: tuple[int, int] | None) -> str:
+    """How a runnable checkpoint runs differently on this card ("" when it runs as built)."""
+    if (
+        scheme == SCHEME_FP8 and compute_capability is not None
+        and compute_capability < FP8_W8A8_CAPABILITY
+        and refusal(scheme, compute_capability) is None
+    ):
+        major, minor = compute_capability
+        return (f"no FP8 tensor cores on sm_{major}{minor}: vLLM runs these weights as "
+                "weight-only FP8 (Marlin, W8A16), so prefill is slower than on sm_89+")
+    return ""
+
+
+def support_refusal(quant: Quantization | None, compute_capability: tuple[int, int] | None
+                    ) -> str | None:
+    """Why a parsed quantization cannot run on the card, for the rules vLLM's own minimum
+    capabilities do not cover (NVFP4 before Blackwell); None otherwise."""
+    scheme = scheme_of_quantization(quant)
+    return refusal(scheme, compute_capability) if scheme == SCHEME_NVFP4 else None

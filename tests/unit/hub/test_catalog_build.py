@@ -1,0 +1,160 @@
+"""Catalog entries built from the local Hub stand-in and from public file copies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.fake_hub import FakeHub, isolate_hf
+from fakes.hub_catalog import add_entry
+from testpaths import REPO
+
+from kvpilot.core.hub.catalog_build import (
+    BuildSource,
+    CatalogBuildError,
+    entry_from_copies,
+    entry_from_hub,
+    load_sources,
+    merge,
+)
+from kvpilot.core.models import catalog
+from kvpilot.core.models.catalog import _as_entry, checkpoint_spec, find
+
+QWEN3_8B = "Qwen/Qwen3-8B"
+#: the NVFP4 quantization_config layout of compressed-tensors (format name and 16-weight groups)
+NVFP4_QCFG = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+              "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float",
+                                                        "group_size": 16}}}}
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    with FakeHub(cdn=False) as fake:
+        isolate_hf(monkeypatch, tmp_path, fake.endpoint)
+        found = find(QWEN3_8B)
+        assert found is not None
+        add_entry(fake, found[0], 0)
+        yield fake
+
+
+def test_an_entry_built_from_the_hub_pins_revisions_and_counts_bytes(hub: FakeHub):
+    base_ckpt = find(QWEN3_8B)
+    assert base_ckpt is not None
+    entry = entry_from_hub(BuildSource(QWEN3_8B, "Qwen3", release_date="2025-04"))
+    assert entry["id"] == QWEN3_8B and entry["family"] == "Qwen3"
+    repo = hub.repos[QWEN3_8B]
+    assert entry["checkpoints"][0]["revision"] == repo.sha
+    assert repo.sha in entry["sources"][0]
+    by_repo = {c["repo"]: c for c in entry["checkpoints"]}
+    assert set(by_repo) == {QWEN3_8B, "Qwen/Qwen3-8B-AWQ", "Qwen/Qwen3-8B-FP8"}
+    for name, line in by_repo.items():
+        expected = find(name)
+        assert expected is not None
+        assert line["weights_bytes"] == expected[1].weights_bytes
+        assert line["weights_source"] == "catalog"
+        assert line["revision"] == hub.repos[name].sha
+    assert by_repo["Qwen/Qwen3-8B-AWQ"]["method"] == "awq"
+    assert by_repo["Qwen/Qwen3-8B-AWQ"]["bits"] == 4
+    # the built entry is a catalog entry the planner reads like the shipped one
+    built = _as_entry(entry)
+    shipped = base_ckpt[0]
+    assert built.params_total == shipped.params_total
+    assert built.context_length == shipped.context_length
+    spec = checkpoint_spec(built, built.checkpoints[1])
+    assert spec.quantization is not None and spec.weights_bytes == by_repo[spec.model_id][
+        "weights_bytes"]
+
+
+def test_model_tree_keeps_one_variant_per_runnable_scheme(hub: FakeHub):
+    config = json.loads(hub.repos[QWEN3_8B].files["config.json"])
+    nvfp4 = hub.add_repo("example/Qwen3-8B-NVFP4", {"config.json": json.dumps(
+        {**config, "quantization_config": NVFP4_QCFG}).encode()})
+    nvfp4.tags = (f"base_model:quantized:{QWEN3_8B}",)
+    nvfp4.safetensors_parameters = {"U8": 6_000_000_000}
+    gguf = hub.add_repo("example/Qwen3-8B-GGUF", {"README.md": b"gguf only"})
+    gguf.tags = (f"base_model:quantized:{QWEN3_8B}",)
+    second_awq = hub.add_repo("example/Qwen3-8B-AWQ-copy", {"config.json": hub.repos[
+        "Qwen/Qwen3-8B-AWQ"].files["config.json"]})
+    second_awq.tags = (f"base_model:quantized:{QWEN3_8B}",)
+    second_awq.safetensors_parameters = {"U8": 1}
+    entry = entry_from_hub(BuildSource(QWEN3_8B, "Qwen3", max_variants=5))
+    by_repo = {c["repo"]: c for c in entry["checkpoints"]}
+    assert "example/Qwen3-8B-GGUF" not in by_repo  # no weight scheme vLLM loads here
+    assert "example/Qwen3-8B-AWQ-copy" not in by_repo  # the more downloaded AWQ is kept
+    line = by_repo["example/Qwen3-8B-NVFP4"]
+    assert line["scheme"] == "nvfp4" and "sm_100 or sm_120" in line["note"]
+    # in the catalog, that checkpoint is refused on an RTX 4090 with the reason
+    from kvpilot.core.fit.plan import PlanInputs
+    from kvpilot.core.fit.support import check_support
+    from kvpilot.core.hardware.target import from_spec
+
+    built = _as_entry(entry)
+    ckpt = next(c for c in built.checkpoints if c.repo == "example/Qwen3-8B-NVFP4")
+    failure = check_support(PlanInputs.on_gpu(checkpoint_spec(built, ckpt),
+                                              from_spec("RTX 4090", "linux")))
+    assert failure is not None and "NVFP4" in failure.message
+
+
+def test_an_unknown_repo_is_a_clear_error(hub: FakeHub):
+    with pytest.raises(CatalogBuildError, match="example/missing: cannot read it from the Hub"):
+        entry_from_hub(BuildSource("example/missing", "x"))
+
+
+def test_an_entry_from_copies_names_its_source_and_says_when_bytes_are_estimated(tmp_path):
+    folder = tmp_path / "Qwen__Qwen3-8B"
+    folder.mkdir()
+    real = REPO / "tests" / "data" / "models" / "qwen3-8b" / "config.json"
+    (folder / "config.json").write_bytes(real.read_bytes())
+    (folder / "SOURCE.txt").write_text("tests/data/models/qwen3-8b/config.json of this repo\n")
+    entry = entry_from_copies(BuildSource(QWEN3_8B, "Qwen3"), tmp_path)
+    line = entry["checkpoints"][0]
+    assert line["weights_source"] == "estimate" and "byte size not found" in line["note"]
+    assert entry["sources"] == ["tests/data/models/qwen3-8b/config.json of this repo"]
+    shipped = find(QWEN3_8B)
+    assert shipped is not None
+    # the byte model's figure for the 16-bit checkpoint is the shipped (listed) size within 1 %
+    assert abs(line["weights_bytes"] / shipped[1].weights_bytes - 1) < 0.01
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": shipped[1].weights_bytes}, "weight_map": {}}))
+    counted = entry_from_copies(BuildSource(QWEN3_8B, "Qwen3"), tmp_path)["checkpoints"][0]
+    assert counted["weights_source"] == "catalog"
+    assert counted["weights_bytes"] == shipped[1].weights_bytes
+    with pytest.raises(CatalogBuildError, match=r"no readable config\.json"):
+        entry_from_copies(BuildSource("example/none", "x"), tmp_path)
+
+
+def test_merge_replaces_by_id_and_appends_new_entries(tmp_path):
+    data = {"schema": 1, "entries": [{"id": "A/a", "v": 1}, {"id": "B/b", "v": 1}]}
+    merged = merge(data, [{"id": "b/B", "v": 2}, {"id": "C/c", "v": 1}])
+    assert [(e["id"], e["v"]) for e in merged["entries"]] == [("A/a", 1), ("b/B", 2),
+                                                              ("C/c", 1)]
+    sources = tmp_path / "s.json"
+    sources.write_text(json.dumps({"models": [{"id": "A/a", "family": "A", "max_variants": 2}]}))
+    assert load_sources(sources)[0].max_variants == 2
+    sources.write_text("{}")
+    with pytest.raises(CatalogBuildError):
+        load_sources(sources)
+    assert catalog.catalog_entries()  # the shipped catalog is untouched
+
+
+def test_the_build_script_writes_built_entries_into_a_catalog(hub: FakeHub, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_catalog",
+                                                  REPO / "scripts" / "build_catalog.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"models": [{"id": QWEN3_8B, "family": "Qwen3"}]}))
+    target = tmp_path / "catalog.json"
+    target.write_text(json.dumps({"schema": 1, "entries": [{"id": "A/a"}]}))
+    assert script.main([str(sources), "--catalog", str(target)]) == 0
+    written = json.loads(target.read_text())
+    assert [e["id"] for e in written["entries"]] == ["A/a", QWEN3_8B]
+    assert "Qwen/Qwen3-8B: 16-bit 15.3 GiB, awq 5.7 GiB" in capsys.readouterr().out
+    sources.write_text(json.dumps({"models": [{"id": "example/missing", "family": "x"}]}))
+    assert script.main([str(sources), "--catalog", str(target)]) == 2
+    assert "example/missing" in capsys.readouterr().err

@@ -1,0 +1,62 @@
+"""``kvpilot search`` against the local Hub stand-in."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.fake_hub import FakeHub, isolate_hf
+from fakes.hub_catalog import add_catalog
+
+from kvpilot.core.cli import main
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "kvpilot-cache"))
+    with FakeHub(cdn=False) as fake:
+        isolate_hf(monkeypatch, tmp_path, fake.endpoint)
+        add_catalog(fake)
+        yield fake
+
+
+ARGS = ["--gpu", "RTX 4090", "--no-runtime-filter", "--vllm-version", "0.11.0"]
+
+
+def test_text_output_names_badges_sizes_and_the_plan_command(hub: FakeHub, capsys):
+    assert main(["search", "Qwen3-14B", *ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen/Qwen3-14B" in out and "[fits]" in out
+    assert "awq" in out and "GiB" in out
+    assert "plan: kvpilot plan Qwen/Qwen3-14B" in out
+
+
+def test_json_then_offline_from_cache(hub: FakeHub, capsys):
+    assert main(["search", "gemma-3", *ARGS, "--json", "--context", "32768"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["from_cache"] is False and data["goal"]["context"] == 32768
+    hit = data["hits"][0]
+    assert set(hit["badge"]) >= {"verdict", "reason", "checkpoint", "max_model_len"}
+    assert hit["pipeline_tag"] == "image-text-to-text"
+    hub.stop()
+    assert main(["search", "gemma-3", *ARGS, "--json", "--offline", "--context", "32768"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["from_cache"] is True and again["hits"] == data["hits"]
+
+
+def test_bad_numbers_and_offline_without_cache_are_one_line_errors(hub: FakeHub, capsys):
+    assert main(["search", "x", *ARGS, "--users", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().err
+    assert main(["search", "never-searched", *ARGS, "--offline"]) == 2
+    assert "offline mode" in capsys.readouterr().err
+
+
+def test_fp8_checkpoints_below_ada_are_marked_weight_only(hub: FakeHub, capsys):
+    assert main(["search", "Qwen3-8B", "--gpu", "RTX 3090", "--no-runtime-filter",
+                 "--vllm-version", "0.11.0"]) == 0
+    assert "fp8 8.8 GiB (weight-only here)" in capsys.readouterr().out
+    assert main(["search", "Qwen3-8B", *ARGS, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(c["note"] is None for c in data["hits"][0]["checkpoints"])

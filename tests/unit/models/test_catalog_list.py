@@ -1,0 +1,66 @@
+"""The catalog as listed (``kvpilot catalog``): what the recommender ranks, checkpoint by
+checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+from kvpilot.core.cli import main
+from kvpilot.core.models.catalog import all_checkpoint_specs, catalog_entries, unplannable
+from kvpilot.core.models.catalog_list import catalog_listing, listing_to_json
+
+
+def test_the_listing_holds_every_checkpoint_the_recommender_ranks():
+    listed = catalog_listing()
+    repos = [c.repo for m in listed for c in m.checkpoints]
+    # what the recommender ranks, plus what it names rejected because it cannot plan it yet
+    ranked = [s.model_id for s in all_checkpoint_specs()]
+    waiting = [repo for repo, _why in unplannable()]
+    assert sorted(repos) == sorted(ranked + waiting)
+    assert len(listed) == len(catalog_entries())
+    for model, entry in zip(listed, catalog_entries(), strict=True):
+        assert model.family == entry.family
+        assert [c.weights_bytes for c in model.checkpoints] == [
+            c.weights_bytes or None for c in entry.checkpoints]
+
+
+def test_a_gpu_marks_what_its_compute_capability_changes(capsys):
+    assert main(["catalog", "--family", "Qwen3", "--gpu", "RTX 3090"]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen/Qwen3-8B-FP8" in out and "weight-only FP8" in out
+    assert main(["catalog", "--family", "qwen3", "--gpu", "RTX 4090"]) == 0
+    assert "weight-only" not in capsys.readouterr().out
+
+
+def test_json_keys_and_unknown_family(capsys):
+    assert main(["catalog", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first = data["models"][0]
+    assert set(first) >= {"id", "family", "release_date", "checkpoints"}
+    assert set(first["checkpoints"][0]) >= {"repo", "quantization", "weights_bytes",
+                                            "weights_source"}
+    assert data["models"] == listing_to_json(catalog_listing())
+    assert main(["catalog", "--family", "NoSuchFamily"]) == 1
+    assert "no model of that family" in capsys.readouterr().out
+
+
+def test_this_release_entries_are_listed_and_an_nvfp4_one_is_refused_before_blackwell(capsys):
+    assert main(["catalog", "--family", "Gemma 4", "--gpu", "RTX 4090"]) == 0
+    out = capsys.readouterr().out
+    assert "nvidia/Gemma-4-31B-IT-NVFP4" in out and "refused: NVFP4" in out
+    assert "size unknown" in out
+    assert main(["catalog", "--family", "Gemma 4", "--gpu", "RTX 5090"]) == 0
+    assert "refused" not in capsys.readouterr().out
+
+
+def test_entries_the_planner_cannot_plan_yet_are_rejected_with_the_reason_not_a_crash():
+    from kvpilot.core.fit.recommend import Goal, recommend
+    from kvpilot.core.hardware.target import from_spec
+
+    waiting = dict(unplannable())
+    assert "google/gemma-4-26B-A4B" in waiting
+    result = recommend(from_spec("RTX 4090", "linux").card(), Goal())
+    rejected = {r.model_id: r.reason for r in result.rejected}
+    for repo, why in waiting.items():
+        assert rejected[repo] == why
+    assert result.candidates
