@@ -107,3 +107,24 @@ def test_mtp_layer_bytes_count_every_expert():
     h, q, kvd, e, i = 2048, 4096, 512, 128, 768
     params = h * (q + 2 * kvd) + q * h + e * 3 * h * i + h * e + 2 * h * h + 4 * h
     assert speculative.mtp_layer_bytes(moe) == 2 * params
+
+
+def test_a_checkpoints_mtp_layer_joins_the_kv_cache_and_the_weights():
+    # Qwen3.5-27B's config.json as the catalog carries it (its source is named there):
+    # mtp_num_hidden_layers 1, full-attention layers of 4 KV heads x 256
+    from kvpilot.core.models import catalog
+    from kvpilot.core.models.local import spec_from_config
+
+    entry = next(e for e in catalog.catalog_entries() if e.id == "Qwen/Qwen3.5-27B")
+    model = spec_from_config(entry.config, model_id=entry.id)
+    assert model.mtp_layers == 1
+    kw = {"max_model_len": 8192, "max_num_seqs": 16, "gpu_total_bytes": 80 << 30,
+          "gpu_name": "NVIDIA H100 80GB HBM3", "vllm_version": "0.20.0"}
+    plain = compute_capacity(rtx4090(model, **kw))
+    mtp = compute_capacity(rtx4090(model, speculative_config=_config(method="mtp"), **kw))
+    assert mtp.failure is None
+    assert mtp.inputs["num_speculative_tokens"] == 1  # MTP defaults to its layer count
+    assert mtp.inputs["draft_kv_bytes_per_token"] == 2 * 4 * 256 * 2
+    assert mtp.kv_bytes_per_token - plain.kv_bytes_per_token == 2 * 4 * 256 * 2
+    assert mtp.weights_bytes - plain.weights_bytes == speculative.mtp_layer_bytes(model)
+    assert mtp.available_kv_bytes < plain.available_kv_bytes
