@@ -1,0 +1,74 @@
+"""``kvpilot serve --profile NAME`` against the real vLLM CPU engine: a profile of the settings
+file (API key in the 0600 secrets fallback) reaches ready, answers /v1/models only with the
+profile's key, never shows the key in an argv or the output, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+import psutil
+
+from kvpilot.core.settings import PlanSettings, Profile, Settings, SettingsStore
+from kvpilot.core.vllm.command import find_free_port
+from kvpilot.core.vllm.runtime import VllmRuntime
+
+from .conftest import KV_CACHE_BYTES, READY_TIMEOUT_S, vllm_executable_for_tests
+from .servekit import kvpilot_argv, serve_env, wait_event
+
+KEY = "sk-e2e-profile-7f3a9c"
+
+
+def test_serve_profile_headless(
+    vllm_runtime: VllmRuntime, tiny_model: Path, vllm_scratch: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    data = tmp_path / "data"
+    port = find_free_port("127.0.0.1", 18600)
+    plan = PlanSettings(max_model_len=1024, max_num_seqs=4, kv_cache_memory_bytes=KV_CACHE_BYTES,
+                        enforce_eager=True, dtype="float32")
+    exe, _ = vllm_executable_for_tests()
+    profile = Profile(name="tiny cpu", model_ref=str(tiny_model), plan=plan, port=port,
+                      api_key=KEY, vllm_runtime=str(exe))  # the profile picks the runtime
+    env = {**serve_env(vllm_scratch, data), "KVPILOT_CONFIG_DIR": str(config),
+           "KVPILOT_SECRETS": "settings-file"}
+    env.pop("KVPILOT_API_KEY", None)
+    store = SettingsStore(config)
+    store.save(Settings(profiles=(profile,), active_profile=profile.name))
+    argv = kvpilot_argv("serve", "--profile", "tiny cpu", "--json-events")
+    assert KEY not in " ".join(argv)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        events = wait_event(proc, "ready", READY_TIMEOUT_S)
+        assert events[0]["event"] in ("profile", "vllm_support")
+        assert any(e["event"] == "profile" and e["profile"] == "tiny cpu" for e in events)
+        url = f"http://127.0.0.1:{port}/v1/models"
+        assert httpx.get(url, timeout=10).status_code == 401  # the profile's key is in force
+        reply = httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+        assert reply.status_code == 200
+        assert reply.json()["data"][0]["id"]
+        launch = next(e for e in events if e["event"] == "launch")
+        child = psutil.Process(launch["pid"])
+        tree = [child, *child.children(recursive=True)]
+        for p in [psutil.Process(proc.pid), *tree]:
+            assert KEY not in " ".join(p.cmdline()), p.cmdline()
+        assert KEY not in json.dumps(events)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    stopped = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert stopped and stopped[-1]["event"] == "stopped" and stopped[-1]["clean"] is True
+    assert KEY not in out and KEY not in err
+    for p in tree:
+        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    logs = [f for f in data.rglob("*.log") if f.is_file()]
+    assert logs, "serve kept no log"
+    assert all(KEY not in f.read_text(errors="replace") for f in logs)
