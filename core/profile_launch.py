@@ -75,14 +75,16 @@ class LoadedProfile:
     warnings: tuple[str, ...] = ()
 
 
-def load_profile(name: str, config_dir: Path | None = None) -> LoadedProfile:
+def load_profile(
+    name: str, config_dir: Path | None = None, *, need_model: bool = True
+) -> LoadedProfile:
     """The profile called ``name`` from the settings file (secrets from the keyring, or the
     0600 fallback file).
 
     Raises:
         SettingsError: no profile of that name (the message lists the ones there are), the
             settings file is damaged (it was moved aside; the message names the backup), the
-            profile names no model, or the file cannot be read.
+            profile names no model (when ``need_model``), or the file cannot be read.
     """
     from kvpilot.core.settings import SettingsStore
 
@@ -102,7 +104,7 @@ def load_profile(name: str, config_dir: Path | None = None) -> LoadedProfile:
             "create it in the settings dialog or pick one of these"
         )
     profile = loaded.settings.profile(name)
-    if not profile.model_ref.strip():
+    if need_model and not profile.model_ref.strip():
         raise SettingsError(
             f"profile {name!r} names no model; choose one in the window's planner first"
         )

@@ -1,10 +1,14 @@
-"""``kvpilot serve --profile NAME`` against the real vLLM CPU engine: a profile of the settings
-file (API key in the 0600 secrets fallback) reaches ready, answers /v1/models only with the
-profile's key, never shows the key in an argv or the output, and stops cleanly on SIGTERM."""
+"""The headless autostart unit against the real vLLM CPU engine: ``kvpilot autostart enable
+--headless`` writes the unit, and its ``ExecStart`` (``kvpilot serve --profile NAME``) run with
+only the unit's environment, as systemd runs it, serves the profile of the settings file (API key
+in the 0600 secrets fallback): ready, /v1/models only with the profile's key, the key in no argv,
+output or log, and a clean stop on SIGTERM (what ``systemctl stop`` sends)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -12,6 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from kvpilot.core import autostart
 from kvpilot.core.settings import PlanSettings, Profile, Settings, SettingsStore
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.runtime import VllmRuntime
@@ -33,13 +38,34 @@ def test_serve_profile_headless(
     exe, _ = vllm_executable_for_tests()
     profile = Profile(name="tiny cpu", model_ref=str(tiny_model), plan=plan, port=port,
                       api_key=KEY, vllm_runtime=str(exe))  # the profile picks the runtime
-    env = {**serve_env(vllm_scratch, data), "KVPILOT_CONFIG_DIR": str(config),
-           "KVPILOT_SECRETS": "settings-file"}
-    env.pop("KVPILOT_API_KEY", None)
     store = SettingsStore(config)
+    saved_env = {**serve_env(vllm_scratch, data), "KVPILOT_CONFIG_DIR": str(config),
+                 "KVPILOT_SECRETS": "settings-file", "KVPILOT_API_KEY": "not-this-one"}
     store.save(Settings(profiles=(profile,), active_profile=profile.name))
-    argv = kvpilot_argv("serve", "--profile", "tiny cpu", "--json-events")
-    assert KEY not in " ".join(argv)
+    old_env = dict(os.environ)
+    os.environ.update(saved_env)
+    try:  # enabled from a shell that has a key in its environment: it must not be written
+        autostart.enable(profile.name, headless=True, config_home=tmp_path / "xdg",
+                         argv=kvpilot_argv()[:3], reload=False)
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+    unit = (tmp_path / "xdg" / "systemd" / "user" / autostart.UNIT_NAME).read_text()
+    assert KEY not in unit and "not-this-one" not in unit
+    lines = unit.splitlines()
+    argv = [a.replace("%%", "%").replace("$$", "$") for a in
+            shlex.split(next(ln for ln in lines if ln.startswith("ExecStart="))[10:])]
+    assert argv[-3:] == ["serve", "--profile", "tiny cpu"]
+    # the unit's environment and nothing else (vLLM's scratch folders aside: two cores, tmp)
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)),
+           **{k: v for k, v in serve_env(vllm_scratch, data).items()
+              if k in ("TMPDIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT")}}
+    for ln in lines:
+        if ln.startswith("Environment="):
+            name, _, value = shlex.split(ln[12:])[0].partition("=")
+            env[name] = value
+    assert env["KVPILOT_CONFIG_DIR"] == str(config) and env["KVPILOT_DATA_DIR"] == str(data)
+    argv += ["--json-events"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
