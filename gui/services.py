@@ -550,6 +550,9 @@ class AppServices:
             self.data_dir,
             on_event=self._supervisor_event_sink(),
             policy=fallback_policy(profile),
+            run_profile=profile.name if profile is not None else None,
+            run_source="gui",
+            run_telemetry=lambda: self.telemetry,
             free_memory_now=self._free_memory_now,
         )
         return self.session

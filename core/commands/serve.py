@@ -407,6 +407,7 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         policy=FallbackPolicy(automatic=True) if args.auto_fallback else fallback_policy(profile),
         free_memory_now=free_memory_reader(device),
         supervisor_options={"ready_timeout_s": args.ready_timeout},
+        run_profile=profile.name if profile is not None else None,
     )
     spec = ensure_local_model(spec_for_device(build_spec(args, port, profile), device), out)
     inputs = plan_inputs(args, spec, device, runtime.version)

@@ -1,4 +1,9 @@
-"""The load test of the server in view: this window's once ready, else the watched one."""
+"""The load test of the server in view: this window's once ready, else the watched one.
+
+It runs the core call ``kvpilot bench`` makes (:func:`kvpilot.core.runs.loadtests.
+run_recorded_load_test`) with the window's GPU samples, so each level has its J/token and
+throttling, and the test is kept with this window's run record.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,10 @@ class BenchmarkController(Controller):
     def open(self, *, modal: bool = True) -> BenchmarkDialog | None:
         """The load-test dialog for the watched or running server (None, with a message, when
         there is none)."""
-        from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
+        from functools import partial
+
+        from kvpilot.core.runs.loadtests import run_recorded_load_test
+        from kvpilot.core.vllm.client import LoadTestConfig
         from kvpilot.gui.benchmark_dialog import BenchmarkDialog
 
         attached = self.attach.attached
@@ -39,11 +47,21 @@ class BenchmarkController(Controller):
                 self.say("start a server first: the benchmark needs it ready", 8000)
                 return None
             base_url, model, api_key = serving
+        services = self.services
+
+        def gpu_samples() -> tuple[object, ...]:
+            """The window's GPU samples so far: each level's J/token and throttling."""
+            sampler = services.gpu_sampler
+            return sampler.history() if sampler is not None else ()
+
+        # the same core call as `kvpilot bench`: kept with this window's run record
+        runner = partial(run_recorded_load_test, data_dir=services.data_dir,
+                         gpu_samples=gpu_samples, source="gui")
         dialog = BenchmarkDialog(
             base_url,
             model,
             self.services.bridge,
-            run_load_test,
+            runner,
             LoadTestConfig,
             self.window,
             api_key=api_key or None,

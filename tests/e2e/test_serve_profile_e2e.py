@@ -83,6 +83,14 @@ def test_serve_profile_headless(
         for p in [psutil.Process(proc.pid), *tree]:
             assert KEY not in " ".join(p.cmdline()), p.cmdline()
         assert KEY not in json.dumps(events)
+        # a load test against it is kept with its run record (the key from the environment)
+        bench = subprocess.run(
+            kvpilot_argv("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1,2",
+                         "--requests", "2", "--prompt-tokens", "16", "--output-tokens", "8",
+                         "--api-key-env", "BENCH_KEY", "--json"),
+            env={**env, "BENCH_KEY": KEY}, capture_output=True, text=True, timeout=300,
+            check=False)
+        assert bench.returncode == 0, bench.stderr[-2000:]
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -98,3 +106,19 @@ def test_serve_profile_headless(
     logs = [f for f in data.rglob("*.log") if f.is_file()]
     assert logs, "serve kept no log"
     assert all(KEY not in f.read_text(errors="replace") for f in logs)
+    listed = subprocess.run(kvpilot_argv("runs", "--json"), env=env, capture_output=True,
+                            text=True, timeout=60, check=True)
+    runs = json.loads(listed.stdout)["runs"]
+    assert len(runs) == 1
+    run = runs[0]
+    assert run["state"] == "stopped" and run["profile"] == "tiny cpu" and run["source"] == "cli"
+    assert run["settings"]["max_model_len"] == 1024 and run["runtime_version"].startswith("0.32")
+    assert run["reported"]["kv_cache_tokens"] > 0 and run["startup_s"] > 0
+    assert run["predicted"]["kv_cache_tokens"] > 0  # the plan of the profile's settings
+    (test,) = run["load_tests"]
+    assert [lv["concurrency"] for lv in test["levels"]] == [1, 2]
+    assert all(lv["output_tokens_per_s"] > 0 and lv["ttft_p50_s"] > 0 for lv in test["levels"])
+    assert KEY not in listed.stdout
+    shown = subprocess.run(kvpilot_argv("runs", "show", run["id"]), env=env,
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert "2 users:" in shown.stdout and "stopped" in shown.stdout

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core import autostart, cli
+from kvpilot.core import autostart
+from kvpilot.core.cli import main as cli_main
 from kvpilot.core.desktop import launcher_argv
 from kvpilot.core.settings import Profile, Settings, SettingsStore
 
@@ -127,21 +128,21 @@ def test_disable_and_status(home: Path) -> None:
 
 
 def test_cli_enable_status_disable(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["autostart", "enable", "--profile", "nope", "--headless"]) == 2
+    assert cli_main(["autostart", "enable", "--profile", "nope", "--headless"]) == 2
     assert "no profile called 'nope'" in capsys.readouterr().err
     assert not (home / "systemd").exists()
-    assert cli.main(["autostart", "enable", "--profile", ODD, "--headless"]) == 0
+    assert cli_main(["autostart", "enable", "--profile", ODD, "--headless"]) == 0
     out = capsys.readouterr().out
     assert "serves headless" in out and "kvpilot-serve.service" in out
-    assert cli.main(["autostart", "status", "--json"]) == 0
+    assert cli_main(["autostart", "status", "--json"]) == 0
     import json
 
     status = json.loads(capsys.readouterr().out)
     assert status["mode"] == "headless" and status["profile"] == ODD
     # a profile without a model can open the window at login, not serve headless
-    assert cli.main(["autostart", "enable", "--profile", "Default", "--headless"]) == 2
+    assert cli_main(["autostart", "enable", "--profile", "Default", "--headless"]) == 2
     assert "names no model" in capsys.readouterr().err
-    assert cli.main(["autostart", "enable", "--profile", "Default"]) == 0
+    assert cli_main(["autostart", "enable", "--profile", "Default"]) == 0
     capsys.readouterr()
-    assert cli.main(["autostart", "disable"]) == 0
+    assert cli_main(["autostart", "disable"]) == 0
     assert "nothing of kvpilot starts at login" in capsys.readouterr().out
