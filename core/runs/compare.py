@@ -79,13 +79,14 @@ def _level_row(
     return ComparisonRow(f"{label} @ {c}", unit, tuple(values), better, f"{c} users")
 
 
-def compare(runs: Sequence[RunRecord]) -> Comparison:
-    """The side-by-side table of ``runs`` (in the order given).
+def compare(runs: Sequence[RunRecord], *, minimum: int = 2) -> Comparison:
+    """The side-by-side table of ``runs`` (in the order given); ``minimum`` 1 lets a face show
+    one run in the same rows.
 
     Raises:
-        KvpilotError: fewer than two runs.
+        KvpilotError: fewer than ``minimum`` runs.
     """
-    if len(runs) < 2:
+    if len(runs) < max(1, minimum):
         raise KvpilotError("compare needs two runs or more; `kvpilot runs` lists them")
 
     def text(get: Callable[[RunRecord], Cell]) -> tuple[Cell, ...]:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.fit.plan import ServingSettings, settings_from_dict
 
 if TYPE_CHECKING:
     from kvpilot.core.fit.plan import Capacity
@@ -137,6 +138,17 @@ class RunRecord:
             for lv in test.levels:
                 out[lv.concurrency] = lv
         return out
+
+    def serving_settings(self) -> ServingSettings:
+        """The ``vllm serve`` settings this run launched, to launch them again.
+
+        Raises:
+            RunRecordError: a stored setting has the wrong type.
+        """
+        try:
+            return settings_from_dict(self.settings)
+        except (TypeError, ValueError) as exc:
+            raise RunRecordError(f"run {self.id}: its settings cannot be used ({exc})") from exc
 
     def with_load_test(self, test: LoadTestSummary) -> RunRecord:
         return replace(self, load_tests=(*self.load_tests, test))
