@@ -20,6 +20,7 @@ from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
 from kvpilot.core.launch import FallbackPolicy
 
 if TYPE_CHECKING:
+    from kvpilot.core.hardware.target import DeviceTarget
     from kvpilot.core.settings import Profile
     from kvpilot.core.vllm.command import LaunchSpec
 
@@ -61,8 +62,23 @@ def fallback_policy(profile: Profile | None) -> FallbackPolicy:
 def profile_settings(profile: Profile) -> ServingSettings:
     """The serving settings a profile stores: its context (``max_model_len``), its users
     (``max_num_seqs``) and every other ``vllm serve`` setting of its plan; a utilization of
-    None is vLLM's default."""
+    None ("auto") is chosen at launch by :func:`auto_utilization`."""
     return profile.plan.settings
+
+
+def auto_utilization(profile: Profile, device: DeviceTarget) -> float | None:
+    """The GPU memory utilization a profile left on "auto" is launched with: the one the
+    window's planner plans with (the most that passes vLLM's start-up check on the memory free
+    now, capped: :func:`kvpilot.core.fit.recommend.utilization_for`). None where the profile
+    fixes it, fixes a KV size instead, or the device is the CPU backend (vLLM's own default)."""
+    from kvpilot.core.fit.recommend import utilization_for
+
+    plan = profile.plan
+    if plan.gpu_memory_utilization is not None or plan.kv_cache_memory_bytes is not None:
+        return None
+    if device.is_cpu:
+        return None
+    return utilization_for(device.card())
 
 
 @dataclass(frozen=True)

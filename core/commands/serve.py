@@ -409,7 +409,14 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         supervisor_options={"ready_timeout_s": args.ready_timeout},
         run_profile=profile.name if profile is not None else None,
     )
-    spec = ensure_local_model(spec_for_device(build_spec(args, port, profile), device), out)
+    spec = spec_for_device(build_spec(args, port, profile), device)
+    if profile is not None:  # "auto" utilization: what the window's planner plans with
+        from kvpilot.core.profile_launch import auto_utilization
+
+        util = auto_utilization(profile, device)
+        if util is not None:
+            spec = dataclasses.replace(spec, gpu_memory_utilization=util)
+    spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
 
     with _Signals() as signals:

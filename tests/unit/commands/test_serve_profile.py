@@ -104,3 +104,24 @@ def test_window_and_cli_build_the_same_spec(config_dir: Path, tmp_path: Path) ->
     assert spec_gui.settings_changes(spec_cli) == {}
     assert (spec_gui.api_key, spec_gui.port, spec_gui.extra_args) == (
         spec_cli.api_key, spec_cli.port, spec_cli.extra_args)
+
+
+def test_auto_utilization_is_the_planners(config_dir: Path) -> None:
+    """A profile on "auto" utilization launches with what the window's planner plans with on
+    the memory free now; a fixed one, a fixed KV size and the CPU backend keep theirs."""
+    from dataclasses import replace as dc_replace
+
+    from kvpilot.core.fit.recommend import utilization_for
+    from kvpilot.core.hardware.target import cpu_target, from_size
+    from kvpilot.core.profile_launch import auto_utilization
+    from kvpilot.core.settings import PlanSettings as Plan
+
+    gpu = from_size(24 << 30, 20 << 30, name="RTX 4090")
+    auto = Profile(name="a", model_ref="m", plan=Plan(gpu_memory_utilization=None))
+    util = auto_utilization(auto, gpu)
+    assert util is not None and util == utilization_for(gpu.card())
+    assert util < 0.9  # 4 GiB of the 24 are taken: vLLM's 0.9 would be refused
+    assert auto_utilization(dc_replace(auto, plan=Plan(gpu_memory_utilization=0.8)), gpu) is None
+    fixed_kv = dc_replace(auto, plan=Plan(kv_cache_memory_bytes=1 << 30))
+    assert auto_utilization(fixed_kv, gpu) is None
+    assert auto_utilization(auto, cpu_target()) is None
