@@ -286,7 +286,7 @@ class LaunchSession:
         on_event = self.on_event
         recorder = self._recorder(spec, inputs) if self.record_runs else None
         if recorder is not None:
-            on_event = _chain(self.on_event, recorder.on_event)
+            on_event = _chain(recorder.on_event, self.on_event)
         sup = Supervisor(self.runtime, spec, data_dir=Path(self.data_dir),
                          on_event=on_event, gpu_pids_check=self.gpu_pids_check, **options)
         if recorder is not None:
@@ -343,15 +343,23 @@ class LaunchSession:
 
 
 def _chain(
-    first: Callable[[SupervisorEvent], None] | None, second: Callable[[SupervisorEvent], None]
+    recorder: Callable[[SupervisorEvent], None], face: Callable[[SupervisorEvent], None] | None
 ) -> Callable[[SupervisorEvent], None]:
-    """One listener that calls ``first`` (the face's) and then ``second``."""
-    if first is None:
-        return second
+    """One listener for the run recorder and the face's own: the face hears every event first
+    (its output keeps the order the supervisor's threads give it), except the end of the run,
+    which the recorder writes first, so that a face told of the end finds the record done."""
+    from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
+
+    if face is None:
+        return recorder
 
     def both(ev: SupervisorEvent) -> None:
-        first(ev)
-        second(ev)
+        if isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES:
+            recorder(ev)
+            face(ev)
+        else:
+            face(ev)
+            recorder(ev)
 
     return both
 

@@ -155,6 +155,7 @@ class MainWindow(WindowWidgets):
             self, self.runs_view, self.server_control, self.gpu_control, self.runtime_control)
         self.runs_view.refresh_requested.connect(runs.refresh)
         self.runs_view.relaunch_requested.connect(runs.relaunch)
+        self.services.bridge.server_event.connect(runs.on_server_event)
         self.tabs.currentChanged.connect(
             lambda _i: runs.refresh() if self.tabs.currentWidget() is self.runs_view else None)
 

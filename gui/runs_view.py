@@ -94,8 +94,9 @@ class RunsView(QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.compare_table)
-        split.setStretchFactor(0, 2)
+        split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 3)
+        split.setSizes([160, 480])  # the comparison is what the tab is for
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(split)

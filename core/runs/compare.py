@@ -92,22 +92,8 @@ def compare(runs: Sequence[RunRecord], *, minimum: int = 2) -> Comparison:
     def text(get: Callable[[RunRecord], Cell]) -> tuple[Cell, ...]:
         return tuple(get(r) for r in runs)
 
+    # what was measured first (it is why runs are compared), then what was launched
     rows = [
-        ComparisonRow("model", "", text(lambda r: r.model), group="launch"),
-        ComparisonRow("profile", "", text(lambda r: r.profile or "-"), group="launch"),
-        ComparisonRow("started", "", text(lambda r: r.started_at), group="launch"),
-        ComparisonRow("ended", "", text(lambda r: r.state + (f" ({r.failure_kind})"
-                                                             if r.failure_kind else "")),
-                      group="launch"),
-        ComparisonRow("vLLM", "", text(lambda r: r.runtime_version), group="launch"),
-    ]
-    for name in ("max_model_len", "max_num_seqs", "kv_cache_dtype", "gpu_memory_utilization",
-                 "kv_cache_memory_bytes", "quantization", "enforce_eager",
-                 "tensor_parallel_size"):
-        values = tuple(_setting(r, name) for r in runs)
-        if any(v is not None for v in values):
-            rows.append(ComparisonRow(name, "", values, group="settings"))
-    rows += [
         ComparisonRow("KV tokens predicted", "tokens",
                       text(lambda r: r.predicted.get("kv_cache_tokens")), HIGHER, "capacity"),
         ComparisonRow("KV tokens reported", "tokens",
@@ -138,6 +124,21 @@ def compare(runs: Sequence[RunRecord], *, minimum: int = 2) -> Comparison:
         values = tuple(_stat(r, name, stat) for r in runs)
         if any(v is not None for v in values):
             rows.append(ComparisonRow(label, unit, values, better, "telemetry"))
+    for name in ("max_model_len", "max_num_seqs", "kv_cache_dtype", "gpu_memory_utilization",
+                 "kv_cache_memory_bytes", "quantization", "enforce_eager",
+                 "tensor_parallel_size"):
+        values = tuple(_setting(r, name) for r in runs)
+        if any(v is not None for v in values):
+            rows.append(ComparisonRow(name, "", values, group="settings"))
+    rows += [
+        ComparisonRow("model", "", text(lambda r: r.model), group="launch"),
+        ComparisonRow("profile", "", text(lambda r: r.profile or "-"), group="launch"),
+        ComparisonRow("started", "", text(lambda r: r.started_at), group="launch"),
+        ComparisonRow("ended", "", text(lambda r: r.state + (f" ({r.failure_kind})"
+                                                             if r.failure_kind else "")),
+                      group="launch"),
+        ComparisonRow("vLLM", "", text(lambda r: r.runtime_version), group="launch"),
+    ]
     return Comparison(tuple(r.id for r in runs), tuple(rows))
 
 

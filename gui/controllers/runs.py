@@ -47,6 +47,14 @@ class RunsController(Controller):
         self.reading = True
         run_in_pool(store.records, self._on_records, self._on_error)
 
+    def on_server_event(self, ev: object) -> None:
+        """A run of this window ended (its record is written by then): re-read when shown."""
+        from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
+
+        if (isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES
+                and self.window.tabs.currentWidget() is self.view):
+            self.refresh()
+
     def _on_records(self, found: RunList) -> None:
         self.reading = False
         self.view.set_runs(list(found.records), found.warnings)
