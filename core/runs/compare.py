@@ -172,7 +172,10 @@ def format_cell(value: Cell, unit: str) -> str:
     if unit == "tokens" and isinstance(value, int | float):
         return f"{int(value):,}"
     if unit == "s" and isinstance(value, int | float):
-        return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+        if value >= 1:
+            return f"{value:.2f} s"
+        ms = value * 1000
+        return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
     if isinstance(value, float):
         text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
     else:
