@@ -25,7 +25,6 @@ import sys
 
 from kvpilot.core import paths
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.hardware.sampler import start_run_sampler
 from kvpilot.core.hosts import URL_HELP
 from kvpilot.core.runs.loadtests import run_recorded_load_test
 from kvpilot.core.vllm.client import (
@@ -174,20 +173,10 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    # a level lasts at most its duration plus one request's limit; keep that much of samples
-    sampler = None if config.allow_remote else start_run_sampler(
-        config.duration_s + config.request_timeout_s + 30.0
+    # GPU 0 sampled at 10 Hz for the test; kept with its run when kvpilot serves there
+    report = run_recorded_load_test(
+        config, on_progress=None if args.json else progress, data_dir=paths.data_dir(),
     )
-    try:
-        report = run_recorded_load_test(  # kept with its run when kvpilot serves there
-            config,
-            on_progress=None if args.json else progress,
-            gpu_samples=None if sampler is None else sampler.history,
-            data_dir=paths.data_dir(),
-        )
-    finally:
-        if sampler is not None:
-            sampler.stop()
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

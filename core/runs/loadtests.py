@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvpilot.core.runs.record import RunRecord, summary_of_report
 from kvpilot.core.runs.store import RunStore, utc_now
@@ -45,14 +44,31 @@ def run_recorded_load_test(
     cancel_event: threading.Event | None = None,
     *,
     data_dir: Path,
-    gpu_samples: Callable[[], Sequence[Any]] | None = None,
+    gpu_index: int | None = 0,
+    nvml_module: object | None = None,
     source: str = "cli",
 ) -> LoadTestReport:
     """Run the load test (blocking) and keep it with its run; see the module docstring.
 
+    Unless the target is remote (``config.allow_remote``) or ``gpu_index`` is None, GPU
+    ``gpu_index`` is sampled at 10 Hz for the test (``nvml_module`` replaces NVML: a recorded
+    GPU's replay), so that every level, however short, has its energy, J/token and throttling.
+
     Raises:
         LoadTestError: as :func:`~kvpilot.core.vllm.client.run_load_test`.
     """
-    report = run_load_test(config, on_progress, cancel_event, gpu_samples)
+    from kvpilot.core.hardware.sampler import start_run_sampler
+
+    sampler = None
+    if not config.allow_remote and gpu_index is not None:
+        # a level lasts at most its duration plus one request's limit: keep that much
+        sampler = start_run_sampler(config.duration_s + config.request_timeout_s + 30.0,
+                                    index=gpu_index, nvml_module=nvml_module)
+    try:
+        report = run_load_test(config, on_progress, cancel_event,
+                               None if sampler is None else sampler.history)
+    finally:
+        if sampler is not None:
+            sampler.stop()
     record_load_test(data_dir, report, source)
     return report

@@ -1,8 +1,8 @@
 """The load test of the server in view: this window's once ready, else the watched one.
 
 It runs the core call ``kvpilot bench`` makes (:func:`kvpilot.core.runs.loadtests.
-run_recorded_load_test`) with the window's GPU samples, so each level has its J/token and
-throttling, and the test is kept with this window's run record.
+run_recorded_load_test`): the window's GPU sampled at 10 Hz during the test, so each level has
+its J/token and throttling, and the test kept with this window's run record.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ class BenchmarkController(Controller):
                 return None
             base_url, model, api_key = serving
         services = self.services
-
-        def gpu_samples() -> tuple[object, ...]:
-            """The window's GPU samples so far: each level's J/token and throttling."""
-            sampler = services.gpu_sampler
-            return sampler.history() if sampler is not None else ()
-
-        # the same core call as `kvpilot bench`: kept with this window's run record
-        runner = partial(run_recorded_load_test, data_dir=services.data_dir,
-                         gpu_samples=gpu_samples, source="gui")
+        gpus = self.server.gpus.gpu_indices
+        # the same core call as `kvpilot bench`: the window's (first) GPU sampled at 10 Hz for
+        # the test, through the window's NVML (a recorded GPU's replay in planner mode), and
+        # the test kept with this window's run record
+        runner = partial(
+            run_recorded_load_test, data_dir=services.data_dir, source="gui",
+            gpu_index=gpus[0] if gpus else 0,  # a GPU that cannot be read: no GPU columns
+            nvml_module=services.nvml_module(),
+        )
         dialog = BenchmarkDialog(
             base_url,
             model,
