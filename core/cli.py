@@ -26,6 +26,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recommend": ("kvpilot.core.commands.recommend", "rank complete deployments for a GPU"),
     "gpu": ("kvpilot.core.commands.gpu", "show GPUs, processes and the launch budget now"),
     "serve": ("kvpilot.core.commands.serve", "launch and supervise vllm serve"),
+    "autostart": ("kvpilot.core.commands.autostart", "start a profile at login"),
+    "runs": ("kvpilot.core.commands.runs", "list and compare the server runs kept"),
     "bench": ("kvpilot.core.commands.bench", "load-test a running OpenAI-compatible server"),
     "watch": ("kvpilot.core.commands.watch", "watch any running vLLM server"),
     "chat": ("kvpilot.core.commands.chat", "send a message to a running server, stream the reply"),

@@ -26,7 +26,7 @@ import numpy as np
 
 from kvpilot.core.hardware.throttle import is_throttled, reason_words
 
-__all__ = ["EnergySource", "GpuEnergy", "gpu_energy", "joules_per_token"]
+__all__ = ["EnergySource", "GpuEnergy", "gpu_energy", "joules_per_token", "throttle_note"]
 
 EnergySource = Literal["counter", "integrated"]
 
@@ -143,4 +143,19 @@ def gpu_energy(
         throttle_reasons=reason_words(mask, slowing_only=True),
         throttle_reasons_mask=mask,
         samples=len(inside),
+    )
+
+
+def throttle_note(levels: Sequence[Any]) -> str | None:
+    """One sentence naming the load-test levels (duck-typed: ``concurrency`` and ``gpu``, a
+    :class:`GpuEnergy` or None) during which the GPU was throttled, and why; None when none
+    was (or nothing was sampled)."""
+    hot = [lv for lv in levels if lv.gpu is not None and lv.gpu.throttled]
+    if not hot:
+        return None
+    reasons = dict.fromkeys(r for lv in hot for r in lv.gpu.throttle_reasons)
+    return (
+        f"the GPU was throttled at concurrency {', '.join(str(lv.concurrency) for lv in hot)}"
+        f" ({', '.join(reasons) or 'a slowdown reason'}): the numbers there are lower than the "
+        "card can do cool"
     )

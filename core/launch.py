@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from kvpilot.core.fit.fallback import FallbackOption
     from kvpilot.core.fit.plan import Capacity, PlanInputs
     from kvpilot.core.hub.download import DownloadProgress
+    from kvpilot.core.runs.recorder import RunRecorder
+    from kvpilot.core.telemetry import Telemetry
     from kvpilot.core.vllm.command import LaunchSpec
     from kvpilot.core.vllm.orphans import OrphanServer
     from kvpilot.core.vllm.runtime import VllmRuntime
@@ -206,6 +208,15 @@ class LaunchSession:
     gpu_pids_check: Callable[[], set[int]] | None = None
     #: automatic fallbacks taken so far
     fallbacks_taken: int = 0
+    #: keep every launch as a run record in ``<data_dir>/runs`` (:mod:`kvpilot.core.runs`)
+    record_runs: bool = True
+    #: the settings profile launched (None: command-line flags), and which face launched it
+    run_profile: str | None = None
+    run_source: str = "cli"
+    #: the face's telemetry of the run (summarised into the record when the run ends)
+    run_telemetry: Callable[[], Telemetry | None] | None = None
+    #: the record keeper of the newest launch (None before one, or when not recording)
+    recorder: RunRecorder | None = None
 
     @property
     def store(self) -> MeasurementStore:
@@ -281,8 +292,36 @@ class LaunchSession:
         key = self.measurement_key(inputs)
         if key is not None and "on_ready_capacity" not in options:
             options["on_ready_capacity"] = launch_recorder(self.store, key)
-        return Supervisor(self.runtime, spec, data_dir=Path(self.data_dir),
-                          on_event=self.on_event, gpu_pids_check=self.gpu_pids_check, **options)
+        on_event = self.on_event
+        recorder = self._recorder(spec, inputs) if self.record_runs else None
+        if recorder is not None:
+            on_event = _chain(recorder.on_event, self.on_event)
+        sup = Supervisor(self.runtime, spec, data_dir=Path(self.data_dir),
+                         on_event=on_event, gpu_pids_check=self.gpu_pids_check, **options)
+        if recorder is not None:
+            recorder.attach(sup)
+        self.recorder = recorder
+        return sup
+
+    def _recorder(self, spec: LaunchSpec, inputs: PlanInputs | None) -> RunRecorder:
+        """The run record keeper of a launch of ``spec`` (its predicted capacity planned as
+        the planner plans); None when the plan cannot be computed is no reason: the record
+        then has no prediction."""
+        from kvpilot.core.runs.recorder import RunRecorder
+        from kvpilot.core.runs.store import RunStore
+
+        predicted = None
+        if inputs is not None:
+            try:
+                predicted = planned_capacity(inputs, self.store)
+            except Exception:  # noqa: BLE001 - a prediction is not worth a failed launch
+                predicted = None
+        note = f"automatic fallback {self.fallbacks_taken}" if self.fallbacks_taken else ""
+        return RunRecorder(
+            RunStore(Path(self.data_dir)), spec, self.runtime, predicted=predicted,
+            profile=self.run_profile, source=self.run_source, telemetry=self.run_telemetry,
+            note=note,
+        )
 
     def start(self, spec: LaunchSpec, inputs: PlanInputs | None) -> Supervisor:
         """Start a supervised server for ``spec``. Blocking for the flag check and the spawn.
@@ -346,6 +385,28 @@ def launchable_spec(
         hf_offline=True,
         served_model_name=spec.served_model_name or spec.model,
     )
+
+
+def _chain(
+    recorder: Callable[[SupervisorEvent], None], face: Callable[[SupervisorEvent], None] | None
+) -> Callable[[SupervisorEvent], None]:
+    """One listener for the run recorder and the face's own: the face hears every event first
+    (its output keeps the order the supervisor's threads give it), except the end of the run,
+    which the recorder writes first, so that a face told of the end finds the record done."""
+    from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
+
+    if face is None:
+        return recorder
+
+    def both(ev: SupervisorEvent) -> None:
+        if isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES:
+            recorder(ev)
+            face(ev)
+        else:
+            face(ev)
+            recorder(ev)
+
+    return both
 
 
 #: what a first dry run usually takes when this GPU has not run the model before (s): vLLM's

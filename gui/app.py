@@ -110,12 +110,24 @@ def _install_signal_handlers(app: QApplication) -> QTimer:
     return timer
 
 
+def _open_profile(window: MainWindow, name: str | None) -> None:
+    """``--profile NAME``: make that profile active (an unknown name is said, not fatal)."""
+    if not name or name == window.settings.active_profile:
+        return
+    if name in window.settings.names:
+        window.profile_control.switch_profile(name)
+    else:
+        window.statusBar().showMessage(f"no profile called {name!r}; opened "
+                                       f"{window.settings.active_profile!r}", 15_000)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the app with parsed ``kvpilot gui`` options; returns the exit status."""
     services = AppServices(CoreBridge(), fake_gpu=args.fake_gpu)
     services.nvml_module()  # a bad --fake-gpu name is a one-line user error (KvpilotError)
     app = ensure_app()
     window = build_window(services=services)
+    _open_profile(window, getattr(args, "profile", None))
     FirstPaint(window, _shown)
     # a window that never paints (started hidden, a stuck compositor) must not keep the cyclic
     # collector off for good

@@ -2,7 +2,9 @@
 
 The load test (:func:`kvpilot.core.vllm.client.run_load_test`) runs on the thread pool; its
 progress callbacks come back through the bridge's ``load_progress`` signal and Cancel sets the
-test's cancel event. Results: one row per concurrency level.
+test's cancel event. Results: one row per concurrency level, with the GPU's J/token, mean power
+and throttling during the level (:mod:`kvpilot.core.energy`, the figures ``kvpilot bench``
+prints) and the throttle sentence in the status when a level ran on a slowed card.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -28,7 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.energy import GpuEnergy, throttle_note
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.vllm.client import gpu_line
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
@@ -47,7 +52,31 @@ RESULT_COLUMNS = (
     "output tok/s",
     "goodput req/s",
     "meets goal",
+    "J/token",
+    "GPU W",
+    "throttled",
 )
+#: the GPU columns' explanation (the same core figures ``kvpilot bench`` prints per level)
+GPU_TIP = (
+    "Energy per generated token and the mean power draw during the level (NVML's energy "
+    "counter where the driver has one, else the sampled power integrated), and whether a "
+    "clock-event reason slowed the card (power cap, thermal, hardware slowdown). '-': no GPU "
+    "samples (no NVIDIA GPU, or a server on another machine)."
+)
+
+
+def gpu_cells(gpu: GpuEnergy | None) -> list[str]:
+    """The J/token, mean power and throttle cells of one level ("-" without GPU samples)."""
+    if gpu is None:
+        return ["-", "-", "-"]
+    per_token = "-" if gpu.j_per_token is None else f"{gpu.j_per_token:.3g}"
+    if gpu.throttled is None:
+        throttled = "-"
+    elif gpu.throttled:
+        throttled = ", ".join(gpu.throttle_reasons) or "yes"
+    else:
+        throttled = "no"
+    return [per_token, f"{gpu.mean_power_w:.0f}", throttled]
 
 
 class BenchmarkDialog(QDialog):
@@ -117,6 +146,10 @@ class BenchmarkDialog(QDialog):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        for c in range(len(RESULT_COLUMNS) - 3, len(RESULT_COLUMNS)):
+            header_item = self.table.horizontalHeaderItem(c)
+            if header_item is not None:
+                header_item.setToolTip(GPU_TIP)
         buttons = QHBoxLayout()
         buttons.addWidget(self.start_button)
         buttons.addWidget(self.cancel_button)
@@ -127,7 +160,7 @@ class BenchmarkDialog(QDialog):
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
         lay.addWidget(self.table, 1)
-        self.resize(820, 420)
+        self.resize(1000, 420)
 
     def _levels(self) -> tuple[int, ...]:
         out = []
@@ -207,9 +240,16 @@ class BenchmarkDialog(QDialog):
                 f"{lv.output_tokens_per_s:,.0f}",
                 f"{lv.goodput_per_s:.2f}",
                 "yes" if lv.meets_slo_p99 else "no",
+                *gpu_cells(lv.gpu),
             ]
             for c, text in enumerate(cells):
-                self.table.setItem(r, c, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                if c == len(cells) - 1 and lv.gpu is not None and lv.gpu.throttled:
+                    item.setForeground(QBrush(QColor(theme.FAIL)))
+                    item.setToolTip(gpu_line(lv.gpu))
+                elif c >= len(cells) - 3 and lv.gpu is not None:
+                    item.setToolTip(gpu_line(lv.gpu))
+                self.table.setItem(r, c, item)
         note = "cancelled; finished levels shown" if getattr(report, "cancelled", False) else "done"
         if report.slo_break_concurrency is not None:
             note += (
@@ -218,6 +258,10 @@ class BenchmarkDialog(QDialog):
             )
         if report.server_lost is not None:
             self._set_status(f"stopped early: {report.server_lost}", theme.FAIL)
+            return
+        throttled = throttle_note(report.levels)
+        if throttled is not None:  # a hot card's numbers are not the configuration's
+            self._set_status(f"{note} · {throttled}", theme.TIGHT)
             return
         self._set_status(note, theme.OK)
 

@@ -80,6 +80,7 @@ class MainWindow(WindowWidgets):
         self.chat_panel = ChatPanel()
         self.tabs.insertTab(self.tabs.indexOf(self.log_view), self.chat_panel, "Chat")
         self.chat_control = ChatController(self, self.chat_panel, server, attach)
+        self._add_runs_tab()
         self._wire()
         self.chat_control.wire()
 
@@ -152,6 +153,21 @@ class MainWindow(WindowWidgets):
         b.download_progress.connect(server.on_download_progress)
         b.measure_event.connect(measure.on_event)
         b.message.connect(lambda _level, text: self.say(text, 10_000))
+
+    def _add_runs_tab(self) -> None:
+        """The Runs tab: every server run kept, compared side by side, relaunched."""
+        from kvpilot.gui.controllers.runs import RunsController
+        from kvpilot.gui.runs_view import RunsView
+
+        self.runs_view = RunsView()
+        self.tabs.addTab(self.runs_view, "Runs")
+        runs = self.runs_control = RunsController(
+            self, self.runs_view, self.server_control, self.gpu_control, self.runtime_control)
+        self.runs_view.refresh_requested.connect(runs.refresh)
+        self.runs_view.relaunch_requested.connect(runs.relaunch)
+        self.services.bridge.server_event.connect(runs.on_server_event)
+        self.tabs.currentChanged.connect(
+            lambda _i: runs.refresh() if self.tabs.currentWidget() is self.runs_view else None)
 
     # =================================================================== start-up
 

@@ -511,24 +511,25 @@ class AppServices:
 
     def launch_spec(self, request: LaunchRequest) -> LaunchSpec:
         """The LaunchSpec for a request (profile host/port/key/HF settings, extra args)."""
-        from kvpilot.core.vllm.command import LaunchSpec, profile_launch_fields
+        from kvpilot.core.profile_launch import profile_spec
 
-        values = profile_launch_fields(request.profile)
-        values.update(self.launch_overrides)
-        values.update(request.overrides)
-        return LaunchSpec.from_plan(request.inputs, request.model, **values)
+        overrides = {**self.launch_overrides, **request.overrides}
+        return profile_spec(request.profile, request.model, request.inputs, overrides)
 
     def begin_launches(self, profile: Profile | None) -> LaunchSession:
         """A new server run (a launch the user asked for): a fresh launch session with the
         profile's fallback policy; the fallbacks after it reuse the session (and its count)."""
-        from kvpilot.core.launch import FallbackPolicy, LaunchSession
+        from kvpilot.core.launch import LaunchSession
+        from kvpilot.core.profile_launch import fallback_policy
 
-        automatic = bool(profile.auto_fallback) if profile is not None else False
         self.session = LaunchSession(
             self.runtime,  # type: ignore[arg-type]  # set by start_server before any launch
             self.data_dir,
             on_event=self._supervisor_event_sink(),
-            policy=FallbackPolicy(automatic=automatic),
+            policy=fallback_policy(profile),
+            run_profile=profile.name if profile is not None else None,
+            run_source="gui",
+            run_telemetry=lambda: self.telemetry,
             free_memory_now=self._free_memory_now,
         )
         return self.session

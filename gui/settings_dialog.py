@@ -222,9 +222,13 @@ class SettingsDialog(QDialog):
                 )
         self.file_fallback.toggled.connect(self._on_file_fallback)
 
+        from kvpilot.gui.autostart_section import AutostartSection
+
+        self.autostart = AutostartSection(lambda: self._current)
         right = QVBoxLayout()
         right.addLayout(form)
         right.addWidget(self.problems)
+        right.addWidget(self.autostart)
         right.addStretch(1)
         right.addWidget(self.file_fallback)
         right.addWidget(self.storage)

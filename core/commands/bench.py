@@ -8,6 +8,9 @@ When NVML answers (and the target is not a remote one), GPU 0 is sampled at 10 H
 run and each level also reports the GPU's energy, joules per generated token and whether a
 clock-event reason slowed the card (power cap, thermal, hardware slowdown): ``gpu`` in JSON.
 
+When the server is one kvpilot serves from this data directory (``kvpilot serve``, the window),
+the report is also kept with that server's run record (``kvpilot runs show ID``).
+
 Exit status: 0 when the run finished, 1 when every request failed or the server went away
 during the run (the results so far are printed, then one line on stderr saying so), 2 for user
 errors (bad settings, a remote URL without ``--allow-remote``, an unreachable server).
@@ -20,15 +23,15 @@ import json
 import os
 import sys
 
+from kvpilot.core import paths
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.hardware.sampler import start_run_sampler
 from kvpilot.core.hosts import URL_HELP
+from kvpilot.core.runs.loadtests import run_recorded_load_test
 from kvpilot.core.vllm.client import (
     LoadTestConfig,
     LoadTestError,
     LoadTestProgress,
     format_report,
-    run_load_test,
 )
 
 
@@ -170,19 +173,10 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    # a level lasts at most its duration plus one request's limit; keep that much of samples
-    sampler = None if config.allow_remote else start_run_sampler(
-        config.duration_s + config.request_timeout_s + 30.0
+    # GPU 0 sampled at 10 Hz for the test; kept with its run when kvpilot serves there
+    report = run_recorded_load_test(
+        config, on_progress=None if args.json else progress, data_dir=paths.data_dir(),
     )
-    try:
-        report = run_load_test(
-            config,
-            on_progress=None if args.json else progress,
-            gpu_samples=None if sampler is None else sampler.history,
-        )
-    finally:
-        if sampler is not None:
-            sampler.stop()
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "banner and its lines in the log view",
     )
     parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="open with this settings profile active (what the autostart entry passes)",
+    )
+    parser.add_argument(
         "--screenshot-timeout",
         type=float,
         default=60.0,

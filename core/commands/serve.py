@@ -2,6 +2,7 @@
 
     kvpilot serve --model DIR|REPO_ID [plan flags] [--port P] [--host H] [--auto-fallback]
                   [--json-events] [-- EXTRA VLLM ARGS...]
+    kvpilot serve --profile NAME [--port P] [--vllm V] [--json-events] [--data-dir D]
 
 On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
 classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
@@ -9,6 +10,12 @@ fallback, at most three times. ``--json-events`` prints one JSON object per line
 change, phase, capacity reading, failure (with ``kind``) and fallback taken, and a ``vllm_support``
 note when the vLLM release is outside the range kvpilot knows. The API key comes
 from ``KVPILOT_API_KEY`` (never from the command line, never printed).
+
+``--profile NAME`` serves a profile of the settings dialog as the window does, without one: its
+model, serving settings, host and port, extra arguments, vLLM runtime, fallback policy, and its
+API key and Hugging Face token from the keyring (or the 0600 settings file), never from argv or
+the environment (:mod:`kvpilot.core.profile_launch`). This is what ``kvpilot autostart enable
+--headless`` runs at login. An unknown profile or a damaged settings file is an error (exit 2).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -24,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvpilot.core import failures, paths
 from kvpilot.core.commands import Subparsers
@@ -40,6 +48,7 @@ from kvpilot.core.fit.plan import PlanInputs, settings_dict
 from kvpilot.core.hardware.target import DeviceTarget
 from kvpilot.core.launch import FallbackChoice, FallbackPolicy, LaunchSession
 from kvpilot.core.models.identity import model_identity
+from kvpilot.core.profile_launch import fallback_policy
 from kvpilot.core.vllm import logparse, versions
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
@@ -55,6 +64,9 @@ from kvpilot.core.vllm.supervisor import (
     SupervisorState,
 )
 
+if TYPE_CHECKING:
+    from kvpilot.core.settings import Profile
+
 API_KEY_ENV = "KVPILOT_API_KEY"
 DEFAULT_PORT = 8000
 
@@ -66,7 +78,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="launch and supervise a vLLM server",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    add_plan_arguments(p)  # --model, the GPU and the plan flags, as for `kvpilot plan`
+    add_plan_arguments(p, model_required=False)  # --model, the GPU, the plan flags
+    p.add_argument("--profile", metavar="NAME",
+                   help="serve this settings profile (model, settings, key) instead of --model")
     p.add_argument("--port", type=int, help=f"port (default: the first free from {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1", help="bind address (non-local needs an API key)")
     p.add_argument("--served-model-name")
@@ -148,17 +162,34 @@ def _fields(obj: Any) -> dict[str, Any]:
 # set-up
 
 
-def build_spec(args: argparse.Namespace, port: int) -> LaunchSpec:
-    """The LaunchSpec from the command line (API key from ``KVPILOT_API_KEY``).
+def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = None) -> LaunchSpec:
+    """The LaunchSpec from the command line (API key from ``KVPILOT_API_KEY``), or from
+    ``profile`` (its settings, listen address, key, token and extra arguments; extra arguments
+    after ``--`` are added to the profile's).
 
     Raises:
         FitError: a serving flag out of range.
+        CommandError: the profile's extra arguments cannot be split.
     """
     model = args.model
     local = Path(model).expanduser()
     if local.exists():
         model = str(local.resolve())
     extra = [a for a in (args.extra or []) if a != "--"]
+    if profile is not None:
+        from kvpilot.core.profile_launch import profile_settings, profile_spec
+        from kvpilot.core.vllm.command import parse_extra_args
+
+        spec = profile_spec(profile, model, profile_settings(profile), {
+            "port": port, "hf_offline": local.exists(),
+            **({"served_model_name": args.served_model_name} if args.served_model_name else {}),
+            **({"load_format": args.load_format} if args.load_format else {}),
+        })
+        if extra:
+            spec = dataclasses.replace(
+                spec, extra_args=(*spec.extra_args, *parse_extra_args(shlex.join(extra)))
+            )
+        return spec
     return LaunchSpec(
         model=model,
         served_model_name=args.served_model_name,
@@ -250,6 +281,30 @@ def free_memory_reader(
     return read
 
 
+def args_for_profile(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile]:
+    """``args`` with what the profile named by ``--profile`` decides: its model (a catalog id
+    becomes its checkpoint's repo, as the planner launches it), listen address and port (a
+    ``--port`` given wins), and its vLLM unless ``--vllm`` names one. The serving settings,
+    key, token and extra arguments come from the profile in :func:`build_spec`.
+
+    Raises:
+        SettingsError: an unknown profile, a damaged settings file, a profile without model.
+    """
+    from kvpilot.core.models import catalog
+    from kvpilot.core.profile_launch import load_profile
+
+    profile = load_profile(args.profile).profile
+    ref = profile.model_ref.strip()
+    found = catalog.find(ref) if not Path(ref).expanduser().exists() else None
+    model = found[1].repo if found is not None else ref
+    new = argparse.Namespace(**vars(args))
+    new.model = model
+    new.host = profile.host
+    new.port = args.port if args.port is not None else profile.port
+    new.vllm = args.vllm or profile.vllm_runtime or None
+    return new, profile
+
+
 class _Signals:
     """SIGINT/SIGTERM -> an event, restored on exit."""
 
@@ -311,6 +366,15 @@ def _wait(
 def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     """Serve until a signal (0), or report the failure (1). User errors raise KvpilotError."""
     out = EventPrinter(stream or sys.stdout, as_json=args.json_events)
+    profile: Profile | None = None
+    if getattr(args, "profile", None):
+        if args.model:
+            raise CommandError("give --model or --profile, not both (the profile names a model)")
+        args, profile = args_for_profile(args)
+        out.info("profile", f"serving profile {profile.name!r}: {args.model}",
+                 profile=profile.name, model=args.model)
+    elif not args.model:
+        raise CommandError("give --model DIR|REPO_ID, or --profile NAME to serve a profile")
     data_dir: Path = args.data_dir or paths.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     runtime: VllmRuntime = discover(args.vllm, data_dir=data_dir)
@@ -343,11 +407,19 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     device = device_from_args(args, runtime.version)
     session = LaunchSession(
         runtime, data_dir, on_event=out.on_event,
-        policy=FallbackPolicy(automatic=args.auto_fallback),
+        policy=FallbackPolicy(automatic=True) if args.auto_fallback else fallback_policy(profile),
         free_memory_now=free_memory_reader(device),
         supervisor_options={"ready_timeout_s": args.ready_timeout},
+        run_profile=profile.name if profile is not None else None,
     )
-    spec = ensure_local_model(spec_for_device(build_spec(args, port), device), out)
+    spec = spec_for_device(build_spec(args, port, profile), device)
+    if profile is not None:  # "auto" utilization: what the window's planner plans with
+        from kvpilot.core.profile_launch import auto_utilization
+
+        util = auto_utilization(profile, device)
+        if util is not None:
+            spec = dataclasses.replace(spec, gpu_memory_utilization=util)
+    spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
 
     with _Signals() as signals:

@@ -110,10 +110,11 @@ def quality_tier(params_total: int, params_active: int) -> int:
     return 5
 
 
-def _params(spec: ModelSpec) -> tuple[int, int]:
+def _params(spec: ModelSpec, config: Mapping[str, Any]) -> tuple[int, int]:
     from kvpilot.core.models.bytemodel import param_breakdown
+    from kvpilot.core.models.local import text_config_of
 
-    breakdown = param_breakdown(spec)
+    breakdown = param_breakdown(spec, text_config_of(config))
     frac = 1.0
     if spec.moe is not None and spec.moe.num_experts:
         frac = spec.moe.num_experts_per_tok / spec.moe.num_experts
@@ -121,17 +122,17 @@ def _params(spec: ModelSpec) -> tuple[int, int]:
 
 
 def _checkpoint(
-    base: ModelSpec, repo: str, qcfg: Mapping[str, Any] | None, weights_bytes: int | None,
-    sources: Sequence[str], revision: str, how_counted: str,
+    base: ModelSpec, config: Mapping[str, Any], repo: str, qcfg: Mapping[str, Any] | None,
+    weights_bytes: int | None, sources: Sequence[str], revision: str, how_counted: str,
 ) -> dict[str, Any]:
-    """One checkpoint line of the catalog."""
-    from kvpilot.core.models.bytemodel import estimate_weight_bytes
+    """One checkpoint line of the catalog (``config``: the base model's config.json)."""
+    from kvpilot.core.models.local import config_weight_bytes
 
     quant = parse_quantization(dict(qcfg) if qcfg else None, repo)
     scheme = scheme_of(qcfg)
     notes = []
     if weights_bytes is None:
-        figure = estimate_weight_bytes(replace(base, quantization=quant), quant)
+        figure = config_weight_bytes(replace(base, quantization=quant), config, quant)
         if base.architecture_known:
             weights_bytes = figure
             notes.append("byte size not found: the byte model's figure (no safetensors count "
@@ -184,13 +185,13 @@ def make_entry(
         return _unreadable_entry(src, config, revision, sources, base_weights_bytes,
                                  how_counted, err.message, release_date)
     # the generic decoder's counts for an unmodelled architecture are no counts: 0 = unknown
-    total, active = _params(base) if base.architecture_known else (0, 0)
+    total, active = _params(base, config) if base.architecture_known else (0, 0)
     qcfg = config.get("quantization_config")
-    checkpoints = [_checkpoint(base, src.id, qcfg if isinstance(qcfg, dict) else None,
+    checkpoints = [_checkpoint(base, config, src.id, qcfg if isinstance(qcfg, dict) else None,
                                base_weights_bytes, sources, revision, how_counted)]
     for v in variants:
         checkpoints.append(_checkpoint(
-            base, v.repo, v.quantization_config, v.weights_bytes,
+            base, config, v.repo, v.quantization_config, v.weights_bytes,
             [f"https://huggingface.co/{v.repo}/tree/{v.sha}" if v.sha else v.repo],
             v.sha, "weight bytes: the Hub's safetensors parameter count x dtype width"))
     notes = list(src.notes)

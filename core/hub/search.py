@@ -201,14 +201,14 @@ def _kept(
 def _spec_of(hit: RawHit, ckpt: HubCheckpoint, base: ModelSpec) -> ModelSpec:
     """The spec of one checkpoint: the hit's architecture, the checkpoint's quantization and
     weight bytes (the Hub's count, else the byte model's)."""
-    from kvpilot.core.models.bytemodel import estimate_weight_bytes
+    from kvpilot.core.models.local import config_weight_bytes
 
     quant = parse_quantization(ckpt.quantization_config, ckpt.repo)
     spec = replace(base, model_id=ckpt.repo, quantization=quant,
                    source=f"hub:{ckpt.repo}@{ckpt.sha or hit.sha}")
     if ckpt.weights_bytes is not None:
         return replace(spec, weights_bytes=ckpt.weights_bytes, weights_source=SOURCE_HUB)
-    estimate = estimate_weight_bytes(spec, quant)
+    estimate = config_weight_bytes(spec, hit.config or {}, quant)
     return replace(spec, weights_bytes=estimate, weights_source=SOURCE_ESTIMATE,
                    notes=(*spec.notes, "the Hub has no safetensors count: weight bytes from "
                           "the byte model"))

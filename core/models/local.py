@@ -239,11 +239,7 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             weights_source=size.source,
             notes=spec.notes + size.notes,
         )
-    estimate = estimate_weight_bytes(spec, spec.quantization, text_config_of(config))
-    if spec.vision is not None:
-        estimate += vision_weight_bytes(spec.vision)
-    else:
-        estimate += 2 * tower_params(config)  # Gemma 4 vision / audio towers (16-bit)
+    estimate = config_weight_bytes(spec, config)
     return replace(
         spec,
         weights_bytes=estimate,
@@ -253,6 +249,20 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             "no safetensors files or index found; weight bytes estimated from the architecture",
         ),
     )
+
+
+def config_weight_bytes(
+    spec: ModelSpec, config: Mapping[str, Any], quantization: Quantization | None = None
+) -> int:
+    """The byte model's figure for a checkpoint known only by its ``config.json`` (bytes): the
+    text model stored with ``quantization`` (default: the spec's), read with the raw config's
+    keys the spec does not carry, plus the vision tower or Gemma 4's vision and audio towers
+    (16-bit)."""
+    quant = quantization if quantization is not None else spec.quantization
+    estimate = estimate_weight_bytes(spec, quant, text_config_of(config))
+    if spec.vision is not None:
+        return estimate + vision_weight_bytes(spec.vision)
+    return estimate + 2 * tower_params(config)
 
 
 def text_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -733,6 +743,12 @@ def parse_quantization(qcfg: Any, where: str = "") -> Quantization | None:
         return Quantization("bitsandbytes", bits, None)
     if method == "compressed-tensors":
         return _compressed_tensors(qcfg, where)
+    if method == "modelopt":  # NVIDIA ModelOpt: the algorithm says the format
+        algo = str(qcfg.get("quant_algo") or "").upper()
+        if "FP4" in algo:  # vLLM's modelopt_fp4: FP4 values, one FP8 scale per 16
+            return Quantization("modelopt_fp4", 4, 16)
+        if "FP8" in algo:
+            return Quantization("modelopt", 8, None)
     return Quantization(method, as_int("bits", "w_bit", "weight_bits"), as_int("group_size"))
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from kvpilot.core.energy import GpuEnergy, gpu_energy
+from kvpilot.core.energy import GpuEnergy, gpu_energy, throttle_note
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.hosts import is_loopback_host, server_root
 
@@ -765,13 +765,9 @@ def format_report(report: LoadTestReport) -> str:
         )
     else:
         lines.append("P99 met both goals at every level tested")
-    hot = [lv for lv in report.levels if lv.gpu is not None and lv.gpu.throttled]
-    if hot:
-        reasons = dict.fromkeys(r for lv in hot if lv.gpu for r in lv.gpu.throttle_reasons)
-        lines.append(
-            f"the GPU was throttled at concurrency {', '.join(str(lv.concurrency) for lv in hot)}"
-            f" ({', '.join(reasons)}): the numbers there are lower than the card can do cool"
-        )
+    note = throttle_note(report.levels)
+    if note is not None:
+        lines.append(note)
     if report.server_lost is not None:
         lines.append(f"stopped: {report.server_lost}")
     elif report.cancelled:

@@ -259,6 +259,11 @@ class Supervisor:
         return self._stop_report
 
     @property
+    def started_monotonic_s(self) -> float | None:
+        """``time.monotonic()`` when the launch (or the adoption) started."""
+        return self._started_mono
+
+    @property
     def ready_monotonic_s(self) -> float | None:
         """``time.monotonic()`` at the ready transition."""
         return self._ready_at

@@ -285,22 +285,30 @@ def compare_capacity(
     try:
         if gpu_total_bytes:
             util = number("gpu_memory_utilization")
+            # a KV size the server was given (--kv-cache-memory-bytes) replaces the utilization
+            kv_given = _int(number("kv_cache_memory_bytes"))
             inputs = PlanInputs(
                 model=model,
                 gpu_total_bytes=gpu_total_bytes,
                 gpu_name=gpu_name,
                 gpu_memory_utilization=util if util and 0 < util <= 1 else None,
+                kv_cache_memory_bytes=kv_given if kv_given and kv_given > 0 else None,
                 max_model_len=identity.max_model_len if identity else None,
                 kv_cache_dtype=dtype,
+                dtype=model_dtype,
                 block_size=block,
                 vllm_version=version,
             )
             cap = compute_capacity(inputs)
+            assumed = "" if model_dtype or dtype not in ("auto", "") else (
+                f", KV in the checkpoint's {kv.serving_dtype(model.torch_dtype)} (a server run "
+                "with another --dtype stores another width)")
             return CapacityComparison(
                 reported,
                 predicted_kv_tokens=cap.kv_cache_tokens,
                 predicted_kv_bytes=cap.available_kv_bytes,
-                basis=f"kvpilot's budget on {gpu_name or 'this GPU'}",
+                basis=f"kvpilot's budget on {gpu_name or 'this GPU'}"
+                + (", the KV size the server was given" if kv_given else "") + assumed,
             )
         if reported.kv_bytes:
             served = model_dtype or kv.serving_dtype(model.torch_dtype)

@@ -69,7 +69,9 @@ class AttachController(ServerAware):
         )
         cap = sample.capacity
         if cap is not None:
-            window.server_panel.show_capacity(cap.predicted_kv_tokens, cap.reported.kv_cache_tokens)
+            window.server_panel.show_capacity(
+                cap.predicted_kv_tokens, cap.reported.kv_cache_tokens, cap.basis
+            )
         self.services.start_metrics(ident.base_url, window.profile.sampling_hz, api_key)
         window.tabs.setCurrentWidget(window.dashboard)
         self.say(f"watching {ident.base_url}", 5000)

@@ -1,4 +1,9 @@
-"""The load test of the server in view: this window's once ready, else the watched one."""
+"""The load test of the server in view: this window's once ready, else the watched one.
+
+It runs the core call ``kvpilot bench`` makes (:func:`kvpilot.core.runs.loadtests.
+run_recorded_load_test`): the window's GPU sampled at 10 Hz during the test, so each level has
+its J/token and throttling, and the test kept with this window's run record.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,10 @@ class BenchmarkController(Controller):
     def open(self, *, modal: bool = True) -> BenchmarkDialog | None:
         """The load-test dialog for the watched or running server (None, with a message, when
         there is none)."""
-        from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
+        from functools import partial
+
+        from kvpilot.core.runs.loadtests import run_recorded_load_test
+        from kvpilot.core.vllm.client import LoadTestConfig
         from kvpilot.gui.benchmark_dialog import BenchmarkDialog
 
         attached = self.attach.attached
@@ -39,11 +47,21 @@ class BenchmarkController(Controller):
                 self.say("start a server first: the benchmark needs it ready", 8000)
                 return None
             base_url, model, api_key = serving
+        services = self.services
+        gpus = self.server.gpus.gpu_indices
+        # the same core call as `kvpilot bench`: the window's (first) GPU sampled at 10 Hz for
+        # the test, through the window's NVML (a recorded GPU's replay in planner mode), and
+        # the test kept with this window's run record
+        runner = partial(
+            run_recorded_load_test, data_dir=services.data_dir, source="gui",
+            gpu_index=gpus[0] if gpus else 0,  # a GPU that cannot be read: no GPU columns
+            nvml_module=services.nvml_module(),
+        )
         dialog = BenchmarkDialog(
             base_url,
             model,
             self.services.bridge,
-            run_load_test,
+            runner,
             LoadTestConfig,
             self.window,
             api_key=api_key or None,

@@ -259,8 +259,11 @@ class ServerPanel(QWidget):
         words = phase_words(self.phase) if self.phase else "starting vLLM"
         self.progress.setFormat(f"{words}… %v/%m")
 
-    def show_capacity(self, predicted_tokens: int | None, reported_tokens: int | None) -> None:
-        """The KV capacity vLLM reported next to what the plan predicted."""
+    def show_capacity(
+        self, predicted_tokens: int | None, reported_tokens: int | None, basis: str = ""
+    ) -> None:
+        """The KV capacity vLLM reported next to what the plan predicted; ``basis`` (how the
+        prediction was made) is the tooltip."""
         if predicted_tokens is None and reported_tokens is None:
             self.capacity.setVisible(False)
             return
@@ -276,6 +279,7 @@ class ServerPanel(QWidget):
         else:
             parts.append("vLLM has not reported yet")
         self.capacity.setText(" · ".join(parts))
+        self.capacity.setToolTip(f"Predicted from {basis}" if basis else "")
         self.capacity.setVisible(True)
 
     def _update_elapsed(self) -> None:

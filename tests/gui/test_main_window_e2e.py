@@ -27,9 +27,11 @@ from guikit import wait_for_state
 from kvpilot.core import failures
 from kvpilot.core import settings as st
 from kvpilot.core.cli import main
+from kvpilot.core.runs.store import RunStore
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.proctree import alive as _alive
+from kvpilot.gui.benchmark_dialog import RESULT_COLUMNS
 
 pytestmark = pytest.mark.e2e
 
@@ -144,6 +146,10 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot, monkeypatch, ca
     assert [dialog.table.item(r, 0).text() for r in range(3)] == ["1", "2", "4"]
     assert dialog.table.item(0, 1).text() == "8 / 0"
     assert dialog.table.item(0, 2).text().endswith(("ms", " s"))
+    # the recorded RTX 4090 was sampled during the test: each level has its J/token and power
+    gpu_col = RESULT_COLUMNS.index("J/token")
+    assert float(dialog.table.item(0, gpu_col).text()) > 0
+    assert float(dialog.table.item(0, gpu_col + 1).text()) > 0
     _shot(dialog, "benchmark.png")
     dialog.close()
     tree = sup.tree_pids()
@@ -166,6 +172,62 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot, monkeypatch, ca
     assert shown["kv cache"] == "measured"
     # and the command line, planning the same settings on the same GPU, finds it too
     assert _cli_plan(row, monkeypatch, capsys)["inputs"]["kv_source"] == "measured"
+    _runs_recorded_compared_relaunched(w, qtbot, sup.base_url)
+
+
+def _runs_recorded_compared_relaunched(w, qtbot, base_url: str) -> None:
+    """The run just stopped is kept with its load test and telemetry; the Runs tab relaunches
+    it with the same settings, and compares the two runs side by side."""
+    found = RunStore(w.services.data_dir).records()
+    assert found.warnings == ()
+    (first,) = found.records
+    assert first.source == "gui" and first.state == "stopped" and first.base_url == base_url
+    assert first.profile == w.profile.name
+    assert first.settings["max_model_len"] == 1024
+    assert first.settings["kv_cache_memory_bytes"] == 64 << 20
+    assert first.reported["kv_cache_tokens"] == 131_072
+    assert first.predicted["kv_cache_tokens"] == 131_072
+    (test,) = first.load_tests
+    assert test.source == "gui" and [lv.concurrency for lv in test.levels] == [1, 2, 4]
+    shown = [(lv.concurrency, lv.output_tokens_per_s, lv.j_per_token, lv.mean_power_w)
+             for lv in test.levels]
+    assert all(lv.output_tokens_per_s > 0 and (lv.j_per_token or 0) > 0
+               for lv in test.levels), shown
+    assert first.telemetry["generation_tokens_per_s"].max > 0
+    assert first.telemetry["power_w"].mean > 0 and len(first.telemetry["power_w"].y) > 1
+    view = w.runs_view
+    w.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: len(view.runs) == 1, timeout=10_000)
+    view.select_runs([first.id])
+    view.relaunch_button.click()
+    wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
+    assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
+    again = w.services.supervisor
+    assert again.spec.max_model_len == 1024 and again.spec.kv_cache_memory_bytes == 64 << 20
+    dialog = w.benchmark_control.open(modal=False)
+    dialog.levels.setText("1, 2")
+    dialog.prompt_tokens.setValue(64)
+    dialog.output_tokens.setValue(32)
+    dialog.requests.setValue(4)
+    assert dialog.start()
+    qtbot.waitUntil(lambda: dialog.report is not None, timeout=180_000)
+    dialog.close()
+    w.tabs.setCurrentWidget(view)  # shown while the run ends: re-read when it has ended
+    w.server_control.stop_server()
+    wait_for_state(qtbot, w, "stopped", timeout=60_000)
+    qtbot.waitUntil(lambda: len(view.runs) == 2 and view.runs[0].state == "stopped",
+                    timeout=10_000)
+    second = view.runs[0]
+    assert second.id != first.id and second.settings == first.settings
+    assert second.load_tests and second.reported["kv_cache_tokens"] == 131_072
+    view.select_runs([second.id, first.id])
+    labels = [view.compare_table.verticalHeaderItem(r).text()
+              for r in range(view.compare_table.rowCount())]
+    assert "output tokens/s @ 2" in labels and "J/token @ 1" in labels
+    assert view.best_cell("output tokens/s @ 1") is not None
+    w.resize(1366, 768)  # the documentation's screenshot at laptop size
+    qtbot.wait(200)
+    _shot(w, "runs.png")
 
 
 def _cli_plan(row, monkeypatch, capsys) -> dict:

@@ -187,3 +187,43 @@ def test_settings_say_which_vllm_releases_are_supported(qtbot) -> None:
     status = dialog.runtime_status.text()
     assert "vLLM 0.41.0 is newer than the newest release kvpilot knows" in status
     assert "0.32.0+cpu is" not in status
+
+
+def test_settings_dialog_start_at_login(make_window, store, qtbot, tmp_path, monkeypatch
+                                        ) -> None:
+    """The dialog's "Start at login" writes the same files as ``kvpilot autostart``, for the
+    profile it shows, off the GUI thread; the API key is in neither file."""
+    from kvpilot.core import autostart
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    w = make_window()
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    section = dialog.autostart
+    qtbot.waitUntil(lambda: not section.busy, timeout=10_000)
+    assert section.choice.currentData() is None
+    assert "nothing of kvpilot starts" in section.state.text().lower()
+    dialog.api_key.setText("sk-never-in-a-unit")
+    dialog.accept()
+    w.profile_control.accept_settings(dialog.result_settings())
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    section = dialog.autostart
+    qtbot.waitUntil(lambda: not section.busy, timeout=10_000)
+    section.choice.setCurrentIndex(section.choice.findData(autostart.MODE_HEADLESS))
+    section.apply()
+    qtbot.waitUntil(lambda: not section.busy, timeout=30_000)
+    found = autostart.status(config_home=tmp_path / "xdg", query_manager=False)
+    assert found.mode == autostart.MODE_HEADLESS and found.profile == dialog._current
+    assert "serves headless" in section.state.text()
+    written = "".join(p.read_text() for p in (tmp_path / "xdg").rglob("*.service"))
+    assert "sk-never-in-a-unit" not in written and "serve --profile" in written
+    section.choice.setCurrentIndex(section.choice.findData(autostart.MODE_WINDOW))
+    section.apply()
+    qtbot.waitUntil(lambda: not section.busy, timeout=30_000)
+    assert (tmp_path / "xdg" / "autostart" / "kvpilot.desktop").is_file()
+    assert not list((tmp_path / "xdg").rglob("*.service"))
+    section.choice.setCurrentIndex(section.choice.findData(None))
+    section.apply()
+    qtbot.waitUntil(lambda: not section.busy, timeout=30_000)
+    assert autostart.status(config_home=tmp_path / "xdg", query_manager=False).mode is None

@@ -158,3 +158,25 @@ def test_the_build_script_writes_built_entries_into_a_catalog(hub: FakeHub, tmp_
     sources.write_text(json.dumps({"models": [{"id": "example/missing", "family": "x"}]}))
     assert script.main([str(sources), "--catalog", str(target)]) == 2
     assert "example/missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("folder", "repo"), [
+    ("qwen3.5-27b", "Qwen/Qwen3.5-27B"),
+    ("nemotron-3-nano-30b-a3b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
+    ("gemma-4-31b-it-nvfp4", "nvidia/Gemma-4-31B-IT-NVFP4"),
+    ("qwen3-vl-8b-instruct", "Qwen/Qwen3-VL-8B-Instruct"),
+])
+def test_a_catalog_estimate_is_the_one_a_model_folder_gets(folder: str, repo: str) -> None:
+    """A checkpoint known only by its config.json is sized by one rule, whether the catalog
+    builder or a model folder without weights reads it (the hybrids' state layers and the
+    towers included); a 16-bit one holds 2 bytes per parameter at least."""
+    from kvpilot.core.models.local import load_local_model
+
+    from_folder = load_local_model(REPO / "tests" / "data" / "models" / folder)
+    found = find(repo)
+    assert found is not None
+    entry, ckpt = found
+    assert ckpt.weights_source == "estimate"
+    assert ckpt.weights_bytes == from_folder.weights_bytes
+    if ckpt.method is None:
+        assert ckpt.weights_bytes >= 2 * entry.params_total > 0

@@ -3,6 +3,7 @@ GPU and goal, the architecture filter, the request rounds and the offline cache.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,12 +150,26 @@ def test_weight_bytes_are_the_hub_count_times_each_dtype_width():
 
 
 def test_an_architecture_without_a_memory_rule_is_not_badged_with_a_guess(hub: FakeHub):
-    # Qwen3.5 (Gated DeltaNet hybrid): its config.json is read, but kvpilot has no rule yet
+    # Qwen3-8B's real config.json under an architecture name kvpilot has no memory rule for
+    found = find("Qwen/Qwen3-8B")
+    assert found is not None
+    config = {**found[0].config, "architectures": ["FancyNewForCausalLM"]}
+    repo = hub.add_repo("acme/Fancy-8B", {"config.json": json.dumps(config).encode()})
+    repo.pipeline_tag = "text-generation"
+    repo.safetensors_parameters = {"BF16": found[1].weights_bytes // 2}
+    result = search_hub("Fancy-8B", RTX4090, CHAT)
+    hit = next(h for h in result.hits if h.repo == "acme/Fancy-8B")
+    assert hit.badge.verdict == BADGE_CANNOT_PLAN
+    assert "FancyNewForCausalLM" in hit.badge.reason
+    assert hit.checkpoints == ()
+
+
+def test_this_years_hybrid_is_badged_from_its_config(hub: FakeHub):
+    # Qwen3.5-27B (Gated DeltaNet hybrid, 16-bit, about 51 GiB): planned, and too big for 24 GB
     result = search_hub("Qwen3.5-27B", RTX4090, CHAT)
     hit = next(h for h in result.hits if h.repo == "Qwen/Qwen3.5-27B")
-    assert hit.badge.verdict == BADGE_CANNOT_PLAN
-    assert "Qwen3_5ForConditionalGeneration" in hit.badge.reason
-    assert hit.checkpoints == ()
+    assert hit.badge.verdict == BADGE_DOES_NOT_FIT
+    assert hit.checkpoints and hit.checkpoints[0].weights_bytes > 24 << 30
 
 
 def test_a_plan_whose_start_is_uncertain_is_borderline_with_its_settings(hub: FakeHub):

@@ -412,3 +412,15 @@ def test_spec_from_config_is_pure():
     # no num_key_value_heads: multi-head attention, as vLLM assumes
     assert spec.num_key_value_heads == 4 and spec.head_dim == 16
     assert spec.weights_bytes is None
+
+
+def test_a_modelopt_checkpoint_is_read_by_its_algorithm() -> None:
+    """NVIDIA ModelOpt names the format in ``quant_algo``: NVFP4 is vLLM's ``modelopt_fp4``
+    (4-bit floats, one scale per 16), FP8 its ``modelopt``."""
+    from kvpilot.core.models.local import parse_quantization
+    from kvpilot.core.models.spec import Quantization
+
+    nvfp4 = parse_quantization({"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    assert nvfp4 == Quantization("modelopt_fp4", 4, 16)
+    fp8 = parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8"})
+    assert fp8 == Quantization("modelopt", 8, None)

@@ -69,6 +69,11 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "vllm/architectures.py": ("tests/e2e/test_architectures_e2e.py",
                               "the registry is asked of the real vLLM runtime"),
     "vllm/measure.py": ("tests/e2e/test_server_crashes.py", "a dry run needs the real engine"),
+    "profile_launch.py": ("tests/unit/commands/test_serve_profile.py",
+                          "the profile's launch, through serve --profile and the window's spec"),
+    "commands/autostart.py": ("tests/unit/test_autostart.py", "the CLI face of autostart"),
+    "commands/runs.py": ("tests/unit/runs/test_store.py", "the CLI face of the run records"),
+    "runs/record.py": ("tests/unit/runs/test_store.py", "records are read and written by it"),
 }
 
 

@@ -70,8 +70,12 @@ def test_full_prediction_when_the_gpu_is_known(server):
     finally:
         watch.close()
     assert cap is not None and cap.predicted_kv_bytes is not None
-    assert 0 < cap.predicted_kv_bytes < 24564 << 20
     assert "RTX 4090" in cap.basis
+    # the server was given its KV size (cache_config_info's kv_cache_memory_bytes, 1 GiB): the
+    # plan keeps it instead of sizing the pool from the utilization, as vLLM does
+    assert cap.predicted_kv_bytes == 1 << 30
+    assert "the KV size the server was given" in cap.basis and "checkpoint's" in cap.basis
+    assert cap.predicted_kv_tokens == ((1 << 30) // (147_456 * 128)) * 128
 
 
 def test_a_server_that_dies_mid_watch_is_a_gap(server):

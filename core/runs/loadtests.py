@@ -1,0 +1,74 @@
+"""A load test that is kept with the run it measured: the one call ``kvpilot bench`` and the
+window's load-test dialog make.
+
+:func:`run_recorded_load_test` runs :func:`~kvpilot.core.vllm.client.run_load_test` and adds
+its summary (tokens/s, TTFT/TPOT percentiles, J/token and throttling per level) to the running
+run record of this data directory that serves at the test's URL; a server kvpilot did not start
+(an attached one, a remote one) has no record, and the test is only returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from kvpilot.core.runs.record import RunRecord, summary_of_report
+from kvpilot.core.runs.store import RunStore, utc_now
+from kvpilot.core.vllm.client import (
+    LoadTestConfig,
+    LoadTestProgress,
+    LoadTestReport,
+    run_load_test,
+)
+
+log = logging.getLogger("kvpilot.runs")
+
+
+def record_load_test(data_dir: Path, report: LoadTestReport, source: str) -> RunRecord | None:
+    """Add ``report`` to the running record served at its URL; the updated record, or None
+    when no run of ``data_dir`` serves there (never raises for a record problem)."""
+    try:
+        return RunStore(data_dir).add_load_test(
+            report.base_url, summary_of_report(report, utc_now(), source)
+        )
+    except Exception:  # keeping the record must not lose the test's result
+        log.exception("the load test was not added to its run record")
+        return None
+
+
+def run_recorded_load_test(
+    config: LoadTestConfig,
+    on_progress: Callable[[LoadTestProgress], None] | None = None,
+    cancel_event: threading.Event | None = None,
+    *,
+    data_dir: Path,
+    gpu_index: int | None = 0,
+    nvml_module: object | None = None,
+    source: str = "cli",
+) -> LoadTestReport:
+    """Run the load test (blocking) and keep it with its run; see the module docstring.
+
+    Unless the target is remote (``config.allow_remote``) or ``gpu_index`` is None, GPU
+    ``gpu_index`` is sampled at 10 Hz for the test (``nvml_module`` replaces NVML: a recorded
+    GPU's replay), so that every level, however short, has its energy, J/token and throttling.
+
+    Raises:
+        LoadTestError: as :func:`~kvpilot.core.vllm.client.run_load_test`.
+    """
+    from kvpilot.core.hardware.sampler import start_run_sampler
+
+    sampler = None
+    if not config.allow_remote and gpu_index is not None:
+        # a level lasts at most its duration plus one request's limit: keep that much
+        sampler = start_run_sampler(config.duration_s + config.request_timeout_s + 30.0,
+                                    index=gpu_index, nvml_module=nvml_module)
+    try:
+        report = run_load_test(config, on_progress, cancel_event,
+                               None if sampler is None else sampler.history)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    record_load_test(data_dir, report, source)
+    return report
