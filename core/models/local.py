@@ -231,13 +231,14 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
         config, model_id=model_id or str(root), source=str(root), config_path=str(config_path),
         preprocessor=preprocessor,
     )
-    size = checkpoint_weight_size(root)
+    size = checkpoint_weight_size(root, config)
     if size is not None:
         return replace(
             spec,
             weights_bytes=size.total_bytes,
             weights_source=size.source,
             notes=spec.notes + size.notes,
+            mtp_weights_bytes=size.mtp_bytes,
         )
     estimate = estimate_weight_bytes(spec, spec.quantization, text_config_of(config))
     if spec.vision is not None:
