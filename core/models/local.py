@@ -23,6 +23,7 @@ from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
 from kvpilot.core.models.bytemodel_hybrid import tower_params
 from kvpilot.core.models.linear_config import linear_state_from_config
+from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -217,7 +218,11 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             path=str(root),
         )
     config_path = root / CONFIG_FILE
-    config = read_json_object(config_path)
+    if not config_path.is_file() and (root / PARAMS_FILE).is_file():
+        config_path = root / PARAMS_FILE  # Mistral's own format, as --config-format mistral
+        config = config_from_mistral_params(read_json_object(config_path, PARAMS_FILE))
+    else:
+        config = read_json_object(config_path)
     if "quantization_config" not in config:
         for name in QUANTIZE_CONFIG_FILES:
             qpath = root / name
