@@ -249,7 +249,7 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
     if spec.vision is not None:
         estimate += vision_weight_bytes(spec.vision)
     else:
-        estimate += 2 * tower_params(config)  # Gemma 4 vision / audio towers (16-bit)
+        estimate += spec.tower_weights_bytes  # Gemma 4 vision / audio towers (16-bit)
     return replace(
         spec,
         weights_bytes=estimate,
@@ -468,6 +468,7 @@ def spec_from_config(
             if text.get("attention_k_eq_v") else None
         ),
         kv_shared_layers=f.integer("num_kv_shared_layers", required=False) or 0,
+        tower_weights_bytes=2 * tower_params(config) if vision is None else 0,
     )
 
 
