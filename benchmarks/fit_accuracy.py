@@ -73,7 +73,17 @@ INTERMEDIATE = {
 
 #: total memory as vLLM sees it (cudaMemGetInfo) where a case does not print it, from other
 #: logs of the same card
-CUDA_TOTAL_GIB = {"A100 80GB": 79.25, "A100 40GB": 39.39, "L40S 48GB": 44.42}
+CUDA_TOTAL_GIB = {
+    "A100 80GB": 79.25, "A100 40GB": 39.39, "L40S 48GB": 44.42,
+    # the Colab T4 case's own log ("total_gpu_memory (14.74GiB)"; nvidia-smi 15,360 MiB, as on
+    # the GCE T4 of the Gemma 4 E2B case)
+    "T4 16GB": 14.74,
+    # the L4 total of other vLLM logs that the Gemma 4 E2B L4 case's notes give (22.04 GiB)
+    "L4 24GB": 22.04,
+}
+#: cards whose total is taken from another start-up's log: such a case validates but never
+#: tunes a constant (a few hundredths of a GiB of doubt would move the fitted non-torch term)
+VALIDATION_ONLY_TOTALS = frozenset({"T4 16GB", "L4 24GB"})
 
 #: weights a case does not print, from a case of the same checkpoint, vLLM release and GPU
 SIBLING_WEIGHTS_GIB = {
@@ -99,7 +109,23 @@ REAL_CONFIG_CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "qwen3-vl-30b-a3b-instruct",
         {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
     ),
+    # google/gemma-4-E2B (the base checkpoint) planned from google/gemma-4-E2B-it's config.json:
+    # instruction tuning keeps the architecture; the base checkpoint's own copy was not found
+    "l4-gemma4-e2b-bf16-8k-u0.90-eager-v0210": ("gemma-4-e2b-it", {}),
+    # the QAT checkpoint's quantization as the case states it: compressed-tensors W4A16 (4-bit
+    # integer weights; the group size is not stated)
+    "t4-gemma4-e2b-qat-w4a16-16k-u0.90-v0290": (
+        "gemma-4-e2b-it",
+        {"quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}},
+        }},
+    ),
 }
+
+#: cases whose quantization_config above is the case's wording, not the checkpoint's file: their
+#: weight size from config.json is no test of the byte model and is not compared with the log
+RECONSTRUCTED_QUANTIZATION = frozenset({"t4-gemma4-e2b-qat-w4a16-16k-u0.90-v0290"})
 
 #: the first release of the 2026 start-ups reported apart (the goals of this year's models)
 RECENT_SINCE = "0.20.0"
@@ -191,6 +217,7 @@ class Case:
     reported_weights_bytes: int | None = None
     config_weights_bytes: int | None = None
     weights_from_config: bool = False
+    tunes: bool = True
 
 
 def _compute_capability(gpu_name: str) -> tuple[int, int] | None:
@@ -230,6 +257,8 @@ def load_cases(
                 skipped.append({"case": case["case_id"], "skipped": why})
                 continue
             tp = case["tensor_parallel_size"] or 1
+            # --language-model-only: vLLM skips the towers (limit 0 for every modality)
+            language_only = "--language-model-only" in str(case.get("other_flags") or "")
             raw_version = case.get("vllm_version") or UNKNOWN
             known = raw_version != UNKNOWN
             engine = "V0" if str(case["vllm_engine"]).startswith("V0") else "V1"
@@ -249,6 +278,12 @@ def load_cases(
                 # vLLM's logged size holds the MXFP4 kernel's padding, the plan adds it itself
                 pad = mxfp4_padding.padding_bytes(
                     from_config, tp, _compute_capability(case["gpu_name"])) * tp
+                # with --language-model-only vLLM's logged size lacks the towers the checkpoint
+                # holds (Gemma 4); the plan takes them off itself
+                towers = 0
+                if language_only and from_config.vision is None:
+                    towers = from_config.tower_weights_bytes
+                pad -= towers
                 if weights_total is not None:
                     (root / "model.safetensors.index.json").write_text(json.dumps(
                         {"metadata": {"total_size": weights_total - pad}, "weight_map": {}}
@@ -268,6 +303,7 @@ def load_cases(
                 enforce_eager=bool(case["enforce_eager"]),
                 block_size=case["block_size"],
                 vllm_version=version,
+                limit_mm_per_prompt=0 if language_only else None,
             )
             cases.append(Case(
                 case_id=case["case_id"], version=raw_version if known else UNKNOWN,
@@ -279,8 +315,11 @@ def load_cases(
                 reported_tokens=rep.get("kv_cache_tokens"),
                 expected_failure=_failure_kind(case["outcome"]),
                 reported_weights_bytes=weights_total,
-                config_weights_bytes=(from_config.weights_bytes or 0) + pad,
+                config_weights_bytes=None if case["case_id"] in RECONSTRUCTED_QUANTIZATION
+                else (from_config.weights_bytes or 0) + pad,
                 weights_from_config=weights_total is None,
+                tunes=not (case["gpu_total_gib_reported"] is None
+                           and case.get("gpu_class") in VALIDATION_ONLY_TOTALS),
             ))
     return cases, skipped
 
@@ -314,7 +353,8 @@ def fit_constants(
     """Fit every constant on ``training`` (known-version cases only).
 
     1. CUDA-graph pool per layer x hidden x captured token: median over cases that log it.
-    2. Activation remainder per version row (logit units): median of (logged - computed).
+    2. Activation remainder per version row (logit units): median of (logged - computed) over
+       compiled runs (V1 ``--enforce-eager`` runs no torch.compile and gets no remainder).
     3. Non-torch memory (one GPU / tensor parallel): the logged value, or the budget's residual
        (requested - weights - activation - graphs - logged KV) where none is logged; median.
     4. A per-row remainder (bytes) for rows whose budget holds vLLM's CUDA-graph *estimate*
@@ -322,7 +362,8 @@ def fit_constants(
        which the estimate need not equal): the median of predicted - logged KV over the row's
        cases that log neither the activation peak nor the graph estimate.
     A constant without any training case keeps the prior. Cases planned with the weight size
-    from config.json (none logged) are left out of every fit.
+    from config.json (none logged) or on a card whose total is borrowed from another log
+    (``VALIDATION_ONLY_TOTALS``) are left out of every fit.
     """
     prior = prior or activation.FittedConstants(
         non_torch_single_gpu_bytes=int(0.06 * GiB),
@@ -330,7 +371,7 @@ def fit_constants(
         cudagraph_bytes_per_layer_hidden_token=10.0,
     )
     # a case planned with the weight size from config.json validates, never tunes a constant
-    training = [c for c in training if c.known and not c.weights_from_config]
+    training = [c for c in training if c.known and not c.weights_from_config and c.tunes]
     fitted_on: dict[str, tuple[str, ...]] = {}
     # 1. graphs
     ratios, used = [], []
@@ -356,6 +397,9 @@ def fit_constants(
     for c in training:
         if c.reported_activation_gib is None:
             continue
+        profile = activation.profile_for(c.inputs.vllm_version, c.inputs.compute_capability)
+        if not activation.residual_applies(profile, compiled=not c.inputs.enforce_eager):
+            continue  # the residual is what a compiled V1 profile run adds
         cap = compute_capacity(c.inputs, constants=stage)
         if not _sampler_is_the_peak(c, cap):
             continue  # the forward sets the peak: the sampler's remainder is not seen

@@ -474,12 +474,31 @@ def sampler_peak_bytes(
     profile: VersionProfile,
     tensor_parallel_size: int = 1,  # noqa: ARG001 - every rank samples the full vocabulary
     constants: FittedConstants | None = None,
+    *,
+    compiled: bool = True,
 ) -> int:
-    """The dummy sampler's peak: logit units alive x ``num_seqs x vocab x 4`` (bytes)."""
+    """The dummy sampler's peak: logit units alive x ``num_seqs x vocab x 4`` (bytes).
+
+    The row's fitted residual is added where it was seen: on V0 rows always, on V1 rows only
+    for a compiled profile run (``compiled``; ``--enforce-eager`` sets ``-cc.mode=none`` in
+    ``config/vllm.py``, so no torch.compile runs inside the profile), see
+    :func:`residual_applies`.
+    """
     c = constants or FITTED
     units = sum(b.units for b in sampler_buffers(model, num_seqs, profile))
-    units += c.activation_residual_units.get(profile.key, 0.0)
+    if residual_applies(profile, compiled=compiled):
+        units += c.activation_residual_units.get(profile.key, 0.0)
     return int(max(units, 0.0) * logit_unit_bytes(model, num_seqs))
+
+
+def residual_applies(profile: VersionProfile, *, compiled: bool) -> bool:
+    """Whether a row's fitted activation residual applies to a run.
+
+    The V1 residuals are fitted on compiled start-ups (the 0.20 row's on one torch.compile'd
+    Qwen2.5-7B-AWQ run); an eager V1 run (Gemma 4 E2B on vLLM 0.21.0 with ``--enforce-eager``)
+    leaves exactly the code-derived sampler copies, so eager V1 runs get none of it.
+    """
+    return compiled or profile.engine != "V1"
 
 
 def activation_peak_bytes(
@@ -491,8 +510,12 @@ def activation_peak_bytes(
     tensor_parallel_size: int = 1,
     serve_dtype: str | None = None,
     constants: FittedConstants | None = None,
+    compiled: bool = True,
 ) -> int:
     """Predicted "peak activation" of vLLM's profile run (bytes per rank).
+
+    ``compiled``: False for ``--enforce-eager`` (no torch.compile; see
+    :func:`sampler_peak_bytes`).
 
     The forward's intermediates are freed before the sampler runs (V0 and the V1 runner), so
     the larger of the two wins; the hidden states of all batched tokens stay alive through the
@@ -502,7 +525,8 @@ def activation_peak_bytes(
     forward = forward_peak_bytes(model, max_num_batched_tokens, tensor_parallel_size, elem)
     hidden = max_num_batched_tokens * model.hidden_size * elem
     sampler = sampler_peak_bytes(
-        model, max_num_seqs, profile, tensor_parallel_size, constants=constants
+        model, max_num_seqs, profile, tensor_parallel_size, constants=constants,
+        compiled=compiled,
     )
     remainder = (constants or FITTED).row_remainder_bytes.get(profile.key, 0)
     if profile.sampler_adds_to_forward and uses_v2_runner(model, profile):

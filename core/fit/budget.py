@@ -218,6 +218,7 @@ def compute_capacity(
         tensor_parallel_size=tp,
         serve_dtype=inputs.dtype,
         constants=fitted,
+        compiled=not inputs.enforce_eager,
     )
     act += adapter_activation_bytes(adapt, model, sampler_seqs, profile, tp, fitted)
     capture_seqs = seqs
@@ -250,6 +251,12 @@ def compute_capacity(
     if encoder is not None and encoder.tower_weights_bytes:
         weights = max(0, weights - encoder.tower_weights_bytes)
     weights += adapt.extra_weights_bytes  # vLLM's "Model loading took" holds them too
+    # towers sized from their config sections (Gemma 4): vLLM's _mark_tower_model skips them
+    # when every modality's limit is 0 (gemma4_mm.py, 0.21.0 wheel)
+    skipped_towers = 0
+    if inputs.limit_mm_per_prompt == 0 and model.vision is None and model.tower_weights_bytes:
+        skipped_towers = math.ceil(model.tower_weights_bytes / tp)
+        weights = max(0, weights - skipped_towers)
 
     if inputs.kv_cache_memory_bytes is not None:
         available = inputs.kv_cache_memory_bytes
@@ -324,6 +331,8 @@ def compute_capacity(
 
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
+    if not activation.residual_applies(profile, compiled=not inputs.enforce_eager):
+        residual = 0.0  # fitted on compiled runs; --enforce-eager runs no torch.compile
     act_note = (
         f"profile run: {batched:,} tokens, sampler {sampler_seqs} x {model.vocab_size:,} "
         "logits x "
@@ -361,6 +370,9 @@ def compute_capacity(
         weights_note += (f", plus {mxfp4_pad / GiB:.2f} GiB the MXFP4 MoE kernel's padding of "
                          "the expert tensors adds")
     weights_note += adapter_weights_note(adapt)
+    if skipped_towers:
+        weights_note += (f", less the {skipped_towers / GiB:.2f} GiB vision / audio towers vLLM "
+                         "skips with every modality's limit 0")
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "

@@ -189,9 +189,14 @@ def speculative_budget(
                 f"num_speculative_tokens ({tokens}) must be a multiple of the model's "
                 f"{layers} MTP layer(s) when it is larger.",
             )
-        weights = layers * mtp_layer_bytes(model, tp)
         per_token = layers * kv.bytes_per_token_per_layer(model, kv_cache_dtype, tp)
-        note = (f"MTP: {layers} checkpoint layer(s) at 16 bits, "
+        if model.mtp_weights_bytes:  # counted in the checkpoint's files, left out of its size
+            weights = model.mtp_weights_bytes // max(1, tp)
+            sized = "as the checkpoint stores them"
+        else:
+            weights = layers * mtp_layer_bytes(model, tp)
+            sized = "at 16 bits"
+        note = (f"MTP: {layers} checkpoint layer(s) {sized}, "
                 f"{tokens} draft token(s) per step")
     elif settings.method in NO_NETWORK_METHODS:
         tokens = settings.num_speculative_tokens or 1

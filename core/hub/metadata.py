@@ -8,6 +8,8 @@ Online (never needed by tests): ``config.json`` (and, for a vision-language chec
 ``preprocessor_config.json``: the largest image) through ``hf_hub_download`` and the weight bytes
 from the Hub's safetensors metadata (``HfApi.get_safetensors_metadata``, which reads only the
 headers), cached as JSON in the user cache directory so that the next lookup works offline.
+The MTP tensors vLLM loads only with speculative decoding (:mod:`kvpilot.core.models.mtp_weights`)
+are taken out of that figure, by name and byte range from the same headers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kvpilot.core.models.local import (
     load_local_model,
     spec_from_config,
 )
+from kvpilot.core.models.mtp_weights import mtp_bytes_from_headers, mtp_rule
 from kvpilot.core.models.spec import SOURCE_HUB, ModelSpec
 from kvpilot.core.models.vision import VISION_ARCHITECTURES
 from kvpilot.core.models.weights import DTYPE_BITS
@@ -76,7 +79,9 @@ def fetch_hub_model(
         record["config"], model_id=repo_id, source=f"hub:{repo_id}@{record.get('sha', '')}",
         preprocessor=pre if isinstance(pre, dict) else None,
     )
-    return replace(spec, weights_bytes=record["weights_bytes"], weights_source=SOURCE_HUB)
+    mtp = record.get("mtp_bytes")
+    return replace(spec, weights_bytes=record["weights_bytes"], weights_source=SOURCE_HUB,
+                   mtp_weights_bytes=mtp if isinstance(mtp, int) else 0)
 
 
 def _download_record(
@@ -109,5 +114,27 @@ def _download_record(
         if dtype not in DTYPE_BITS:
             raise ModelSpecError(f"unknown safetensors dtype {dtype!r} on the Hub", path=repo_id)
         total_bits += count * DTYPE_BITS[dtype]
-    return {"config": config, "weights_bytes": total_bits // 8, "sha": revision or "",
-            "preprocessor": preprocessor}
+    mtp = _hub_mtp_bytes(config, meta)
+    return {"config": config, "weights_bytes": total_bits // 8 - mtp, "mtp_bytes": mtp,
+            "sha": revision or "", "preprocessor": preprocessor}
+
+
+def _hub_mtp_bytes(config: object, meta: object) -> int:
+    """Bytes of the MTP tensors in the Hub's per-file safetensors headers (0: none).
+
+    ``meta`` is huggingface_hub's ``SafetensorsRepoMetadata`` (``files_metadata`` -> file ->
+    ``tensors`` -> name -> ``TensorInfo.data_offsets``).
+    """
+    rule = mtp_rule(config) if isinstance(config, dict) else None
+    files = getattr(meta, "files_metadata", None)
+    if rule is None or not isinstance(files, dict):
+        return 0
+    headers: list[dict[str, dict[str, list[int]]]] = []
+    for file_meta in files.values():
+        tensors = getattr(file_meta, "tensors", None)
+        if isinstance(tensors, dict):
+            headers.append({
+                name: {"data_offsets": list(getattr(info, "data_offsets", ()) or ())}
+                for name, info in tensors.items()
+            })
+    return mtp_bytes_from_headers(rule, headers)

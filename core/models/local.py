@@ -23,6 +23,7 @@ from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
 from kvpilot.core.models.bytemodel_hybrid import tower_params
 from kvpilot.core.models.linear_config import linear_state_from_config
+from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -217,7 +218,11 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             path=str(root),
         )
     config_path = root / CONFIG_FILE
-    config = read_json_object(config_path)
+    if not config_path.is_file() and (root / PARAMS_FILE).is_file():
+        config_path = root / PARAMS_FILE  # Mistral's own format, as --config-format mistral
+        config = config_from_mistral_params(read_json_object(config_path, PARAMS_FILE))
+    else:
+        config = read_json_object(config_path)
     if "quantization_config" not in config:
         for name in QUANTIZE_CONFIG_FILES:
             qpath = root / name
@@ -231,13 +236,14 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
         config, model_id=model_id or str(root), source=str(root), config_path=str(config_path),
         preprocessor=preprocessor,
     )
-    size = checkpoint_weight_size(root)
+    size = checkpoint_weight_size(root, config)
     if size is not None:
         return replace(
             spec,
             weights_bytes=size.total_bytes,
             weights_source=size.source,
             notes=spec.notes + size.notes,
+            mtp_weights_bytes=size.mtp_bytes,
         )
     estimate = config_weight_bytes(spec, config)
     return replace(
@@ -262,7 +268,7 @@ def config_weight_bytes(
     estimate = estimate_weight_bytes(spec, quant, text_config_of(config))
     if spec.vision is not None:
         return estimate + vision_weight_bytes(spec.vision)
-    return estimate + 2 * tower_params(config)
+    return estimate + spec.tower_weights_bytes  # Gemma 4 vision / audio towers (16-bit)
 
 
 def text_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -473,6 +479,7 @@ def spec_from_config(
         ),
         kv_shared_layers=f.integer("num_kv_shared_layers", required=False) or 0,
         mtp_layers=_mtp_layers(text),
+        tower_weights_bytes=2 * tower_params(config) if vision is None else 0,
     )
 
 

@@ -190,6 +190,12 @@ class ModelSpec:
             where they differ from the sliding ones (Gemma 4; None: the same).
         kv_shared_layers: the last N layers reuse an earlier layer's KV and allocate none
             (Gemma 4 E2B / E4B ``num_kv_shared_layers``).
+        tower_weights_bytes: 16-bit bytes of encoder towers kvpilot sizes from their config
+            sections without a :class:`VisionSpec` (Gemma 4's vision and audio towers), which
+            vLLM does not build when every modality's limit is 0 (``--language-model-only``).
+        mtp_weights_bytes: bytes of the checkpoint's MTP tensors that ``weights_bytes`` leaves
+            out because vLLM loads them only with MTP speculative decoding (0: none, or not
+            read from the checkpoint's files).
     """
 
     model_id: str
@@ -225,6 +231,8 @@ class ModelSpec:
     #: multi-token-prediction layers in the checkpoint (``num_nextn_predict_layers`` or
     #: ``mtp_num_hidden_layers``): what ``--speculative-config '{"method": "mtp"}'`` loads
     mtp_layers: int = 0
+    mtp_weights_bytes: int = 0
+    tower_weights_bytes: int = 0
 
     @property
     def resolved_layer_types(self) -> tuple[str, ...]:

@@ -6,18 +6,29 @@ A ``.safetensors`` file is an 8-byte little-endian header length ``n``, ``n`` by
 size is ``end - begin``, cross-checked against ``prod(shape) x dtype size``.
 
 Where the shards are absent, ``model.safetensors.index.json`` gives ``metadata.total_size``.
+
+Given the checkpoint's ``config.json``, the tensors vLLM's loader skips without speculative
+decoding (the MTP block of Qwen3.5 / 3.6, Qwen3-Next, GLM-4.x and DeepSeek-V3-style checkpoints,
+:mod:`.mtp_weights`) are left out of the total and reported in ``mtp_bytes``.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.models.mtp_weights import (
+    MtpRule,
+    mtp_bytes_from_headers,
+    mtp_rule,
+    mtp_share_of_index,
+)
 from kvpilot.core.models.spec import SOURCE_FILE, SOURCE_INDEX
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -56,6 +67,9 @@ class WeightSize:
 
     ``source`` is ``SOURCE_FILE`` (summed over safetensors headers) or ``SOURCE_INDEX``
     (``metadata.total_size`` of the index). ``files`` are the files that were read.
+    ``total_bytes`` is what vLLM loads without speculative decoding; ``mtp_bytes`` the MTP
+    tensors it skips (exact from headers, estimated per layer from an index alone), which MTP
+    speculative decoding loads.
     """
 
     total_bytes: int
@@ -63,6 +77,7 @@ class WeightSize:
     files: tuple[str, ...]
     tensor_count: int | None = None
     notes: tuple[str, ...] = ()
+    mtp_bytes: int = 0
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
@@ -192,8 +207,13 @@ def _index_total(index: dict[str, Any], path: Path) -> int:
     return total
 
 
-def checkpoint_weight_size(directory: Path) -> WeightSize | None:
+def checkpoint_weight_size(
+    directory: Path, config: Mapping[str, Any] | None = None
+) -> WeightSize | None:
     """Weight bytes of the checkpoint in ``directory``, or None when it holds no safetensors.
+
+    With ``config`` (its ``config.json``), the MTP tensors vLLM skips are left out (see
+    :class:`WeightSize`).
 
     With an index file, only the shards it names count (as vLLM loads them; this skips e.g. a
     ``consolidated.safetensors`` duplicate). When none of them is present the index's
@@ -202,6 +222,7 @@ def checkpoint_weight_size(directory: Path) -> WeightSize | None:
     Raises:
         ModelSpecError: a malformed shard header or index (see :func:`safetensors_tensor_bytes`).
     """
+    rule = mtp_rule(config) if config is not None else None
     index_path = directory / INDEX_FILE
     if index_path.is_file():
         index = _read_index(index_path)
@@ -211,7 +232,7 @@ def checkpoint_weight_size(directory: Path) -> WeightSize | None:
         )
         present = [directory / n for n in shard_names if (directory / n).is_file()]
         if shard_names and len(present) == len(shard_names):
-            return _sum_files(present)
+            return _sum_files(present, rule)
         total = _index_total(index, index_path)
         notes: tuple[str, ...] = ()
         if present:
@@ -219,18 +240,46 @@ def checkpoint_weight_size(directory: Path) -> WeightSize | None:
                 f"{len(present)} of {len(shard_names)} shards present; "
                 "size taken from the index metadata",
             )
-        return WeightSize(total, SOURCE_INDEX, (str(index_path),), None, notes)
+        mtp = 0
+        if isinstance(weight_map, dict):
+            mtp = mtp_share_of_index(rule, weight_map, total, _embedding_bytes(config))
+        if mtp:
+            notes = (*notes, _mtp_note(mtp, exact=False))
+        return WeightSize(total - mtp, SOURCE_INDEX, (str(index_path),), None, notes, mtp)
     files = sorted(p for p in directory.glob("*.safetensors") if p.is_file())
     if not files:
         return None
-    return _sum_files(files)
+    return _sum_files(files, rule)
 
 
-def _sum_files(files: list[Path]) -> WeightSize:
+def _sum_files(files: list[Path], rule: MtpRule | None = None) -> WeightSize:
     total = 0
     count = 0
+    mtp = 0
     for f in files:
         nbytes, n = safetensors_tensor_bytes(f)
         total += nbytes
         count += n
-    return WeightSize(total, SOURCE_FILE, tuple(str(f) for f in files), count)
+        if rule is not None:
+            mtp += mtp_bytes_from_headers(rule, (read_safetensors_header(f),))
+    notes = (_mtp_note(mtp, exact=True),) if mtp else ()
+    return WeightSize(total - mtp, SOURCE_FILE, tuple(str(f) for f in files), count, notes, mtp)
+
+
+def _mtp_note(mtp_bytes: int, *, exact: bool) -> str:
+    how = "from the safetensors headers" if exact else "estimated per layer from the index"
+    return (f"{mtp_bytes / 2**30:.2f} GiB of MTP tensors ({how}) left out: vLLM loads them "
+            "only with MTP speculative decoding")
+
+
+def _embedding_bytes(config: Mapping[str, Any] | None) -> int:
+    """16-bit bytes of the token embedding and an untied LM head, from ``config`` (0: unknown)."""
+    if config is None:
+        return 0
+    text = config.get("text_config")
+    section: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    vocab, hidden = section.get("vocab_size"), section.get("hidden_size")
+    if not isinstance(vocab, int) or not isinstance(hidden, int):
+        return 0
+    tied = section.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
+    return vocab * hidden * 2 * (1 if tied else 2)

@@ -240,3 +240,25 @@ def test_a_measurement_settles_a_borderline_plan(llama8b):
         settled = calibrated_capacity(inputs, [MeasurementRecord(key_for(inputs), measured)])
         assert settled.available_kv_band_bytes == (kv_bytes, kv_bytes)  # vLLM's own figure
         assert settled.verdict == verdict and settled.fits == (verdict == "fits")
+
+
+def test_fitted_residual_is_for_compiled_v1_runs(qwen7b):
+    """--enforce-eager runs no torch.compile (config/vllm.py sets -cc.mode=none): the V1 rows'
+    residual, fitted on compiled start-ups, is not added; V0 rows keep theirs."""
+    row = activation.profile_for("0.21.0")
+    assert row.engine == "V1"
+    fitted = replace(BARE, activation_residual_units={row.key: 3.5})
+    unit = 256 * 152_064 * 4
+    compiled = activation.sampler_peak_bytes(qwen7b, 256, row, constants=fitted)
+    eager = activation.sampler_peak_bytes(qwen7b, 256, row, constants=fitted, compiled=False)
+    assert abs(compiled - eager - 3.5 * unit) <= 1
+    assert eager == activation.sampler_peak_bytes(qwen7b, 256, row, constants=BARE)
+    assert not activation.residual_applies(row, compiled=False)
+    v0 = activation.profile_for("0.6.4")
+    assert v0.engine == "V0" and activation.residual_applies(v0, compiled=False)
+    peak_eager = activation.activation_peak_bytes(
+        qwen7b, max_num_batched_tokens=2048, max_num_seqs=256, profile=row, constants=fitted,
+        compiled=False)
+    peak_bare = activation.activation_peak_bytes(
+        qwen7b, max_num_batched_tokens=2048, max_num_seqs=256, profile=row, constants=BARE)
+    assert peak_eager == peak_bare

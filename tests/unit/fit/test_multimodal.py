@@ -354,3 +354,20 @@ def test_the_v0_fallback_below_sm80_profiles_like_v0(qwen2vl):
     assert "sampler 1 x" in _terms(t4)["activation_peak"].note
     assert "V0: 1 dummy sequence" in _terms(t4)[ENCODER_PROFILE_TERM].note
     assert "V1 encoder budget" in _terms(l4)[ENCODER_PROFILE_TERM].note
+
+
+def test_gemma4_towers_come_off_with_every_modality_disabled():
+    """Gemma 4 E2B's vision and audio towers (sized from their config sections, no VisionSpec)
+    are not built by vLLM with every modality's limit 0 (--language-model-only:
+    gemma4_mm.py _mark_tower_model); the weights term loses exactly their 16-bit bytes."""
+    spec = fixture_spec("gemma-4-e2b-it", 10 * GiB)
+    assert spec.vision is None and 0.5 * GiB < spec.tower_weights_bytes < 1.0 * GiB
+    full = compute_capacity(rtx4090(spec, max_model_len=8192, vllm_version="0.21.0"))
+    text = compute_capacity(rtx4090(spec, max_model_len=8192, vllm_version="0.21.0",
+                                    limit_mm_per_prompt=0))
+    assert full.weights_bytes - text.weights_bytes == spec.tower_weights_bytes
+    weights = next(t for t in text.terms if t.name == "weights")
+    assert "vision / audio towers" in weights.note
+    # a model whose towers kvpilot does not size this way keeps its weights
+    qwen = fixture_spec("qwen3-8b", 16 * GiB)
+    assert qwen.tower_weights_bytes == 0

@@ -128,3 +128,22 @@ def test_a_checkpoints_mtp_layer_joins_the_kv_cache_and_the_weights():
     assert mtp.kv_bytes_per_token - plain.kv_bytes_per_token == 2 * 4 * 256 * 2
     assert mtp.weights_bytes - plain.weights_bytes == speculative.mtp_layer_bytes(model)
     assert mtp.available_kv_bytes < plain.available_kv_bytes
+
+
+def test_mtp_weights_counted_in_the_checkpoints_files_are_the_ones_mtp_loads_back():
+    """A checkpoint whose MTP tensors were counted from its files (and left out of its size,
+    as vLLM skips them without MTP drafting) loads exactly those bytes back with MTP on."""
+    from dataclasses import replace
+
+    from kvpilot.core.models import catalog
+    from kvpilot.core.models.local import spec_from_config
+
+    entry = next(e for e in catalog.catalog_entries() if e.id == "Qwen/Qwen3.5-27B")
+    model = spec_from_config(entry.config, model_id=entry.id)
+    counted = replace(model, mtp_weights_bytes=850 << 20)
+    settings = speculative.parse_speculative_config(_config(method="mtp"))
+    exact = speculative.speculative_budget(counted, settings, draft=None, draft_weights_bytes=None)
+    assert exact.draft_weights_bytes == 850 << 20 and "as the checkpoint stores them" in exact.note
+    modelled = speculative.speculative_budget(model, settings, draft=None, draft_weights_bytes=None)
+    assert modelled.draft_weights_bytes == speculative.mtp_layer_bytes(model)
+    assert "16 bits" in modelled.note

@@ -76,3 +76,30 @@ def test_resolver_unknown_repo_offline(hf_cache):
     msg = str(err.value)
     assert "not in the Hugging Face cache" in msg and str(hf_cache.cache) in msg
     assert "hf download nobody/nothing-here" in msg
+
+
+def test_hub_weight_bytes_leave_the_mtp_tensors_out():
+    """The Hub's per-file headers (huggingface_hub's own records) name the MTP tensors of a
+    Qwen3.5 checkpoint; their byte ranges come off the weight figure and are kept apart."""
+    from huggingface_hub.utils._safetensors import (
+        SafetensorsFileMetadata,
+        SafetensorsRepoMetadata,
+        TensorInfo,
+    )
+
+    from kvpilot.core.hub.metadata import _hub_mtp_bytes
+
+    config = json.loads(_config("qwen3.5-27b"))
+    files = {
+        "model-00001-of-00002.safetensors": SafetensorsFileMetadata(metadata={}, tensors={
+            "model.language_model.layers.0.mlp.up_proj.weight":
+                TensorInfo(dtype="BF16", shape=[16, 8], data_offsets=(0, 256)),
+        }),
+        "model-00002-of-00002.safetensors": SafetensorsFileMetadata(metadata={}, tensors={
+            "mtp.fc.weight": TensorInfo(dtype="BF16", shape=[8, 16], data_offsets=(0, 256)),
+            "mtp.norm.weight": TensorInfo(dtype="BF16", shape=[8], data_offsets=(256, 272)),
+        }),
+    }
+    meta = SafetensorsRepoMetadata(metadata=None, sharded=True, weight_map={}, files_metadata=files)
+    assert _hub_mtp_bytes(config, meta) == 272
+    assert _hub_mtp_bytes(json.loads(_config("qwen2.5-7b-instruct")), meta) == 0
