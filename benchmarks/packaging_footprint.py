@@ -132,11 +132,12 @@ def _build_bare(work: Path, base: str) -> Path:
         oldbase = _load_packaging("oldbase")
         made = oldbase.ensure()
         cache = oldbase.cache_dir() / "build-cache"
-        venvs = sorted(cache.glob("venv-*/bin/python"), key=lambda p: p.stat().st_mtime)
+        # complete environments (their bin/python links into the root, so not followed here)
+        venvs = sorted(cache.glob("venv-*/.complete"), key=lambda p: p.stat().st_mtime)
         if not venvs:
             raise SystemExit("no build environment in the Debian 11 root: run "
                              "python3 packaging/build.py first")
-        inside = f"/var/cache/kvpilot-build/{venvs[-1].relative_to(cache)}"
+        inside = f"/var/cache/kvpilot-build/{venvs[-1].parent.name}/bin/python"
         done = oldbase.run_in_root(
             made.root,
             f"cd /kvpilot-bench && {inside} -m PyInstaller --noconfirm --onedir --name bare "

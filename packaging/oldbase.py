@@ -200,20 +200,20 @@ def run_in_root(
         [*mounts, f"mount -t proc proc {shlex.quote(str(root / 'proc'))}", inner]
     )
     argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    )
     lines: list[str] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if stream is not None:
-            stream(line.rstrip("\n"))
-        if deadline is not None and time.monotonic() > deadline:
-            proc.kill()
-            break
-    rc = proc.wait()
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if stream is not None:
+                stream(line.rstrip("\n"))
+            if deadline is not None and time.monotonic() > deadline:
+                proc.kill()
+                break
+        rc = proc.wait()
     return subprocess.CompletedProcess(argv, rc, "".join(lines), "")
 
 
@@ -305,20 +305,20 @@ def _debootstrap(target: Path, cache: Path, say: Progress, verbose: bool) -> Non
         f"--include={','.join(PACKAGES)}", SUITE, str(target), MIRROR,
     ]  # fmt: skip
     say(f"debootstrap {SUITE} into {target} (.deb files cached in {debs})")
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    )
-    assert proc.stdout is not None
     lines = []
     last = 0.0
-    for line in proc.stdout:
-        lines.append(line)
-        text = line.rstrip()
-        # debootstrap's stages ("I: Retrieving", "I: Unpacking", "I: Configuring") every 10 s
-        if verbose or (text.startswith("I: ") and time.monotonic() - last > 10):
-            say(text)
-            last = time.monotonic()
-    if proc.wait() != 0:
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            text = line.rstrip()
+            # debootstrap's stages ("I: Retrieving", "I: Unpacking", "I: Configuring") every 10 s
+            if verbose or (text.startswith("I: ") and time.monotonic() - last > 10):
+                say(text)
+                last = time.monotonic()
+    if proc.returncode != 0:
         tail = "".join(lines[-30:])
         raise OldBaseError(
             f"debootstrap {SUITE} failed (exit {proc.returncode}); is {MIRROR} reachable "

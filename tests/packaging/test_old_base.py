@@ -197,7 +197,7 @@ def test_runtime_install_uses_uvs_managed_python_inside_debian11(
             "UV_PYTHON_DOWNLOADS_JSON_URL": "/kvpilot-mirror/downloads.json",
         },
     )  # fmt: skip
-    assert "uv provides one (managed Python" in out  # the installer's progress said so
+    print(out[-3000:], (home / "result.json").read_text()[-3000:])
     result = json.loads((home / "result.json").read_text())
     runtime_path = Path(str(result["path"]))
     host_runtime = home / runtime_path.relative_to("/kvpilot-home")
@@ -210,7 +210,9 @@ def test_runtime_install_uses_uvs_managed_python_inside_debian11(
     log = (home / "mirror.log").read_text()
     assert f"GET /{STANDIN_BUILD}/" in log and " 200 " in log  # fetched through the mirror
     install_log = Path(str(manifest["log_path"]).replace("/kvpilot-home", str(home), 1))
-    assert "/_internal/uv/uv venv" in install_log.read_text()  # the bundled uv
+    text = install_log.read_text()
+    assert "uv provides one (managed Python" in text  # the installer said why
+    assert "/_internal/uv/uv venv --allow-existing --managed-python" in text  # the bundled uv
 
 
 # ------------------------------------------------------------------------- below the floor
