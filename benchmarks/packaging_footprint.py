@@ -3,6 +3,12 @@ window frozen the same way (same build environment, PyInstaller, onedir, archive
 
     python3 packaging/build.py                      # dist/kvpilot/ and its tarball first
     .venv/bin/python benchmarks/packaging_footprint.py [--runs 3] [--idle-s 15] [--also DIR]
+        [--app DIR] [--base debian11|host]
+
+The bare app is frozen on the base the app was built on (``--base``; default: what
+``dist/kvpilot-build.json`` says): in the Debian 11 root of packaging/oldbase.py with that
+root's build environment, or with this machine's (``.cache/packaging/venv-*``). Both then run
+here, on this machine.
 
 Prints: the folder's size and its archive's in both formats, .tar.xz (xz -9, the release
 format) and .tar.gz (gzip -6), made by packaging/build.py's make_tarball for both apps (goal:
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import os
 import statistics
@@ -29,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import psutil
 
@@ -103,16 +111,59 @@ def _archive_sizes(folder: Path, work: Path) -> dict[str, int]:
     return sizes
 
 
-def _build_bare(work: Path) -> Path:
+def _load_packaging(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"kvpilot_{name}",
+                                                  ROOT / "packaging" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+#: how packaging/build.py runs PyInstaller (modules stored, the tarball's xz compresses them)
+PYI_ENV = {"PYINSTALLER_ZLIB_COMPRESSION_LEVEL": "0"}
+
+
+def _build_bare(work: Path, base: str) -> Path:
     script = work / "bare.py"
     script.write_text(BARE)
-    subprocess.run(
-        [str(_build_python()), "-m", "PyInstaller", "--noconfirm", "--onedir", "--name", "bare",
-         "--distpath", str(work / "dist"), "--workpath", str(work / "build"),
-         "--specpath", str(work), str(script)],
-        check=True, capture_output=True, text=True,
-    )
+    if base == "debian11":
+        oldbase = _load_packaging("oldbase")
+        made = oldbase.ensure()
+        cache = oldbase.cache_dir() / "build-cache"
+        # complete environments (their bin/python links into the root, so not followed here)
+        venvs = sorted(cache.glob("venv-*/.complete"), key=lambda p: p.stat().st_mtime)
+        if not venvs:
+            raise SystemExit("no build environment in the Debian 11 root: run "
+                             "python3 packaging/build.py first")
+        inside = f"/var/cache/kvpilot-build/{venvs[-1].parent.name}/bin/python"
+        done = oldbase.run_in_root(
+            made.root,
+            f"cd /kvpilot-bench && {inside} -m PyInstaller --noconfirm --onedir --name bare "
+            "--distpath dist --workpath build --specpath . bare.py",
+            binds={"/kvpilot-bench": work, "/var/cache/kvpilot-build": cache}, env=PYI_ENV,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"freezing the bare app in the Debian 11 root failed:\n"
+                             f"{done.stdout[-3000:]}")
+    else:
+        subprocess.run(
+            [str(_build_python()), "-m", "PyInstaller", "--noconfirm", "--onedir", "--name",
+             "bare", "--distpath", str(work / "dist"), "--workpath", str(work / "build"),
+             "--specpath", str(work), str(script)],
+            check=True, capture_output=True, text=True, env=dict(os.environ, **PYI_ENV),
+        )
     return work / "dist" / "bare"
+
+
+def _built_base(app_dir: Path) -> str:
+    """The base ``app_dir`` was built on, from the build's record beside it (host if none)."""
+    record = app_dir.parent / "kvpilot-build.json"
+    try:
+        return str(json.loads(record.read_text()).get("base", "host"))
+    except (OSError, ValueError):
+        return "host"
 
 
 def _one_start(
@@ -178,16 +229,22 @@ def main() -> int:
     ap.add_argument("--also", type=Path, metavar="DIR",
                     help="another frozen kvpilot folder (an older build's dist/kvpilot) whose "
                          "first shown window is timed in the same turns, for a before/after")
+    ap.add_argument("--app", type=Path, default=ROOT / "dist" / "kvpilot",
+                    help="the built kvpilot folder (dist/kvpilot)")
+    ap.add_argument("--base", choices=("debian11", "host"),
+                    help="freeze the bare app on this base (default: the app's own)")
     args = ap.parse_args()
-    app_dir = ROOT / "dist" / "kvpilot"
+    app_dir = args.app.resolve()
     if not (app_dir / "kvpilot").exists():
-        raise SystemExit("dist/kvpilot/kvpilot is missing: run python3 packaging/build.py")
+        raise SystemExit(f"{app_dir}/kvpilot is missing: run python3 packaging/build.py")
+    base = args.base or _built_base(app_dir)
+    print(f"app {app_dir} (built on {base}); the bare app is frozen on {base}")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", KVPILOT_FAKE_NVML="rtx4090-desktop")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env.update(KVPILOT_DATA_DIR=str(work / "data"), KVPILOT_CACHE_DIR=str(work / "cache"),
                    KVPILOT_CONFIG_DIR=str(work / "config"))
-        bare_dir = _build_bare(work)
+        bare_dir = _build_bare(work, base)
         sizes = {
             "kvpilot": (_archive_sizes(app_dir, work), _folder_bytes(app_dir)),
             "bare": (_archive_sizes(bare_dir, work), _folder_bytes(bare_dir)),

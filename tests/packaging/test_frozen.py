@@ -11,89 +11,18 @@ cores).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import subprocess
-import sys
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from packaging_kit import REPO_ROOT, load_packaging
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGING = REPO_ROOT / "packaging"
-BUNDLES = REPO_ROOT / ".cache" / "packaging" / "bundles"
-KEEP_BUNDLES = 2
-SKIP_ENV = "KVPILOT_SKIP_PACKAGING"
+pytestmark = pytest.mark.timeout(1800)
 
-pytestmark = pytest.mark.timeout(1200)
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"kvpilot_packaging_{name}", PACKAGING / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-build_mod = _load("build")
-smoke_mod = _load("smoke")
-
-
-def _skip_if_asked() -> None:
-    if os.environ.get(SKIP_ENV) == "1":
-        pytest.skip(f"{SKIP_ENV}=1: the executable is not built in this run")
-
-
-def _prune(keep: Path) -> None:
-    """Keep the newest bundles only (each is ~200 MiB)."""
-    others = sorted(
-        (p for p in BUNDLES.iterdir() if p.is_dir() and p != keep),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    for old in others[KEEP_BUNDLES - 1 :]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def frozen_exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The built executable (onedir), from the cache when the sources have not changed."""
-    _skip_if_asked()
-    digest = build_mod.source_hash(REPO_ROOT)
-    cached = BUNDLES / digest
-    exe = cached / "kvpilot" / "kvpilot"
-    if (cached / ".complete").is_file() and exe.is_file():
-        os.utime(cached)
-        print(f"\nfrozen: reusing the bundle built from sources {digest}")
-        return exe
-    dist = tmp_path_factory.mktemp("dist")
-    started = time.monotonic()
-    try:
-        result = build_mod.build(dist, tarball=False)
-    except build_mod.BuildError as exc:
-        pytest.fail(f"building the executable failed: {exc}")
-    print(
-        f"\nfrozen: built in {time.monotonic() - started:.0f} s "
-        f"(environment {result.venv_s} s, PyInstaller {result.pyinstaller_s} s), "
-        f"{result.bundle_bytes / 2**20:.0f} MiB"
-    )
-    partial = BUNDLES / f"{digest}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(dist / "kvpilot", partial / "kvpilot", symlinks=True)
-    (partial / ".complete").write_text(result.source_hash + "\n")
-    shutil.rmtree(cached, ignore_errors=True)
-    partial.rename(cached)
-    _prune(keep=cached)
-    return exe
+build_mod = load_packaging("build")
+smoke_mod = load_packaging("smoke")
 
 
 @pytest.fixture(scope="session")
