@@ -48,10 +48,23 @@ class ServerRecord:
     @property
     def base_url(self) -> str:
         """``http://host:port`` (a wildcard bind address is reached on 127.0.0.1)."""
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return server_url(self.host, self.port)
+
+
+def server_url(host: str, port: int) -> str:
+    """``http://host:port`` of a server bound to ``host`` (a wildcard bind address is reached
+    on 127.0.0.1; an IPv6 address goes in brackets)."""
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def own_create_time() -> float:
+    """This process's start time (psutil's create time; 0.0 when it cannot be read): with its
+    pid, what a pidfile's owner fields name."""
+    try:
+        return psutil.Process(os.getpid()).create_time()
+    except psutil.Error:
+        return 0.0
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,10 @@ from kvpilot.core.vllm.command import SECRET_ENV, LaunchCommand, LaunchSpec, bui
 from kvpilot.core.vllm.launch_log import LaunchLog
 from kvpilot.core.vllm.orphans import (
     ServerRecord,
+    own_create_time,
     pidfile_path,
     remove_pidfile,
+    server_url,
     write_pidfile,
 )
 from kvpilot.core.vllm.proctree import StopReport, alive, descendants, stop_tree
@@ -83,11 +85,6 @@ log = logging.getLogger(__name__)
 #: events kept by :meth:`Supervisor.events` (output lines are in :meth:`Supervisor.lines`)
 MAX_EVENTS = 10_000
 
-
-
-def _client_host(host: str) -> str:
-    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-    return f"[{host}]" if ":" in host else host
 
 
 class Supervisor:
@@ -236,7 +233,7 @@ class Supervisor:
     @property
     def base_url(self) -> str:
         """``http://host:port`` of the server."""
-        return f"http://{_client_host(self._host)}:{self._port}"
+        return server_url(self._host, self._port)
 
     @property
     def port(self) -> int:
@@ -382,7 +379,8 @@ class Supervisor:
         sup._started_mono = time.monotonic()
         sup._pidfile = pidfile_path(data_dir, rec.port)
         # the pidfile now belongs to this process
-        write_pidfile(data_dir, replace(rec, owner_pid=os.getpid(), owner_create_time=_self_ct()))
+        owner = replace(rec, owner_pid=os.getpid(), owner_create_time=own_create_time())
+        write_pidfile(data_dir, owner)
         sup._set_state(STARTING)
         # the server's output went to the kvpilot that started it, which is gone: say so
         earlier = f"earlier lines: {rec.log_path}" if rec.log_path else "no earlier log file"
@@ -517,7 +515,7 @@ class Supervisor:
             argv=self._redacted_argv,
             create_time=self._create_times.get(self._pid, 0.0),
             owner_pid=os.getpid(),
-            owner_create_time=_self_ct(),
+            owner_create_time=own_create_time(),
             vllm_version=self._version,
         )
         self._pidfile = write_pidfile(self.data_dir, record)
@@ -789,13 +787,6 @@ class Supervisor:
 
 #: failure kinds that end a server that is already ready
 _FATAL_AFTER_READY = (failures.ENGINE_DIED, failures.CUDA_OOM_SERVING)
-
-
-def _self_ct() -> float:
-    try:
-        return psutil.Process(os.getpid()).create_time()
-    except psutil.Error:
-        return 0.0
 
 
 def _failure(kind: str, message: str) -> failures.Failure:

@@ -451,7 +451,12 @@ def _safetensors_parameters(repo: FakeRepo) -> dict[str, int] | None:
         if not path.endswith(".safetensors") or len(content) < 8:
             continue
         size = int.from_bytes(content[:8], "little")
-        header = json.loads(content[8 : 8 + size])
+        try:
+            header = json.loads(content[8 : 8 + size])
+        except ValueError:  # bytes that are no safetensors file: the Hub counts nothing
+            continue
+        if not isinstance(header, dict):
+            continue
         for name, tensor in header.items():
             if name == "__metadata__":
                 continue
