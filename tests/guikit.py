@@ -64,3 +64,20 @@ def wait_for_state(qtbot: Any, window: Any, *states: str, timeout: int = 30_000)
             f"(states seen: {waiter.seen}, panel: {window.server_panel.state})"
         )
     return str(window.server_panel.state)
+
+
+def plan_tiny_model(qtbot: Any, window: Any, model: Any) -> None:
+    """Plan the tiny test model in the window as a user would (1,024-token context, 4 users,
+    eager) and wait for the ranked plans of that goal."""
+    gen = window.plan_control.plan_generation
+    window.planner.context.setEditText("1,024")
+    window.planner.users.setValue(4)
+    window.planner.enforce_eager.setChecked(True)
+    window.planner.set_model_ref(str(model))
+    window.planner._debounce.stop()
+    window.planner.goal_changed.emit(window.planner.request())
+    qtbot.waitUntil(
+        lambda: window.plan_control.plan_generation > gen
+        and "1,024 context" in window.planner.heading.text(),
+        timeout=30_000,
+    )

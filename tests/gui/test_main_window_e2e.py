@@ -22,7 +22,7 @@ import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
 from e2e.servekit import kvpilot_argv, serve_env, start_serve, wait_event
 from fitkit import cli_flags
-from guikit import wait_for_state
+from guikit import plan_tiny_model, wait_for_state
 
 from kvpilot.core import failures
 from kvpilot.core import settings as st
@@ -64,18 +64,7 @@ def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
         port = find_free_port("127.0.0.1", 18600)
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=4.0))
         w.runtime_control.set_runtime(vllm_runtime)
-        gen = w.plan_control.plan_generation
-        w.planner.context.setEditText("1,024")
-        w.planner.users.setValue(4)
-        w.planner.enforce_eager.setChecked(True)
-        w.planner.set_model_ref(str(tiny_model))
-        w.planner._debounce.stop()
-        w.planner.goal_changed.emit(w.planner.request())
-        qtbot.waitUntil(
-            lambda: w.plan_control.plan_generation > gen
-            and "1,024 context" in w.planner.heading.text(),
-            timeout=30_000,
-        )
+        plan_tiny_model(qtbot, w, tiny_model)
         row = w.planner.selected()
         assert row is not None and row.fits and row.model_ref == str(tiny_model)
         assert row.inputs.max_model_len == 1024 and row.inputs.enforce_eager

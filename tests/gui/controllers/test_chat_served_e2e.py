@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
-from guikit import wait_for_state
+from guikit import plan_tiny_model, wait_for_state
 
 from kvpilot.core import settings as st
 from kvpilot.core.chat.store import ConversationStore
@@ -41,15 +41,7 @@ def test_the_chat_tab_talks_to_this_windows_server_with_the_profiles_key(
     )
     assert w.profile.api_key == PROFILE_KEY  # read back through the secret store
     w.runtime_control.set_runtime(vllm_runtime)
-    gen = w.plan_control.plan_generation
-    w.planner.context.setEditText("1,024")
-    w.planner.users.setValue(4)
-    w.planner.enforce_eager.setChecked(True)
-    w.planner.set_model_ref(str(tiny_model))
-    w.planner._debounce.stop()
-    w.planner.goal_changed.emit(w.planner.goal())
-    qtbot.waitUntil(lambda: w.plan_control.plan_generation > gen
-                    and "1,024 context" in w.planner.heading.text(), timeout=30_000)
+    plan_tiny_model(qtbot, w, tiny_model)
 
     w.tabs.setCurrentWidget(w.chat_panel)
     assert w.chat_panel.target.text().startswith("No server to talk to")

@@ -2,50 +2,26 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from runskit import level, record
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.runs.compare import compare, format_comparison
 from kvpilot.core.runs.record import (
-    STOPPED,
-    LevelSummary,
     LoadTestSummary,
-    RunRecord,
 )
 
 
-def _level(c: int, tps: float, ttft: float, jpt: float | None = None) -> LevelSummary:
-    return LevelSummary(concurrency=c, requests_ok=8, errors=0, output_tokens_per_s=tps,
-                        requests_per_s=tps / 100, ttft_p50_s=ttft, ttft_p99_s=ttft * 2,
-                        tpot_p50_s=0.02, tpot_p99_s=0.03, j_per_token=jpt,
-                        throttled=jpt is not None and jpt > 1, throttle_reasons=(
-                            ("power cap",) if jpt is not None and jpt > 1 else ()))
-
-
-def _record(run_id: str, **kw: object) -> RunRecord:
-    values: dict[str, object] = dict(
-        id=run_id, started_at="2026-01-01T10:00:00Z", model="/models/tiny", state=STOPPED,
-        owner_pid=os.getpid(), settings={"max_model_len": 4096, "kv_cache_dtype": "auto"},
-        predicted={"kv_cache_tokens": 100_000, "max_concurrency": 24.4},
-        reported={"kv_cache_tokens": 98_304, "max_concurrency": 24.0}, startup_s=42.0,
-    )
-    values.update(kw)
-    return RunRecord(**values)  # type: ignore[arg-type]
-
-
-
 def test_compare_marks_the_best_and_covers_every_concurrency() -> None:
-    a = _record("20260101-100000-aaaa", load_tests=(LoadTestSummary(
+    a = record("20260101-100000-aaaa", load_tests=(LoadTestSummary(
         at="t", api="completions", prompt_tokens=256, output_tokens=128, ttft_slo_s=1,
-        tpot_slo_s=0.05, levels=(_level(1, 50.0, 0.1, 0.8), _level(4, 150.0, 0.3, 1.4))),))
-    b = _record("20260101-110000-bbbb", settings={"max_model_len": 8192, "kv_cache_dtype": "fp8"},
+        tpot_slo_s=0.05, levels=(level(1, 50.0, 0.1, 0.8), level(4, 150.0, 0.3, 1.4))),))
+    b = record("20260101-110000-bbbb", settings={"max_model_len": 8192, "kv_cache_dtype": "fp8"},
                 reported={"kv_cache_tokens": 196_608, "max_concurrency": 24.0},
                 load_tests=(LoadTestSummary(
                     at="t", api="completions", prompt_tokens=256, output_tokens=128,
                     ttft_slo_s=1, tpot_slo_s=0.05,
-                    levels=(_level(1, 45.0, 0.12, 0.7), _level(8, 220.0, 0.5, 0.9))),))
+                    levels=(level(1, 45.0, 0.12, 0.7), level(8, 220.0, 0.5, 0.9))),))
     table = compare([a, b])
     assert table.row("KV tokens reported").best_index() == 1
     assert table.row("output tokens/s @ 1").best_index() == 0

@@ -3,39 +3,12 @@ max (the recorder itself runs end to end in tests/e2e/test_serve_profile_e2e.py)
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from kvpilot.core.hardware.sampler import GpuSample
-from kvpilot.core.runs.record import (
-    STOPPED,
-    LevelSummary,
-    RunRecord,
-)
 from kvpilot.core.runs.recorder import downsample, telemetry_summary
 from kvpilot.core.telemetry import Telemetry, TelemetryConfig
-
-
-def _level(c: int, tps: float, ttft: float, jpt: float | None = None) -> LevelSummary:
-    return LevelSummary(concurrency=c, requests_ok=8, errors=0, output_tokens_per_s=tps,
-                        requests_per_s=tps / 100, ttft_p50_s=ttft, ttft_p99_s=ttft * 2,
-                        tpot_p50_s=0.02, tpot_p99_s=0.03, j_per_token=jpt,
-                        throttled=jpt is not None and jpt > 1, throttle_reasons=(
-                            ("power cap",) if jpt is not None and jpt > 1 else ()))
-
-
-def _record(run_id: str, **kw: object) -> RunRecord:
-    values: dict[str, object] = dict(
-        id=run_id, started_at="2026-01-01T10:00:00Z", model="/models/tiny", state=STOPPED,
-        owner_pid=os.getpid(), settings={"max_model_len": 4096, "kv_cache_dtype": "auto"},
-        predicted={"kv_cache_tokens": 100_000, "max_concurrency": 24.4},
-        reported={"kv_cache_tokens": 98_304, "max_concurrency": 24.0}, startup_s=42.0,
-    )
-    values.update(kw)
-    return RunRecord(**values)  # type: ignore[arg-type]
-
 
 
 def test_telemetry_summary_downsamples_a_real_telemetry() -> None:

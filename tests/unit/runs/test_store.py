@@ -12,47 +12,25 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from runskit import level, record
 
 from kvpilot.core.cli import main as cli_main
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.runs.record import (
     LOST,
     RUNNING,
-    STOPPED,
-    LevelSummary,
     LoadTestSummary,
-    RunRecord,
     record_from_json,
 )
 from kvpilot.core.runs.store import RunStore, new_run_id
-
-
-def _level(c: int, tps: float, ttft: float, jpt: float | None = None) -> LevelSummary:
-    return LevelSummary(concurrency=c, requests_ok=8, errors=0, output_tokens_per_s=tps,
-                        requests_per_s=tps / 100, ttft_p50_s=ttft, ttft_p99_s=ttft * 2,
-                        tpot_p50_s=0.02, tpot_p99_s=0.03, j_per_token=jpt,
-                        throttled=jpt is not None and jpt > 1, throttle_reasons=(
-                            ("power cap",) if jpt is not None and jpt > 1 else ()))
-
-
-def _record(run_id: str, **kw: object) -> RunRecord:
-    values: dict[str, object] = dict(
-        id=run_id, started_at="2026-01-01T10:00:00Z", model="/models/tiny", state=STOPPED,
-        owner_pid=os.getpid(), settings={"max_model_len": 4096, "kv_cache_dtype": "auto"},
-        predicted={"kv_cache_tokens": 100_000, "max_concurrency": 24.4},
-        reported={"kv_cache_tokens": 98_304, "max_concurrency": 24.0}, startup_s=42.0,
-    )
-    values.update(kw)
-    return RunRecord(**values)  # type: ignore[arg-type]
-
 
 
 def test_write_read_round_trip_is_atomic_and_private(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     test = LoadTestSummary(at="2026-01-01T10:05:00Z", api="completions", prompt_tokens=256,
                            output_tokens=128, ttft_slo_s=1.0, tpot_slo_s=0.05,
-                           levels=(_level(1, 50.0, 0.1, 0.8), _level(4, 150.0, 0.3, 1.4)))
-    rec = _record(new_run_id(), load_tests=(test,), startup_s=float("nan"))
+                           levels=(level(1, 50.0, 0.1, 0.8), level(4, 150.0, 0.3, 1.4)))
+    rec = record(new_run_id(), load_tests=(test,), startup_s=float("nan"))
     store.write(rec)
     path = store.path(rec.id)
     assert path.stat().st_mode & 0o777 == 0o600
@@ -66,7 +44,7 @@ def test_write_read_round_trip_is_atomic_and_private(tmp_path: Path) -> None:
 
 def test_damaged_records_are_skipped_with_a_warning(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
-    good = _record("20260101-100000-aaaa")
+    good = record("20260101-100000-aaaa")
     store.write(good)
     folder = store.folder
     (folder / "20260101-110000-bbbb.json").write_text("{ torn", encoding="utf-8")
@@ -90,8 +68,8 @@ def test_a_running_record_of_a_dead_kvpilot_reads_as_lost(tmp_path: Path) -> Non
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     store = RunStore(tmp_path)
-    store.write(_record("20260101-100000-aaaa", state=RUNNING, owner_pid=proc.pid))
-    store.write(_record("20260101-100001-aaaa", state=RUNNING))  # this process: alive
+    store.write(record("20260101-100000-aaaa", state=RUNNING, owner_pid=proc.pid))
+    store.write(record("20260101-100001-aaaa", state=RUNNING))  # this process: alive
     states = {r.id: r.state for r in store.records().records}
     assert states == {"20260101-100000-aaaa": LOST, "20260101-100001-aaaa": RUNNING}
 
@@ -99,8 +77,8 @@ def test_a_running_record_of_a_dead_kvpilot_reads_as_lost(tmp_path: Path) -> Non
 def test_prune_by_age_then_size_never_a_live_run(tmp_path: Path) -> None:
     store = RunStore(tmp_path, max_age_days=30, max_total_bytes=3000)
     now = time.time()
-    old = _record("20250101-100000-0001")
-    live = _record("20250101-100000-0002", state=RUNNING)
+    old = record("20250101-100000-0001")
+    live = record("20250101-100000-0002", state=RUNNING)
     store.write(old)
     store.write(live)
     for rec in (old, live):
@@ -108,7 +86,7 @@ def test_prune_by_age_then_size_never_a_live_run(tmp_path: Path) -> None:
     padding = {"note": "x" * 1500}
     recent = []
     for i in range(4):
-        rec = _record(f"20260101-10000{i}-0003", settings=padding)
+        rec = record(f"20260101-10000{i}-0003", settings=padding)
         store.write(rec)
         os.utime(store.path(rec.id), (now - 3600 * (10 - i),) * 2)
         recent.append(rec.id)
@@ -123,7 +101,7 @@ def test_prune_by_age_then_size_never_a_live_run(tmp_path: Path) -> None:
 
 def test_runs_cli_list_show_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = RunStore(tmp_path)
-    a, b = _record("20260101-100000-aaaa"), _record("20260101-110000-bbbb", profile="fp8")
+    a, b = record("20260101-100000-aaaa"), record("20260101-110000-bbbb", profile="fp8")
     store.write(a)
     store.write(b)
     store.folder.joinpath("20260101-120000-cccc.json").write_text("nope")
