@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KvpilotError as err:
         print(f"kvpilot: error: {err.message}", file=sys.stderr)
-        return 2
+        return int(getattr(err, "exit_status", 2))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into head & co.: drop the rest quietly

@@ -82,3 +82,10 @@ class CommandError(KvpilotError):
 
 class SettingsError(KvpilotError):
     """The settings file could not be read or written."""
+
+
+class SecretsUnavailableError(SettingsError):
+    """A secret a profile needs could not be read (a locked keyring). Worth trying again once
+    the keyring opens: the command exits with status 1, not 2 (``exit_status``)."""
+
+    exit_status = 1

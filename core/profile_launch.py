@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvpilot.core.errors import SettingsError
+from kvpilot.core.errors import SecretsUnavailableError, SettingsError
 from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
 from kvpilot.core.launch import FallbackPolicy
 
@@ -126,6 +126,12 @@ def load_profile(
             "create it in the settings dialog or pick one of these"
         )
     profile = loaded.settings.profile(name)
+    if (name, "api_key") in store.secrets.unreadable:
+        raise SecretsUnavailableError(
+            f"the API key of profile {name!r} could not be read from the {store.secrets.kind} "
+            "(locked, or no keyring service in this session); kvpilot does not serve it without "
+            "its key: unlock the keyring (log in to the desktop) and start it again"
+        )
     if need_model and not profile.model_ref.strip():
         raise SettingsError(
             f"profile {name!r} names no model; choose one in the window's planner first"

@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,8 @@ class SecretStore:
     kind: str
     backend: Any | None = None
     backend_name: str = ""
+    #: (profile, field) of each secret the keyring could not give (locked, no service)
+    unreadable: set[tuple[str, str]] = dc_field(default_factory=set)
 
     @property
     def in_settings_file(self) -> bool:
@@ -208,6 +211,7 @@ class SecretStore:
         except Exception as exc:  # noqa: BLE001 - keyring errors vary by backend
             log.warning("secrets: cannot read %s of profile %r: %s", field, profile,
                         type(exc).__name__)
+            self.unreadable.add((profile, field))
             return ""
         return value or ""
 

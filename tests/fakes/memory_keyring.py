@@ -12,7 +12,8 @@ from keyring.errors import PasswordDeleteError
 
 
 class MemoryKeyring(KeyringBackend):
-    """In-memory passwords; ``refuse`` makes every write fail (a locked keyring)."""
+    """In-memory passwords; ``refuse`` makes every write fail, ``locked`` every read too (a
+    locked keyring)."""
 
     name = "MemoryKeyring"  # shown by the settings dialog, like "SecretService Keyring"
 
@@ -25,8 +26,11 @@ class MemoryKeyring(KeyringBackend):
         super().__init__()
         self.passwords: dict[tuple[str, str], str] = {}
         self.refuse = refuse
+        self.locked = False
 
     def get_password(self, service: str, username: str) -> str | None:
+        if self.locked:
+            raise RuntimeError("the keyring is locked")
         return self.passwords.get((service, username))
 
     def set_password(self, service: str, username: str, password: str) -> None:

@@ -148,3 +148,28 @@ def test_auto_utilization_is_the_planners(config_dir: Path) -> None:
     fixed_kv = dc_replace(auto, plan=Plan(kv_cache_memory_bytes=1 << 30))
     assert auto_utilization(fixed_kv, gpu) is None
     assert auto_utilization(auto, cpu_target()) is None
+
+
+def test_a_locked_keyring_is_no_reason_to_serve_without_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At login the keyring may still be locked: the headless serve says so and exits 1 (the
+    unit tries again later), instead of serving the profile with no API key."""
+    import keyring
+    from fakes.memory_keyring import MemoryKeyring
+
+    monkeypatch.setenv("KVPILOT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVPILOT_SECRETS", "keyring")
+    before = keyring.get_keyring()
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    try:
+        _save(tmp_path / "config", _profile(str(tmp_path)))
+        assert KEY in ring.passwords.values()  # the key is in the keyring, not the file
+        ring.locked = True
+        assert cli.main(["serve", "--profile", "tiny"]) == 1
+        err = capsys.readouterr().err
+        assert "API key of profile 'tiny' could not be read" in err and "unlock" in err
+    finally:
+        keyring.set_keyring(before)
