@@ -627,6 +627,18 @@ class _Runner:
             watcher.cancel()
         return results, last_end - start, self.level_start_mono + (last_end - start)
 
+    async def _gpu_sample_after(self, end_mono: float, wait_s: float = 1.0) -> None:
+        """Wait (at most ``wait_s`` s) for the sampler's first sample after a level ended, so
+        that the energy of a level shorter than the sampling period is bracketed too."""
+        if self.gpu_samples is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            samples = self.gpu_samples()
+            if not samples or float(samples[-1].t_monotonic_s) >= end_mono:
+                return
+            await asyncio.sleep(0.02)
+
     def _with_gpu(self, level: LevelResult, end_mono: float) -> LevelResult:
         """``level`` with the GPU's energy over it, when samples were given and cover it."""
         if self.gpu_samples is None or not end_mono > self.level_start_mono:
@@ -670,6 +682,7 @@ class _Runner:
                     client, model, words, index, concurrency
                 )
                 level = _level_result(cfg, concurrency, results, duration)
+                await self._gpu_sample_after(end_mono)
                 level = self._with_gpu(level, end_mono)
                 levels.append(level)
                 reason = _slo_break(cfg, level)
