@@ -15,14 +15,7 @@ from kvpilot.core.cli import main
 MODELS = DATA / "models"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    # this machine as the tests see it: no NVIDIA driver, no vLLM installed
-    monkeypatch.setenv("KVPILOT_FAKE_NVML", "no-driver")
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
-    monkeypatch.delenv("KVPILOT_VLLM", raising=False)
+pytestmark = pytest.mark.usefixtures("isolated_cli")
 
 
 def _model_dir(tmp_path: Path) -> Path:

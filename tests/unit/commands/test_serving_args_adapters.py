@@ -15,13 +15,7 @@ ADAPTER_FLAGS = ["--enable-lora", "--max-loras", "2", "--max-lora-rank", "32",
                  "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setenv("KVPILOT_FAKE_NVML", "no-driver")
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
-    monkeypatch.delenv("KVPILOT_VLLM", raising=False)
+pytestmark = pytest.mark.usefixtures("isolated_cli")
 
 
 def test_plan_json_counts_the_slots_and_the_drafter(capsys):

@@ -4,12 +4,9 @@ GPU and goal, the architecture filter, the request rounds and the offline cache.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from fakes.fake_hub import FakeHub, isolate_hf
-from fakes.hub_catalog import add_catalog
+from fakes.fake_hub import FakeHub
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.recommend import Goal
@@ -22,16 +19,6 @@ from kvpilot.core.hub.search import (
 )
 from kvpilot.core.hub.search_fetch import HubSearchError
 from kvpilot.core.models.catalog import find
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "kvpilot-cache"))
-    with FakeHub(cdn=False) as fake:
-        isolate_hf(monkeypatch, tmp_path, fake.endpoint)
-        add_catalog(fake)
-        yield fake
-
 
 RTX4090 = from_spec("RTX 4090", "linux")
 CHAT = Goal(context_tokens=8192, users=4)

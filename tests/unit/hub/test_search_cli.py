@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from fakes.fake_hub import FakeHub, isolate_hf
-from fakes.hub_catalog import add_catalog
+from fakes.fake_hub import FakeHub
 
 from kvpilot.core.cli import main
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "kvpilot-cache"))
-    with FakeHub(cdn=False) as fake:
-        isolate_hf(monkeypatch, tmp_path, fake.endpoint)
-        add_catalog(fake)
-        yield fake
-
 
 ARGS = ["--gpu", "RTX 4090", "--no-runtime-filter", "--vllm-version", "0.11.0"]
 
