@@ -220,10 +220,11 @@ class PlannerPanel(QWidget):
         self.hub_search.setToolTip("Find on Hugging Face: search the Hub, sized and badged for "
                                    "this GPU")
         self.hub_search.clicked.connect(self.hub_search_requested.emit)
-        model_row.addWidget(self.model, 1)
-        model_row.addWidget(self.browse)
-        model_row.addWidget(self.hub_search)
-        form.addRow("Model", model_row)
+        form.addRow("Model", self.model)
+        # the model field keeps the row's width; the two ways to pick one sit under it
+        model_row.addWidget(self.browse, 1)
+        model_row.addWidget(self.hub_search, 1)
+        form.addRow("", model_row)
         self.copy_button = QPushButton("Copy command")
         self.copy_button.setObjectName("copyCommand")
         self.copy_button.setToolTip("Copy the selected plan's exact vllm serve command")
