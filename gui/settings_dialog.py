@@ -250,7 +250,10 @@ class SettingsDialog(QDialog):
         outer = QVBoxLayout(self)
         outer.addLayout(body, 1)
         outer.addWidget(self.buttons)
-        self.resize(760, 520)
+        # tall enough for the wrapped notes at the width the rows need (a fixed height cut
+        # them once the dialog grew the autostart and keyring rows)
+        hint = self.sizeHint()
+        self.resize(max(760, hint.width()), max(520, hint.height()))
 
         self._reload_list(select=self._current)
         if list_runtimes is not None:
