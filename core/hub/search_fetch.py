@@ -184,6 +184,33 @@ def _read_config(
     return data
 
 
+#: the Hub's own spelling of a sort order (what ``HfApi.list_models`` sends)
+_HUB_SORT = {"downloads": "downloads", "trending_score": "trendingScore"}
+
+
+def _list_models_once(
+    endpoint: str, token: str | bool | None, params: Mapping[str, Any]
+) -> list[Any]:
+    """One page of ``/api/models`` as ``ModelInfo`` records, asked once.
+
+    What ``HfApi.list_models`` sends, without its retries: huggingface_hub retries a refused
+    connection five times over 23 s (measured here), so an offline search would keep the user
+    waiting that long before the cached results show. One page is all a search keeps.
+
+    Raises:
+        the transport's errors and huggingface_hub's ``HfHubHTTPError`` (in ``HUB_ERRORS``).
+    """
+    from huggingface_hub import ModelInfo
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    response = get_session().get(
+        f"{endpoint}/api/models", params=dict(params),
+        headers=build_hf_headers(token=token, library_name="kvpilot"),
+    )
+    hf_raise_for_status(response)
+    return [ModelInfo(**{"siblings": None, **item}) for item in response.json()]
+
+
 def fetch_search(
     query: str,
     *,
@@ -199,8 +226,9 @@ def fetch_search(
     ``registered`` (None: no filter) keeps hits whose architecture the runtime registers; the
     first ``limit`` of those are kept.
 
-    The Hub is the one ``HF_ENDPOINT`` names now (read at call time). An unreachable Hub is
-    retried by ``huggingface_hub`` (about 25 s in all) before this fails.
+    The Hub is the one ``HF_ENDPOINT`` names now (read at call time). The listing is asked
+    once (an unreachable Hub fails at once, for the cached results); the configs and model
+    trees after it go through huggingface_hub as usual.
 
     Raises:
         HubSearchError: the listing failed (network, Hub error); a hit whose config.json fails
@@ -224,10 +252,10 @@ def fetch_search(
     say(f"searching the Hub for {query!r}")
 
     def listing(tag: str) -> list[Any]:
-        return list(hub.list_models(
-            search=query or None, pipeline_tag=tag, sort=SORTS[sort], limit=limit * 2,
-            expand=list(LISTING_EXPAND), token=token,  # type: ignore[arg-type]
-        ))
+        return _list_models_once(endpoint, token, {
+            "pipeline_tag": tag, "sort": _HUB_SORT[SORTS[sort]], "limit": limit * 2,
+            "expand": list(LISTING_EXPAND), **({"search": query} if query else {}),
+        })
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         try:
