@@ -1,11 +1,13 @@
 """The 2026 checkpoints for one card, planned from their published config.json
-(tests/data/models/*/SOURCE.txt names each copy): Gemma 4 E2B (per-layer embeddings, KV-shared
-layers, audio and vision towers) and Devstral Small 2507 (a Mistral Small 3.1-shaped decoder).
+(tests/data/models/*/SOURCE.txt names each copy): Gemma 4 E2B and E4B (per-layer embeddings,
+KV-shared layers, audio and vision towers) and Devstral Small 2507 (a Mistral Small 3.1-shaped
+decoder).
 
 Known sizes: Devstral's ``model.safetensors.index.json`` gives ``metadata.total_size``; for
 Gemma 4 E2B the calibration case ``l4-gemma4-e2b-bf16-8k-u0.90-eager-v0210``
 (/work/shared/reference/calibration_cases_more.json, vLLM 0.21.0 on an L4) logs "Checkpoint size:
-9.54 GiB" for google/gemma-4-E2B, the base checkpoint of the same architecture.
+9.54 GiB" for google/gemma-4-E2B, the base checkpoint of the same architecture; Gemma 4 E4B's
+single model.safetensors is 15,992,595,884 bytes on the Hub (its SOURCE.txt).
 """
 
 from __future__ import annotations
@@ -73,6 +75,51 @@ def test_gemma4_e2b_weights_from_config_alone(tmp_path: Path) -> None:
     # the text model alone against the 8.89 GiB vLLM loaded with --language-model-only
     text_only = estimate_weight_bytes(spec, spec.quantization, text)
     assert text_only / GiB == pytest.approx(8.89, rel=0.03)
+
+
+#: the Hub's model.safetensors of google/gemma-4-E4B-it, in bytes (its header included: a few
+#: hundred KB of JSON at most, 0.002 % of the file)
+GEMMA4_E4B_FILE_BYTES = 15_992_595_884
+
+
+def test_gemma4_e4b_layers_and_kv_shared_cache() -> None:
+    spec = spec_from_config(_config("gemma-4-e4b-it"), model_id="google/gemma-4-E4B-it")
+    assert spec.architecture_known and spec.is_multimodal
+    assert spec.num_hidden_layers == 42 and spec.kv_shared_layers == 18
+    # every sixth layer is global: 7 of 42
+    assert spec.layer_types.count(FULL_ATTENTION) == 7
+    assert (spec.head_dim, spec.global_head_dim, spec.num_key_value_heads) == (256, 512, 2)
+    layout = kv.kv_layout(spec)
+    # layers 0-23 own a cache, 24-41 read it: 20 sliding x (K+V) x 2 heads x 256 x 2 bytes
+    # + 4 full x (K+V) x 2 x 512 x 2
+    assert layout.kv_bytes_per_token == 20 * 2 * 2 * 256 * 2 + 4 * 2 * 2 * 512 * 2 == 57_344
+    # the 4 full layers in one group, the 20 sliding ones in five of four
+    assert layout.group_size == 4 and len(layout.groups) == 6
+    assert [g.kind for g in layout.groups].count(FULL_ATTENTION) == 1
+    # three times E2B's 18,432 B/token: E4B doubles the KV heads and shares fewer layers
+    assert layout.kv_bytes_per_token / 18_432 == pytest.approx(3.11, abs=0.01)
+    cap = compute_capacity(rtx4090(spec, max_model_len=32_768, vllm_version="0.21.0"))
+    assert cap.verdict in ("fits", "borderline")
+
+
+def test_gemma4_e4b_weights_from_config_alone(tmp_path: Path) -> None:
+    cfg = _config("gemma-4-e4b-it")
+    spec = load_local_model(_config_only("gemma-4-e4b-it", tmp_path))
+    assert spec.weights_source == SOURCE_ESTIMATE and spec.weights_bytes is not None
+    text = text_config_of(cfg)
+    # per-layer embeddings: 262,144 x 42 layers x 256, 16-bit: 5.25 GiB, a third of the file
+    per_layer = text["vocab_size_per_layer_input"] * 42 * 256 * 2
+    assert per_layer / GiB == pytest.approx(5.25)
+    assert per_layer / GEMMA4_E4B_FILE_BYTES == pytest.approx(0.35, abs=0.01)
+    towers = 2 * tower_params(cfg)
+    assert 0.5 * GiB < towers < 1.0 * GiB  # the same vision and audio towers as E2B
+    # the whole checkpoint from config.json alone, against the Hub's file: within 3 %
+    # (measured: 15,937,079,380 B, -0.35 %)
+    assert spec.weights_bytes == pytest.approx(GEMMA4_E4B_FILE_BYTES, rel=0.03)
+    assert abs(spec.weights_bytes / GEMMA4_E4B_FILE_BYTES - 1) < 0.01
+    # --language-model-only leaves the towers on disk: the text model alone
+    text_only = estimate_weight_bytes(spec, spec.quantization, text)
+    assert text_only == pytest.approx(spec.weights_bytes - towers, rel=0.01)
 
 
 def test_devstral_small_2507_from_config_and_its_index(tmp_path: Path) -> None:
