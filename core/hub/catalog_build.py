@@ -9,9 +9,12 @@ release date, an optional pinned revision and how many quantized variants to kee
   :func:`kvpilot.core.hub.model_tree.quantized_variants`), each with its own commit, scheme and
   count;
 * from copies (:func:`entry_from_copies`): a folder ``<org>__<name>/`` holding a verbatim
-  ``config.json``, optionally ``model.safetensors.index.json`` (its ``metadata.total_size`` is
-  the weight bytes) and ``SOURCE.txt`` (where the copy was found), for machines that cannot
-  reach the Hub.
+  ``config.json``, ``SOURCE.txt`` (where each copy or figure was found) and, for the weight
+  bytes, the first of: ``model.safetensors.index.json`` (its ``metadata.total_size``),
+  ``hub_safetensors.json`` (the Hub API's ``safetensors.parameters`` counts, dtype -> count, as
+  quoted publicly) or ``file_sizes.json`` (the checkpoint's file sizes in bytes, as quoted
+  publicly: the ``.safetensors`` files are summed, their JSON headers included), for machines
+  that cannot reach the Hub.
 
 A checkpoint whose bytes nobody counted carries the byte model's figure
 (:func:`kvpilot.core.models.bytemodel.estimate_weight_bytes`) with ``weights_source``
@@ -31,7 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.errors import KvpilotError, ModelSpecError
-from kvpilot.core.hub.model_tree import HubCheckpoint, checkpoint_from_info, quantized_variants
+from kvpilot.core.hub.model_tree import (
+    HubCheckpoint,
+    checkpoint_from_info,
+    quantized_variants,
+    weights_bytes_of,
+)
 from kvpilot.core.models.checkpoint_rules import (
     NVFP4_GROUP_SIZE,
     SCHEME_16BIT,
@@ -49,6 +57,8 @@ if TYPE_CHECKING:
 #: weight schemes a catalog checkpoint may have (GGUF, bitsandbytes, unknown methods: left out)
 CATALOG_SCHEMES = frozenset({"awq", "gptq", "fp8", "w4a16", "w8a8-int8", "mxfp4", "nvfp4"})
 INDEX_FILE = "model.safetensors.index.json"
+HUB_SAFETENSORS_FILE = "hub_safetensors.json"
+FILE_SIZES_FILE = "file_sizes.json"
 SOURCE_FILE = "SOURCE.txt"
 #: the Hub's expand fields for a base repo
 INFO_EXPAND = ("sha", "safetensors", "config", "createdAt", "cardData", "gated")
@@ -333,17 +343,59 @@ def entry_from_copies(src: BuildSource, root: Path) -> dict[str, Any]:
     if (folder / SOURCE_FILE).is_file():
         source_text = " ".join((folder / SOURCE_FILE).read_text(encoding="utf-8").split())
     sources = [source_text or f"copy in {folder.name}/config.json (no SOURCE.txt)"]
-    weights: int | None = None
-    how = ""
+    weights, how = _copied_weight_bytes(src.id, folder)
+    return make_entry(src, config, revision=str(src.revision or ""), sources=sources,
+                      base_weights_bytes=weights, how_counted=how)
+
+
+def _read_json(src_id: str, path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CatalogBuildError(f"{src_id}: {path} is not readable JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise CatalogBuildError(f"{src_id}: {path} is not a JSON object")
+    return data
+
+
+def _copied_weight_bytes(src_id: str, folder: Path) -> tuple[int | None, str]:
+    """The weight bytes a copy folder states, and how they were counted ((None, "") if none).
+
+    Raises:
+        CatalogBuildError: a byte-count file that is unreadable or lacks its figure.
+    """
     index = folder / INDEX_FILE
     if index.is_file():
         try:
-            weights = int(json.loads(index.read_text(encoding="utf-8"))["metadata"]["total_size"])
-            how = "weight bytes: metadata.total_size of the model.safetensors.index.json copy"
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise CatalogBuildError(f"{src.id}: {index} has no metadata.total_size") from err
-    return make_entry(src, config, revision=str(src.revision or ""), sources=sources,
-                      base_weights_bytes=weights, how_counted=how)
+            total = int(_read_json(src_id, index)["metadata"]["total_size"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CatalogBuildError(f"{src_id}: {index} has no metadata.total_size") from err
+        return total, "weight bytes: metadata.total_size of the model.safetensors.index.json copy"
+    counts = folder / HUB_SAFETENSORS_FILE
+    if counts.is_file():
+        data = _read_json(src_id, counts)
+        params = data.get("parameters")
+        if not isinstance(params, dict) or (total_or_none := weights_bytes_of(params)) is None:
+            raise CatalogBuildError(
+                f"{src_id}: {counts} needs \"parameters\": {{dtype: count}} with known dtypes")
+        return total_or_none, ("weight bytes: the Hub's safetensors parameter counts "
+                               f"({', '.join(f'{k} {v:,}' for k, v in params.items())}) "
+                               "times each dtype's width, as quoted publicly")
+    sizes = folder / FILE_SIZES_FILE
+    if sizes.is_file():
+        data = _read_json(src_id, sizes)
+        files = data.get("files")
+        shards = {n: v for n, v in (files if isinstance(files, dict) else {}).items()
+                  if str(n).endswith(".safetensors")}
+        if not shards or not all(isinstance(v, int) and v > 0 for v in shards.values()):
+            raise CatalogBuildError(
+                f"{src_id}: {sizes} needs \"files\": {{name: bytes}} with .safetensors files")
+        files_said = "one .safetensors file" if len(shards) == 1 else \
+            f"{len(shards)} .safetensors files summed"
+        return sum(shards.values()), (
+            f"weight bytes: the size of the {files_said} as quoted publicly (JSON headers "
+            "included, a few hundred KB at most)")
+    return None, ""
 
 
 def merge(catalog: Mapping[str, Any], built: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -125,6 +125,69 @@ def test_an_entry_from_copies_names_its_source_and_says_when_bytes_are_estimated
         entry_from_copies(BuildSource("example/none", "x"), tmp_path)
 
 
+def _qwen3_8b_copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "Qwen__Qwen3-8B"
+    folder.mkdir()
+    real = REPO / "tests" / "data" / "models" / "qwen3-8b" / "config.json"
+    (folder / "config.json").write_bytes(real.read_bytes())
+    return folder
+
+
+def test_copies_count_bytes_from_quoted_hub_counts_or_file_sizes(tmp_path):
+    folder = _qwen3_8b_copy(tmp_path)
+    src = BuildSource(QWEN3_8B, "Qwen3")
+    (folder / "hub_safetensors.json").write_text(json.dumps({"parameters": {"BF16": 1000}}))
+    line = entry_from_copies(src, tmp_path)["checkpoints"][0]
+    assert (line["weights_bytes"], line["weights_source"]) == (2000, "catalog")
+    assert "safetensors parameter counts (BF16 1,000)" in line["note"]
+    # an index beats the counts; the counts beat file sizes
+    (folder / "file_sizes.json").write_text(json.dumps(
+        {"files": {"model-00001-of-00002.safetensors": 700, "model-00002-of-00002.safetensors":
+                   300, "tokenizer.json": 11}}))
+    assert entry_from_copies(src, tmp_path)["checkpoints"][0]["weights_bytes"] == 2000
+    (folder / "hub_safetensors.json").unlink()
+    line = entry_from_copies(src, tmp_path)["checkpoints"][0]
+    assert line["weights_bytes"] == 1000  # only the .safetensors files
+    assert "2 .safetensors files summed" in line["note"] and line["verified"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 1234}}))
+    assert entry_from_copies(src, tmp_path)["checkpoints"][0]["weights_bytes"] == 1234
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("hub_safetensors.json", "{", "is not readable JSON"),
+    ("hub_safetensors.json", "[1]", "is not a JSON object"),
+    ("hub_safetensors.json", '{"parameters": {"Q9": 5}}', "with known dtypes"),
+    ("file_sizes.json", '{"files": {"a.gguf": 5}}', "with .safetensors files"),
+    ("file_sizes.json", '{"files": {"model.safetensors": -1}}', "with .safetensors files"),
+])
+def test_a_broken_byte_count_copy_is_named(tmp_path, name, text, message):
+    folder = _qwen3_8b_copy(tmp_path)
+    (folder / name).write_text(text)
+    with pytest.raises(CatalogBuildError, match=message) as err:
+        entry_from_copies(BuildSource(QWEN3_8B, "Qwen3"), tmp_path)
+    assert QWEN3_8B in err.value.message and name in err.value.message
+
+
+@pytest.mark.parametrize(("folder", "repo", "counted"), [
+    # the Hub's count, 8,767,123,696 BF16 parameters (scripts/catalog_copies/*/SOURCE.txt)
+    ("qwen3-vl-8b-instruct", "Qwen/Qwen3-VL-8B-Instruct", 17_534_247_392),
+    # the Hub's model.safetensors file size
+    ("gemma-4-e2b-it", "google/gemma-4-E2B-it", 10_246_621_918),
+])
+def test_shipped_entries_carry_the_counted_bytes_and_the_byte_model_agrees(
+        folder: str, repo: str, counted: int) -> None:
+    from kvpilot.core.models.local import load_local_model
+
+    found = find(repo)
+    assert found is not None
+    _, ckpt = found
+    assert (ckpt.weights_source, ckpt.weights_bytes) == ("catalog", counted)
+    # the figure config.json alone would have given: Qwen3-VL exact, Gemma 4 E2B -0.53 %
+    estimate = load_local_model(REPO / "tests" / "data" / "models" / folder).weights_bytes
+    assert estimate is not None and abs(estimate / counted - 1) < 0.006
+
+
 def test_merge_replaces_by_id_and_appends_new_entries(tmp_path):
     data = {"schema": 1, "entries": [{"id": "A/a", "v": 1}, {"id": "B/b", "v": 1}]}
     merged = merge(data, [{"id": "b/B", "v": 2}, {"id": "C/c", "v": 1}])
@@ -164,7 +227,6 @@ def test_the_build_script_writes_built_entries_into_a_catalog(hub: FakeHub, tmp_
     ("qwen3.5-27b", "Qwen/Qwen3.5-27B"),
     ("nemotron-3-nano-30b-a3b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
     ("gemma-4-31b-it-nvfp4", "nvidia/Gemma-4-31B-IT-NVFP4"),
-    ("qwen3-vl-8b-instruct", "Qwen/Qwen3-VL-8B-Instruct"),
 ])
 def test_a_catalog_estimate_is_the_one_a_model_folder_gets(folder: str, repo: str) -> None:
     """A checkpoint known only by its config.json is sized by one rule, whether the catalog

@@ -95,6 +95,33 @@ def test_gemma4_31b_dense() -> None:
     assert _params_b("gemma-4-31b-it-nvfp4") == pytest.approx(30.7, rel=0.01)
 
 
+#: the Hub's .safetensors file sizes of the official BF16 Gemma 4 instruct checkpoints, in bytes
+#: (a public file manifest listing each file's size; see
+#: scripts/catalog_copies/google__gemma-4-E2B-it/SOURCE.txt), headers included
+GEMMA4_IT_SAFETENSORS_BYTES = {
+    "gemma-4-e2b-it": 10_246_621_918,
+    "gemma-4-e4b-it": 15_992_595_884,
+    "gemma-4-26b-a4b": 49_907_246_508 + 1_704_763_408,  # of gemma-4-26B-A4B-it, same tensors
+    "gemma-4-31b-it-nvfp4": 49_784_788_364 + 12_761_549_884,  # of gemma-4-31B-it (BF16)
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMMA4_IT_SAFETENSORS_BYTES))
+def test_gemma4_weights_from_config_alone_against_the_hubs_files(name: str, tmp_path) -> None:
+    """Every Gemma 4 size from config.json alone within 3 % of the Hub's files (measured: E2B
+    -0.53 %, E4B -0.35 %, 26B-A4B and 31B within 0.001 %: their headers' bytes)."""
+    from kvpilot.core.models.local import load_local_model
+
+    cfg = _config(name)
+    cfg.pop("quantization_config", None)  # the NVFP4 upload's architecture, priced in BF16
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    estimate = load_local_model(tmp_path).weights_bytes
+    files = GEMMA4_IT_SAFETENSORS_BYTES[name]
+    assert estimate is not None and estimate == pytest.approx(files, rel=0.03)
+    # never above the files (they hold the headers too), and within 0.6 %
+    assert 0 < files - estimate < 0.006 * files
+
+
 def test_qwen35_27b_gated_deltanet_state_and_block() -> None:
     spec = _spec("qwen3.5-27b")
     assert spec.layer_types.count(LINEAR_ATTENTION) == 48
