@@ -132,7 +132,8 @@ def run() -> dict[str, Any]:
         "cold_s": round(cold_s, 3), "warm_from_cache_s": round(warm_s, 3),
         "offline_rebadge_s": round(rebadge_s, 3), "badges": verdicts,
         "cli_cached_process_s": round(cli_s, 3), "cli_cached_hits": cli_hits,
-        "same_hits_cold_and_warm": [h.repo for h in cold.hits] == [h.repo for h in warm.hits],
+        "same_hits_cold_and_warm":
+            [h.raw.repo for h in cold.hits] == [h.raw.repo for h in warm.hits],
         "rebadged_hits": len(other.hits),
     }
 

@@ -213,13 +213,13 @@ class HubSearchDialog(QDialog):
             font.setBold(True)
             badge.setFont(font)
             badge.setToolTip(hit.badge.reason)
-            name = QTableWidgetItem(hit.repo)
-            name.setToolTip(f"{hit.architecture} · {hit.pipeline_tag}")
+            name = QTableWidgetItem(hit.raw.repo)
+            name.setToolTip(f"{hit.raw.architecture} · {hit.raw.pipeline_tag}")
             how = QTableWidgetItem(settings_text(hit))
             how.setToolTip(hit.badge.reason)
             cells = (name, badge, how,
                      QTableWidgetItem(checkpoints_text(hit)),
-                     QTableWidgetItem(f"{hit.downloads:,}"))
+                     QTableWidgetItem(f"{hit.raw.downloads:,}"))
             for col, item in enumerate(cells):
                 self.table.setItem(row, col, item)
         self.detail.setText("")
@@ -244,7 +244,7 @@ class HubSearchDialog(QDialog):
             self.plan_button.setEnabled(False)
             return
         refused = [f"{c.repo}: {c.refused}" for c in hit.checkpoints if c.refused]
-        text = f"<b>{hit.repo}</b> ({hit.architecture}): {hit.badge.reason}"
+        text = f"<b>{hit.raw.repo}</b> ({hit.raw.architecture}): {hit.badge.reason}"
         if refused:
             text += "<br>Not on this GPU: " + "; ".join(refused)
         notes = sorted({c.note for c in hit.checkpoints if c.note})
@@ -257,4 +257,4 @@ class HubSearchDialog(QDialog):
         hit = self.selected_hit()
         if hit is None:
             return
-        self.plan_requested.emit(hit.badge.checkpoint or hit.repo)
+        self.plan_requested.emit(hit.badge.checkpoint or hit.raw.repo)

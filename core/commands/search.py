@@ -129,9 +129,9 @@ def render(result: SearchResult) -> str:
         sizes = ", ".join(f"{c.scheme} {size_label(c.weights_bytes)}"
                           + (" (refused)" if c.refused else " (weight-only here)" if c.note
                              else "") for c in hit.checkpoints)
-        lines.append(f"{i:>2} {_MARKS[b.verdict]} {hit.repo}  [{b.label}]  "
-                     f"{hit.downloads:,} downloads")
-        lines.append(f"     {hit.architecture} · {sizes}")
+        lines.append(f"{i:>2} {_MARKS[b.verdict]} {hit.raw.repo}  [{b.label}]  "
+                     f"{hit.raw.downloads:,} downloads")
+        lines.append(f"     {hit.raw.architecture} · {sizes}")
         lines.append(f"     {b.reason}")
         cmd = plan_command(hit)
         if cmd:

@@ -95,16 +95,11 @@ class Badge:
 
 @dataclass(frozen=True)
 class SearchHit:
-    """A search hit with its checkpoints and badge."""
+    """A search hit: the hit as fetched (``raw``: listing facts, ``config.json``, the Hub's
+    checkpoints), its checkpoints sized for this GPU (in ``raw.checkpoints``'s order; none
+    when the hit cannot be planned) and its badge."""
 
-    repo: str
-    sha: str
-    pipeline_tag: str
-    architecture: str
-    downloads: int
-    trending_score: int
-    created_at: str
-    gated: bool
+    raw: RawHit
     checkpoints: tuple[SizedCheckpoint, ...]
     badge: Badge
 
@@ -272,12 +267,7 @@ def badge_hits(
             badge = Badge(BADGE_CANNOT_PLAN, problems[hit.repo])
         else:
             badge = _badge(best.get(hit.repo), rejections.get(hit.repo, []), rows)
-        out.append(SearchHit(
-            repo=hit.repo, sha=hit.sha, pipeline_tag=hit.pipeline_tag,
-            architecture=hit.architecture, downloads=hit.downloads,
-            trending_score=hit.trending_score, created_at=hit.created_at, gated=hit.gated,
-            checkpoints=tuple(rows), badge=badge,
-        ))
+        out.append(SearchHit(raw=hit, checkpoints=tuple(rows), badge=badge))
     return tuple(out)
 
 
@@ -303,12 +293,12 @@ def _badge(cand: Candidate | None, rejected: list[Rejection],
 
 def hit_to_json(hit: SearchHit) -> dict[str, Any]:
     """The JSON form of one hit (``kvpilot search --json``)."""
-    b = hit.badge
+    r, b = hit.raw, hit.badge
     return {
-        "repo": hit.repo, "sha": hit.sha, "pipeline_tag": hit.pipeline_tag,
-        "architecture": hit.architecture, "downloads": hit.downloads,
-        "trending_score": hit.trending_score, "created_at": hit.created_at,
-        "gated": hit.gated,
+        "repo": r.repo, "sha": r.sha, "pipeline_tag": r.pipeline_tag,
+        "architecture": r.architecture, "downloads": r.downloads,
+        "trending_score": r.trending_score, "created_at": r.created_at,
+        "gated": r.gated,
         "badge": {
             "verdict": b.verdict, "reason": b.reason, "checkpoint": b.checkpoint,
             "max_model_len": b.settings.max_model_len if b.settings else None,

@@ -26,7 +26,7 @@ CHAT = Goal(context_tokens=8192, users=4)
 
 def test_hits_are_sized_from_the_listing_and_carry_their_quantized_variants(hub: FakeHub):
     result = search_hub("Qwen3-8B", RTX4090, CHAT)
-    repos = [h.repo for h in result.hits]
+    repos = [h.raw.repo for h in result.hits]
     assert repos[0] == "Qwen/Qwen3-8B"
     hit = result.hits[0]
     by_repo = {c.repo: c for c in hit.checkpoints}
@@ -59,7 +59,7 @@ def test_no_safetensors_header_is_read_and_requests_come_in_two_rounds(hub: Fake
                    if not h.checkpoints or h.checkpoints[0].scheme == "16-bit"]
     assert len(trees) == len(sixteen_bit)
     assert {r.path.split("/resolve/")[0].lstrip("/") for r in configs} == {
-        h.repo for h in result.hits
+        h.raw.repo for h in result.hits
     }
     assert not [r for r in records if r.path.endswith(".safetensors") or r.range_header]
     assert not [r for r in records if r.path.startswith("/api/models/")]  # no per-repo info
@@ -71,7 +71,7 @@ def test_second_search_is_answered_from_the_cache_even_offline(hub: FakeHub):
     again = search_hub("gemma", RTX4090, CHAT, offline=True)
     assert len(hub.settled()) == count
     assert again.from_cache and not first.from_cache
-    assert [h.repo for h in again.hits] == [h.repo for h in first.hits]
+    assert [h.raw.repo for h in again.hits] == [h.raw.repo for h in first.hits]
     assert [h.badge for h in again.hits] == [h.badge for h in first.hits]
     # the same cached hits badged for another goal: planning is local
     big = search_hub("gemma", RTX4090, Goal(context_tokens=131072, users=16), offline=True)
@@ -93,7 +93,7 @@ def test_architectures_the_runtime_does_not_register_are_left_out(hub: FakeHub):
     registered = frozenset({"Qwen2ForCausalLM", "LlamaForCausalLM"})
     result = search_hub("", RTX4090, CHAT, registered=registered, limit=50)
     assert result.hits
-    assert {h.architecture for h in result.hits} <= registered
+    assert {h.raw.architecture for h in result.hits} <= registered
     left_out = dict(result.unregistered)
     assert left_out["Qwen/Qwen3-8B"] == "Qwen3ForCausalLM"
     # no config.json or tree request was spent on a left-out repo
@@ -104,7 +104,7 @@ def test_architectures_the_runtime_does_not_register_are_left_out(hub: FakeHub):
 
 def test_a_model_too_big_for_the_card_does_not_fit_with_the_reason(hub: FakeHub):
     result = search_hub("Qwen2.5-32B", from_spec("RTX 4060 Ti 16GB", "linux"), CHAT)
-    hit = next(h for h in result.hits if h.repo == "Qwen/Qwen2.5-32B-Instruct")
+    hit = next(h for h in result.hits if h.raw.repo == "Qwen/Qwen2.5-32B-Instruct")
     assert hit.badge.verdict == BADGE_DOES_NOT_FIT
     assert "GiB" in hit.badge.reason
 
@@ -119,7 +119,7 @@ def test_an_architecture_kvpilot_cannot_plan_is_a_badge_not_a_crash(hub: FakeHub
     config.pop("num_experts_per_tok")
     repo.files["config.json"] = json.dumps(config).encode()
     result = search_hub("Qwen3-30B", RTX4090, CHAT)
-    hit = next(h for h in result.hits if h.repo == "Qwen/Qwen3-30B-A3B")
+    hit = next(h for h in result.hits if h.raw.repo == "Qwen/Qwen3-30B-A3B")
     assert hit.badge.verdict == BADGE_CANNOT_PLAN
     assert "cannot plan" in hit.badge.reason
     assert isinstance(hit.badge.reason, str)
@@ -145,7 +145,7 @@ def test_an_architecture_without_a_memory_rule_is_not_badged_with_a_guess(hub: F
     repo.pipeline_tag = "text-generation"
     repo.safetensors_parameters = {"BF16": found[1].weights_bytes // 2}
     result = search_hub("Fancy-8B", RTX4090, CHAT)
-    hit = next(h for h in result.hits if h.repo == "acme/Fancy-8B")
+    hit = next(h for h in result.hits if h.raw.repo == "acme/Fancy-8B")
     assert hit.badge.verdict == BADGE_CANNOT_PLAN
     assert "FancyNewForCausalLM" in hit.badge.reason
     assert hit.checkpoints == ()
@@ -154,7 +154,7 @@ def test_an_architecture_without_a_memory_rule_is_not_badged_with_a_guess(hub: F
 def test_this_years_hybrid_is_badged_from_its_config(hub: FakeHub):
     # Qwen3.5-27B (Gated DeltaNet hybrid, 16-bit, about 51 GiB): planned, and too big for 24 GB
     result = search_hub("Qwen3.5-27B", RTX4090, CHAT)
-    hit = next(h for h in result.hits if h.repo == "Qwen/Qwen3.5-27B")
+    hit = next(h for h in result.hits if h.raw.repo == "Qwen/Qwen3.5-27B")
     assert hit.badge.verdict == BADGE_DOES_NOT_FIT
     assert hit.checkpoints and hit.checkpoints[0].weights_bytes > 24 << 30
 
@@ -162,7 +162,7 @@ def test_this_years_hybrid_is_badged_from_its_config(hub: FakeHub):
 def test_a_plan_whose_start_is_uncertain_is_borderline_with_its_settings(hub: FakeHub):
     # 8 users x 64k tokens of Qwen3-8B on a 4090: the best plan's band straddles the line
     result = search_hub("Qwen3-8B", RTX4090, Goal(context_tokens=65536, users=8))
-    hit = next(h for h in result.hits if h.repo == "Qwen/Qwen3-8B")
+    hit = next(h for h in result.hits if h.raw.repo == "Qwen/Qwen3-8B")
     assert hit.badge.verdict == "borderline"
     assert hit.badge.settings is not None and hit.badge.checkpoint is not None
     assert hit.badge.settings.max_model_len == 40960  # the model stops at 40,960 tokens

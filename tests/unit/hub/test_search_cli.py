@@ -46,3 +46,34 @@ def test_fp8_checkpoints_below_ada_are_marked_weight_only(hub: FakeHub, capsys):
     assert main(["search", "Qwen3-8B", *ARGS, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert all(c["note"] is None for c in data["hits"][0]["checkpoints"])
+
+
+HIT_KEYS = ["repo", "sha", "pipeline_tag", "architecture", "downloads", "trending_score",
+            "created_at", "gated", "badge", "checkpoints"]
+BADGE_KEYS = ["verdict", "reason", "checkpoint", "max_model_len", "max_num_seqs",
+              "kv_cache_dtype", "gpu_memory_utilization", "decode_tokens_per_s"]
+CHECKPOINT_KEYS = ["repo", "scheme", "weights_bytes", "weights_source", "refused", "note"]
+
+
+def test_json_keys_order_and_listing_values_are_pinned(hub: FakeHub, capsys):
+    assert main(["search", "Qwen3", *ARGS, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["query", "sort", "gpu", "goal", "from_cache", "fetched_at_s",
+                          "runtime_note", "stale_note", "hits", "unregistered"]
+    assert len(data["hits"]) > 1
+    for hit in data["hits"]:
+        assert list(hit) == HIT_KEYS
+        assert list(hit["badge"]) == BADGE_KEYS
+        assert hit["checkpoints"] and all(list(c) == CHECKPOINT_KEYS for c in hit["checkpoints"])
+        listed = hub.repos[hit["repo"]]
+        config = json.loads(listed.files["config.json"])
+        assert {k: hit[k] for k in HIT_KEYS[1:8]} == {
+            "sha": listed.sha, "pipeline_tag": listed.pipeline_tag,
+            "architecture": config["architectures"][0], "downloads": listed.downloads,
+            "trending_score": listed.trending_score,
+            "created_at": listed.created_at[:10],  # the date of the listed time
+            "gated": listed.gated,
+        }
+        assert hit["checkpoints"][0]["repo"] == hit["repo"]
+    assert [h["downloads"] for h in data["hits"]] == sorted(
+        (h["downloads"] for h in data["hits"]), reverse=True)
