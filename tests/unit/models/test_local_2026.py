@@ -38,7 +38,7 @@ FIXTURES_2026 = (
     "gemma-4-26b-a4b", "gemma-4-31b-it-nvfp4", "qwen3.5-27b", "qwen3.5-35b-a3b",
     "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
     "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b-thinking",
-    "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash",
+    "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash", "glm-4.5-air",
 )
 
 
@@ -233,6 +233,25 @@ def test_glm4_moe_and_its_mla_lite_sibling() -> None:
     flash = _spec("glm-4.7-flash")
     assert flash.architecture_known and flash.mla is not None
     assert kv.kv_layout(flash).kv_bytes_per_token == 47 * (512 + 64) * 2
+
+
+def test_glm45_air_moe_with_one_dense_layer_and_its_mtp_layer_left_out() -> None:
+    spec = _spec("glm-4.5-air")
+    assert spec.architecture == "Glm4MoeForCausalLM" and spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.num_experts_per_tok) == (128, 8)
+    assert spec.moe.num_shared_experts == 1
+    # 46 decoder layers own a cache; the checkpoint's 47th (num_nextn_predict_layers, MTP) is
+    # loaded only as a speculative draft
+    assert spec.num_hidden_layers == 46
+    assert kv.kv_layout(spec).kv_bytes_per_token == 46 * 2 * 8 * 128 * 2
+    breakdown = param_breakdown(spec, text_config_of(_config("glm-4.5-air")))
+    # the model card: 106 B parameters, 12 B active (embeddings aside: 1.24 B)
+    assert breakdown.total_params / 1e9 == pytest.approx(106, rel=0.01)
+    active = breakdown.active_params(8 / 128) - breakdown.embedding_params \
+        - breakdown.lm_head_params
+    assert active / 1e9 == pytest.approx(12, rel=0.02)
+    cap = compute_capacity(rtx4090(spec, max_model_len=8192, vllm_version="0.21.0"))
+    assert cap.verdict == "does_not_fit"  # 200 GiB of BF16 weights on a 24 GiB card
 
 
 def test_logged_token_count_follows_the_release_for_hybrid_models() -> None:

@@ -1,7 +1,7 @@
 """The 2026 checkpoints for one card, planned from their published config.json
 (tests/data/models/*/SOURCE.txt names each copy): Gemma 4 E2B and E4B (per-layer embeddings,
-KV-shared layers, audio and vision towers) and Devstral Small 2507 (a Mistral Small 3.1-shaped
-decoder).
+KV-shared layers, audio and vision towers), Devstral Small 2507 (a Mistral Small 3.1-shaped
+decoder) and Phi-4-mini (a partial-rotary dense decoder with tied embeddings).
 
 Known sizes: Devstral's ``model.safetensors.index.json`` gives ``metadata.total_size``; for
 Gemma 4 E2B the calibration case ``l4-gemma4-e2b-bf16-8k-u0.90-eager-v0210``
@@ -120,6 +120,28 @@ def test_gemma4_e4b_weights_from_config_alone(tmp_path: Path) -> None:
     # --language-model-only leaves the towers on disk: the text model alone
     text_only = estimate_weight_bytes(spec, spec.quantization, text)
     assert text_only == pytest.approx(spec.weights_bytes - towers, rel=0.01)
+
+
+#: metadata.total_size of microsoft/Phi-4-mini-instruct's model.safetensors.index.json, as kept
+#: beside its config.json copy (tests/data/models/phi-4-mini-instruct/SOURCE.txt: the same
+#: repository and commit, main/tokenizer/phi4-mini/model.safetensors.index.json)
+PHI4_MINI_TOTAL_SIZE = 7_672_043_520
+
+
+def test_phi4_mini_from_config_alone(tmp_path: Path) -> None:
+    spec = load_local_model(_config_only("phi-4-mini-instruct", tmp_path))
+    assert spec.architecture == "Phi3ForCausalLM" and spec.architecture_known
+    assert (spec.num_hidden_layers, spec.num_key_value_heads, spec.head_dim) == (32, 8, 128)
+    # partial_rotary_factor 0.75 rotates 96 of 128 dims; the cache holds all 128
+    assert kv.kv_layout(spec).kv_bytes_per_token == 32 * 2 * 8 * 128 * 2 == 131_072
+    # tied embeddings (200,064 x 3,072) counted once: the index's total to the byte
+    assert spec.weights_source == SOURCE_ESTIMATE
+    assert spec.weights_bytes == PHI4_MINI_TOTAL_SIZE
+    # 7.1 GiB of weights: 64k tokens fit a 4090, the full 128k (16 GiB of KV) does not
+    cap = compute_capacity(rtx4090(spec, max_model_len=65_536, vllm_version="0.21.0"))
+    assert cap.verdict == "fits" and cap.max_concurrency >= 1
+    full = compute_capacity(rtx4090(spec, max_model_len=131_072, vllm_version="0.21.0"))
+    assert full.verdict == "does_not_fit"
 
 
 def test_devstral_small_2507_from_config_and_its_index(tmp_path: Path) -> None:
