@@ -1,8 +1,8 @@
 """Validation of the fit engine on the public vLLM start-up reports (benchmarks/fit_accuracy.py).
 
 The benchmark prints the per-case table; these tests keep its leave-one-out verdicts and errors
-from regressing. Thresholds are the validation error the benchmark prints today (median 0.68 %,
-worst 7.67 % of available KV on the 12 known-version cases) rounded up, not a fit to the cases.
+from regressing. Thresholds are the validation error the benchmark prints today (median 0.83 %,
+worst 7.67 % of available KV on the 16 known-version cases) rounded up, not a fit to the cases.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kvpilot.core.units import GiB
 BENCH = REPO / "benchmarks" / "fit_accuracy.py"
 
 #: validation thresholds (known-version cases), from the benchmark's leave-one-out output
-MEDIAN_KV_ERROR_PCT = 0.8
+MEDIAN_KV_ERROR_PCT = 0.9
 WORST_KV_ERROR_PCT = 8.0
 
 
@@ -59,7 +59,8 @@ def test_validation_meets_the_accuracy_goals(bench, rows):
 
 
 def test_every_case_states_its_vllm_version():
-    for name in ("calibration_cases.json", "calibration_cases_more.json"):
+    for name in ("calibration_cases.json", "calibration_cases_more.json",
+                 "calibration_cases_2026.json"):
         for case in json.loads((BENCH.parent / "data" / name).read_text()):
             assert case["vllm_version"], case["case_id"]
             if case["vllm_version"] == "unknown":
