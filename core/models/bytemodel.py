@@ -18,7 +18,9 @@ The byte model, per linear layer of ``in_features`` x ``out_features`` with grou
   else 16-bit.
 * ``modelopt_fp4`` (NVFP4, vLLM's ``ModelOptNvFp4LinearMethod``): two FP4 values per byte, one
   FP8 block scale per 16 weights of a row, and two fp32 scalars per projection (the weight's
-  global scale ``weight_scale_2`` and the static ``input_scale``): 4.5 bits per weight.
+  global scale ``weight_scale_2`` and the static ``input_scale``): 4.5 bits per weight. The
+  same for ``compressed-tensors`` with 4 bits in groups of 16 (its NVFP4 layout,
+  ``tensor_group`` strategy; :mod:`.checkpoint_rules` reads 4 bits / 16 as NVFP4 too).
 
 The projections a checkpoint's ``quantization_config.ignore`` names (:mod:`.quant_ignore`; e.g.
 the attention of every layer of nvidia/Gemma-4-31B-IT-NVFP4) are stored unquantized, in the
@@ -53,6 +55,8 @@ _QK_NORM_TYPES = frozenset(
 )
 #: model types with four norms per decoder layer instead of two
 _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
+#: NVFP4's block of weights sharing one FP8 scale
+_NVFP4_GROUP = 16
 #: checkpoint names of the gate / up / down projections of expert 0 (an ignore list is matched
 #: against the first expert of each layer: the lists name whole blocks, never one expert)
 _EXPERT_NAMES: dict[str, tuple[str, str, str]] = {
@@ -166,7 +170,8 @@ def _linear_bytes(lin: Linear, quant: Quantization | None, fp8_block: int | None
     bits = quant.bits or 16
     group = quant.group_size if quant.group_size and quant.group_size > 0 else k
     groups = ceil(k / group)
-    if method == "modelopt_fp4":
+    if method == "modelopt_fp4" or (method == "compressed-tensors" and bits == 4
+                                    and quant.group_size == _NVFP4_GROUP):
         return (weights // 2 + n * groups + 4 + 4) * lin.count
     if method == "mxfp4":
         if not lin.is_expert:

@@ -781,7 +781,7 @@ def _compressed_tensors(qcfg: Mapping[str, Any], where: str) -> Quantization:
                 bits.append(nb)
             strategy = weights.get("strategy")
             gs = weights.get("group_size")
-            if strategy == "group" and isinstance(gs, int):
+            if strategy in ("group", "tensor_group") and isinstance(gs, int):  # NVFP4: 16
                 group_sizes.append(gs)
             elif strategy == "channel":
                 group_sizes.append(-1)

@@ -196,3 +196,26 @@ def test_an_fp8_compressed_tensors_ignore_list_keeps_those_modules_in_bf16() -> 
     extra = sum(2 * k * n - fp8(k, n) for k, n in attention) * 32
     extra += 2 * inter * h - fp8(inter, h)
     assert config_weight_bytes(spec, base) - plain == extra
+
+
+def test_a_compressed_tensors_nvfp4_checkpoint_is_priced_as_modelopt_nvfp4() -> None:
+    """compressed-tensors' NVFP4 layout (``tensor_group`` strategy, FP4 in groups of 16) loads
+    the same tensors as ModelOpt's: packed weights, FP8 group scales, two fp32 scalars."""
+    base = _config("qwen3-8b")
+    qcfg = {
+        "quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                        "group_size": 16},
+            "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                  "group_size": 16, "dynamic": "local"},
+        }},
+        "ignore": ["lm_head"],
+    }
+    spec = _spec("qwen3-8b", {**base, "quantization_config": qcfg})
+    assert spec.quantization is not None
+    assert replace(spec.quantization, ignore=None) == Quantization("compressed-tensors", 4, 16)
+    modelopt = config_weight_bytes(spec, base, Quantization("modelopt_fp4", 4, 16))
+    assert config_weight_bytes(spec, base) == modelopt == 6_396_932_064
