@@ -16,6 +16,15 @@ The byte model, per linear layer of ``in_features`` x ``out_features`` with grou
   tensor.
 * ``mxfp4``: expert weights at 4 bits plus one 8-bit scale per 32 values (4.25 bits); everything
   else 16-bit.
+* ``modelopt_fp4`` (NVFP4, vLLM's ``ModelOptNvFp4LinearMethod``): two FP4 values per byte, one
+  FP8 block scale per 16 weights of a row, and two fp32 scalars per projection (the weight's
+  global scale ``weight_scale_2`` and the static ``input_scale``): 4.5 bits per weight. The
+  same for ``compressed-tensors`` with 4 bits in groups of 16 (its NVFP4 layout,
+  ``tensor_group`` strategy; :mod:`.checkpoint_rules` reads 4 bits / 16 as NVFP4 too).
+
+The projections a checkpoint's ``quantization_config.ignore`` names (:mod:`.quant_ignore`; e.g.
+the attention of every layer of nvidia/Gemma-4-31B-IT-NVFP4) are stored unquantized, in the
+checkpoint dtype.
 
 Embeddings, the lm_head, norms and biases stay 16-bit in every method; only the attention and MLP
 (or expert) projections are quantized. On the published checkpoints whose sizes are known this
@@ -25,11 +34,13 @@ model agrees within 0.03 % (AWQ Llama-3.1-8B, Mistral-Nemo, Qwen2.5-7B/32B; FP8 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from math import ceil
 from typing import Any
 
 from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown  # rules of 2026 models
 from kvpilot.core.models.params import Linear, ParamBreakdown
+from kvpilot.core.models.quant_ignore import checkpoint_dtype_bytes
 from kvpilot.core.models.spec import ModelSpec, Quantization
 
 __all__ = ["Linear", "ParamBreakdown", "estimate_weight_bytes", "param_breakdown"]
@@ -44,6 +55,16 @@ _QK_NORM_TYPES = frozenset(
 )
 #: model types with four norms per decoder layer instead of two
 _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
+#: NVFP4's block of weights sharing one FP8 scale
+_NVFP4_GROUP = 16
+#: checkpoint names of the gate / up / down projections of expert 0 (an ignore list is matched
+#: against the first expert of each layer: the lists name whole blocks, never one expert)
+_EXPERT_NAMES: dict[str, tuple[str, str, str]] = {
+    "": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.down_proj"),
+    "mixtral": ("block_sparse_moe.experts.0.w1", "block_sparse_moe.experts.0.w3",
+                "block_sparse_moe.experts.0.w2"),
+    "gpt_oss": ("mlp.experts.gate_up_proj", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
+}
 
 
 def param_breakdown(
@@ -65,6 +86,12 @@ def param_breakdown(
     nh, nkv, hd = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
     linears: list[Linear] = []
     dense = 0
+    every = tuple(range(n_layers))
+
+    def add(k: int, n: int, *names: str, layers: tuple[int, ...] = every, per: int = 1,
+            is_expert: bool = False) -> None:
+        for name in names:  # one projection of k x n per name, ``per`` of them in each layer
+            linears.append(Linear(k, n, per * len(layers), is_expert, name, layers))
 
     all_bias = bool(cfg.get("attention_bias", False)) or mt == "gpt_oss"
     qkv_bias = all_bias or mt in _QKV_BIAS_TYPES or bool(cfg.get("add_qkv_bias", False))
@@ -76,25 +103,19 @@ def param_breakdown(
         v_hd = int(cfg.get("v_head_dim") or nope)
         q_lora = cfg.get("q_lora_rank")
         if q_lora:
-            linears += [
-                Linear(h, int(q_lora), n_layers),
-                Linear(int(q_lora), nh * (nope + rope), n_layers),
-            ]
+            add(h, int(q_lora), "self_attn.q_a_proj")
+            add(int(q_lora), nh * (nope + rope), "self_attn.q_b_proj")
             dense += int(q_lora) * n_layers
         else:
-            linears.append(Linear(h, nh * (nope + rope), n_layers))
-        linears += [
-            Linear(h, spec.mla.kv_lora_rank + rope, n_layers),
-            Linear(spec.mla.kv_lora_rank, nh * (nope + v_hd), n_layers),
-            Linear(nh * v_hd, h, n_layers),
-        ]
+            add(h, nh * (nope + rope), "self_attn.q_proj")
+        add(h, spec.mla.kv_lora_rank + rope, "self_attn.kv_a_proj_with_mqa")
+        add(spec.mla.kv_lora_rank, nh * (nope + v_hd), "self_attn.kv_b_proj")
+        add(nh * v_hd, h, "self_attn.o_proj")
         dense += spec.mla.kv_lora_rank * n_layers
     else:
-        linears += [
-            Linear(h, nh * hd, n_layers),
-            Linear(h, nkv * hd, 2 * n_layers),
-            Linear(nh * hd, h, n_layers),
-        ]
+        add(h, nh * hd, "self_attn.q_proj")
+        add(h, nkv * hd, "self_attn.k_proj", "self_attn.v_proj")
+        add(nh * hd, h, "self_attn.o_proj")
         if qkv_bias:
             dense += (nh * hd + 2 * nkv * hd) * n_layers
         if all_bias:
@@ -108,25 +129,29 @@ def param_breakdown(
     moe = spec.moe
     if moe is None:
         inter = spec.intermediate_size or 0
-        linears += [Linear(h, inter, 2 * n_layers), Linear(inter, h, n_layers)]
+        add(h, inter, "mlp.gate_proj", "mlp.up_proj")
+        add(inter, h, "mlp.down_proj")
     else:
         first_dense = int(cfg.get("first_k_dense_replace") or 0)
         moe_layers = n_layers - first_dense
         inter = spec.intermediate_size or 0
         if first_dense:
-            linears += [Linear(h, inter, 2 * first_dense), Linear(inter, h, first_dense)]
+            add(h, inter, "mlp.gate_proj", "mlp.up_proj", layers=every[:first_dense])
+            add(inter, h, "mlp.down_proj", layers=every[:first_dense])
         e_inter = moe.moe_intermediate_size or inter
         e = moe.num_experts
-        linears += [
-            Linear(h, e_inter, 2 * e * moe_layers, is_expert=True),
-            Linear(e_inter, h, e * moe_layers, is_expert=True),
-        ]
+        gate, up, down = _EXPERT_NAMES.get(mt, _EXPERT_NAMES[""])
+        add(h, e_inter, gate, up, layers=every[first_dense:], per=e, is_expert=True)
+        add(e_inter, h, down, layers=every[first_dense:], per=e, is_expert=True)
         dense += h * e * moe_layers  # router
         if mt == "gpt_oss":
             dense += (e + e * 2 * e_inter + e * h) * moe_layers  # router and expert biases
         if moe.num_shared_experts:
             s_inter = e_inter * moe.num_shared_experts
-            linears += [Linear(h, s_inter, 2 * moe_layers), Linear(s_inter, h, moe_layers)]
+            shared = "mlp.shared_experts" if spec.mla is not None else "mlp.shared_expert"
+            add(h, s_inter, f"{shared}.gate_proj", f"{shared}.up_proj",
+                layers=every[first_dense:])
+            add(s_inter, h, f"{shared}.down_proj", layers=every[first_dense:])
 
     norms_per_layer = 4 if mt in _FOUR_NORM_TYPES else 2
     dense += norms_per_layer * h * n_layers + h
@@ -145,6 +170,9 @@ def _linear_bytes(lin: Linear, quant: Quantization | None, fp8_block: int | None
     bits = quant.bits or 16
     group = quant.group_size if quant.group_size and quant.group_size > 0 else k
     groups = ceil(k / group)
+    if method == "modelopt_fp4" or (method == "compressed-tensors" and bits == 4
+                                    and quant.group_size == _NVFP4_GROUP):
+        return (weights // 2 + n * groups + 4 + 4) * lin.count
     if method == "mxfp4":
         if not lin.is_expert:
             return 2 * weights * lin.count
@@ -178,10 +206,21 @@ def estimate_weight_bytes(
 
     ``fp8_block`` is the FP8 block edge (``weight_block_size``, 128 for Qwen's FP8 checkpoints);
     None means per-tensor scales. Raises nothing; unknown methods fall back to the generic
-    ``bits`` rule of the module docstring.
+    ``bits`` rule of the module docstring. Projections named in ``quantization.ignore`` are
+    priced at ``spec.torch_dtype``.
     """
     breakdown = param_breakdown(spec, text_config)
     total = 2 * breakdown.dense16_params
+    ignore = quantization.ignore if quantization is not None else None
+    elem = checkpoint_dtype_bytes(spec.torch_dtype)
     for lin in breakdown.linears:
+        kept = 0  # projections the checkpoint leaves unquantized
+        if ignore is not None and lin.name:
+            per_layer = lin.count // len(lin.layers) if lin.layers else lin.count
+            kept = min(lin.count,
+                       ignore.ignored_layers(spec.architecture, lin.name, lin.layers) * per_layer)
+        if kept:
+            total += elem * lin.in_features * lin.out_features * kept
+            lin = replace(lin, count=lin.count - kept)
         total += _linear_bytes(lin, quantization, fp8_block)
     return total

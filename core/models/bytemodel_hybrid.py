@@ -60,9 +60,17 @@ def hybrid_breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown 
     return None
 
 
-def _attention(spec: ModelSpec, cfg: Mapping[str, Any], kind: str, count: int,
+def _named(k: int, n: int, names: tuple[str, ...], layers: tuple[int, ...], per: int = 1,
+           is_expert: bool = False) -> list[Linear]:
+    """One projection of ``k`` x ``n`` per name, ``per`` of them in each of ``layers``."""
+    return [Linear(k, n, per * len(layers), is_expert, name, layers) for name in names]
+
+
+def _attention(spec: ModelSpec, cfg: Mapping[str, Any], kind: str, layers: tuple[int, ...],
                linears: list[Linear]) -> int:
-    """Append the projections of ``count`` attention layers of ``kind``; return 16-bit params."""
+    """Append the projections of the attention layers ``layers`` of ``kind``; return 16-bit
+    params."""
+    count = len(layers)
     h, nh = spec.hidden_size, spec.num_attention_heads
     hd, nkv = spec.head_dim, spec.num_key_value_heads
     k_eq_v = False
@@ -74,9 +82,11 @@ def _attention(spec: ModelSpec, cfg: Mapping[str, Any], kind: str, count: int,
     if count <= 0:
         return 0
     gate = 2 if cfg.get("attn_output_gate") or spec.model_type == "qwen3_next" else 1
-    linears.append(Linear(h, nh * hd * gate, count))
-    linears.append(Linear(h, nkv * hd, count if k_eq_v else 2 * count))
-    linears.append(Linear(nh * hd, h, count))
+    at = "mixer" if spec.model_type == "nemotron_h" else "self_attn"
+    linears += _named(h, nh * hd * gate, (f"{at}.q_proj",), layers)
+    kv = (f"{at}.k_proj",) if k_eq_v else (f"{at}.k_proj", f"{at}.v_proj")
+    linears += _named(h, nkv * hd, kv, layers)
+    linears += _named(nh * hd, h, (f"{at}.o_proj",), layers)
     dense = 0
     if spec.model_type in _GDN_TYPES or spec.model_type == "gemma4_text":
         dense += 2 * hd * count  # q / k norms
@@ -92,31 +102,29 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
     n_layers = len(kinds)
     linears: list[Linear] = []
     dense = 0
-    n_full = sum(1 for k in kinds if k == FULL_ATTENTION)
-    n_slide = sum(1 for k in kinds if k == SLIDING_ATTENTION)
-    n_lin = sum(1 for k in kinds if k == LINEAR_ATTENTION)
-    dense += _attention(spec, cfg, FULL_ATTENTION, n_full, linears)
-    dense += _attention(spec, cfg, SLIDING_ATTENTION, n_slide, linears)
+    every = tuple(range(n_layers))
+    lin_layers = tuple(i for i, k in enumerate(kinds) if k == LINEAR_ATTENTION)
+    n_lin = len(lin_layers)
+    for kind in (FULL_ATTENTION, SLIDING_ATTENTION):
+        dense += _attention(spec, cfg, kind, tuple(i for i in every if kinds[i] == kind), linears)
 
     # ---- linear-attention mixers
     state = spec.linear_state
     if n_lin and state is not None and mt in _GDN_TYPES:
         nk, nv = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
         hk, hv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
-        linears += [
-            Linear(h, 2 * nk * hk + 2 * nv * hv, n_lin),
-            Linear(h, 2 * nv, n_lin),
-            Linear(nv * hv, h, n_lin),
-        ]
+        linears += _named(h, 2 * nk * hk + 2 * nv * hv, ("linear_attn.in_proj_qkvz",), lin_layers)
+        linears += _named(h, 2 * nv, ("linear_attn.in_proj_ba",), lin_layers)
+        linears += _named(nv * hv, h, ("linear_attn.out_proj",), lin_layers)
         dense += (state.conv_dim * state.conv_kernel + 2 * nv + hv) * n_lin
     elif n_lin and state is not None:
         heads, hdim = state.temporal_heads, state.temporal_head_dim
         inner = heads * hdim
         groups, dstate = state.n_groups, state.state_size
-        linears += [
-            Linear(h, 2 * inner + 2 * groups * dstate + heads, n_lin),
-            Linear(inner, h, n_lin),
-        ]
+        mixer = "mixer" if mt == "nemotron_h" else "mamba"
+        linears += _named(h, 2 * inner + 2 * groups * dstate + heads, (f"{mixer}.in_proj",),
+                          lin_layers)
+        linears += _named(inner, h, (f"{mixer}.out_proj",), lin_layers)
         conv_bias = state.conv_dim if cfg.get("use_conv_bias", True) else 0
         dense += (state.conv_dim * state.conv_kernel + conv_bias + 3 * heads + inner) * n_lin
 
@@ -125,53 +133,72 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
     inter = spec.intermediate_size or 0
     if mt == "nemotron_h":
         pattern = str(cfg.get("hybrid_override_pattern") or "")
-        n_dense, n_moe = pattern.count("-"), pattern.count("E")
-        if n_dense:
-            linears += [Linear(h, inter, n_dense), Linear(inter, h, n_dense)]
+        dense_layers = tuple(i for i, c in enumerate(pattern) if c == "-")
+        moe_layers = tuple(i for i, c in enumerate(pattern) if c == "E")
+        n_moe = len(moe_layers)
+        linears += _named(h, inter, ("mixer.up_proj",), dense_layers)
+        linears += _named(inter, h, ("mixer.down_proj",), dense_layers)
         if n_moe and moe is not None:
             e, e_inter = moe.num_experts, moe.moe_intermediate_size or inter
-            linears += [Linear(h, e_inter, e * n_moe, is_expert=True),
-                        Linear(e_inter, h, e * n_moe, is_expert=True)]
+            linears += _named(h, e_inter, ("mixer.experts.0.up_proj",), moe_layers, e, True)
+            linears += _named(e_inter, h, ("mixer.experts.0.down_proj",), moe_layers, e, True)
             shared = _int(cfg, "moe_shared_expert_intermediate_size")
             if shared:
-                linears += [Linear(h, shared, n_moe), Linear(shared, h, n_moe)]
+                linears += _named(h, shared, ("mixer.shared_experts.up_proj",), moe_layers)
+                linears += _named(shared, h, ("mixer.shared_experts.down_proj",), moe_layers)
             dense += (h * e + e) * n_moe  # router and its score-correction bias
         norms = n_layers
     elif mt == "llama4_text" and moe is not None:
         step = max(1, _int(cfg, "interleave_moe_layer_step", default=1))
-        n_moe = sum(1 for i in range(n_layers) if (i + 1) % step == 0)
-        n_dense = n_layers - n_moe
+        moe_layers = tuple(i for i in every if (i + 1) % step == 0)
+        dense_layers = tuple(i for i in every if (i + 1) % step != 0)
+        n_moe = len(moe_layers)
         e, e_inter = moe.num_experts, moe.moe_intermediate_size or inter
-        linears += [Linear(h, e_inter, 2 * e * n_moe, is_expert=True),
-                    Linear(e_inter, h, e * n_moe, is_expert=True),
-                    Linear(h, inter, 2 * n_moe), Linear(inter, h, n_moe)]  # shared expert
+        ff = "feed_forward"
+        linears += _named(h, e_inter, (f"{ff}.experts.gate_up_proj",), moe_layers, 2 * e, True)
+        linears += _named(e_inter, h, (f"{ff}.experts.down_proj",), moe_layers, e, True)
+        linears += _named(h, inter, (f"{ff}.shared_expert.gate_proj",
+                                     f"{ff}.shared_expert.up_proj"), moe_layers)
+        linears += _named(inter, h, (f"{ff}.shared_expert.down_proj",), moe_layers)
         dense += h * e * n_moe
         mlp = _int(cfg, "intermediate_size_mlp", default=inter)
-        if n_dense:
-            linears += [Linear(h, mlp, 2 * n_dense), Linear(mlp, h, n_dense)]
+        linears += _named(h, mlp, (f"{ff}.gate_proj", f"{ff}.up_proj"), dense_layers)
+        linears += _named(mlp, h, (f"{ff}.down_proj",), dense_layers)
         norms = 2 * n_layers
     else:
-        ffn_layers = n_layers
+        ffn_layers = every
+        gate_up_mlp = ("mlp.gate_proj", "mlp.up_proj")
         if mt == "gemma4_text" and cfg.get("use_double_wide_mlp") and spec.kv_shared_layers:
-            wide = spec.kv_shared_layers
-            linears += [Linear(h, 2 * inter, 2 * wide), Linear(2 * inter, h, wide)]
-            ffn_layers -= wide
+            wide = every[n_layers - spec.kv_shared_layers:]  # the KV-shared layers come last
+            linears += _named(h, 2 * inter, gate_up_mlp, wide)
+            linears += _named(2 * inter, h, ("mlp.down_proj",), wide)
+            ffn_layers = every[:n_layers - spec.kv_shared_layers]
         if moe is None or mt == "gemma4_text":
-            linears += [Linear(h, inter, 2 * ffn_layers), Linear(inter, h, ffn_layers)]
+            linears += _named(h, inter, gate_up_mlp, ffn_layers)
+            linears += _named(inter, h, ("mlp.down_proj",), ffn_layers)
         if moe is not None:
             e, e_inter = moe.num_experts, moe.moe_intermediate_size or inter
-            linears += [Linear(h, e_inter, 2 * e * n_layers, is_expert=True),
-                        Linear(e_inter, h, e * n_layers, is_expert=True)]
+            if mt == "gemma4_text":  # fused gate/up tensors of all experts of a layer
+                ex = "experts"
+                linears += _named(h, e_inter, (f"{ex}.gate_up_proj",), every, 2 * e, True)
+            else:  # expert 0 stands for its layer's experts (see .bytemodel)
+                ex = "mlp.experts.0"
+                linears += _named(h, e_inter, (f"{ex}.gate_proj", f"{ex}.up_proj"), every, e,
+                                  True)
+            linears += _named(e_inter, h, (f"{ex}.down_proj",), every, e, True)
             dense += h * e * n_layers  # router
             if mt == "gemma4_text":
                 dense += (h + e + 3 * h) * n_layers  # router scale, per-expert scale, 3 norms
             elif mt == "granitemoehybrid" and _int(cfg, "shared_intermediate_size"):
                 s_inter = _int(cfg, "shared_intermediate_size")  # Granite 4's shared MLP
-                linears += [Linear(h, s_inter, 2 * n_layers), Linear(s_inter, h, n_layers)]
+                linears += _named(h, s_inter, ("shared_mlp.input_linear",), every, 2)
+                linears += _named(s_inter, h, ("shared_mlp.output_linear",), every)
             elif moe.num_shared_experts:
                 s_inter = _int(cfg, "shared_expert_intermediate_size",
                                default=e_inter * moe.num_shared_experts)
-                linears += [Linear(h, s_inter, 2 * n_layers), Linear(s_inter, h, n_layers)]
+                linears += _named(h, s_inter, ("mlp.shared_expert.gate_proj",
+                                               "mlp.shared_expert.up_proj"), every)
+                linears += _named(s_inter, h, ("mlp.shared_expert.down_proj",), every)
                 dense += h * n_layers  # the shared expert's gate
         norms = (4 if mt == "gemma4_text" else 2) * n_layers
     dense += norms * h + h
@@ -181,8 +208,9 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
         if ple:
             vocab_pl = _int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size)
             dense += vocab_pl * n_layers * ple + ple  # per-layer embeddings and their norm
-            linears.append(Linear(h, n_layers * ple, 1))  # per-layer model projection
-            linears += [Linear(h, ple, n_layers), Linear(ple, h, n_layers)]
+            linears.append(Linear(h, n_layers * ple, 1, name="per_layer_model_projection"))
+            linears += _named(h, ple, ("per_layer_input_gate",), every)
+            linears += _named(ple, h, ("per_layer_projection",), every)
             dense += h * n_layers  # post per-layer-input norms
     embedding = spec.vocab_size * h
     lm_head = 0 if spec.tie_word_embeddings else spec.vocab_size * h

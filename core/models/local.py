@@ -24,6 +24,7 @@ from kvpilot.core.models.bytemodel import estimate_weight_bytes
 from kvpilot.core.models.bytemodel_hybrid import tower_params
 from kvpilot.core.models.linear_config import linear_state_from_config
 from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
+from kvpilot.core.models.quant_ignore import ignore_from_config
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -710,11 +711,18 @@ def _layer_kind(value: Any, where: str) -> str:
 
 
 def parse_quantization(qcfg: Any, where: str = "") -> Quantization | None:
-    """``quantization_config`` -> :class:`Quantization` with vLLM's method names.
+    """``quantization_config`` -> :class:`Quantization` with vLLM's method names and the
+    modules the checkpoint leaves unquantized (:func:`.quant_ignore.ignore_from_config`).
 
     Raises:
         ModelSpecError: the section is not an object or has no ``quant_method``.
     """
+    quant = _method_of(qcfg, where)
+    ignore = ignore_from_config(qcfg)
+    return replace(quant, ignore=ignore) if quant is not None and ignore else quant
+
+
+def _method_of(qcfg: Any, where: str) -> Quantization | None:
     if qcfg is None:
         return None
     if not isinstance(qcfg, dict):
@@ -773,7 +781,7 @@ def _compressed_tensors(qcfg: Mapping[str, Any], where: str) -> Quantization:
                 bits.append(nb)
             strategy = weights.get("strategy")
             gs = weights.get("group_size")
-            if strategy == "group" and isinstance(gs, int):
+            if strategy in ("group", "tensor_group") and isinstance(gs, int):  # NVFP4: 16
                 group_sizes.append(gs)
             elif strategy == "channel":
                 group_sizes.append(-1)

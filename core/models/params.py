@@ -8,12 +8,21 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Linear:
-    """``count`` identical projections of ``in_features`` x ``out_features`` (quantizable)."""
+    """``count`` identical projections of ``in_features`` x ``out_features`` (quantizable).
+
+    ``name`` is the projection's module name inside a decoder layer (``self_attn.q_proj``), or in
+    the text model where ``layers`` is empty (``per_layer_model_projection``); ``layers`` are the
+    indices of the decoder layers holding it, ``count // len(layers)`` in each (experts: the
+    expert count). An ignore list (:mod:`.quant_ignore`) is matched against these names; an
+    unnamed projection is always quantized.
+    """
 
     in_features: int
     out_features: int
     count: int = 1
     is_expert: bool = False
+    name: str = ""
+    layers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvpilot.core.models.quant_ignore import QuantIgnore
+
 #: layer kinds understood by the fit engine (values of ``ModelSpec.layer_types``)
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -39,12 +41,15 @@ class Quantization:
     ``bitsandbytes``...). ``bits`` is the weight width (4, 8); ``group_size`` the quantization
     group (128 typical, -1 per channel). ``cli_flag_needed`` is True only when vLLM cannot infer
     the method from the checkpoint's own ``quantization_config`` (never for HF checkpoints).
+    ``ignore`` lists the modules the checkpoint keeps in its own dtype (None: every projection
+    is quantized).
     """
 
     method: str
     bits: int | None = None
     group_size: int | None = None
     cli_flag_needed: bool = False
+    ignore: QuantIgnore | None = None
 
 
 @dataclass(frozen=True)
