@@ -314,6 +314,8 @@ def load_cases(
                 if language_only and from_config.vision is None:
                     towers = from_config.tower_weights_bytes
                 pad -= towers
+                # and the RoPE tables each rank builds (buffers, in no file): the plan adds them
+                pad += from_config.rope_cache_bytes * tp
                 if weights_total is not None:
                     (root / "model.safetensors.index.json").write_text(json.dumps(
                         {"metadata": {"total_size": weights_total - pad}, "weight_map": {}}

@@ -198,6 +198,9 @@ def compute_capacity(
     weights = math.ceil(weights_total / tp)
     mxfp4_pad = mxfp4_padding.padding_bytes(model, tp, inputs.compute_capability)
     weights += mxfp4_pad
+    # the RoPE tables: buffers each rank builds whole, in "Model loading took" but no file
+    rope = model.rope_cache_bytes
+    weights += rope
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     )
@@ -369,6 +372,8 @@ def compute_capacity(
     if mxfp4_pad:
         weights_note += (f", plus {mxfp4_pad / GiB:.2f} GiB the MXFP4 MoE kernel's padding of "
                          "the expert tensors adds")
+    if rope >= 2**20:  # tables under 1 MiB are not worth a word
+        weights_note += f", plus {rope / 2**20:,.0f} MiB of RoPE cos/sin tables"
     weights_note += adapter_weights_note(adapt)
     if skipped_towers:
         weights_note += (f", less the {skipped_towers / GiB:.2f} GiB vision / audio towers vLLM "

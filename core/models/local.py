@@ -25,6 +25,7 @@ from kvpilot.core.models.bytemodel_hybrid import tower_params
 from kvpilot.core.models.linear_config import linear_state_from_config
 from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
 from kvpilot.core.models.quant_ignore import ignore_from_config
+from kvpilot.core.models.rope_cache import model_rope_bytes
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -481,6 +482,8 @@ def spec_from_config(
         kv_shared_layers=f.integer("num_kv_shared_layers", required=False) or 0,
         mtp_layers=_mtp_layers(text),
         tower_weights_bytes=2 * tower_params(config) if vision is None else 0,
+        rope_cache_bytes=model_rope_bytes(text, model_type, head_dim, max_len, layer_types,
+                                          mla.qk_rope_head_dim if mla else None),
     )
 
 

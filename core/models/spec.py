@@ -201,6 +201,8 @@ class ModelSpec:
         mtp_weights_bytes: bytes of the checkpoint's MTP tensors that ``weights_bytes`` leaves
             out because vLLM loads them only with MTP speculative decoding (0: none, or not
             read from the checkpoint's files).
+        rope_cache_bytes: bytes of the RoPE cos/sin tables vLLM builds at load, per GPU (they
+            are buffers, in no checkpoint file; :mod:`kvpilot.core.models.rope_cache`).
     """
 
     model_id: str
@@ -238,6 +240,7 @@ class ModelSpec:
     mtp_layers: int = 0
     mtp_weights_bytes: int = 0
     tower_weights_bytes: int = 0
+    rope_cache_bytes: int = 0
 
     @property
     def resolved_layer_types(self) -> tuple[str, ...]:

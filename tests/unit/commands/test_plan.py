@@ -38,7 +38,8 @@ def test_plan_json_has_every_contract_field(tmp_path, capsys):
                 "requested_bytes", "available_kv_bytes", "kv_bytes_per_token",
                 "kv_cache_tokens", "max_concurrency", "fits", "failure", "inputs"):
         assert key in out, key
-    assert out["weights_bytes"] == 15_231_233_024
+    # the checkpoint bytes and the 8 MiB RoPE table (32,768 positions x 128 x 2 bytes)
+    assert out["weights_bytes"] == 15_231_233_024 + 32_768 * 128 * 2
     assert out["kv_bytes_per_token"] == 57_344
     assert out["fits"] is True and out["failure"] is None
     assert out["inputs"]["max_model_len"] == 32768

@@ -35,5 +35,6 @@ def test_the_plan_counts_the_padding_in_the_weights_term() -> None:
     spec = fixture_spec("gpt-oss-20b", int(12.82 * GiB))
     cap = compute_capacity(rtx4090(spec, max_model_len=8192, vllm_version="0.21.0"))
     term = next(t for t in cap.terms if t.name == "weights")
-    assert term.bytes == spec.weights_bytes + padding_bytes(spec, 1, (8, 9))
+    assert term.bytes == (spec.weights_bytes + padding_bytes(spec, 1, (8, 9))
+                          + spec.rope_cache_bytes)
     assert "MXFP4" in term.note

@@ -42,7 +42,8 @@ def test_tensor_parallel_splits_weights_and_kv_heads_per_gpu(qwen3):
     one = compute_capacity(rtx4090(qwen3, max_model_len=16384))
     two = compute_capacity(rtx4090(qwen3, max_model_len=16384, tensor_parallel_size=2,
                                    gpu_allreduce="host"))
-    assert two.weights_bytes == math.ceil(QWEN3_8B_BYTES / 2)
+    # half the checkpoint per rank, and each rank's own RoPE table
+    assert two.weights_bytes == math.ceil(QWEN3_8B_BYTES / 2) + qwen3.rope_cache_bytes
     assert two.kv_bytes_per_token == one.kv_bytes_per_token // 2  # 8 KV heads -> 4 per rank
     # without P2P vLLM creates no custom all-reduce buffers: only NCCL's part of non-torch
     assert two.non_torch_bytes == activation.non_torch_bytes(2) - parallel.CUSTOM_ALLREDUCE_BYTES
@@ -100,7 +101,8 @@ def test_recommender_ranks_one_card_first_when_one_is_enough(qwen3):
     assert labels == [("RTX 4090", 1), ("RTX 4090 + RTX 3090", 2)]
     single, both = rec.candidates
     assert single.score > both.score
-    assert "no P2P" in both.reason and both.capacity.weights_bytes == QWEN3_8B_BYTES // 2
+    assert "no P2P" in both.reason
+    assert both.capacity.weights_bytes == QWEN3_8B_BYTES // 2 + qwen3.rope_cache_bytes
     assert both.inputs.gpu_allreduce == "host"
     # the mixed pair plans each rank with the smaller card's memory
     assert both.inputs.gpu_total_bytes == parallel.per_gpu(gpus.cards).total_bytes
