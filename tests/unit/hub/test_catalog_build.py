@@ -174,6 +174,9 @@ def test_a_broken_byte_count_copy_is_named(tmp_path, name, text, message):
     ("qwen3-vl-8b-instruct", "Qwen/Qwen3-VL-8B-Instruct", 17_534_247_392),
     # the Hub's model.safetensors file size
     ("gemma-4-e2b-it", "google/gemma-4-E2B-it", 10_246_621_918),
+    ("gemma-4-e4b-it", "google/gemma-4-E4B-it", 15_992_595_884),
+    # the index copy's metadata.total_size
+    ("phi-4-mini-instruct", "microsoft/Phi-4-mini-instruct", 7_672_043_520),
 ])
 def test_shipped_entries_carry_the_counted_bytes_and_the_byte_model_agrees(
         folder: str, repo: str, counted: int) -> None:
@@ -183,7 +186,8 @@ def test_shipped_entries_carry_the_counted_bytes_and_the_byte_model_agrees(
     assert found is not None
     _, ckpt = found
     assert (ckpt.weights_source, ckpt.weights_bytes) == ("catalog", counted)
-    # the figure config.json alone would have given: Qwen3-VL exact, Gemma 4 E2B -0.53 %
+    # the figure config.json alone would have given: Qwen3-VL exact, Gemma 4 E2B -0.53 %,
+    # E4B -0.35 % (a model folder with an index reads the index)
     estimate = load_local_model(REPO / "tests" / "data" / "models" / folder).weights_bytes
     assert estimate is not None and abs(estimate / counted - 1) < 0.006
 
