@@ -39,7 +39,9 @@ from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.models.local import load_local_model
+from kvpilot.core.models.vision import vision_weight_bytes
 from kvpilot.core.units import GiB
+from kvpilot.core.vllm.versions import Release
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -311,8 +313,12 @@ def load_cases(
                 # with --language-model-only vLLM's logged size lacks the towers the checkpoint
                 # holds (Gemma 4); the plan takes them off itself
                 towers = 0
-                if language_only and from_config.vision is None:
+                if language_only:
                     towers = from_config.tower_weights_bytes
+                    vision = from_config.vision
+                    if vision is not None and vision.tower_skippable_since is not None and \
+                            Release.parse(version).at_least(Release(vision.tower_skippable_since)):
+                        towers += vision_weight_bytes(vision)
                 pad -= towers
                 # and the RoPE tables each rank builds (buffers, in no file): the plan adds them
                 pad += from_config.rope_cache_bytes * tp

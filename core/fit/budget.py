@@ -254,10 +254,11 @@ def compute_capacity(
     if encoder is not None and encoder.tower_weights_bytes:
         weights = max(0, weights - encoder.tower_weights_bytes)
     weights += adapt.extra_weights_bytes  # vLLM's "Model loading took" holds them too
-    # towers sized from their config sections (Gemma 4): vLLM's _mark_tower_model skips them
+    # towers sized from their config sections (Gemma 4's audio tower; its vision tower is the
+    # encoder profile's): vLLM's _mark_tower_model skips them
     # when every modality's limit is 0 (gemma4_mm.py, 0.21.0 wheel)
     skipped_towers = 0
-    if inputs.limit_mm_per_prompt == 0 and model.vision is None and model.tower_weights_bytes:
+    if inputs.limit_mm_per_prompt == 0 and model.tower_weights_bytes:
         skipped_towers = math.ceil(model.tower_weights_bytes / tp)
         weights = max(0, weights - skipped_towers)
 

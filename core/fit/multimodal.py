@@ -61,6 +61,12 @@ MAX_FRAMES_PER_VIDEO = 16
 #: (qwen3_vl.py ``get_max_video_tokens`` at 0.20.2): 12,288 tokens with the published
 #: 25,165,824, fewer than its 16,384-token image, so the image is what it profiles
 _QWEN_VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+#: Gemma 4's dummy video (gemma4_mm.py ``get_mm_max_tokens_per_item`` at 0.28.0): 32 frames of
+#: at most 70 soft tokens each, plus a begin, an end and about 6 timestamp tokens per frame; its
+#: 2,496 tokens outnumber an image's 280, so the video is what vLLM profiles
+GEMMA4_VIDEO_FRAMES = 32
+GEMMA4_FRAME_TOKENS = 70
+GEMMA4_FRAME_EXTRA_TOKENS = 2 + 6
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ def max_tokens_per_item(vision: VisionSpec, max_model_len: int) -> dict[str, int
         grids = max_model_len // per_grid
         frames = max(min(2 * grids, MAX_FRAMES_PER_VIDEO), 1)
         tokens["video"] = max((frames + frames % 2) // 2, 1) * per_grid
+    elif vision.family == "gemma4":
+        tokens["video"] = GEMMA4_VIDEO_FRAMES * (GEMMA4_FRAME_TOKENS + GEMMA4_FRAME_EXTRA_TOKENS)
     return tokens
 
 
@@ -153,6 +161,14 @@ def profile_num_seqs(model: ModelSpec, batch: ProfileBatch) -> int:
 
 def _positions_per_token(vision: VisionSpec) -> float:
     return vision.max_image_patches / max(1, vision.max_image_tokens)
+
+
+def _encoder_positions(vision: VisionSpec, modality: str, items: int, tokens: int) -> int:
+    """Encoder positions of ``items`` dummy items of ``tokens`` language-model tokens each."""
+    if vision.family == "gemma4" and modality == "video":  # frames pooled like images
+        per_frame = GEMMA4_FRAME_TOKENS * _positions_per_token(vision)
+        return int(items * GEMMA4_VIDEO_FRAMES * per_frame)
+    return int(items * tokens * _positions_per_token(vision))
 
 
 def encoder_profile(
@@ -215,7 +231,7 @@ def encoder_profile(
         else:
             items = min(math.ceil(budget / tokens), max_num_seqs * limit)
         rule = f"V1 encoder budget {budget:,} tokens"
-    positions = int(items * tokens * _positions_per_token(vision))
+    positions = _encoder_positions(vision, modality, items, tokens)
     tp = max(1, tensor_parallel_size)
     per_position = (
         activation.FORWARD_INTERMEDIATE_FACTOR * vision.intermediate_size / tp

@@ -227,19 +227,31 @@ def tower_params(config: Mapping[str, Any]) -> int:
     same way from its hidden width, with a feed-forward of four hidden widths.
     Returns 0 when the config has no such section.
     """
-    total = 0
+    return gemma4_vision_params(config) + gemma4_audio_params(config)
+
+
+def _text_hidden(config: Mapping[str, Any]) -> int:
     text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
-    text_h = _int(text or {}, "hidden_size")
+    return _int(text or {}, "hidden_size")
+
+
+def gemma4_vision_params(config: Mapping[str, Any]) -> int:
+    """Parameters of a Gemma 4 vision tower and its projector (0 without ``vision_config``)."""
     vision = config.get("vision_config")
-    if isinstance(vision, Mapping) and str(vision.get("model_type", "")).startswith("gemma4"):
-        vh, vi = _int(vision, "hidden_size"), _int(vision, "intermediate_size")
-        layers, patch = _int(vision, "num_hidden_layers"), _int(vision, "patch_size", default=16)
-        total += layers * (4 * vh * vh + 3 * vh * vi + 4 * vh)
-        total += 3 * patch * patch * vh + 2 * _int(vision, "position_embedding_size") * vh
-        total += vh * text_h + vh
+    if not (isinstance(vision, Mapping) and str(vision.get("model_type", "")).startswith("gemma4")):
+        return 0
+    vh, vi = _int(vision, "hidden_size"), _int(vision, "intermediate_size")
+    layers, patch = _int(vision, "num_hidden_layers"), _int(vision, "patch_size", default=16)
+    total = layers * (4 * vh * vh + 3 * vh * vi + 4 * vh)
+    total += 3 * patch * patch * vh + 2 * _int(vision, "position_embedding_size") * vh
+    return total + vh * _text_hidden(config) + vh
+
+
+def gemma4_audio_params(config: Mapping[str, Any]) -> int:
+    """Parameters of a Gemma 4 audio tower and its projector (0 without ``audio_config``)."""
     audio = config.get("audio_config")
-    if isinstance(audio, Mapping) and str(audio.get("model_type", "")).startswith("gemma4"):
-        ah, layers = _int(audio, "hidden_size"), _int(audio, "num_hidden_layers")
-        total += layers * (4 * ah * ah + 2 * 2 * ah * 4 * ah + 2 * ah * ah + 10 * ah)
-        total += _int(audio, "output_proj_dims", default=ah) * ah + ah * text_h
-    return total
+    if not (isinstance(audio, Mapping) and str(audio.get("model_type", "")).startswith("gemma4")):
+        return 0
+    ah, layers = _int(audio, "hidden_size"), _int(audio, "num_hidden_layers")
+    total = layers * (4 * ah * ah + 2 * 2 * ah * 4 * ah + 2 * ah * ah + 10 * ah)
+    return total + _int(audio, "output_proj_dims", default=ah) * ah + ah * _text_hidden(config)

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
-from kvpilot.core.models.bytemodel_hybrid import tower_params
+from kvpilot.core.models.bytemodel_hybrid import gemma4_audio_params, tower_params
 from kvpilot.core.models.linear_config import linear_state_from_config
 from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
 from kvpilot.core.models.quant_ignore import ignore_from_config
@@ -268,9 +268,8 @@ def config_weight_bytes(
     (16-bit)."""
     quant = quantization if quantization is not None else spec.quantization
     estimate = estimate_weight_bytes(spec, quant, text_config_of(config))
-    if spec.vision is not None:
-        return estimate + vision_weight_bytes(spec.vision)
-    return estimate + spec.tower_weights_bytes  # Gemma 4 vision / audio towers (16-bit)
+    vision = vision_weight_bytes(spec.vision) if spec.vision is not None else 0
+    return estimate + vision + spec.tower_weights_bytes  # Gemma 4's audio tower (16-bit)
 
 
 def text_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -481,7 +480,8 @@ def spec_from_config(
         ),
         kv_shared_layers=f.integer("num_kv_shared_layers", required=False) or 0,
         mtp_layers=_mtp_layers(text),
-        tower_weights_bytes=2 * tower_params(config) if vision is None else 0,
+        tower_weights_bytes=2 * (tower_params(config) if vision is None
+                                 else gemma4_audio_params(config)),
         rope_cache_bytes=model_rope_bytes(text, model_type, head_dim, max_len, layer_types,
                                           mla.qk_rope_head_dim if mla else None),
     )

@@ -16,6 +16,9 @@ size is a processor setting, from ``preprocessor_config.json``:
   into 55 x 55 tokens plus one break token per row (3,080 placeholder positions, the contiguous
   length 0.10 budgets; 0.20 and later count the 3,025 embeddings).
 * LLaVA (CLIP): (``image_size`` / patch)^2 tokens (576 at 336 px), one CLS position more.
+* Gemma 4: ``vision_soft_tokens_per_image`` (``default_output_length``, 280) tokens per image,
+  each pooled from ``pooling_kernel_size``^2 (3 x 3) patches; video frames at 70 tokens
+  (gemma4_mm.py). The audio tower is sized apart (:func:`.bytemodel_hybrid.gemma4_audio_params`).
 * Mllama (Llama 3.2 Vision): ``max_num_tiles`` tiles of (560 / 14)^2 + 1 = 1,601 positions
   (padded to 1,608 in the encoder); the decoder's ``cross_attention_layers`` read them.
 
@@ -43,6 +46,7 @@ VISION_ARCHITECTURES: Mapping[str, str] = {
     "Qwen3_5ForConditionalGeneration": "qwen3_vl",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_vl",
     "Gemma3ForConditionalGeneration": "gemma3",
+    "Gemma4ForConditionalGeneration": "gemma4",
     "Mistral3ForConditionalGeneration": "mistral3",
     "LlavaForConditionalGeneration": "llava",
     "MllamaForConditionalGeneration": "mllama",
@@ -67,6 +71,8 @@ TOWER_SKIPPABLE_SINCE: Mapping[str, tuple[int, ...]] = {
     "llava": (0, 10, 1),
     "qwen3_vl": (0, 11),
     "gemma3": (0, 16),
+    # every release that serves Gemma 4 (_mark_tower_model in the 0.21.0 wheel's gemma4_mm.py)
+    "gemma4": (0, 0),
 }
 
 _Builder = Callable[["_Source"], "VisionSpec"]
@@ -325,6 +331,23 @@ def _gemma3(source: _Source) -> VisionSpec:
     return vit.spec("gemma3", source, tokens=tokens, patches=positions, params=params)
 
 
+def _gemma4(source: _Source) -> VisionSpec:
+    from kvpilot.core.models.bytemodel_hybrid import gemma4_vision_params
+
+    f = source.fields
+    tokens = f.int("default_output_length", default=source.top_level_int(
+        "vision_soft_tokens_per_image", default=280))
+    pool = f.int("pooling_kernel_size", default=3)
+    return VisionSpec(
+        family="gemma4", hidden_size=f.int("hidden_size"),
+        intermediate_size=f.int("intermediate_size"), num_layers=f.int("num_hidden_layers"),
+        num_heads=f.int("num_attention_heads"), patch_size=f.int("patch_size", default=16),
+        max_image_tokens=tokens, max_image_patches=tokens * pool * pool,
+        params=gemma4_vision_params(source.config), text_hidden_size=source.text_hidden,
+        supports_video=True, tower_skippable_since=TOWER_SKIPPABLE_SINCE["gemma4"],
+    )
+
+
 def _mistral3(source: _Source) -> VisionSpec:
     vit = _ViT.read(source.fields, image=1540)
     merge = source.top_level_int("spatial_merge_size", default=2)
@@ -393,6 +416,7 @@ _BUILDERS: Mapping[str, _Builder] = {
     **{family: _qwen_builder(family) for family in _QWEN_TOWERS},
     "gemma3": _gemma3,
     "mistral3": _mistral3,
+    "gemma4": _gemma4,
     "llava": _llava,
     "mllama": _mllama,
 }

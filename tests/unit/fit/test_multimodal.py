@@ -21,6 +21,7 @@ from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models import catalog
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
+from kvpilot.core.models.vision import vision_weight_bytes
 from kvpilot.core.units import GiB
 
 MODELS = DATA / "models"
@@ -358,17 +359,35 @@ def test_the_v0_fallback_below_sm80_profiles_like_v0(qwen2vl):
 
 
 def test_gemma4_towers_come_off_with_every_modality_disabled():
-    """Gemma 4 E2B's vision and audio towers (sized from their config sections, no VisionSpec)
-    are not built by vLLM with every modality's limit 0 (--language-model-only:
-    gemma4_mm.py _mark_tower_model); the weights term loses exactly their 16-bit bytes."""
+    """Gemma 4 E2B's vision tower (a VisionSpec) and audio tower (sized from audio_config) are
+    not built by vLLM with every modality's limit 0 (--language-model-only: gemma4_mm.py
+    _mark_tower_model); the weights term loses exactly their 16-bit bytes."""
     spec = fixture_spec("gemma-4-e2b-it", 10 * GiB)
-    assert spec.vision is None and 0.5 * GiB < spec.tower_weights_bytes < 1.0 * GiB
+    assert spec.vision is not None and spec.vision.family == "gemma4"
+    vision = vision_weight_bytes(spec.vision)
+    assert 0.25 * GiB < vision < 0.4 * GiB and 0.4 * GiB < spec.tower_weights_bytes < 0.6 * GiB
     full = compute_capacity(rtx4090(spec, max_model_len=8192, vllm_version="0.21.0"))
     text = compute_capacity(rtx4090(spec, max_model_len=8192, vllm_version="0.21.0",
                                     limit_mm_per_prompt=0))
-    assert full.weights_bytes - text.weights_bytes == spec.tower_weights_bytes
+    assert full.weights_bytes - text.weights_bytes == spec.tower_weights_bytes + vision
     weights = next(t for t in text.terms if t.name == "weights")
-    assert "vision / audio towers" in weights.note
+    assert "vision / audio towers" in weights.note and "vision tower" in weights.note
+
+
+def test_gemma4_profiles_its_dummy_video():
+    """Gemma 4's largest dummy item is a 32-frame video (2,496 tokens, frames at 70 soft tokens
+    of 3 x 3 patches: 20,160 encoder positions), not a 280-token image (gemma4_mm.py)."""
+    spec = fixture_spec("gemma-4-e4b-it", 15 * GiB)
+    assert spec.vision is not None
+    assert multimodal.max_tokens_per_item(spec.vision, 32_768) == {"image": 280, "video": 2496}
+    cap = compute_capacity(rtx4090(spec, max_model_len=32_768, vllm_version="0.28.0",
+                                   max_num_batched_tokens=8192))
+    enc = next(t for t in cap.terms if t.name == ENCODER_PROFILE_TERM)
+    # 8,192 // 2,496 = 3 videos in the encoder budget
+    assert "3 video items x 2,496 tokens (60,480 encoder positions" in enc.note
+    assert enc.bytes > 3 * 2496 * 2560 * 2  # the held outputs and the tower's excess peak
+
+
     # a model whose towers kvpilot does not size this way keeps its weights
     qwen = fixture_spec("qwen3-8b", 16 * GiB)
     assert qwen.tower_weights_bytes == 0

@@ -295,8 +295,10 @@ def test_the_2026_rules_and_the_towers_they_leave_to_vision() -> None:
     expert = sum(x.in_features * x.out_features * x.count for x in split.linears if x.is_expert)
     assert expert > 0.8 * split.linear_params
     assert split.embedding_params == 262_144 * 2816 and split.lm_head_params == 0  # tied
-    # Gemma 4's vision tower has no rule in vision.py: sized from its vision_config
-    assert spec.vision is None and 0.4e9 < tower_params(_config("gemma-4-26b-a4b")) < 0.7e9
+    # Gemma 4's vision tower is a VisionSpec (its profile run); its config-sized parameters
+    assert spec.vision is not None and spec.vision.family == "gemma4"
+    assert spec.vision.params == tower_params(_config("gemma-4-26b-a4b"))  # no audio tower
+    assert 0.4e9 < spec.vision.params < 0.7e9 and spec.tower_weights_bytes == 0
     # the generic rules keep older architectures
     assert hybrid_breakdown(_spec("gpt-oss-20b"), text_config_of(_config("gpt-oss-20b"))) is None
     # the state is read the same way through the config reader
