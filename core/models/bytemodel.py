@@ -41,6 +41,7 @@ from typing import Any
 from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown  # rules of 2026 models
 from kvpilot.core.models.params import Linear, ParamBreakdown
 from kvpilot.core.models.quant_ignore import checkpoint_dtype_bytes
+from kvpilot.core.models.quant_mixed import ALGO_FP8, NVFP4_ALGOS, MixedPrecision
 from kvpilot.core.models.spec import ModelSpec, Quantization
 
 __all__ = ["Linear", "ParamBreakdown", "estimate_weight_bytes", "param_breakdown"]
@@ -213,6 +214,8 @@ def estimate_weight_bytes(
     total = 2 * breakdown.dense16_params
     ignore = quantization.ignore if quantization is not None else None
     elem = checkpoint_dtype_bytes(spec.torch_dtype)
+    if quantization is not None and quantization.mixed is not None:
+        return total + _mixed_bytes(spec, breakdown, quantization.mixed, elem)
     for lin in breakdown.linears:
         kept = 0  # projections the checkpoint leaves unquantized
         if ignore is not None and lin.name:
@@ -224,3 +227,31 @@ def estimate_weight_bytes(
             lin = replace(lin, count=lin.count - kept)
         total += _linear_bytes(lin, quantization, fp8_block)
     return total
+
+
+#: the formats of a mixed checkpoint's modules, priced as vLLM loads them (per-tensor FP8 with
+#: its two fp32 scales; NVFP4 packed with its FP8 group scales)
+_MIXED_FORMATS = {ALGO_FP8: Quantization("fp8", 8)} | {
+    algo: Quantization("modelopt_fp4", 4, _NVFP4_GROUP) for algo in NVFP4_ALGOS}
+
+
+def _mixed_bytes(spec: ModelSpec, breakdown: ParamBreakdown, mixed: MixedPrecision,
+                 elem: int) -> int:
+    """Bytes of the projections (and a quantized lm_head) of a MIXED_PRECISION checkpoint,
+    each in its listed format; modules it does not list stay in the checkpoint dtype."""
+    total = 0
+    for lin in breakdown.linears:
+        layers: tuple[int | None, ...] = lin.layers or (None,)
+        per_layer = lin.count // len(layers)
+        for layer in layers:
+            algo = mixed.algo_of(spec.architecture, lin.name, layer) if lin.name else None
+            unit = replace(lin, count=per_layer)
+            fmt = _MIXED_FORMATS.get(algo or "")
+            total += (_linear_bytes(unit, fmt, None) if fmt is not None
+                      else elem * lin.in_features * lin.out_features * per_layer)
+    head = _MIXED_FORMATS.get(mixed.algo_of(spec.architecture, "lm_head", None) or "")
+    if head is not None and breakdown.lm_head_params:
+        total -= 2 * breakdown.lm_head_params  # counted 16-bit with the dense parameters
+        total += _linear_bytes(Linear(spec.hidden_size, spec.vocab_size, 1), head, None)
+    return total
+

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvpilot.core.models.quant_mixed import ALGO_FP8, NVFP4_ALGOS, mixed_from_config
 from kvpilot.core.models.spec import Quantization
 
 SCHEME_16BIT = "16-bit"
@@ -84,6 +85,9 @@ def scheme_of(qcfg: Mapping[str, Any] | None) -> str:
         return SCHEME_MXFP4
     if method == "modelopt":
         algo = str(qcfg.get("quant_algo") or "").upper()
+        mixed = mixed_from_config(qcfg)
+        if mixed is not None:  # MIXED_PRECISION: the narrowest format it uses
+            algo = "FP4" if mixed.algorithms & NVFP4_ALGOS else " ".join(mixed.algorithms)
         return SCHEME_NVFP4 if "FP4" in algo else SCHEME_FP8 if "FP8" in algo else SCHEME_OTHER
     if method == "compressed-tensors":
         if "nvfp4" in str(qcfg.get("format") or "").lower():
@@ -112,8 +116,10 @@ def scheme_of_quantization(quant: Quantization | None) -> str:
         return method
     if method in ("modelopt-fp4", "modelopt_fp4", "nvfp4") or (
         method == "modelopt" and quant.group_size == NVFP4_GROUP_SIZE
-    ):
+    ) or (quant.mixed is not None and quant.mixed.algorithms & NVFP4_ALGOS):
         return SCHEME_NVFP4
+    if quant.mixed is not None and ALGO_FP8 in quant.mixed.algorithms:
+        return SCHEME_FP8
     if method == "compressed-tensors":
         if quant.bits == 4 and quant.group_size == NVFP4_GROUP_SIZE:
             return SCHEME_NVFP4

@@ -25,6 +25,7 @@ from kvpilot.core.models.bytemodel_hybrid import gemma4_audio_params, tower_para
 from kvpilot.core.models.linear_config import linear_state_from_config
 from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
 from kvpilot.core.models.quant_ignore import ignore_from_config
+from kvpilot.core.models.quant_mixed import mixed_from_config
 from kvpilot.core.models.rope_cache import model_rope_bytes
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
@@ -714,15 +715,15 @@ def _layer_kind(value: Any, where: str) -> str:
 
 
 def parse_quantization(qcfg: Any, where: str = "") -> Quantization | None:
-    """``quantization_config`` -> :class:`Quantization` with vLLM's method names and the
-    modules the checkpoint leaves unquantized (:func:`.quant_ignore.ignore_from_config`).
+    """``quantization_config`` -> :class:`Quantization` with vLLM's method names, the modules
+    the checkpoint leaves unquantized and a mixed checkpoint's per-module algorithms.
 
     Raises:
         ModelSpecError: the section is not an object or has no ``quant_method``.
     """
-    quant = _method_of(qcfg, where)
-    ignore = ignore_from_config(qcfg)
-    return replace(quant, ignore=ignore) if quant is not None and ignore else quant
+    quant, ignore, mixed = _method_of(qcfg, where), ignore_from_config(qcfg), mixed_from_config(
+        qcfg)
+    return replace(quant, ignore=ignore, mixed=mixed) if quant and (ignore or mixed) else quant
 
 
 def _method_of(qcfg: Any, where: str) -> Quantization | None:

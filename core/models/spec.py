@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvpilot.core.models.quant_ignore import QuantIgnore
+from kvpilot.core.models.quant_mixed import MixedPrecision
 
 #: layer kinds understood by the fit engine (values of ``ModelSpec.layer_types``)
 FULL_ATTENTION = "full_attention"
@@ -42,7 +43,8 @@ class Quantization:
     group (128 typical, -1 per channel). ``cli_flag_needed`` is True only when vLLM cannot infer
     the method from the checkpoint's own ``quantization_config`` (never for HF checkpoints).
     ``ignore`` lists the modules the checkpoint keeps in its own dtype (None: every projection
-    is quantized).
+    is quantized). ``mixed`` gives each module's own algorithm in a ModelOpt MIXED_PRECISION
+    checkpoint (None: one scheme for all).
     """
 
     method: str
@@ -50,6 +52,7 @@ class Quantization:
     group_size: int | None = None
     cli_flag_needed: bool = False
     ignore: QuantIgnore | None = None
+    mixed: MixedPrecision | None = None
 
 
 @dataclass(frozen=True)

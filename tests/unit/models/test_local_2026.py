@@ -38,7 +38,7 @@ FIXTURES_2026 = (
     "gemma-4-26b-a4b", "gemma-4-31b-it-nvfp4", "qwen3.5-27b", "qwen3.5-35b-a3b",
     "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
     "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b-thinking",
-    "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash", "glm-4.5-air",
+    "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash", "glm-4.5-air", "qwen3.6-27b-nvfp4",
 )
 
 
