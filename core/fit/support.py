@@ -100,7 +100,7 @@ def check_support(inputs: PlanInputs) -> Failure | None:
         )
     from kvpilot.core.models.checkpoint_rules import support_refusal
 
-    fp4 = support_refusal(inputs.model.quantization, cc)
+    fp4 = support_refusal(inputs.model.quantization, cc, inputs.vllm_version)
     if fp4 is not None:
         return Failure(failures.UNSUPPORTED_QUANTIZATION, fp4)
     need = QUANT_MIN_CAPABILITY.get(method)

@@ -20,8 +20,8 @@ A checkpoint whose bytes nobody counted carries the byte model's figure
 (:func:`kvpilot.core.models.bytemodel.estimate_weight_bytes`) with ``weights_source``
 ``estimate`` and a note saying so. Variants are kept one per weight scheme (the most downloaded),
 schemes vLLM runs on some card only (:mod:`kvpilot.core.models.checkpoint_rules`); an NVFP4
-checkpoint is kept with a note that it needs sm_100/sm_120. ``scripts/build_catalog.py`` is the
-command-line face.
+checkpoint is kept with a note on how it runs off Blackwell (vLLM's Marlin FP4 kernel).
+``scripts/build_catalog.py`` is the command-line face.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from kvpilot.core.models.checkpoint_rules import (
     SCHEME_16BIT,
     SCHEME_NVFP4,
     SCHEME_OTHER,
+    caveat,
     refusal,
     scheme_of,
 )
@@ -156,7 +157,7 @@ def _checkpoint(
     else:
         notes.append(how_counted)
     if scheme == SCHEME_NVFP4:
-        notes.append(refusal(scheme, (8, 9)) or "")
+        notes.append(refusal(scheme, (8, 9)) or caveat(scheme, (8, 9)))
     bits = quant.bits if quant else 16
     group = quant.group_size if quant else None
     if scheme == SCHEME_NVFP4:  # the format: 4-bit floats, one scale per 16 weights

@@ -9,8 +9,10 @@ reduced to one scheme name, and each scheme has the compute capability vLLM's ke
 * ``fp8``: FP8 weights and activations (W8A8) from sm_89 (Ada); from sm_75 vLLM runs them as
   weight-only FP8 through Marlin (W8A16, :func:`caveat` says so);
 * ``mxfp4``: OCP microscaling FP4 (gpt-oss), sm_80;
-* ``nvfp4``: NVIDIA FP4 with 16-element groups, only Blackwell (sm_100 data centre, sm_120
-  consumer); refused on every other card;
+* ``nvfp4``: NVIDIA FP4 with 16-element groups: FP4 tensor cores on Blackwell (sm_100 data
+  centre, sm_120 consumer); elsewhere vLLM runs them as weight-only FP4 through its Marlin
+  kernel, from 0.10 on sm_80+ and from 0.20 on sm_75+ (:func:`caveat` says so), and refuses
+  them on older releases or cards;
 * ``16-bit``: no quantization; ``other``: a method these rules do not know (not refused here:
   :func:`kvpilot.core.fit.support.check_support` has the last word).
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from kvpilot.core.models.quant_mixed import ALGO_FP8, NVFP4_ALGOS, mixed_from_config
 from kvpilot.core.models.spec import Quantization
+from kvpilot.core.vllm import versions
 
 SCHEME_16BIT = "16-bit"
 SCHEME_AWQ = "awq"
@@ -129,18 +132,33 @@ def scheme_of_quantization(quant: Quantization | None) -> str:
     return SCHEME_OTHER
 
 
-def refusal(scheme: str, compute_capability: tuple[int, int] | None) -> str | None:
-    """Why a ``scheme`` checkpoint cannot run on a card of ``compute_capability`` (None: it can,
-    or the card is unknown)."""
+def nvfp4_marlin_floor(vllm_version: str | None) -> tuple[int, int] | None:
+    """The lowest compute capability on which ``vllm_version`` runs NVFP4 weights through its
+    Marlin FP4 kernel (None: that release has no such path; an unknown release: the newest)."""
+    if versions.supports("nvfp4_marlin_sm75", vllm_version):
+        return (7, 5)
+    if versions.supports("nvfp4_marlin_sm80", vllm_version):
+        return (8, 0)
+    return None
+
+
+def refusal(scheme: str, compute_capability: tuple[int, int] | None,
+            vllm_version: str | None = None) -> str | None:
+    """Why a ``scheme`` checkpoint cannot run on a card of ``compute_capability`` with
+    ``vllm_version`` (None: the newest release kvpilot knows) — None when it can, or the card
+    is unknown."""
     if compute_capability is None:
         return None
     major, minor = compute_capability
     if scheme == SCHEME_NVFP4:
-        if major in NVFP4_MAJORS:
+        floor = nvfp4_marlin_floor(vllm_version)
+        if major in NVFP4_MAJORS or (floor is not None and compute_capability >= floor):
             return None
+        release = f"vLLM {vllm_version}" if vllm_version else "vLLM"
         return (
-            f"NVFP4 weights need FP4 tensor cores (sm_100 or sm_120, Blackwell); this GPU is "
-            f"sm_{major}{minor}. Pick the AWQ, GPTQ or FP8 checkpoint instead."
+            f"NVFP4 weights need FP4 tensor cores (sm_100 or sm_120, Blackwell) or vLLM's "
+            f"Marlin FP4 kernel (vLLM 0.10+ on sm_80+, 0.20+ on sm_75+); this GPU is "
+            f"sm_{major}{minor} with {release}. Pick the AWQ, GPTQ or FP8 checkpoint instead."
         )
     need = MIN_CAPABILITY.get(scheme)
     if need is not None and compute_capability < need:
@@ -151,8 +169,17 @@ def refusal(scheme: str, compute_capability: tuple[int, int] | None) -> str | No
     return None
 
 
-def caveat(scheme: str, compute_capability: tuple[int, int] | None) -> str:
+def caveat(scheme: str, compute_capability: tuple[int, int] | None,
+           vllm_version: str | None = None) -> str:
     """How a runnable checkpoint runs differently on this card ("" when it runs as built)."""
+    if (
+        scheme == SCHEME_NVFP4 and compute_capability is not None
+        and compute_capability[0] not in NVFP4_MAJORS
+        and refusal(scheme, compute_capability, vllm_version) is None
+    ):
+        major, minor = compute_capability
+        return (f"no FP4 tensor cores on sm_{major}{minor}: vLLM runs these weights through its "
+                "Marlin FP4 kernel (weight-only, W4A16), so prefill is slower than on Blackwell")
     if (
         scheme == SCHEME_FP8 and compute_capability is not None
         and compute_capability < FP8_W8A8_CAPABILITY
@@ -164,9 +191,9 @@ def caveat(scheme: str, compute_capability: tuple[int, int] | None) -> str:
     return ""
 
 
-def support_refusal(quant: Quantization | None, compute_capability: tuple[int, int] | None
-                    ) -> str | None:
-    """Why a parsed quantization cannot run on the card, for the rules vLLM's own minimum
-    capabilities do not cover (NVFP4 before Blackwell); None otherwise."""
+def support_refusal(quant: Quantization | None, compute_capability: tuple[int, int] | None,
+                    vllm_version: str | None = None) -> str | None:
+    """Why a parsed quantization cannot run on the card with ``vllm_version``, for the rule
+    of NVFP4 (tensor cores or the release's Marlin FP4 kernel); None otherwise."""
     scheme = scheme_of_quantization(quant)
-    return refusal(scheme, compute_capability) if scheme == SCHEME_NVFP4 else None
+    return refusal(scheme, compute_capability, vllm_version) if scheme == SCHEME_NVFP4 else None

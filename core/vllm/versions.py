@@ -209,6 +209,13 @@ FEATURES: dict[str, Feature] = {
         Feature("blackwell_capture_1024", "0.28.0",
                 "config/vllm.py _set_cudagraph_sizes: largest default capture size 1024 on "
                 "SM 10.x (is_device_capability_family(100))"),
+        Feature("nvfp4_marlin_sm80", "0.10.0",
+                "quantization/modelopt.py ModelOptNvFp4Config: get_min_capability 80, NVFP4 "
+                "weights through the Marlin FP4 kernel (is_fp4_marlin_supported) off Blackwell "
+                "(0.10.0 and 0.11.0 wheels)"),
+        Feature("nvfp4_marlin_sm75", "0.20.0",
+                "quantization/modelopt.py ModelOptNvFp4Config: get_min_capability 75 (0.20.0 "
+                "and 0.28.0 wheels)"),
         Feature("fp8_kv_flashinfer_sm80", "0.12.0",
                 "attention backend selection: FP8 KV on SM 8.0-8.8 through FlashInfer"),
         Feature("gguf_quantization", "0.0.0", "model_executor/layers/quantization: gguf moved to "

@@ -84,16 +84,19 @@ def test_model_tree_keeps_one_variant_per_runnable_scheme(hub: FakeHub):
     assert "example/Qwen3-8B-GGUF" not in by_repo  # no weight scheme vLLM loads here
     assert "example/Qwen3-8B-AWQ-copy" not in by_repo  # the more downloaded AWQ is kept
     line = by_repo["example/Qwen3-8B-NVFP4"]
-    assert line["scheme"] == "nvfp4" and "sm_100 or sm_120" in line["note"]
-    # in the catalog, that checkpoint is refused on an RTX 4090 with the reason
+    assert line["scheme"] == "nvfp4" and "Marlin FP4 kernel" in line["note"]
+    # in the catalog, that checkpoint runs on an RTX 4090 with vLLM's Marlin FP4 kernel, and
+    # is refused with the reason by a release that has none
     from kvpilot.core.fit.plan import PlanInputs
     from kvpilot.core.fit.support import check_support
     from kvpilot.core.hardware.target import from_spec
 
     built = _as_entry(entry)
     ckpt = next(c for c in built.checkpoints if c.repo == "example/Qwen3-8B-NVFP4")
-    failure = check_support(PlanInputs.on_gpu(checkpoint_spec(built, ckpt),
-                                              from_spec("RTX 4090", "linux")))
+    spec = checkpoint_spec(built, ckpt)
+    assert check_support(PlanInputs.on_gpu(spec, from_spec("RTX 4090", "linux"))) is None
+    failure = check_support(PlanInputs.on_gpu(spec, from_spec("RTX 4090", "linux"),
+                                              vllm_version="0.9.2"))
     assert failure is not None and "NVFP4" in failure.message
 
 

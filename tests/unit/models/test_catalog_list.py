@@ -44,13 +44,16 @@ def test_json_keys_and_unknown_family(capsys):
     assert "no model of that family" in capsys.readouterr().out
 
 
-def test_this_release_entries_are_listed_and_an_nvfp4_one_is_refused_before_blackwell(capsys):
+def test_this_release_entries_are_listed_and_an_nvfp4_one_runs_through_marlin_before_blackwell(
+        capsys):
     assert main(["catalog", "--family", "Gemma 4", "--gpu", "RTX 4090"]) == 0
     out = capsys.readouterr().out
-    assert "nvidia/Gemma-4-31B-IT-NVFP4" in out and "refused: NVFP4" in out
+    assert "nvidia/Gemma-4-31B-IT-NVFP4" in out and "refused" not in out
+    assert "Marlin FP4 kernel" in out  # weight-only FP4 on sm_89, said so
     assert "estimate" in out  # no public size was found: the byte model's figure, said so
     assert main(["catalog", "--family", "Gemma 4", "--gpu", "RTX 5090"]) == 0
-    assert "refused" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "refused" not in out and "Marlin" not in out
 
 
 def test_entries_the_planner_cannot_plan_yet_are_rejected_with_the_reason_not_a_crash(

@@ -45,12 +45,21 @@ def test_schemes_of_real_quantization_configs():
     assert scheme_of_quantization(Quantization("compressed-tensors", 4, 128)) == SCHEME_W4A16
 
 
-def test_nvfp4_runs_only_on_blackwell_and_says_why_elsewhere():
+def test_nvfp4_runs_on_blackwell_and_through_marlin_on_the_releases_that_have_it():
+    """FP4 tensor cores on sm_100/sm_120; elsewhere vLLM's Marlin FP4 kernel from 0.10 on sm_80+
+    and from 0.20 on sm_75+ (ModelOptNvFp4Config.get_min_capability in those wheels)."""
     ada = from_spec("RTX 4090", "linux").compute_capability
     blackwell = from_spec("RTX 5090", "linux").compute_capability
-    why = refusal(SCHEME_NVFP4, ada)
-    assert why is not None and "sm_100 or sm_120" in why and "sm_89" in why
     assert refusal(SCHEME_NVFP4, blackwell) is None
+    assert refusal(SCHEME_NVFP4, blackwell, "0.9.2") is None
+    for version in (None, "0.10.0", "0.28.0"):
+        assert refusal(SCHEME_NVFP4, ada, version) is None
+        assert "Marlin FP4 kernel (weight-only" in caveat(SCHEME_NVFP4, ada, version)
+    assert caveat(SCHEME_NVFP4, blackwell) == ""
+    why = refusal(SCHEME_NVFP4, ada, "0.9.2")
+    assert why is not None and "sm_100 or sm_120" in why and "sm_89 with vLLM 0.9.2" in why
+    assert refusal(SCHEME_NVFP4, (7, 5), "0.11.0") is not None  # Turing from 0.20 only
+    assert refusal(SCHEME_NVFP4, (7, 5), "0.20.0") is None
     assert refusal(SCHEME_AWQ, (8, 6)) is None
     assert refusal(SCHEME_AWQ, (7, 0)) is not None
 
@@ -61,12 +70,14 @@ def test_fp8_below_ada_runs_weight_only_with_a_caveat():
     assert caveat(SCHEME_FP8, (8, 9)) == ""
 
 
-def test_the_planner_refuses_an_nvfp4_checkpoint_before_blackwell():
+def test_the_planner_refuses_an_nvfp4_checkpoint_only_where_vllm_cannot_run_it():
     base = catalog.get("Qwen/Qwen3-8B")
     from dataclasses import replace
 
     fp4 = replace(base, quantization=Quantization("compressed-tensors", 4, 16))
-    on_ada = PlanInputs.on_gpu(fp4, from_spec("RTX 4090", "linux"))
-    failure = check_support(on_ada)
+    ada = from_spec("RTX 4090", "linux")
+    assert check_support(PlanInputs.on_gpu(fp4, ada)) is None  # Marlin FP4 on vLLM 0.33
+    old = PlanInputs.on_gpu(fp4, ada, vllm_version="0.9.2")
+    failure = check_support(old)
     assert failure is not None and "NVFP4" in failure.message
     assert check_support(PlanInputs.on_gpu(fp4, from_spec("RTX 5090", "linux"))) is None
