@@ -234,6 +234,7 @@ def test_the_build_script_writes_built_entries_into_a_catalog(hub: FakeHub, tmp_
     ("qwen3.5-27b", "Qwen/Qwen3.5-27B"),
     ("nemotron-3-nano-30b-a3b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
     ("gemma-4-31b-it-nvfp4", "nvidia/Gemma-4-31B-IT-NVFP4"),
+    ("qwen3.6-27b-nvfp4", "nvidia/Qwen3.6-27B-NVFP4"),  # MIXED_PRECISION, module by module
 ])
 def test_a_catalog_estimate_is_the_one_a_model_folder_gets(folder: str, repo: str) -> None:
     """A checkpoint known only by its config.json is sized by one rule, whether the catalog
