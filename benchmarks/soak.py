@@ -15,8 +15,8 @@ single readings swing by several MB within a minute, so the first and last readi
 and each minute's median and range are printed too), /metrics samples dropped (failed scrapes
 and ticks the sampler had to skip; goal: none), event-loop lateness P99 of a 5 ms precise timer
 on the GUI thread (goal <= 30 ms), open file descriptors and threads at the start and at the
-end (goal: equal), and the time of each paint of the dashboard's plots (the longest block the
-GUI thread sees while vLLM is busy).
+end (goal: none more at the end: a transient worker gone by then is no leak), and the time of
+each paint of the dashboard's plots (the longest block the GUI thread sees while vLLM is busy).
 
 Exit status: 0 when every goal is met, 1 when one is missed (the line says which), 2 when the
 server did not start.
@@ -441,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             ("RSS growth", abs(baseline_growth) <= GOAL_RSS_GROWTH),
             ("samples dropped", dropped == 0),
             ("event-loop P99", p99 <= GOAL_P99_S),
-            ("open fds", fds0 == fds1),
-            ("threads", threads0 == threads1),
+            ("open fds", fds1 <= fds0),
+            ("threads", threads1 <= threads0),
         )
         if not met
     ]
@@ -476,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"event loop lateness: P50 {lateness.percentile_s(50) * 1000:.1f} ms, P99 "
           f"{p99 * 1000:.1f} ms, max {lateness.max_s * 1000:.1f} ms  goal: P99 <= "
           f"{GOAL_P99_S * 1000:.0f} ms")
-    print(f"open fds: {fds0} -> {fds1}; threads: {threads0} -> {threads1}  goal: equal")
+    print(f"open fds: {fds0} -> {fds1}; threads: {threads0} -> {threads1}  goal: no more at the "
+          "end than at the start")
     longest_full_ms = max(full_collections, default=0.0) * 1000
     print(f"full (generation 2) collections: {len(full_collections)}, longest "
           f"{longest_full_ms:.1f} ms; {gc.get_freeze_count()} start-up objects frozen")
