@@ -140,6 +140,23 @@ def test_gemma4_31b_nvfp4_keeps_its_attention_in_bf16() -> None:
     assert after == 32_633_244_952  # attention bf16 (30.39 GiB); 22,276,917,112 before both fixes
 
 
+def test_gemma4_31b_as_vllm_loads_it_against_a_published_gpu_memory_figure() -> None:
+    """The LilaRest/gemma-4-31B-it-NVFP4-turbo model card (its README on the Hub, commit
+    ed0e4c7) gives the GPU memory vLLM holds for nvidia/Gemma-4-31B-IT-NVFP4, 31 GiB, and for
+    google/gemma-4-31B-it, 58.9 GiB. The plan's weights (checkpoint bytes and the RoPE tables,
+    :mod:`kvpilot.core.models.rope_cache`) land within 1 % of both (30.77 and 58.62 GiB); with
+    every projection priced NVFP4 they were 21.1 GiB (-32 %)."""
+    GiB = 2**30
+    config = _config(GEMMA4_31B)
+    spec = _spec(GEMMA4_31B)
+    nvfp4 = config_weight_bytes(spec, config) + spec.rope_cache_bytes
+    assert abs(nvfp4 / (31 * GiB) - 1) < 0.01
+    bf16_config = {k: v for k, v in config.items() if k != "quantization_config"}
+    bf16 = spec_from_config(bf16_config, model_id="google/gemma-4-31B-it")
+    bf16_bytes = config_weight_bytes(bf16, bf16_config) + bf16.rope_cache_bytes
+    assert abs(bf16_bytes / (58.9 * GiB) - 1) < 0.01
+
+
 def test_nvfp4_scales_are_one_fp8_byte_per_16_weights_and_two_fp32_scalars() -> None:
     spec = _spec("llama-3.1-8b-instruct")
     config = _config("llama-3.1-8b-instruct")
