@@ -34,14 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core import failures
-from kvpilot.core.fit import activation, mxfp4_padding
+from kvpilot.core.fit import activation, multimodal, mxfp4_padding
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.models.local import load_local_model
-from kvpilot.core.models.vision import vision_weight_bytes
 from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import Release
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -139,6 +137,23 @@ REAL_CONFIG_CASES.update({
 #: set a fitted constant (the thread compares runs with other --max-num-seqs and
 #: --max-num-batched-tokens values, and this run's are not given)
 VALIDATION_ONLY_CASES = frozenset({"h100class-x4-qwen35-35b-a3b-ft-tp4-u0.85-v0260-runB"})
+
+
+def _unusable(case: dict[str, Any], cfg: dict[str, Any] | None,
+              real: tuple[str, dict[str, Any]] | None, total_gib: float | None,
+              weights_gib: float | None) -> str | None:
+    """What a case lacks for the planner to replay it, or None."""
+    if cfg is None and real is None:
+        return "architecture not in architectures.json (or a multimodal / unknown one)"
+    if total_gib is None:
+        return "the GPU's total memory is not reported"
+    if weights_gib is None and real is None:
+        return "weights not reported"
+    if (case.get("pipeline_parallel_size") or 1) > 1:
+        return "pipeline parallelism is not modelled"
+    if case["reported"].get("available_kv_gib") is None:
+        return "available KV memory not reported"
+    return None
 
 
 def _undescribed(case: dict[str, Any]) -> str | None:
@@ -271,20 +286,7 @@ def load_cases(
             weights_gib = rep.get("weights_gib") or SIBLING_WEIGHTS_GIB.get(case["case_id"])
             real = REAL_CONFIG_CASES.get(case["case_id"])
             cfg = _config_for(arch, case) if arch and real is None else None
-            why = _undescribed(case)
-            if why is not None:
-                pass
-            elif cfg is None and real is None:
-                why = "architecture not in architectures.json (or a multimodal / unknown one)"
-            elif total_gib is None:
-                why = "the GPU's total memory is not reported"
-            elif weights_gib is None and real is None:
-                why = "weights not reported"
-            elif (case.get("pipeline_parallel_size") or 1) > 1:
-                why = "pipeline parallelism is not modelled"
-            elif rep.get("available_kv_gib") is None:
-                why = "available KV memory not reported"
-
+            why = _undescribed(case) or _unusable(case, cfg, real, total_gib, weights_gib)
             if why is not None:
                 skipped.append({"case": case["case_id"], "skipped": why})
                 continue
@@ -315,10 +317,8 @@ def load_cases(
                 towers = 0
                 if language_only:
                     towers = from_config.tower_weights_bytes
-                    vision = from_config.vision
-                    if vision is not None and vision.tower_skippable_since is not None and \
-                            Release.parse(version).at_least(Release(vision.tower_skippable_since)):
-                        towers += vision_weight_bytes(vision)
+                    if from_config.vision is not None:
+                        towers += multimodal.skipped_tower_bytes(from_config.vision, version)
                 pad -= towers
                 # and the RoPE tables each rank builds (buffers, in no file): the plan adds them
                 pad += from_config.rope_cache_bytes * tp

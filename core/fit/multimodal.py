@@ -163,6 +163,15 @@ def _positions_per_token(vision: VisionSpec) -> float:
     return vision.max_image_patches / max(1, vision.max_image_tokens)
 
 
+def skipped_tower_bytes(vision: VisionSpec, vllm_version: str | None) -> int:
+    """The vision weights ``vllm_version`` does not load when images are disabled (0 before the
+    release the family's tower became optional)."""
+    skippable = vision.tower_skippable_since
+    if skippable is not None and Release.parse(vllm_version).at_least(Release(skippable)):
+        return vision_weight_bytes(vision)
+    return 0
+
+
 def _encoder_positions(vision: VisionSpec, modality: str, items: int, tokens: int) -> int:
     """Encoder positions of ``items`` dummy items of ``tokens`` language-model tokens each."""
     if vision.family == "gemma4" and modality == "video":  # frames pooled like images
@@ -193,12 +202,7 @@ def encoder_profile(
     version = Release.parse(vllm_version)
     engine = _engine(model, vllm_version, batch.engine)
     if limit_mm_per_prompt == 0:
-        skippable = vision.tower_skippable_since
-        tower = (
-            vision_weight_bytes(vision)
-            if skippable is not None and version.at_least(Release(skippable))
-            else 0
-        )
+        tower = skipped_tower_bytes(vision, vllm_version)
         tp = max(1, tensor_parallel_size)
         note = "images disabled (--limit-mm-per-prompt 0): no encoder profile"
         if tower:

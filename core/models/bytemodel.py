@@ -39,7 +39,8 @@ from math import ceil
 from typing import Any
 
 from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown  # rules of 2026 models
-from kvpilot.core.models.params import Linear, ParamBreakdown
+from kvpilot.core.models.checkpoint_rules import NVFP4_GROUP_SIZE
+from kvpilot.core.models.params import Linear, ParamBreakdown, named_linears
 from kvpilot.core.models.quant_ignore import checkpoint_dtype_bytes
 from kvpilot.core.models.quant_mixed import ALGO_FP8, NVFP4_ALGOS, MixedPrecision
 from kvpilot.core.models.spec import ModelSpec, Quantization
@@ -56,8 +57,6 @@ _QK_NORM_TYPES = frozenset(
 )
 #: model types with four norms per decoder layer instead of two
 _FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
-#: NVFP4's block of weights sharing one FP8 scale
-_NVFP4_GROUP = 16
 #: checkpoint names of the gate / up / down projections of expert 0 (an ignore list is matched
 #: against the first expert of each layer: the lists name whole blocks, never one expert)
 _EXPERT_NAMES: dict[str, tuple[str, str, str]] = {
@@ -91,8 +90,7 @@ def param_breakdown(
 
     def add(k: int, n: int, *names: str, layers: tuple[int, ...] = every, per: int = 1,
             is_expert: bool = False) -> None:
-        for name in names:  # one projection of k x n per name, ``per`` of them in each layer
-            linears.append(Linear(k, n, per * len(layers), is_expert, name, layers))
+        linears.extend(named_linears(k, n, names, layers, per, is_expert))
 
     all_bias = bool(cfg.get("attention_bias", False)) or mt == "gpt_oss"
     qkv_bias = all_bias or mt in _QKV_BIAS_TYPES or bool(cfg.get("add_qkv_bias", False))
@@ -172,7 +170,7 @@ def _linear_bytes(lin: Linear, quant: Quantization | None, fp8_block: int | None
     group = quant.group_size if quant.group_size and quant.group_size > 0 else k
     groups = ceil(k / group)
     if method == "modelopt_fp4" or (method == "compressed-tensors" and bits == 4
-                                    and quant.group_size == _NVFP4_GROUP):
+                                    and quant.group_size == NVFP4_GROUP_SIZE):
         return (weights // 2 + n * groups + 4 + 4) * lin.count
     if method == "mxfp4":
         if not lin.is_expert:
@@ -232,7 +230,7 @@ def estimate_weight_bytes(
 #: the formats of a mixed checkpoint's modules, priced as vLLM loads them (per-tensor FP8 with
 #: its two fp32 scales; NVFP4 packed with its FP8 group scales)
 _MIXED_FORMATS = {ALGO_FP8: Quantization("fp8", 8)} | {
-    algo: Quantization("modelopt_fp4", 4, _NVFP4_GROUP) for algo in NVFP4_ALGOS}
+    algo: Quantization("modelopt_fp4", 4, NVFP4_GROUP_SIZE) for algo in NVFP4_ALGOS}
 
 
 def _mixed_bytes(spec: ModelSpec, breakdown: ParamBreakdown, mixed: MixedPrecision,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvpilot.core.models.params import Linear, ParamBreakdown
+from kvpilot.core.models.params import Linear, ParamBreakdown, named_linears
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -60,12 +60,6 @@ def hybrid_breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown 
     return None
 
 
-def _named(k: int, n: int, names: tuple[str, ...], layers: tuple[int, ...], per: int = 1,
-           is_expert: bool = False) -> list[Linear]:
-    """One projection of ``k`` x ``n`` per name, ``per`` of them in each of ``layers``."""
-    return [Linear(k, n, per * len(layers), is_expert, name, layers) for name in names]
-
-
 def _attention(spec: ModelSpec, cfg: Mapping[str, Any], kind: str, layers: tuple[int, ...],
                linears: list[Linear]) -> int:
     """Append the projections of the attention layers ``layers`` of ``kind``; return 16-bit
@@ -83,10 +77,10 @@ def _attention(spec: ModelSpec, cfg: Mapping[str, Any], kind: str, layers: tuple
         return 0
     gate = 2 if cfg.get("attn_output_gate") or spec.model_type == "qwen3_next" else 1
     at = "mixer" if spec.model_type == "nemotron_h" else "self_attn"
-    linears += _named(h, nh * hd * gate, (f"{at}.q_proj",), layers)
+    linears += named_linears(h, nh * hd * gate, (f"{at}.q_proj",), layers)
     kv = (f"{at}.k_proj",) if k_eq_v else (f"{at}.k_proj", f"{at}.v_proj")
-    linears += _named(h, nkv * hd, kv, layers)
-    linears += _named(nh * hd, h, (f"{at}.o_proj",), layers)
+    linears += named_linears(h, nkv * hd, kv, layers)
+    linears += named_linears(nh * hd, h, (f"{at}.o_proj",), layers)
     dense = 0
     if spec.model_type in _GDN_TYPES or spec.model_type == "gemma4_text":
         dense += 2 * hd * count  # q / k norms
@@ -113,18 +107,19 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
     if n_lin and state is not None and mt in _GDN_TYPES:
         nk, nv = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
         hk, hv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
-        linears += _named(h, 2 * nk * hk + 2 * nv * hv, ("linear_attn.in_proj_qkvz",), lin_layers)
-        linears += _named(h, 2 * nv, ("linear_attn.in_proj_ba",), lin_layers)
-        linears += _named(nv * hv, h, ("linear_attn.out_proj",), lin_layers)
+        linears += named_linears(h, 2 * nk * hk + 2 * nv * hv, ("linear_attn.in_proj_qkvz",),
+                                 lin_layers)
+        linears += named_linears(h, 2 * nv, ("linear_attn.in_proj_ba",), lin_layers)
+        linears += named_linears(nv * hv, h, ("linear_attn.out_proj",), lin_layers)
         dense += (state.conv_dim * state.conv_kernel + 2 * nv + hv) * n_lin
     elif n_lin and state is not None:
         heads, hdim = state.temporal_heads, state.temporal_head_dim
         inner = heads * hdim
         groups, dstate = state.n_groups, state.state_size
         mixer = "mixer" if mt == "nemotron_h" else "mamba"
-        linears += _named(h, 2 * inner + 2 * groups * dstate + heads, (f"{mixer}.in_proj",),
-                          lin_layers)
-        linears += _named(inner, h, (f"{mixer}.out_proj",), lin_layers)
+        linears += named_linears(h, 2 * inner + 2 * groups * dstate + heads,
+                                 (f"{mixer}.in_proj",), lin_layers)
+        linears += named_linears(inner, h, (f"{mixer}.out_proj",), lin_layers)
         conv_bias = state.conv_dim if cfg.get("use_conv_bias", True) else 0
         dense += (state.conv_dim * state.conv_kernel + conv_bias + 3 * heads + inner) * n_lin
 
@@ -136,16 +131,17 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
         dense_layers = tuple(i for i, c in enumerate(pattern) if c == "-")
         moe_layers = tuple(i for i, c in enumerate(pattern) if c == "E")
         n_moe = len(moe_layers)
-        linears += _named(h, inter, ("mixer.up_proj",), dense_layers)
-        linears += _named(inter, h, ("mixer.down_proj",), dense_layers)
+        linears += named_linears(h, inter, ("mixer.up_proj",), dense_layers)
+        linears += named_linears(inter, h, ("mixer.down_proj",), dense_layers)
         if n_moe and moe is not None:
             e, e_inter = moe.num_experts, moe.moe_intermediate_size or inter
-            linears += _named(h, e_inter, ("mixer.experts.0.up_proj",), moe_layers, e, True)
-            linears += _named(e_inter, h, ("mixer.experts.0.down_proj",), moe_layers, e, True)
+            linears += named_linears(h, e_inter, ("mixer.experts.0.up_proj",), moe_layers, e, True)
+            linears += named_linears(e_inter, h, ("mixer.experts.0.down_proj",), moe_layers, e,
+                                     True)
             shared = _int(cfg, "moe_shared_expert_intermediate_size")
             if shared:
-                linears += _named(h, shared, ("mixer.shared_experts.up_proj",), moe_layers)
-                linears += _named(shared, h, ("mixer.shared_experts.down_proj",), moe_layers)
+                linears += named_linears(h, shared, ("mixer.shared_experts.up_proj",), moe_layers)
+                linears += named_linears(shared, h, ("mixer.shared_experts.down_proj",), moe_layers)
             dense += (h * e + e) * n_moe  # router and its score-correction bias
         norms = n_layers
     elif mt == "llama4_text" and moe is not None:
@@ -155,50 +151,51 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
         n_moe = len(moe_layers)
         e, e_inter = moe.num_experts, moe.moe_intermediate_size or inter
         ff = "feed_forward"
-        linears += _named(h, e_inter, (f"{ff}.experts.gate_up_proj",), moe_layers, 2 * e, True)
-        linears += _named(e_inter, h, (f"{ff}.experts.down_proj",), moe_layers, e, True)
-        linears += _named(h, inter, (f"{ff}.shared_expert.gate_proj",
-                                     f"{ff}.shared_expert.up_proj"), moe_layers)
-        linears += _named(inter, h, (f"{ff}.shared_expert.down_proj",), moe_layers)
+        linears += named_linears(h, e_inter, (f"{ff}.experts.gate_up_proj",), moe_layers,
+                                 2 * e, True)
+        linears += named_linears(e_inter, h, (f"{ff}.experts.down_proj",), moe_layers, e, True)
+        linears += named_linears(h, inter, (f"{ff}.shared_expert.gate_proj",
+                                            f"{ff}.shared_expert.up_proj"), moe_layers)
+        linears += named_linears(inter, h, (f"{ff}.shared_expert.down_proj",), moe_layers)
         dense += h * e * n_moe
         mlp = _int(cfg, "intermediate_size_mlp", default=inter)
-        linears += _named(h, mlp, (f"{ff}.gate_proj", f"{ff}.up_proj"), dense_layers)
-        linears += _named(mlp, h, (f"{ff}.down_proj",), dense_layers)
+        linears += named_linears(h, mlp, (f"{ff}.gate_proj", f"{ff}.up_proj"), dense_layers)
+        linears += named_linears(mlp, h, (f"{ff}.down_proj",), dense_layers)
         norms = 2 * n_layers
     else:
         ffn_layers = every
         gate_up_mlp = ("mlp.gate_proj", "mlp.up_proj")
         if mt == "gemma4_text" and cfg.get("use_double_wide_mlp") and spec.kv_shared_layers:
             wide = every[n_layers - spec.kv_shared_layers:]  # the KV-shared layers come last
-            linears += _named(h, 2 * inter, gate_up_mlp, wide)
-            linears += _named(2 * inter, h, ("mlp.down_proj",), wide)
+            linears += named_linears(h, 2 * inter, gate_up_mlp, wide)
+            linears += named_linears(2 * inter, h, ("mlp.down_proj",), wide)
             ffn_layers = every[:n_layers - spec.kv_shared_layers]
         if moe is None or mt == "gemma4_text":
-            linears += _named(h, inter, gate_up_mlp, ffn_layers)
-            linears += _named(inter, h, ("mlp.down_proj",), ffn_layers)
+            linears += named_linears(h, inter, gate_up_mlp, ffn_layers)
+            linears += named_linears(inter, h, ("mlp.down_proj",), ffn_layers)
         if moe is not None:
             e, e_inter = moe.num_experts, moe.moe_intermediate_size or inter
             if mt == "gemma4_text":  # fused gate/up tensors of all experts of a layer
                 ex = "experts"
-                linears += _named(h, e_inter, (f"{ex}.gate_up_proj",), every, 2 * e, True)
+                linears += named_linears(h, e_inter, (f"{ex}.gate_up_proj",), every, 2 * e, True)
             else:  # expert 0 stands for its layer's experts (see .bytemodel)
                 ex = "mlp.experts.0"
-                linears += _named(h, e_inter, (f"{ex}.gate_proj", f"{ex}.up_proj"), every, e,
-                                  True)
-            linears += _named(e_inter, h, (f"{ex}.down_proj",), every, e, True)
+                linears += named_linears(h, e_inter, (f"{ex}.gate_proj", f"{ex}.up_proj"),
+                                         every, e, True)
+            linears += named_linears(e_inter, h, (f"{ex}.down_proj",), every, e, True)
             dense += h * e * n_layers  # router
             if mt == "gemma4_text":
                 dense += (h + e + 3 * h) * n_layers  # router scale, per-expert scale, 3 norms
             elif mt == "granitemoehybrid" and _int(cfg, "shared_intermediate_size"):
                 s_inter = _int(cfg, "shared_intermediate_size")  # Granite 4's shared MLP
-                linears += _named(h, s_inter, ("shared_mlp.input_linear",), every, 2)
-                linears += _named(s_inter, h, ("shared_mlp.output_linear",), every)
+                linears += named_linears(h, s_inter, ("shared_mlp.input_linear",), every, 2)
+                linears += named_linears(s_inter, h, ("shared_mlp.output_linear",), every)
             elif moe.num_shared_experts:
                 s_inter = _int(cfg, "shared_expert_intermediate_size",
                                default=e_inter * moe.num_shared_experts)
-                linears += _named(h, s_inter, ("mlp.shared_expert.gate_proj",
-                                               "mlp.shared_expert.up_proj"), every)
-                linears += _named(s_inter, h, ("mlp.shared_expert.down_proj",), every)
+                linears += named_linears(h, s_inter, ("mlp.shared_expert.gate_proj",
+                                                      "mlp.shared_expert.up_proj"), every)
+                linears += named_linears(s_inter, h, ("mlp.shared_expert.down_proj",), every)
                 dense += h * n_layers  # the shared expert's gate
         norms = (4 if mt == "gemma4_text" else 2) * n_layers
     dense += norms * h + h
@@ -209,8 +206,8 @@ def _breakdown(spec: ModelSpec, cfg: Mapping[str, Any]) -> ParamBreakdown:
             vocab_pl = _int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size)
             dense += vocab_pl * n_layers * ple + ple  # per-layer embeddings and their norm
             linears.append(Linear(h, n_layers * ple, 1, name="per_layer_model_projection"))
-            linears += _named(h, ple, ("per_layer_input_gate",), every)
-            linears += _named(ple, h, ("per_layer_projection",), every)
+            linears += named_linears(h, ple, ("per_layer_input_gate",), every)
+            linears += named_linears(ple, h, ("per_layer_projection",), every)
             dense += h * n_layers  # post per-layer-input norms
     embedding = spec.vocab_size * h
     lm_head = 0 if spec.tie_word_embeddings else spec.vocab_size * h

@@ -22,7 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvpilot.core.models.quant_mixed import ALGO_FP8, NVFP4_ALGOS, mixed_from_config
+from kvpilot.core.models.quant_mixed import (
+    ALGO_FP8,
+    NVFP4_ALGOS,
+    MixedPrecision,
+    mixed_from_config,
+)
 from kvpilot.core.models.spec import Quantization
 from kvpilot.core.vllm import versions
 
@@ -89,8 +94,8 @@ def scheme_of(qcfg: Mapping[str, Any] | None) -> str:
     if method == "modelopt":
         algo = str(qcfg.get("quant_algo") or "").upper()
         mixed = mixed_from_config(qcfg)
-        if mixed is not None:  # MIXED_PRECISION: the narrowest format it uses
-            algo = "FP4" if mixed.algorithms & NVFP4_ALGOS else " ".join(mixed.algorithms)
+        if mixed is not None:
+            return _mixed_scheme(mixed)
         return SCHEME_NVFP4 if "FP4" in algo else SCHEME_FP8 if "FP8" in algo else SCHEME_OTHER
     if method == "compressed-tensors":
         if "nvfp4" in str(qcfg.get("format") or "").lower():
@@ -110,6 +115,13 @@ def scheme_of(qcfg: Mapping[str, Any] | None) -> str:
     return SCHEME_OTHER
 
 
+def _mixed_scheme(mixed: MixedPrecision) -> str:
+    """A MIXED_PRECISION checkpoint's scheme: the narrowest format it uses."""
+    if mixed.algorithms & NVFP4_ALGOS:
+        return SCHEME_NVFP4
+    return SCHEME_FP8 if ALGO_FP8 in mixed.algorithms else SCHEME_OTHER
+
+
 def scheme_of_quantization(quant: Quantization | None) -> str:
     """The scheme of a parsed :class:`Quantization` (what a catalog checkpoint holds)."""
     if quant is None:
@@ -117,12 +129,12 @@ def scheme_of_quantization(quant: Quantization | None) -> str:
     method = quant.method.lower()
     if method in ("awq", "gptq", "fp8", "mxfp4"):
         return method
+    if quant.mixed is not None:
+        return _mixed_scheme(quant.mixed)
     if method in ("modelopt-fp4", "modelopt_fp4", "nvfp4") or (
         method == "modelopt" and quant.group_size == NVFP4_GROUP_SIZE
-    ) or (quant.mixed is not None and quant.mixed.algorithms & NVFP4_ALGOS):
+    ):
         return SCHEME_NVFP4
-    if quant.mixed is not None and ALGO_FP8 in quant.mixed.algorithms:
-        return SCHEME_FP8
     if method == "compressed-tensors":
         if quant.bits == 4 and quant.group_size == NVFP4_GROUP_SIZE:
             return SCHEME_NVFP4

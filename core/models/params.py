@@ -25,6 +25,12 @@ class Linear:
     layers: tuple[int, ...] = ()
 
 
+def named_linears(k: int, n: int, names: tuple[str, ...], layers: tuple[int, ...], per: int = 1,
+                  is_expert: bool = False) -> list[Linear]:
+    """One projection of ``k`` x ``n`` per name, ``per`` of them in each of ``layers``."""
+    return [Linear(k, n, per * len(layers), is_expert, name, layers) for name in names]
+
+
 @dataclass(frozen=True)
 class ParamBreakdown:
     """Parameters of a text model split by how quantization treats them.

@@ -34,6 +34,7 @@ __all__ = [
     "QuantIgnore",
     "checkpoint_dtype_bytes",
     "ignore_from_config",
+    "module_names",
     "module_prefixes",
 ]
 
@@ -152,15 +153,23 @@ def _matches(ignore: QuantIgnore, name: str) -> bool:
     return any(rx.match(name) for rx in patterns)
 
 
+def module_names(prefixes: tuple[str, ...], submodule: str, layer: int | None) -> list[str]:
+    """The checkpoint names ``submodule`` may have in decoder layer ``layer`` under each of
+    ``prefixes`` (None: a module of the text model itself, e.g. ``lm_head``)."""
+    if layer is not None:
+        return [f"{p}layers.{layer}.{submodule}" for p in prefixes]
+    names = [submodule, *(p + submodule for p in prefixes)]
+    if submodule == "lm_head":
+        names.append("language_model.lm_head")
+    return names
+
+
 @lru_cache(maxsize=4096)
 def _ignored_count(
     ignore: QuantIgnore, prefixes: tuple[str, ...], submodule: str, layers: tuple[int, ...]
 ) -> int:
     if not layers:
-        names = [submodule] + [p + submodule for p in prefixes]
-        if submodule == "lm_head":
-            names.append("language_model.lm_head")
-        return int(any(_matches(ignore, n) for n in names))
+        return int(any(_matches(ignore, n) for n in module_names(prefixes, submodule, None)))
     return sum(
-        1 for i in layers if any(_matches(ignore, f"{p}layers.{i}.{submodule}") for p in prefixes)
+        1 for i in layers if any(_matches(ignore, n) for n in module_names(prefixes, submodule, i))
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kvpilot.core.models.quant_ignore import module_prefixes
+from kvpilot.core.models.quant_ignore import module_names, module_prefixes
 
 #: ModelOpt's algorithm names of the formats priced here
 ALGO_FP8 = "FP8"
@@ -74,26 +74,17 @@ def _index(mixed: MixedPrecision) -> dict[str, str]:
     return dict(mixed.layers)
 
 
-def _candidates(prefixes: tuple[str, ...], submodule: str, layer: int | None) -> list[str]:
-    if layer is not None:
-        return [f"{p}layers.{layer}.{submodule}" for p in prefixes]
-    names = [submodule, *(p + submodule for p in prefixes)]
-    if submodule == "lm_head":
-        names.append("language_model.lm_head")
-    return names
-
-
 @lru_cache(maxsize=8192)
 def _algo_of(mixed: MixedPrecision, prefixes: tuple[str, ...], submodule: str,
              layer: int | None) -> str | None:
     index = _index(mixed)
-    names = _candidates(prefixes, submodule, layer)
+    names = module_names(prefixes, submodule, layer)
     for name in names:
         if name in index:
             return index[name]
     shards = _SHARDS.get(submodule)
     if shards:
-        found = {index[n] for s in shards for n in _candidates(prefixes, s, layer) if n in index}
+        found = {index[n] for s in shards for n in module_names(prefixes, s, layer) if n in index}
         if len(found) == 1:
             return found.pop()
     for name in names:  # a parent module: any child it lists (routed experts)
