@@ -81,10 +81,14 @@ CUDA_TOTAL_GIB = {
     "T4 16GB": 14.74,
     # the L4 total of other vLLM logs that the Gemma 4 E2B L4 case's notes give (22.04 GiB)
     "L4 24GB": 22.04,
+    # the RTX 3090 Ti of the Gemma 4 E4B case: its document's nvidia-smi -q gives 24,564 MiB total
+    # and 452 MiB reserved, and CUDA's total is the rest (24,112 MiB), as the RTX 3090's
+    # 24,576 - 440 MiB is the 23.57 GiB vLLM logs on that card
+    "RTX 3090 Ti 24GB": 24112 / 1024,
 }
 #: cards whose total is taken from another start-up's log: such a case validates but never
 #: tunes a constant (a few hundredths of a GiB of doubt would move the fitted non-torch term)
-VALIDATION_ONLY_TOTALS = frozenset({"T4 16GB", "L4 24GB"})
+VALIDATION_ONLY_TOTALS = frozenset({"T4 16GB", "L4 24GB", "RTX 3090 Ti 24GB"})
 
 #: weights a case does not print, from a case of the same checkpoint, vLLM release and GPU
 SIBLING_WEIGHTS_GIB = {
@@ -129,6 +133,11 @@ REAL_CONFIG_CASES: dict[str, tuple[str, dict[str, Any]]] = {
 # is served as model_type qwen3_5_text) but neither their own config.json nor their weight size
 # is known here, so they are left out below instead of planned from a sibling's file
 REAL_CONFIG_CASES.update({
+    "rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221": ("gemma-4-e4b-it", {}),
+    # google/gemma-4-31B-it in BF16: nvidia/Gemma-4-31B-IT-NVFP4's config.json is the same model's
+    # with a quantization_config added, which is dropped (None removes a key)
+    "b300-gemma4-31b-it-bf16-16k-u0.92-v0260": (
+        "gemma-4-31b-it-nvfp4", {"quantization_config": None}),
     "h100class-x4-qwen35-35b-a3b-ft-tp4-u0.85-v0260-runB": ("qwen3.5-35b-a3b", {}),
     "h100class-x4-qwen35-35b-a3b-ft-dflash-tp4-u0.85-v0260-runA": ("qwen3.5-35b-a3b", {}),
 })
@@ -136,7 +145,12 @@ REAL_CONFIG_CASES.update({
 #: cases whose settings the report does not restate in full: they check a prediction, never
 #: set a fitted constant (the thread compares runs with other --max-num-seqs and
 #: --max-num-batched-tokens values, and this run's are not given)
-VALIDATION_ONLY_CASES = frozenset({"h100class-x4-qwen35-35b-a3b-ft-tp4-u0.85-v0260-runB"})
+VALIDATION_ONLY_CASES = frozenset({
+    "h100class-x4-qwen35-35b-a3b-ft-tp4-u0.85-v0260-runB",
+    # a 268 GiB datacenter B300: the memory outside torch it logs (0.25 GiB, its own
+    # libraries' workspaces) is no figure for the 16-48 GB cards the constants serve
+    "b300-gemma4-31b-it-bf16-16k-u0.92-v0260",
+})
 
 
 def _unusable(case: dict[str, Any], cfg: dict[str, Any] | None,
@@ -301,7 +315,8 @@ def load_cases(
                 root = Path(tmp) / "model"
                 if real is not None:
                     shutil.copytree(CONFIGS / real[0], root)
-                    cfg = {**json.loads((root / "config.json").read_text()), **real[1]}
+                    merged = {**json.loads((root / "config.json").read_text()), **real[1]}
+                    cfg = {k: v for k, v in merged.items() if v is not None}
                 else:
                     root.mkdir()
                 (root / "config.json").write_text(json.dumps(cfg))
@@ -428,11 +443,12 @@ def fit_constants(
     fitted_on["cudagraph_bytes_per_layer_hidden_token"] = tuple(used)
     stage = FittedConstants(
         prior.non_torch_single_gpu_bytes, prior.non_torch_tensor_parallel_bytes, graph,
-        {}, fitted_on,
+        fitted_on=fitted_on,
     )
     # 2. activation remainder per row
     by_row: dict[str, list[float]] = defaultdict(list)
     by_row_ids: dict[str, list[str]] = defaultdict(list)
+    in_bytes: set[str] = set()
     for c in training:
         if c.reported_activation_gib is None:
             continue
@@ -442,17 +458,24 @@ def fit_constants(
         cap = compute_capacity(c.inputs, constants=stage)
         if not _sampler_is_the_peak(c, cap):
             continue  # the forward sets the peak: the sampler's remainder is not seen
-        unit = activation.logit_unit_bytes(c.inputs.model, cap.max_num_seqs)
+        # rows whose sampler masks in place leave a byte remainder, older rows logit units
+        # (VersionProfile.residual_in_bytes)
+        unit = 1 if profile.residual_in_bytes else activation.logit_unit_bytes(
+            c.inputs.model, cap.max_num_seqs)
+        if profile.residual_in_bytes:
+            in_bytes.add(_row_key(c))
         by_row[_row_key(c)].append(
             (c.reported_activation_gib * GiB - cap.activation_peak_bytes) / unit
         )
         by_row_ids[_row_key(c)].append(c.case_id)
-    residual = {k: round(_median(v, 0.0), 3) for k, v in by_row.items()}
+    residual = {k: round(_median(v, 0.0), 3) for k, v in by_row.items() if k not in in_bytes}
+    residual_bytes = {k: int(_median(v, 0.0)) for k, v in by_row.items() if k in in_bytes}
     for k, ids in by_row_ids.items():
-        fitted_on[f"activation_residual_units[{k}]"] = tuple(ids)
+        kind = "bytes" if k in in_bytes else "units"
+        fitted_on[f"activation_residual_{kind}[{k}]"] = tuple(ids)
     stage = FittedConstants(
         prior.non_torch_single_gpu_bytes, prior.non_torch_tensor_parallel_bytes, graph,
-        residual, fitted_on,
+        residual, fitted_on=fitted_on, activation_residual_bytes=residual_bytes,
     )
     # 3. non-torch
     single: list[float] = []
@@ -482,6 +505,7 @@ def fit_constants(
         cudagraph_bytes_per_layer_hidden_token=round(graph, 3),
         activation_residual_units=residual,
         fitted_on=fitted_on,
+        activation_residual_bytes=residual_bytes,
     )
     # 4. what a row's budgets leave unexplained where vLLM's CUDA-graph estimate is inside the
     #    budget (0.20+) and its cases log neither the activation peak nor the graph estimate
@@ -506,6 +530,7 @@ def fit_constants(
         activation_residual_units=residual,
         row_remainder_bytes=remainder,
         fitted_on=fitted_on,
+        activation_residual_bytes=residual_bytes,
     )
 
 
@@ -530,6 +555,7 @@ def _row(case: Case, cap: Capacity, mode: str) -> dict[str, Any]:
     if case.reported_kv_gib not in (None, 0):
         ref = float(case.reported_kv_gib)  # type: ignore[arg-type]
         row["kv_error_gib"] = round(cap.available_kv_bytes / GiB - ref, 3)
+        row["requested_gib"] = round(cap.requested_bytes / GiB, 3)
         row["kv_error_pct"] = round((cap.available_kv_bytes / GiB - ref) / abs(ref) * 100, 2)
     if case.reported_tokens:
         row["tokens_error_pct"] = round(
@@ -635,7 +661,8 @@ def recent_summary(known: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def validation_band(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-row band half-widths (bytes): the largest leave-one-out |error| of the row's cases.
+    """Per-row band half-widths: the largest leave-one-out |error| of the row's cases as a
+    share of each case's requested memory (``activation.Validation``).
 
     Single-GPU and tensor-parallel plans are kept apart (``"0.28"`` and ``"0.28/tp"``: NCCL
     memory is the larger unknown with several GPUs). A row with fewer than two validated cases
@@ -645,24 +672,27 @@ def validation_band(rows: list[dict[str, Any]]) -> dict[str, Any]:
     # estimate's own uncertainty to its band (budget._WEIGHTS_UNCERTAINTY)
     known = [r for r in rows if r.get("mode") == "validation" and "kv_error_gib" in r
              and not r.get("weights_from_config")]
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[str, list[float]] = defaultdict(list)
+    ids: dict[str, list[str]] = defaultdict(list)
     pooled_rows: dict[str, list[float]] = defaultdict(list)
     for r in known:
         kind = "/tp" if r["tensor_parallel_size"] > 1 else ""
-        groups[r["row"] + kind].append(r)
-        pooled_rows[kind].append(abs(r["kv_error_gib"]))
+        share = abs(r["kv_error_gib"]) / r["requested_gib"]
+        groups[r["row"] + kind].append(share)
+        ids[r["row"] + kind].append(r["case"])
+        pooled_rows[kind].append(share)
     pooled = {k: max(v) for k, v in pooled_rows.items()}
-    half: dict[str, int] = {}
-    for key, rs in groups.items():
+    half: dict[str, float] = {}
+    for key, shares in groups.items():
         kind = "/tp" if key.endswith("/tp") else ""
-        worst = max(abs(r["kv_error_gib"]) for r in rs) if len(rs) >= 2 else pooled[kind]
-        half[key] = int(max(worst, 0.01) * GiB)
+        worst = max(shares) if len(shares) >= 2 else pooled[kind]
+        half[key] = round(max(worst, 0.0005), 5)
     for kind, worst in pooled.items():
-        half["*" + kind] = int(worst * GiB)
+        half["*" + kind] = round(worst, 5)
     return {
-        "half_width_bytes": dict(sorted(half.items())),
-        "pooled_half_width_bytes": int(max(pooled.values(), default=0.5) * GiB),
-        "cases": {k: [r["case"] for r in v] for k, v in sorted(groups.items())},
+        "half_width_fraction": dict(sorted(half.items())),
+        "pooled_half_width_fraction": round(max(pooled.values(), default=0.03), 5),
+        "cases": {k: v for k, v in sorted(ids.items())},
     }
 
 
@@ -680,6 +710,7 @@ def write_constants(path: Path = CONSTANTS_PATH) -> dict[str, Any]:
             "non_torch_tensor_parallel_bytes": full.non_torch_tensor_parallel_bytes,
             "cudagraph_bytes_per_layer_hidden_token": full.cudagraph_bytes_per_layer_hidden_token,
             "activation_residual_units": full.activation_residual_units,
+            "activation_residual_bytes": full.activation_residual_bytes,
             "row_remainder_bytes": full.row_remainder_bytes,
             "fitted_on": {k: list(v) for k, v in full.fitted_on.items()},
         },

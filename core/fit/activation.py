@@ -113,7 +113,6 @@ class VersionProfile:
             sampler runs (V2 model runner): peak = forward + sampler; otherwise the larger wins.
         tokens_from_concurrency: "KV cache size: N tokens" = int(concurrency x max_model_len).
         null_block_reserved: the fit check keeps one block aside.
-        in_flight_batches: scheduler batches in flight (sliding-window reservation multiplier).
         source: the release files and functions this row reproduces.
         v2_sampler: the V2 model runner's sampler for dense (non-MoE) models, None before 0.28.
         fitted_on: calibration cases a choice of this row was fitted on (empty: code only).
@@ -125,10 +124,22 @@ class VersionProfile:
     sampler_adds_to_forward: bool
     tokens_from_concurrency: bool
     null_block_reserved: bool
-    in_flight_batches: int
     source: str
     v2_sampler: tuple[Buffer, ...] | None = None
     fitted_on: tuple[str, ...] = ()
+
+    @property
+    def residual_in_bytes(self) -> bool:
+        """The row's fitted activation residual is a byte count, not logit units.
+
+        True where the sampler masks top-k/top-p in place (0.19+: ``apply_top_k_top_p_triton``
+        for 8 rows or more, or FlashInfer's fused kernel): its only other buffer is one fp32
+        vocabulary row per Triton program (at most one per SM, ``topk_topp_triton.py``), so
+        what the counted tensors leave does not grow with rows x vocab. A Gemma 4 31B start-up
+        on vLLM 0.26.0 (1,024 rows of a 262,144 vocabulary) logs 3.9 GiB, 0.3 GiB above its
+        3.5 counted units; the same row's Qwen2.5-7B case leaves 0.5 GiB over 256 x 152,064.
+        """
+        return self.sampler is SAMPLER_TRITON
 
     @property
     def cudagraph_in_budget(self) -> bool:
@@ -162,7 +173,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=True,
         tokens_from_concurrency=True,
         null_block_reserved=True,
-        in_flight_batches=2,
         source=(
             "0.28.0 config/vllm.py use_v2_model_runner (V2 runner default for dense "
             "generative models, MoE stays on V1); v1/worker/gpu/model_runner.py profile_run / "
@@ -176,7 +186,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=False,
         tokens_from_concurrency=True,
         null_block_reserved=False,
-        in_flight_batches=1,
         source=(
             "0.20.2 envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1 and "
             "v1/worker/gpu_worker.py determine_available_memory (graph estimate inside the "
@@ -190,7 +199,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=False,
         tokens_from_concurrency=True,
         null_block_reserved=False,
-        in_flight_batches=1,
         source=(
             "0.19.1 v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p -> "
             "topk_topp_triton.py apply_top_k_top_p_triton for >= 8 rows (no sort)"
@@ -203,7 +211,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=False,
         tokens_from_concurrency=True,
         null_block_reserved=False,
-        in_flight_batches=1,
         source=(
             "0.13.0 v1/sample/ops/topk_topp_sampler.py TopKTopPSampler.__init__ (FlashInfer "
             "sampler only with VLLM_USE_FLASHINFER_SAMPLER=1) -> forward_native sort path; "
@@ -217,7 +224,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=False,
         tokens_from_concurrency=True,
         null_block_reserved=False,
-        in_flight_batches=1,
         source=(
             "0.10.2 v1/worker/gpu_model_runner.py _dummy_sampler_run, forward_native sort path "
             "(FlashInfer sampler is used by default only where FlashInfer is installed: which "
@@ -232,7 +238,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=False,
         tokens_from_concurrency=False,
         null_block_reserved=False,
-        in_flight_batches=1,
         source=(
             "0.8.5-0.10.1.1 v1/sample/ops/topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER "
             "unset means FlashInfer in V1 when installed (vllm-openai images ship it: which "
@@ -247,7 +252,6 @@ PROFILES: tuple[VersionProfile, ...] = (
         sampler_adds_to_forward=False,
         tokens_from_concurrency=False,
         null_block_reserved=False,
-        in_flight_batches=1,
         source=(
             "0.6.6 / 0.7.3 worker/model_runner.py GPUModelRunnerBase.profile_run (max_num_seqs "
             "dummy sequences, top_k = vocab - 1, top_p 0.99); model_executor/layers/sampler.py "
@@ -283,6 +287,16 @@ def profile_for(
     return PROFILES[-1]
 
 
+def in_flight_batches(version: str | None) -> int:
+    """Scheduler batches whose tokens a sliding-window (or chunked-local) layer reserves for.
+
+    From 0.26 ``VllmConfig.max_in_flight_tokens`` is ``max_concurrent_batches x
+    max_num_batched_tokens``, two batches with async scheduling (the default, one GPU, no
+    pipeline parallelism); before, the KV specs reserved one batch of ``max_num_batched_tokens``.
+    """
+    return 2 if versions.supports("kv_in_flight_concurrent_batches", version) else 1
+
+
 def uses_v2_runner(model: ModelSpec, profile: VersionProfile) -> bool:
     """True where the V2 model runner runs this model (0.28+, dense generative models)."""
     return profile.v2_sampler is not None and model.moe is None
@@ -303,7 +317,11 @@ class FittedConstants:
         cudagraph_bytes_per_layer_hidden_token: CUDA-graph pool per layer, hidden unit and
             token of the largest capture size.
         activation_residual_units: per version row (``VersionProfile.key``), logit units the
-            computed activation peak misses on that row's cases (0 where none reported).
+            computed activation peak misses on that row's cases (0 where none reported); rows
+            whose sampler sorts the vocabulary (its workspace grows with rows x vocab).
+        activation_residual_bytes: the same in bytes for rows whose sampler masks top-k/top-p
+            in place (:attr:`VersionProfile.residual_in_bytes`): nothing there grows with
+            rows x vocab beyond the tensors counted, so what is left does not scale with them.
         row_remainder_bytes: per version row whose budget holds vLLM's CUDA-graph estimate
             (0.20+), what that row's budgets leave unexplained after every other term (bytes,
             counted with the activation peak): the estimate is not the pool size that older
@@ -317,6 +335,7 @@ class FittedConstants:
     activation_residual_units: dict[str, float] = field(default_factory=dict)
     row_remainder_bytes: dict[str, int] = field(default_factory=dict)
     fitted_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    activation_residual_bytes: dict[str, int] = field(default_factory=dict)
 
     def source(self, name: str) -> str:
         """``"fitted on <case ids>"`` for one constant (the plan's term note)."""
@@ -336,30 +355,39 @@ _PRIOR = FittedConstants(
 
 @dataclass(frozen=True)
 class Validation:
-    """Leave-one-out error of available KV memory per version row (bytes).
+    """Leave-one-out error of available KV memory per version row, as a share of the budget.
 
-    ``half_width_bytes[row key]`` is the largest |predicted - reported| available KV of that
-    row's known-version cases (single GPU; ``"<row>/tp"`` for tensor parallelism), each
-    predicted with every fitted constant refitted without it; ``"*"`` / ``"*/tp"`` and
-    ``pooled_half_width_bytes`` are the same over all rows (rows without cases use them).
-    ``cases[row key]`` lists the case ids behind each row's figure.
+    ``half_width_fraction[row key]`` is the largest |predicted - reported| available KV of that
+    row's known-version cases divided by the case's requested memory (``total x utilization``
+    per GPU; single GPU, ``"<row>/tp"`` for tensor parallelism), each predicted with every
+    fitted constant refitted without it. A share, not bytes: the cases run on 16 GB to 268 GiB
+    cards and what a term misses grows with the model and the budget (0.5 % of a B300 is more
+    GiB than a whole error on a 4090). ``"*"`` / ``"*/tp"`` and ``pooled_half_width_fraction``
+    are the same over all rows (rows without cases use them). ``cases[row key]`` lists the
+    case ids behind each row's figure.
     """
 
-    half_width_bytes: dict[str, int] = field(default_factory=dict)
-    pooled_half_width_bytes: int = int(0.5 * GiB)
+    half_width_fraction: dict[str, float] = field(default_factory=dict)
+    pooled_half_width_fraction: float = 0.03
     cases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def half_width_for(self, profile: VersionProfile, tensor_parallel_size: int = 1) -> int:
-        """The band half-width of a row for one GPU or tensor parallelism (bytes).
+    def fraction_for(self, profile: VersionProfile, tensor_parallel_size: int = 1) -> float:
+        """The band half-width of a row for one GPU or tensor parallelism (share of budget).
 
         Keys are ``"<row>"`` / ``"<row>/tp"``; a row without validated cases of its kind uses
-        ``"*"`` / ``"*/tp"`` (all rows), then ``pooled_half_width_bytes``.
+        ``"*"`` / ``"*/tp"`` (all rows), then ``pooled_half_width_fraction``.
         """
         kind = "/tp" if tensor_parallel_size > 1 else ""
         for key in (profile.key + kind, "*" + kind):
-            if key in self.half_width_bytes:
-                return self.half_width_bytes[key]
-        return self.pooled_half_width_bytes
+            if key in self.half_width_fraction:
+                return self.half_width_fraction[key]
+        return self.pooled_half_width_fraction
+
+    def half_width_for(
+        self, profile: VersionProfile, requested_bytes: int, tensor_parallel_size: int = 1
+    ) -> int:
+        """The band half-width in bytes for a plan requesting ``requested_bytes`` per GPU."""
+        return int(self.fraction_for(profile, tensor_parallel_size) * max(0, requested_bytes))
 
 
 def _load() -> tuple[FittedConstants, Validation]:
@@ -384,11 +412,16 @@ def _load() -> tuple[FittedConstants, Validation]:
             str(k): int(v) for k, v in c.get("row_remainder_bytes", {}).items()
         },
         fitted_on={str(k): tuple(v) for k, v in c.get("fitted_on", {}).items()},
+        activation_residual_bytes={
+            str(k): int(v) for k, v in c.get("activation_residual_bytes", {}).items()
+        },
     )
     v = data.get("validation", {})
     validation = Validation(
-        half_width_bytes={str(k): int(x) for k, x in v.get("half_width_bytes", {}).items()},
-        pooled_half_width_bytes=int(v.get("pooled_half_width_bytes", int(0.5 * GiB))),
+        half_width_fraction={
+            str(k): float(x) for k, x in v.get("half_width_fraction", {}).items()
+        },
+        pooled_half_width_fraction=float(v.get("pooled_half_width_fraction", 0.03)),
         cases={str(k): tuple(x) for k, x in v.get("cases", {}).items()},
     )
     return constants, validation
@@ -486,9 +519,12 @@ def sampler_peak_bytes(
     """
     c = constants or FITTED
     units = sum(b.units for b in sampler_buffers(model, num_seqs, profile))
+    extra = 0
     if residual_applies(profile, compiled=compiled):
         units += c.activation_residual_units.get(profile.key, 0.0)
-    return int(max(units, 0.0) * logit_unit_bytes(model, num_seqs))
+        # a byte remainder of the sampler's run: none where no sampler runs (pooling)
+        extra = c.activation_residual_bytes.get(profile.key, 0) if num_seqs > 0 else 0
+    return max(0, int(max(units, 0.0) * logit_unit_bytes(model, num_seqs)) + extra)
 
 
 def residual_applies(profile: VersionProfile, *, compiled: bool) -> bool:

@@ -272,7 +272,7 @@ def compute_capacity(
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
     layout = adapters.plan_layout(inputs, model, inputs.block_size, adapt)
-    in_flight = batched * profile.in_flight_batches
+    in_flight = batched * activation.in_flight_batches(inputs.vllm_version)
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
         tokens_from_concurrency=profile.tokens_from_concurrency
@@ -335,8 +335,10 @@ def compute_capacity(
 
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual = fitted.activation_residual_units.get(profile.key, 0.0)
+    residual_bytes = fitted.activation_residual_bytes.get(profile.key, 0)
     if not activation.residual_applies(profile, compiled=not inputs.enforce_eager):
         residual = 0.0  # fitted on compiled runs; --enforce-eager runs no torch.compile
+        residual_bytes = 0
     act_note = (
         f"profile run: {batched:,} tokens, sampler {sampler_seqs} x {model.vocab_size:,} "
         "logits x "
@@ -348,6 +350,10 @@ def compute_capacity(
         act_source = FROM_FITTED
         act_note += (f"; plus {residual:+.2f} logit units "
                      + fitted.source(f"activation_residual_units[{profile.key}]"))
+    if residual_bytes:
+        act_source = FROM_FITTED
+        act_note += (f"; plus {residual_bytes / GiB:+.2f} GiB sampler remainder "
+                     + fitted.source(f"activation_residual_bytes[{profile.key}]"))
     remainder = fitted.row_remainder_bytes.get(profile.key, 0)
     if remainder:
         act_source = FROM_FITTED
@@ -358,7 +364,7 @@ def compute_capacity(
     if inputs.kv_cache_memory_bytes is not None:
         half = 0  # vLLM uses the given size as it is
     else:
-        half = activation.VALIDATION.half_width_for(profile, tp)
+        half = activation.VALIDATION.half_width_for(profile, requested, tp)
         half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0)) + graphs_band
     band = (available - half, available + half)
     verdict = band_verdict(inputs, band, failure)
@@ -493,7 +499,7 @@ def band_verdict(
     else:
         batched = inputs.max_num_batched_tokens
     layout = adapters.plan_layout(inputs, model, inputs.block_size)
-    in_flight = batched * profile.in_flight_batches
+    in_flight = batched * activation.in_flight_batches(inputs.vllm_version)
     state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
     if state == VERDICT_DOES_NOT_FIT:
         return VERDICT_DOES_NOT_FIT

@@ -20,7 +20,7 @@ from dataclasses import replace
 from kvpilot.core import failures
 from kvpilot.core.failures import Failure
 from kvpilot.core.fit import adapters, kv
-from kvpilot.core.fit.activation import FittedConstants, profile_for
+from kvpilot.core.fit.activation import FittedConstants, in_flight_batches, profile_for
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, band_verdict, compute_capacity
 from kvpilot.core.fit.plan import (
     FROM_CALIBRATED,
@@ -148,7 +148,7 @@ def _with_kv(
     reported_tokens = measured.kv_cache_tokens if measured is not None else None
     profile = profile_for(inputs.vllm_version, inputs.compute_capability)
     layout = adapters.plan_layout(inputs, inputs.model, predicted.block_size)
-    in_flight = predicted.max_num_batched_tokens * profile.in_flight_batches
+    in_flight = predicted.max_num_batched_tokens * in_flight_batches(inputs.vllm_version)
     cap = kv.kv_capacity(
         layout, available_kv_bytes, predicted.max_model_len, in_flight,
         tokens_from_concurrency=profile.tokens_from_concurrency

@@ -371,7 +371,18 @@ def _negative_budget_options(
     util = original.gpu_memory_utilization
     blocks = -(-original.max_model_len // max(1, original.block_size)) + 1
     one_request = blocks * original.page_bytes_per_block
-    target = math.ceil((util * total - reported + one_request) / total * 100) / 100 + 0.01
+
+    def target_for(margin: int) -> float:
+        """The utilization whose budget, as vLLM measured it, holds one request + margin."""
+        return math.ceil((util * total - reported + one_request + margin) / total * 100) / 100
+
+    # the band's lower edge has to hold the request too: the corrected figure keeps the
+    # model's validation width around it (calibrate.corrected_capacity)
+    target = target_for(0) + 0.01
+    if target <= 1.0:
+        low, high = plan(replace(inputs, gpu_memory_utilization=round(target, 2))
+                         ).available_kv_band_bytes
+        target = max(target, target_for((high - low) // 2))
     ceiling = budget.max_passing_utilization(total, free) if free is not None else 0.98
     out: list[FallbackOption] = []
     if util < target <= min(ceiling, 1.0):

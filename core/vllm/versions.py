@@ -165,6 +165,11 @@ FEATURES: dict[str, Feature] = {
                 "config/compilation.py: with FULL decode CUDA graphs a model with Mamba / "
                 "linear-attention layers fails start-up when max_num_seqs > the pool's blocks "
                 "('exceeds available Mamba cache blocks'; absent from the 0.19.0 wheel)"),
+        Feature("kv_in_flight_concurrent_batches", "0.26.0",
+                "config/vllm.py max_in_flight_tokens (max_concurrent_batches, 2 with async "
+                "scheduling, x max_num_batched_tokens) read by v1/kv_cache_interface.py: a "
+                "sliding-window layer reserves window - 1 + in-flight tokens per request "
+                "(window - 1 + max_num_batched_tokens in 0.25)"),
         Feature("cudagraph_in_budget", "0.20.0",
                 "v1/worker/gpu_worker.py determine_available_memory subtracts the CUDA-graph "
                 "estimate before the KV cache"),

@@ -16,7 +16,12 @@ def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
     from kvpilot.gui.records import PlanRow
 
     model = fixture_spec("qwen2.5-7b-instruct", 15_231_233_024)
-    inputs = rtx4090(model, max_model_len=32768, max_num_seqs=1, gpu_memory_utilization=0.7)
+    # the utilization at which one 32k request lands inside the band (its width is the fitted
+    # validation error, so it is looked up)
+    inputs = next(i for i in (rtx4090(model, max_model_len=32768, max_num_seqs=1,
+                                      gpu_memory_utilization=u / 1000)
+                              for u in range(600, 900, 2))
+                  if compute_capacity(i).verdict == "borderline")
     cap = compute_capacity(inputs)
     assert cap.verdict == "borderline"
     plan = RankedPlan(model_id="q", inputs=inputs, capacity=cap, fits=False, borderline=True,

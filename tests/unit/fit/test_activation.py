@@ -42,7 +42,8 @@ def test_every_row_key_in_the_constants_file_names_a_row():
     keys = {r.key for r in activation.PROFILES}
     used = set(data["constants"]["activation_residual_units"])
     used |= set(data["constants"]["row_remainder_bytes"])
-    used |= {k.removesuffix("/tp") for k in data["validation"]["half_width_bytes"]} - {"*"}
+    used |= set(data["constants"].get("activation_residual_bytes", {}))
+    used |= {k.removesuffix("/tp") for k in data["validation"]["half_width_fraction"]} - {"*"}
     assert used and used <= keys
     assert activation.FITTED.activation_residual_units == {
         k: float(v) for k, v in data["constants"]["activation_residual_units"].items()
@@ -145,7 +146,8 @@ def test_fitted_terms_say_so(qwen7b):
 
 def test_band_comes_from_the_rows_validation_and_the_weights_source(qwen7b):
     cap = compute_capacity(rtx4090(qwen7b, max_model_len=8192))
-    half = activation.VALIDATION.half_width_for(activation.profile_for("0.33.0"))
+    half = activation.VALIDATION.half_width_for(activation.profile_for("0.33.0"),
+                                                cap.requested_bytes)
     low, high = cap.available_kv_band_bytes
     assert (low, high) == (cap.available_kv_bytes - half, cap.available_kv_bytes + half)
     catalog = compute_capacity(rtx4090(replace(qwen7b, weights_source="catalog"),

@@ -126,13 +126,22 @@ def test_a_borderline_plan_travels_with_its_rejection(qwen7b) -> None:
     from kvpilot.core.fit.recommend import Goal, recommend
 
     gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 << 20, None, (8, 9))
-    fixed = ServingSettings(gpu_memory_utilization=0.7, kv_cache_dtype="bfloat16")
-    result = recommend(gpu, Goal(context_tokens=32768, users=1), [qwen7b], fixed=fixed)
+    goal = Goal(context_tokens=32768, users=1)
+
+    def at(util: float):  # type: ignore[no-untyped-def]
+        fixed = ServingSettings(gpu_memory_utilization=util, kv_cache_dtype="bfloat16")
+        return recommend(gpu, goal, [qwen7b], fixed=fixed)
+
+    # the utilization whose one 32k request lands inside the band (its width is the fitted
+    # validation error, so it is looked up rather than written down)
+    util = next(u / 1000 for u in range(600, 900, 2)
+                if not at(u / 1000).candidates and at(u / 1000).rejected[0].borderline)
+    result = at(util)
     assert result.candidates == ()
     (rejection,) = result.rejected
     assert rejection.borderline is not None
     inputs, cap = rejection.borderline
-    assert cap.verdict == "borderline" and inputs.gpu_memory_utilization == 0.7
+    assert cap.verdict == "borderline" and inputs.gpu_memory_utilization == util
     low, high = cap.available_kv_band_bytes
     assert low < cap.available_kv_bytes < high
     assert "kvpilot plan --measure" in rejection.reason

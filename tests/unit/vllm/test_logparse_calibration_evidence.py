@@ -154,6 +154,16 @@ NO_FIGURE: dict[tuple[str, int], str] = {
     "warning of hybrid models: a share, no capacity figure",
     ("rtx3090-qwen36-27b-int4-autoround-long-text-u0.93-FAIL-kv-too-small", 2): PROSE,
     ("rtx3090-qwen36-27b-int4-autoround-long-text-u0.93-FAIL-kv-too-small", 3): PROSE,
+    ("b300-gemma4-31b-it-bf16-16k-u0.92-v0260", 0): ECHO,
+    ("b300-gemma4-31b-it-bf16-16k-u0.92-v0260", 1): ECHO,
+    ("b300-gemma4-31b-it-bf16-16k-u0.92-v0260", 3): "the encoder cache's budget and dummy "
+    "items: the encoder profile's settings, no capacity figure",
+    ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 0): ECHO,
+    ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 1): ECHO,
+    ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 3): "the encoder cache's budget and "
+    "dummy items: the encoder profile's settings, no capacity figure",
+    ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 6): "vLLM's advice on the utilization "
+    "that would keep the pre-0.21 budget: utilizations, no capacity figure",
 }
 
 #: vLLM lines that carry a figure the scanner cannot read: (case id, index) -> reason.
@@ -346,4 +356,4 @@ def test_the_cases_span_the_supported_range() -> None:
     known = [versions.release(c["vllm_version"]) for c in CASES if c["vllm_version"]]
     assert min(r for r in known if r) >= versions.release(versions.SUPPORTED_MIN)
     assert max(r for r in known if r) <= versions.release(versions.SUPPORTED_MAX)
-    assert len(CASES) == 53
+    assert len(CASES) == 55
