@@ -48,6 +48,10 @@ def server_root(url: str) -> str:
         raise ValueError(f"{shown} is not a URL ({exc}); give one like {URL_EXAMPLE}") from exc
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ValueError(f"{shown} is not an http URL; give one like {URL_EXAMPLE}")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise ValueError(
+            f"{shown} names port {parsed.port}, outside 1-65535; give one like {URL_EXAMPLE}"
+        )
     try:
         parsed.host.encode("idna")  # what the resolver needs: labels of at most 63 characters
     except UnicodeError as exc:

@@ -45,7 +45,9 @@ def test_a_typed_server_url_reads_as_its_root(typed: str, root: str) -> None:
 @pytest.mark.parametrize(
     ("typed", "says"),
     [("ftp://127.0.0.1/", "not an http URL"), ("http://", "not an http URL"),
-     ("http://" + "a" * 64 + ".lan:1", "does not name a host"), ("http://[::1", "not a URL")],
+     ("http://" + "a" * 64 + ".lan:1", "does not name a host"), ("http://[::1", "not a URL"),
+     # a port the socket layer cannot take (found by the attach form's fuzz test)
+     ("HTTP://0:9223372036854775808", "outside 1-65535"), ("http://h:0", "outside 1-65535")],
 )
 def test_a_bad_server_url_is_named_with_an_example(typed: str, says: str) -> None:
     with pytest.raises(ValueError, match=says) as caught:
