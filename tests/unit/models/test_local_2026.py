@@ -39,6 +39,7 @@ FIXTURES_2026 = (
     "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
     "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b-thinking",
     "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash", "glm-4.5-air", "qwen3.6-27b-nvfp4",
+    "granite-4-8b-dense",
 )
 
 
@@ -163,6 +164,26 @@ def test_nemotron3_nano_mamba2_hybrid() -> None:
     assert layout.block_size == 16 * math.ceil(kv.state_page_bytes(spec) / (16 * 1024))
     # 31.6 B total, 3.6 B active with embeddings (model card)
     assert _params_b("nemotron-3-nano-30b-a3b") == pytest.approx(31.6, rel=0.01)
+
+
+def test_granite4_dense_is_planned_as_attention_only() -> None:
+    """A granitemoehybrid config whose layers are all attention: vLLM serves it as a plain
+    attention model (0.26 config/model.py ``is_hybrid``: "granite-4.0-micro case"), so no Mamba
+    state and no hybrid block size, though the config carries Mamba2 fields."""
+    cfg = _config("granite-4-8b-dense")
+    assert cfg["model_type"] == "granitemoehybrid" and cfg["mamba_n_heads"] == 128
+    spec = _spec("granite-4-8b-dense")
+    assert spec.linear_state is None and spec.moe is None
+    layout = kv.kv_layout(spec)
+    assert layout.block_size == 16
+    assert layout.kv_bytes_per_token == 40 * 2 * 8 * 128 * 2
+    # tied 100,352 x 4,096 embeddings; per layer q/o 4,096^2, k/v 4,096 x 1,024, the shared
+    # MLP's input_linear 4,096 x 2 x 12,800 and output_linear 12,800 x 4,096, two norms
+    h, inter, kv_dim = 4096, 12800, 8 * 128
+    per_layer = 2 * h * h + 2 * h * kv_dim + 2 * h * inter + inter * h + 2 * h
+    assert param_breakdown(spec, text_config_of(cfg)).total_params == (
+        100352 * h + 40 * per_layer + h)
+    assert spec.rope_cache_bytes == 131072 * 128 * 2  # rope, not NoPE like the hybrids
 
 
 def test_llama4_scout_chunked_local_attention() -> None:
