@@ -39,7 +39,7 @@ FIXTURES_2026 = (
     "qwen3-vl-8b-instruct", "qwen3-vl-30b-a3b-instruct", "nemotron-3-nano-30b-a3b",
     "llama-4-scout-17b-16e-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b-thinking",
     "qwen3.6-35b-a3b", "glm-4.7-fp8", "glm-4.7-flash", "glm-4.5-air", "qwen3.6-27b-nvfp4",
-    "granite-4-8b-dense",
+    "granite-4-8b-dense", "granite-4.0-tiny-preview",
 )
 
 
@@ -184,6 +184,28 @@ def test_granite4_dense_is_planned_as_attention_only() -> None:
     assert param_breakdown(spec, text_config_of(cfg)).total_params == (
         100352 * h + 40 * per_layer + h)
     assert spec.rope_cache_bytes == 131072 * 128 * 2  # rope, not NoPE like the hybrids
+
+
+def test_granite4_tiny_preview_mamba2_hybrid_moe() -> None:
+    """36 Mamba2 layers and 4 NoPE attention layers, each followed by 62 experts (6 per token)
+    and a shared MLP: the attention block grows until its page holds one Mamba state."""
+    spec = _spec("granite-4.0-tiny-preview")
+    kinds = spec.layer_types
+    assert [i for i, k in enumerate(kinds) if k == FULL_ATTENTION] == [5, 15, 25, 35]
+    assert kinds.count(LINEAR_ATTENTION) == 36
+    state = spec.linear_state
+    assert state is not None and state.family == MAMBA2
+    # conv over 48 x 64 + 2 x 1 x 128 channels (3 steps) and the 48 x 64 x 128 SSM state, bf16
+    assert kv.state_page_bytes(spec) == (48 * 64 + 2 * 128) * 3 * 2 + 48 * 64 * 128 * 2
+    layout = kv.kv_layout(spec)
+    assert layout.kv_bytes_per_token == 4 * 2 * 4 * 128 * 2
+    per_layer_token = 2 * 4 * 128 * 2
+    assert layout.block_size == 16 * math.ceil(kv.state_page_bytes(spec) / (16 * per_layer_token))
+    assert spec.rope_cache_bytes == 0  # NoPE
+    breakdown = param_breakdown(spec, text_config_of(_config("granite-4.0-tiny-preview")))
+    # IBM: about 7 B in all, 1 B per token (the count of the shapes: 6.67 B and 1.39 B)
+    assert breakdown.total_params == pytest.approx(6.67e9, rel=0.001)
+    assert breakdown.active_params(6 / 62) == pytest.approx(1.387e9, rel=0.001)
 
 
 def test_llama4_scout_chunked_local_attention() -> None:
