@@ -517,14 +517,26 @@ def sampler_peak_bytes(
     ``config/vllm.py``, so no torch.compile runs inside the profile), see
     :func:`residual_applies`.
     """
+    residual_units, residual_bytes = sampler_residual(
+        profile, num_seqs, constants, compiled=compiled)
+    units = sum(b.units for b in sampler_buffers(model, num_seqs, profile)) + residual_units
+    return max(0, int(max(units, 0.0) * logit_unit_bytes(model, num_seqs)) + residual_bytes)
+
+
+def sampler_residual(
+    profile: VersionProfile, num_seqs: int, constants: FittedConstants | None = None, *,
+    compiled: bool = True,
+) -> tuple[float, int]:
+    """The fitted residual a run's sampler peak gets: (logit units, bytes).
+
+    None for an eager V1 run (:func:`residual_applies`); the byte remainder belongs to the
+    sampler's run, so none where no sampler runs (``num_seqs`` 0: pooling).
+    """
     c = constants or FITTED
-    units = sum(b.units for b in sampler_buffers(model, num_seqs, profile))
-    extra = 0
-    if residual_applies(profile, compiled=compiled):
-        units += c.activation_residual_units.get(profile.key, 0.0)
-        # a byte remainder of the sampler's run: none where no sampler runs (pooling)
-        extra = c.activation_residual_bytes.get(profile.key, 0) if num_seqs > 0 else 0
-    return max(0, int(max(units, 0.0) * logit_unit_bytes(model, num_seqs)) + extra)
+    if not residual_applies(profile, compiled=compiled):
+        return 0.0, 0
+    residual_bytes = c.activation_residual_bytes.get(profile.key, 0) if num_seqs > 0 else 0
+    return c.activation_residual_units.get(profile.key, 0.0), residual_bytes
 
 
 def residual_applies(profile: VersionProfile, *, compiled: bool) -> bool:

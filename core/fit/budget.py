@@ -334,11 +334,8 @@ def compute_capacity(
             failure = linear_state.mamba_blocks_failure(inputs, layout, cap.num_blocks, seqs)
 
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
-    residual = fitted.activation_residual_units.get(profile.key, 0.0)
-    residual_bytes = fitted.activation_residual_bytes.get(profile.key, 0)
-    if not activation.residual_applies(profile, compiled=not inputs.enforce_eager):
-        residual = 0.0  # fitted on compiled runs; --enforce-eager runs no torch.compile
-        residual_bytes = 0
+    residual, residual_bytes = activation.sampler_residual(
+        profile, sampler_seqs, fitted, compiled=not inputs.enforce_eager)
     act_note = (
         f"profile run: {batched:,} tokens, sampler {sampler_seqs} x {model.vocab_size:,} "
         "logits x "

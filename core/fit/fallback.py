@@ -379,15 +379,17 @@ def _negative_budget_options(
     # the band's lower edge has to hold the request too: the corrected figure keeps the
     # model's validation width around it (calibrate.corrected_capacity)
     target = target_for(0) + 0.01
+    probe: tuple[float, Capacity] | None = None
     if target <= 1.0:
-        low, high = plan(replace(inputs, gpu_memory_utilization=round(target, 2))
-                         ).available_kv_band_bytes
+        probe = (round(target, 2), plan(replace(inputs, gpu_memory_utilization=round(target, 2))))
+        low, high = probe[1].available_kv_band_bytes
         target = max(target, target_for((high - low) // 2))
     ceiling = budget.max_passing_utilization(total, free) if free is not None else 0.98
     out: list[FallbackOption] = []
     if util < target <= min(ceiling, 1.0):
         new = replace(inputs, gpu_memory_utilization=round(target, 2))
-        predicted = plan(new)
+        # the probe already planned these inputs when the band moved the target no further
+        predicted = probe[1] if probe and probe[0] == round(target, 2) else plan(new)
         cap = corrected_capacity(
             new, predicted, predicted.available_kv_bytes - gap,
             f"corrected by the {gap / GiB:.2f} GiB vLLM measured beyond the plan",
