@@ -269,7 +269,7 @@ def file_fallback_available() -> bool:
 
 
 @dataclass(frozen=True)
-class FallbackChoice:
+class KeyringConsent:
     """What the settings dialog offers about keyring's file fallback, and where secrets are.
 
     ``offered``: no system keyring is in use (and ``KVPILOT_SECRETS`` does not force a store),
@@ -285,10 +285,10 @@ class FallbackChoice:
     description: str
 
 
-def fallback_choice(store: SecretStore, config_dir: Path) -> FallbackChoice:
+def fallback_choice(store: SecretStore, config_dir: Path) -> KeyringConsent:
     """The file-fallback choice for ``config_dir`` while ``store`` holds the secrets."""
     forced = os.environ.get(BACKEND_ENV, "auto").strip().lower() == KIND_SETTINGS_FILE
-    return FallbackChoice(
+    return KeyringConsent(
         offered=store.kind != KIND_KEYRING and not forced,
         available=file_fallback_available(),
         accepted=fallback_accepted(config_dir),

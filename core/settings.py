@@ -71,7 +71,7 @@ from kvpilot.core.profiles import (
 )
 
 if TYPE_CHECKING:
-    from kvpilot.core.secrets import FallbackChoice
+    from kvpilot.core.secrets import KeyringConsent
 
 #: the records and their validation live in :mod:`kvpilot.core.profiles`; all are named here
 __all__ = [
@@ -514,19 +514,19 @@ class SettingsStore:
         return LoadResult(settings, tuple(warnings), self.path)
 
 
-    def file_fallback_choice(self) -> FallbackChoice:
+    def file_fallback_choice(self) -> KeyringConsent:
         """The keyring file-fallback choice and the store in use
-        (:class:`kvpilot.core.secrets.FallbackChoice`)."""
+        (:class:`kvpilot.core.secrets.KeyringConsent`)."""
         from kvpilot.core.secrets import fallback_choice
 
         return fallback_choice(self.secrets, self.config_dir)
 
-    def set_file_fallback(self, accepted: bool, settings: Settings) -> FallbackChoice:
+    def set_file_fallback(self, accepted: bool, settings: Settings) -> KeyringConsent:
         """Accept (or withdraw) keyring's file fallback and move the secrets of ``settings``
         (the saved ones) to the store that follows from it: into ``keyrings.alt``'s file, or
         back into the 0600 settings file, removing them from the store they leave.
 
-        Returns the new :class:`kvpilot.core.secrets.FallbackChoice`.
+        Returns the new :class:`kvpilot.core.secrets.KeyringConsent`.
 
         Raises:
             SettingsError: the settings file cannot be written (the consent and the store are

@@ -36,7 +36,7 @@ from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.installer import RuntimeInstaller
 from kvpilot.core.runtimes.releases import (
     Choice,
-    Release,
+    RuntimeBuild,
     choose_for_this_machine,
     load_releases,
 )
@@ -68,7 +68,7 @@ class InstallController(QObject):
 
     def __init__(
         self,
-        release: Release,
+        release: RuntimeBuild,
         *,
         factory: InstallerFactory = RuntimeInstaller,
         data_dir: Path | None = None,
@@ -145,7 +145,7 @@ class InstallRuntimeDialog(QDialog):
         factory: InstallerFactory = RuntimeInstaller,
         data_dir: Path | None = None,
         nvml_module: object | None = None,
-        releases: tuple[Release, ...] | None = None,
+        releases: tuple[RuntimeBuild, ...] | None = None,
         profiles: Callable[[], Sequence[Any]] | None = None,
         confirm: Callable[[str, str], bool] | None = None,
     ) -> None:
@@ -247,12 +247,12 @@ class InstallRuntimeDialog(QDialog):
 
     # ---------------------------------------------------------------- choice
 
-    def _selected(self) -> Release:
+    def _selected(self) -> RuntimeBuild:
         rel = self.release_box.currentData()
-        assert isinstance(rel, Release)
+        assert isinstance(rel, RuntimeBuild)
         return rel
 
-    def _select(self, rel: Release) -> None:
+    def _select(self, rel: RuntimeBuild) -> None:
         for i in range(self.release_box.count()):
             if self.release_box.itemData(i) == rel:
                 self.release_box.setCurrentIndex(i)

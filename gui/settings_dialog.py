@@ -39,7 +39,7 @@ from kvpilot.gui import theme
 
 if TYPE_CHECKING:
     from kvpilot.core.runtimes.store import InstalledRuntime
-    from kvpilot.core.secrets import FallbackChoice
+    from kvpilot.core.secrets import KeyringConsent
     from kvpilot.gui.runtime_install import InstallRuntimeDialog
 
 AUTO_RUNTIME = "auto-detect"
@@ -69,8 +69,8 @@ class SettingsDialog(QDialog):
         ask_name: Callable[[str, str], str | None] | None = None,
         open_install: Callable[[QWidget], Any] | None = None,
         secrets_note: str | None = None,
-        secrets_choice: FallbackChoice | None = None,
-        set_file_fallback: Callable[[bool], FallbackChoice] | None = None,
+        secrets_choice: KeyringConsent | None = None,
+        set_file_fallback: Callable[[bool], KeyringConsent] | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("kvpilot settings")

@@ -1,6 +1,6 @@
 """Install a managed vLLM runtime: checks first, then venv + packages with progress, then verify.
 
-:class:`RuntimeInstaller` does one install of one :class:`~kvpilot.core.runtimes.releases.Release`
+:class:`RuntimeInstaller` does one install of one :class:`~kvpilot.core.runtimes.releases.RuntimeBuild`
 into ``<data_dir>/runtimes/<version>-<variant>/``:
 
 1. :meth:`~RuntimeInstaller.precheck`: free disk in the data directory against the release's
@@ -47,7 +47,7 @@ from kvpilot.core.errors import (
 from kvpilot.core.runtimes import managed_python, store
 from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
-from kvpilot.core.runtimes.releases import Release
+from kvpilot.core.runtimes.releases import RuntimeBuild
 from kvpilot.core.units import size_text
 from kvpilot.core.vllm import proctree
 
@@ -196,7 +196,7 @@ class RuntimeInstaller:
 
     def __init__(
         self,
-        release: Release,
+        release: RuntimeBuild,
         *,
         data_dir: Path | None = None,
         cache_dir: Path | None = None,

@@ -1,7 +1,7 @@
 """Which vLLM build kvpilot can install, and which one fits this machine.
 
 The table is ``resources/vllm_runtimes.json`` (each figure with its source in the file). A
-:class:`Release` is one installable build: the vLLM version, the variant (``cuda`` for NVIDIA
+:class:`RuntimeBuild` is one installable build: the vLLM version, the variant (``cuda`` for NVIDIA
 GPUs, ``cpu`` for machines without one), the PyPI package, the CUDA toolkit its torch wheel is
 built against and the Python versions it installs on.
 
@@ -30,7 +30,7 @@ TABLE_NAME = "vllm_runtimes.json"
 
 
 @dataclass(frozen=True)
-class Release:
+class RuntimeBuild:
     """One installable vLLM build.
 
     Attributes:
@@ -85,14 +85,14 @@ class Release:
             return False
 
 
-def _release_from_json(raw: dict[str, Any]) -> Release:
+def _release_from_json(raw: dict[str, Any]) -> RuntimeBuild:
     try:
         variant = str(raw["variant"])
         if variant not in VARIANTS:
             raise ValueError(f"variant {variant!r}")
         Version(str(raw["version"]))
         SpecifierSet(str(raw["requires_python"]))
-        return Release(
+        return RuntimeBuild(
             version=str(raw["version"]),
             variant=variant,
             package=str(raw["package"]),
@@ -112,7 +112,7 @@ def _release_from_json(raw: dict[str, Any]) -> Release:
         raise RuntimeInstallError(f"the runtime table has a bad entry {raw!r}: {exc}") from exc
 
 
-def load_releases(path: Path | None = None) -> tuple[Release, ...]:
+def load_releases(path: Path | None = None) -> tuple[RuntimeBuild, ...]:
     """The releases of the table (bundled ``resources/vllm_runtimes.json`` by default).
 
     Raises:
@@ -140,8 +140,8 @@ def _cuda_tuple(text: str) -> tuple[int, int]:
 
 
 def find_release(
-    releases: Sequence[Release], version: str | None, variant: str
-) -> Release:
+    releases: Sequence[RuntimeBuild], version: str | None, variant: str
+) -> RuntimeBuild:
     """The table row for ``version`` (newest when None) and ``variant``.
 
     Raises:
@@ -169,12 +169,12 @@ def find_release(
 class Choice:
     """What :func:`choose_release` picked and why (one sentence for the user)."""
 
-    release: Release
+    release: RuntimeBuild
     reason: str
 
 
 def choose_release(
-    releases: Sequence[Release],
+    releases: Sequence[RuntimeBuild],
     *,
     has_nvidia_gpu: bool,
     cuda_driver_version: str | None,
@@ -250,7 +250,7 @@ def choose_for_this_machine(
     *,
     version: str | None = None,
     variant: str | None = None,
-    releases: Sequence[Release] | None = None,
+    releases: Sequence[RuntimeBuild] | None = None,
     nvml_module: object | None = None,
 ) -> Choice:
     """:func:`choose_release` for what NVML detects now (no GPU or no driver: the CPU build).

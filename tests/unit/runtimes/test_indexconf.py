@@ -18,7 +18,7 @@ from kvpilot.core.runtimes.indexconf import (
     uv_config_files,
 )
 from kvpilot.core.runtimes.installer import RuntimeInstaller, find_uv
-from kvpilot.core.runtimes.releases import Release
+from kvpilot.core.runtimes.releases import RuntimeBuild
 
 needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (pip install uv)")
 
@@ -78,7 +78,7 @@ def test_pip_reads_its_config_file_install_over_global_and_env_over_both(
 
 
 def test_precheck_checks_the_index_from_pip_config(
-    home: Path, clean_env: Path, release_for: Callable[..., Release],
+    home: Path, clean_env: Path, release_for: Callable[..., RuntimeBuild],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = _closed_url()
@@ -93,7 +93,7 @@ def test_precheck_checks_the_index_from_pip_config(
 
 
 def test_precheck_passes_with_a_reachable_index_from_pip_config(
-    home: Path, clean_env: Path, wheels: Path, release_for: Callable[..., Release],
+    home: Path, clean_env: Path, wheels: Path, release_for: Callable[..., RuntimeBuild],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with local_index(wheels) as index:
@@ -104,7 +104,7 @@ def test_precheck_passes_with_a_reachable_index_from_pip_config(
 
 
 def test_no_index_in_pip_config_looks_at_its_wheel_folders(
-    home: Path, clean_env: Path, wheels: Path, release_for: Callable[..., Release],
+    home: Path, clean_env: Path, wheels: Path, release_for: Callable[..., RuntimeBuild],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     empty = clean_env / "empty"
@@ -168,7 +168,7 @@ def test_uv_config_file_variable_and_no_index(
 
 @needs_uv
 def test_precheck_with_uv_checks_the_index_from_uv_toml(
-    home: Path, clean_env: Path, release_for: Callable[..., Release],
+    home: Path, clean_env: Path, release_for: Callable[..., RuntimeBuild],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = _closed_url()

@@ -18,14 +18,14 @@ from kvpilot.core.errors import RuntimeInstallCancelled, RuntimeInstallError
 from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.installer import RuntimeInstaller, find_uv
 from kvpilot.core.runtimes.progress import InstallProgress
-from kvpilot.core.runtimes.releases import Release
+from kvpilot.core.runtimes.releases import RuntimeBuild
 from kvpilot.core.vllm.runtime import discover, learn_flags
 
 needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (pip install uv)")
 
 
 def _install(
-    release: Release, wheels: Path, *, installer: str = "auto", **kw: object
+    release: RuntimeBuild, wheels: Path, *, installer: str = "auto", **kw: object
 ) -> tuple[RuntimeInstaller, list[InstallProgress]]:
     seen: list[InstallProgress] = []
     inst = RuntimeInstaller(
@@ -47,7 +47,7 @@ def _closed_port() -> int:
 
 @needs_uv
 def test_install_with_uv_verifies_and_becomes_the_default(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     inst, seen = _install(release_for("0.32.0"), wheels, installer="uv")
     result = inst.run()
@@ -85,7 +85,7 @@ def test_install_with_uv_verifies_and_becomes_the_default(
 
 
 def test_install_with_pip_over_http_counts_bytes(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     with local_index(wheels) as index:
         seen: list[InstallProgress] = []
@@ -107,7 +107,7 @@ def test_install_with_pip_over_http_counts_bytes(
 
 @needs_uv
 def test_versions_side_by_side_and_default_switch(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     first = RuntimeInstaller(release_for("0.31.0"), no_index=True, find_links=[str(wheels)]).run()
     second = RuntimeInstaller(release_for("0.32.0"), no_index=True, find_links=[str(wheels)]).run()
@@ -122,7 +122,7 @@ def test_versions_side_by_side_and_default_switch(
 
 
 def test_cancel_kills_the_installer_tree_and_removes_the_folder(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     previous = RuntimeInstaller(
         release_for("0.31.0"), installer="pip", no_index=True, find_links=[str(wheels)]
@@ -167,7 +167,7 @@ def test_cancel_kills_the_installer_tree_and_removes_the_folder(
 
 
 def test_disk_too_small_is_one_sentence_with_the_number(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     huge = release_for("0.32.0", peak_bytes=10**18, installed_bytes=9 * 10**17)
     inst, _ = _install(huge, wheels)
@@ -181,7 +181,7 @@ def test_disk_too_small_is_one_sentence_with_the_number(
 
 
 def test_index_unreachable(
-    home: Path, release_for: Callable[..., Release]
+    home: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/simple"
     inst = RuntimeInstaller(release_for("0.32.0"), index_url=url, network_timeout_s=3)
@@ -195,7 +195,7 @@ def test_index_unreachable(
 
 
 def test_cpu_torch_source_unreachable(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     closed = f"http://127.0.0.1:{_closed_port()}/whl/cpu"
     with local_index(wheels) as index:
@@ -224,7 +224,7 @@ def test_cpu_torch_source_unreachable(
 
 
 def test_index_without_the_package(
-    home: Path, tmp_path: Path, release_for: Callable[..., Release]
+    home: Path, tmp_path: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     (tmp_path / "empty").mkdir()
     with local_index(tmp_path / "empty") as index:
@@ -237,7 +237,7 @@ def test_index_without_the_package(
 
 @pytest.mark.parametrize("installer", ["pip", pytest.param("uv", marks=needs_uv)])
 def test_failing_package_keeps_the_previous_default(
-    home: Path, wheels: Path, release_for: Callable[..., Release], installer: str
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild], installer: str
 ) -> None:
     RuntimeInstaller(release_for("0.31.0"), no_index=True, find_links=[str(wheels)]).run()
     inst, _ = _install(release_for("0.30.0"), wheels, installer=installer, make_default=True)
@@ -255,7 +255,7 @@ def test_failing_package_keeps_the_previous_default(
 
 @needs_uv
 def test_broken_venv_is_reported_skipped_and_reinstallable(
-    home: Path, wheels: Path, release_for: Callable[..., Release]
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     RuntimeInstaller(release_for("0.31.0"), no_index=True, find_links=[str(wheels)]).run()
     RuntimeInstaller(
@@ -280,7 +280,7 @@ def test_broken_venv_is_reported_skipped_and_reinstallable(
 
 
 def test_interrupted_install_is_not_discovered(
-    home: Path, wheels: Path, release_for: Callable[..., Release], make_venv_like: Callable
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild], make_venv_like: Callable
 ) -> None:
     folder = make_venv_like(home / "data" / "runtimes" / "0.32.0-cpu")
     (folder / store.INSTALLING_MARKER).write_text("999999999")
@@ -289,7 +289,7 @@ def test_interrupted_install_is_not_discovered(
     assert store.managed_executables() == []
 
 
-def test_no_suitable_python(home: Path, wheels: Path, release_for: Callable[..., Release]) -> None:
+def test_no_suitable_python(home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]) -> None:
     future = release_for("0.32.0", requires_python=">=3.99")
     problems = RuntimeInstaller(future, no_index=True, find_links=[str(wheels)]).precheck()
     assert len(problems) == 1
@@ -305,7 +305,7 @@ def test_no_suitable_python(home: Path, wheels: Path, release_for: Callable[...,
 
 
 def test_wheel_folder_without_the_package(
-    home: Path, tmp_path: Path, release_for: Callable[..., Release]
+    home: Path, tmp_path: Path, release_for: Callable[..., RuntimeBuild]
 ) -> None:
     (tmp_path / "none").mkdir()
     problems = RuntimeInstaller(
@@ -340,7 +340,7 @@ class version:
 @needs_uv
 @pytest.mark.parametrize("sees_gpu", [True, False])
 def test_cuda_build_is_verified_only_when_torch_sees_the_gpu(
-    home: Path, tmp_path: Path, release_for: Callable[..., Release], sees_gpu: bool
+    home: Path, tmp_path: Path, release_for: Callable[..., RuntimeBuild], sees_gpu: bool
 ) -> None:
     from runtimes_kit import fake_vllm_wheel, make_wheel
 
@@ -379,7 +379,7 @@ def test_cuda_build_is_verified_only_when_torch_sees_the_gpu(
     ],
 )
 def test_a_build_that_fails_verification_is_removed_and_says_where_the_log_is(
-    home: Path, tmp_path: Path, release_for: Callable[..., Release], prints: str, told: str
+    home: Path, tmp_path: Path, release_for: Callable[..., RuntimeBuild], prints: str, told: str
 ) -> None:
     """``vllm --version`` answering another release, or not running at all: one sentence that
     names it, says the folder was removed and where the log is; nothing becomes selectable."""

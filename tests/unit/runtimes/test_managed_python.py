@@ -13,7 +13,7 @@ import pytest
 
 from kvpilot.core.runtimes import managed_python
 from kvpilot.core.runtimes.installer import RuntimeInstaller, find_uv
-from kvpilot.core.runtimes.releases import Release
+from kvpilot.core.runtimes.releases import RuntimeBuild
 
 needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (pip install uv)")
 GITHUB = "https://github.com/astral-sh/python-build-standalone/releases/download"
@@ -36,7 +36,7 @@ def _download_list(folder: Path, version: str) -> Path:
 def test_no_fitting_python_on_the_machine_means_uvs_managed_one(
     home: Path,
     wheels: Path,
-    release_for: Callable[..., Release],
+    release_for: Callable[..., RuntimeBuild],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The build wants exactly 3.10.9, which neither this interpreter nor anything on PATH
@@ -63,7 +63,7 @@ def test_no_fitting_python_on_the_machine_means_uvs_managed_one(
 def test_nothing_to_download_either_is_the_python_problem(
     home: Path,
     wheels: Path,
-    release_for: Callable[..., Release],
+    release_for: Callable[..., RuntimeBuild],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """uv has no download in the range: the check says what Python is needed, as before."""
