@@ -1,6 +1,7 @@
 """Install a managed vLLM runtime: checks first, then venv + packages with progress, then verify.
 
-:class:`RuntimeInstaller` does one install of one :class:`~kvpilot.core.runtimes.releases.RuntimeBuild`
+:class:`RuntimeInstaller` does one install of one
+:class:`~kvpilot.core.runtimes.releases.RuntimeBuild`
 into ``<data_dir>/runtimes/<version>-<variant>/``:
 
 1. :meth:`~RuntimeInstaller.precheck`: free disk in the data directory against the release's

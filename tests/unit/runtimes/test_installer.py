@@ -289,7 +289,9 @@ def test_interrupted_install_is_not_discovered(
     assert store.managed_executables() == []
 
 
-def test_no_suitable_python(home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]) -> None:
+def test_no_suitable_python(
+    home: Path, wheels: Path, release_for: Callable[..., RuntimeBuild]
+) -> None:
     future = release_for("0.32.0", requires_python=">=3.99")
     problems = RuntimeInstaller(future, no_index=True, find_links=[str(wheels)]).precheck()
     assert len(problems) == 1
