@@ -198,3 +198,26 @@ def test_hybrid_block_alignment_moves_with_the_64_token_default():
         new = kv.kv_layout(model, block_size=versions.default_block_size("0.34.0"))
         assert old.block_size % 16 == 0 and new.block_size % 64 == 0, name
         assert new.block_size >= old.block_size, name
+
+
+def test_fallbacks_do_not_offer_raising_a_utilization_already_at_one():
+    from fitkit import fixture_spec, rtx4090
+
+    from kvpilot.core.failures import Failure
+    from kvpilot.core.fit import fallback
+
+    model = fixture_spec("qwen2.5-7b-instruct", weights_bytes=15_231_233_024)
+    failure = Failure(failures.KV_CACHE_TOO_SMALL, "too small", estimated_max_model_len=20000)
+    unset = rtx4090(model, vllm_version="0.34.0", max_model_len=131072, max_num_seqs=4,
+                    gpu_free_bytes=22 * GiB)
+    kinds = {o.kind for o in fallback.propose(failure, unset)}
+    assert fallback.UTILIZATION not in kinds and fallback.SHORTER_CONTEXT in kinds
+    # a cap below 1.0 (the desktop's) may be lifted: back to vLLM's default
+    capped = rtx4090(model, vllm_version="0.34.0", max_model_len=131072, max_num_seqs=4,
+                     gpu_free_bytes=22 * GiB, gpu_memory_utilization=0.8)
+    lifted = [o for o in fallback.propose(failure, capped) if o.kind == fallback.UTILIZATION]
+    assert lifted and lifted[0].inputs.gpu_memory_utilization is None
+    # 0.33 still offers the largest utilization that passes its start-up check
+    old = rtx4090(model, vllm_version="0.33.0", max_model_len=131072, max_num_seqs=4,
+                  gpu_free_bytes=22 * GiB, gpu_memory_utilization=0.8)
+    assert fallback.UTILIZATION in {o.kind for o in fallback.propose(failure, old)}
