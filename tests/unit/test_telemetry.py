@@ -571,3 +571,27 @@ def test_window_sums_return_to_zero_when_activity_leaves_the_window():
     assert last["prefix_hit_rate"] is None and last["success_rate"] is None
     assert last["preemptions_per_min"] == 0.0 and last["ttft_p99_s"] is None
     assert last.finish_reason_fractions == {} and last.pressure == ()
+
+
+def test_free_memory_under_the_desktop_room_of_a_capped_034_launch_is_a_signal():
+    from kvpilot.core.fit.extensible_kv import launch_cap
+
+    GiB = 1 << 30
+    total = 25_394_413_568  # the rtx4090-desktop snapshot's CUDA total
+    cap = launch_cap(vllm_version="0.34.0", total_bytes=total, free_now_bytes=23_783_800_832,
+                     drives_display=True, holders=(("firefox", 840_957_952),))
+    tel = Telemetry()
+    tel.set_launch_cap(cap)
+    # serving: vLLM holds its cap, the desktop its 1.5 GiB; free is the room plus the reserve
+    used = total - cap.headroom_bytes - GiB // 2
+    tel.add_gpu_sample(SimpleNamespace(t_monotonic_s=1.0, memory_used_bytes=float(used),
+                                       memory_total_bytes=float(total)))
+    assert "desktop_headroom" not in {s.kind for s in tel.latest().pressure}
+    # the browser grows by 1.2 GiB: less free than the room the cap left
+    tel.add_gpu_sample(SimpleNamespace(t_monotonic_s=2.0, memory_used_bytes=used + 1.2 * GiB,
+                                       memory_total_bytes=float(total)))
+    signal = next(s for s in tel.latest().pressure if s.kind == "desktop_headroom")
+    assert "GiB kvpilot left for other programs" in signal.message
+    assert signal.value == pytest.approx(cap.headroom_bytes + GiB // 2 - 1.2 * GiB, abs=1)
+    tel.set_launch_cap(None)  # no cap (a dedicated GPU): no such signal
+    assert "desktop_headroom" not in {s.kind for s in tel.latest().pressure}
