@@ -148,7 +148,7 @@ PHASE_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         ),
         (
             r"Available KV cache memory: [\d.]+ GiB|KV cache size: [\d,]+ tokens|"
-            r"GiB for KV cache on node",
+            r"GiB for KV cache on node|Extended KV cache to \d+ blocks",
             KV_CACHE_ALLOCATED,
         ),
         (

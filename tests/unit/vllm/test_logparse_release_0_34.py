@@ -179,3 +179,16 @@ def test_cache_config_info_without_a_utilization():
     assert sample.cache_config_flag("enable_extensible_kv_cache") is True
     assert sample.cache_config_capacity() == {
         "kv_cache_tokens": 92140, "num_blocks": 4320, "block_size": 64}
+
+
+def test_the_final_cache_is_a_kv_cache_phase_after_graph_capture():
+    from kvpilot.core.vllm.logparse import CAPTURING_CUDA_GRAPHS, KV_CACHE_ALLOCATED, PhaseEvent
+
+    scanner = LogScanner(version="0.34.0")
+    phases = []
+    lines = startup_034()
+    capture = _line(35, "model_runner.py:1216", "Graph capturing finished in 3 secs, took 0.50 GiB")
+    for line in [*lines[:2], capture, *lines[2:]]:
+        phases += [e.phase for e in scanner.feed(line) if isinstance(e, PhaseEvent)]
+    assert phases == [KV_CACHE_ALLOCATED, CAPTURING_CUDA_GRAPHS, KV_CACHE_ALLOCATED]
+    assert scanner.capacity.cudagraph_bytes == round(0.5 * GiB)
