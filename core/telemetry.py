@@ -418,6 +418,11 @@ class Telemetry:
 
     # --- producers -------------------------------------------------------------------------
 
+    @property
+    def launch_cap(self) -> LaunchCap | None:
+        """The cap the server being watched was launched with (None: none)."""
+        return self._launch_cap
+
     def set_launch_cap(self, cap: LaunchCap | None) -> None:
         """The cap vLLM 0.34 was launched with on a desktop GPU (None: none): while serving,
         free memory under its ``headroom_bytes`` raises a ``desktop_headroom`` signal."""

@@ -281,14 +281,14 @@ def function_source(wheel: Wheel, rel: str, qualname: str) -> str | None:
         return None
     parts = qualname.split(".")
     scope: list[ast.stmt] = tree.body
-    node: ast.AST | None = None
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | None = None
     for part in parts:
         node = next((n for n in scope if isinstance(
             n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
         if node is None:
             return None
-        scope = node.body  # type: ignore[attr-defined]
-    return ast.get_source_segment(src, node)  # type: ignore[arg-type]
+        scope = node.body
+    return ast.get_source_segment(src, node) if node is not None else None
 
 
 def find_function(wheel: Wheel, rel: str, qualname: str) -> tuple[str, str] | None:

@@ -132,7 +132,7 @@ def _wheel(tmp_path: Path, version: str, modules: dict[str, str | None]) -> Path
 
 
 @pytest.fixture
-def report(tmp_path: Path):  # noqa: ANN201 - the script's Report
+def report(tmp_path: Path):
     old = facts.Wheel(_wheel(tmp_path, "9.1.0", OLD))
     new = facts.Wheel(_wheel(tmp_path, "9.2.0", NEW))
     return facts.compare(old, new)
