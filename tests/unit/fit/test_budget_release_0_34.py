@@ -221,3 +221,36 @@ def test_fallbacks_do_not_offer_raising_a_utilization_already_at_one():
     old = rtx4090(model, vllm_version="0.33.0", max_model_len=131072, max_num_seqs=4,
                   gpu_free_bytes=22 * GiB, gpu_memory_utilization=0.8)
     assert fallback.UTILIZATION in {o.kind for o in fallback.propose(failure, old)}
+
+
+def test_a_measured_034_launch_moves_with_the_free_memory():
+    from fitkit import fixture_spec, rtx4090
+
+    from kvpilot.core.fit.budget_now import CUDA_CONTEXT_BYTES
+    from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
+    from kvpilot.core.fit.plan import FROM_MEASURED
+    from kvpilot.core.measurements import Measured, MeasurementRecord
+
+    model = fixture_spec("qwen2.5-7b-instruct", weights_bytes=15_231_233_024)
+    at_launch = rtx4090(model, vllm_version="0.34.0", max_model_len=8192,
+                        gpu_free_bytes=22 * GiB)
+    # what the launch reported: "Free memory on device (21.5/... GiB) on startup", final KV
+    measured = Measured(measured_at="2026-12-06T10:41:00+00:00", source="launch",
+                        available_kv_bytes=round(4.91 * GiB), kv_cache_tokens=92_140,
+                        free_at_startup_bytes=22 * GiB - CUDA_CONTEXT_BYTES)
+    record = MeasurementRecord(key_for(at_launch), measured)
+    same = calibrated_capacity(at_launch, [record])
+    assert same.available_kv_bytes == round(4.91 * GiB)
+    assert same.inputs["kv_source"] == FROM_MEASURED
+    more_free = calibrated_capacity(
+        rtx4090(model, vllm_version="0.34.0", max_model_len=8192, gpu_free_bytes=24 * GiB),
+        [record])
+    assert more_free.available_kv_bytes == round(4.91 * GiB) + 2 * GiB
+    assert "free memory now" in more_free.inputs["kv_source_note"]
+    # 0.33 sizes from the utilization: a measurement stays as it was
+    old_inputs = rtx4090(model, vllm_version="0.33.0", max_model_len=8192,
+                         gpu_free_bytes=22 * GiB, gpu_memory_utilization=0.85)
+    old = MeasurementRecord(key_for(old_inputs), measured)
+    assert calibrated_capacity(
+        rtx4090(model, vllm_version="0.33.0", max_model_len=8192, gpu_free_bytes=24 * GiB,
+                gpu_memory_utilization=0.85), [old]).available_kv_bytes == round(4.91 * GiB)

@@ -12,6 +12,12 @@ figures that agree with each other:
   reduced max_model_len from %d to %d (%s)." / "Auto-fit max_model_len: using
   max_model_len=%d, which fits in the KV cache memory left after CUDA graph capture and warmup
   (%s)."
+* v1/worker/gpu_worker.py _compile_or_warm_up_model, the memory summary (an f-string):
+  "Free memory on device ({}/{} GiB) on startup. Desired GPU memory utilization is ({}, {} GiB).
+  Actual usage is {} GiB for consumed memory (weights + non-torch), {} GiB for peak activation,
+  and {} GiB for CUDAGraph memory. Replace gpu_memory_utilization config with
+  `--kv-cache-memory={}` ({} GiB) to fit into requested memory, or `--kv-cache-memory={}` ({}
+  GiB) to fully utilize gpu memory. Current kv cache memory in use is {} GiB."
 * v1/worker/extensible_kv_cache.py measure_kv_cache_blocks: "Memory after warmup: %s GiB free,
   %s GiB committed to the KV cache, %s GiB kept for transient activations (%s GiB allocated at
   peak, %s GiB of torch reservation growth); %d KV cache blocks (%s GiB) fit within the
@@ -62,6 +68,12 @@ KV_SIZE = "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per re
 CAPS = ("gpu_memory_utilization=%s caps this instance at %s GiB, keeping %s GiB of free device "
         "memory out of the KV cache. The extensible KV cache is sized from the memory measured "
         "after warmup and CUDA graph capture, so vLLM's own use needs no headroom below 1.0.")
+SUMMARY = ("Free memory on device ({}/{} GiB) on startup. Desired GPU memory utilization is "
+           "({}, {} GiB). Actual usage is {} GiB for consumed memory (weights + non-torch), {} "
+           "GiB for peak activation, and {} GiB for CUDAGraph memory. Replace "
+           "gpu_memory_utilization config with `--kv-cache-memory={}` ({} GiB) to fit into "
+           "requested memory, or `--kv-cache-memory={}` ({} GiB) to fully utilize gpu memory. "
+           "Current kv cache memory in use is {} GiB.")
 NO_KV = ("ValueError: No available memory for the cache blocks. The extensible KV cache already "
          "takes all device memory left after %s; decrease `max_model_len` or `max_num_seqs`, or "
          "the model needs a device with more memory. See "
@@ -74,6 +86,9 @@ def startup_034(*, capped: bool = False) -> list[str]:
         _line(30, "gpu_worker.py:796", _fmt(AVAILABLE, "8.21")),
         _line(31, "kv_cache_planning.py:1479",
               _fmt(TENTATIVE, 131072, 32768, "8.21 GiB GPU", TENTATIVE_NOTE)),
+        _line(37, "gpu_worker.py:1174",
+              SUMMARY.format("21.65", "23.65", 1.0, "23.65", "14.27", "0.69", "0.5",
+                             8_100_000_000, "7.54", 6_900_000_000, "6.43", "8.21")),
         _line(38, "extensible_kv_cache.py:694",
               _fmt(AFTER_WARMUP, "6.55", "0.52", "0.69", "0.69", "0.12", 4320, "4.91",
                    "23.65", "15.61")),
@@ -135,13 +150,17 @@ def test_measurements_keep_the_final_size():
     measured = measured_from_reported(reported, "launch")
     assert measured.available_kv_bytes == round(4.91 * GiB)
     assert measured.num_blocks == 4320 and measured.kv_cache_tokens == 92_140
+    # the free memory the cache was sized from, for a later plan at another free figure
+    assert measured.free_at_startup_bytes == round(21.65 * GiB)
 
 
 def test_each_event_of_a_final_line_carries_the_final_figures():
     scanner = LogScanner(version="0.34.0")
-    for line in startup_034()[:2]:
+    lines = startup_034()
+    final = next(i for i, line in enumerate(lines) if "Memory after warmup" in line)
+    for line in lines[:final]:
         scanner.feed(line)
-    events = [e for e in scanner.feed(startup_034()[2]) if isinstance(e, CapacityEvent)]
+    events = [e for e in scanner.feed(lines[final]) if isinstance(e, CapacityEvent)]
     assert events and events[0].available_kv_bytes == round(4.91 * GiB)
     assert events[0].reserved_kv_bytes == round(8.21 * GiB)
 
