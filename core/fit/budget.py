@@ -7,6 +7,12 @@
     num_blocks   = available_kv // bytes_per_block
     kv_tokens    = int(max_concurrency x max_model_len);  max_concurrency = blocks / blocks_per_req
 
+From vLLM 0.34 the extensible KV cache (on by default on CUDA) replaces the budget: the final
+cache is ``min(requested - resident, free at launch - resident - margin) - activation_peak``
+with ``resident = weights + non_torch + the captured graph pool``, the utilization (unset:
+1.0) is only a cap and no free-memory start-up check exists (:mod:`.extensible_kv`); the
+default block is 64 tokens (``versions.default_block_size``).
+
 Every term is returned separately with its source so that the GUI can explain it, and a
 measurement taken on this GPU (see :mod:`kvpilot.core.measurements`) replaces the modelled
 terms when one matches.
