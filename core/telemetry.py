@@ -639,12 +639,18 @@ class Telemetry:
                 )
             )
         if self._preempt_increase > 0:
+            # vLLM 0.34 reports an unset utilization as "None" (1.0 with the extensible KV
+            # cache): there is nothing to raise then
+            util = self._last_sample.cache_config.get("gpu_memory_utilization") \
+                if self._last_sample is not None else None
+            at_full = util in ("None", "1", "1.0")
             out.append(
                 PressureSignal(
                     "preemptions",
                     f"{self._preempt_increase:.0f} preemption(s) in the last {cfg.window_s:.0f} s: "
                     "requests are evicted and recomputed",
-                    "lower --max-num-seqs, use --kv-cache-dtype fp8, or raise "
+                    "lower --max-num-seqs or use --kv-cache-dtype fp8"
+                    if at_full else "lower --max-num-seqs, use --kv-cache-dtype fp8, or raise "
                     "--gpu-memory-utilization",
                     self._preempt_increase,
                 )

@@ -460,6 +460,8 @@ def describe(option: FallbackOption) -> str:
 PRESSURE_KV_FULL = "kv_full"
 PRESSURE_PREEMPTIONS = "preemptions"
 PRESSURE_VRAM_FULL = "vram_full"
+#: vLLM 0.34 launched with a desktop cap: free memory fell under the room it left
+PRESSURE_DESKTOP_HEADROOM = "desktop_headroom"
 
 
 def fix_for_pressure(
@@ -470,7 +472,8 @@ def fix_for_pressure(
     * KV cache nearly full with requests waiting: FP8 KV where the GPU supports it, otherwise
       one sequence fewer;
     * preemptions rising: one sequence fewer;
-    * VRAM nearly full while other processes grow: 0.03 less utilization.
+    * VRAM nearly full while other processes grow, or (vLLM 0.34) free memory under the room
+      the desktop cap left: 0.03 less utilization.
     """
     seqs = inputs.max_num_seqs or (capacity.max_num_seqs if capacity else 2)
     if kind == PRESSURE_KV_FULL:
@@ -481,7 +484,7 @@ def fix_for_pressure(
         return replace(inputs, max_num_seqs=max(1, seqs - 1))
     if kind == PRESSURE_PREEMPTIONS:
         return replace(inputs, max_num_seqs=max(1, seqs - 1))
-    if kind == PRESSURE_VRAM_FULL:
+    if kind in (PRESSURE_VRAM_FULL, PRESSURE_DESKTOP_HEADROOM):
         util = inputs.gpu_memory_utilization or (
             capacity.gpu_memory_utilization if capacity else 0.9
         )

@@ -390,6 +390,19 @@ def test_preemptions_rising():
     assert "preemptions" not in kinds(tel)
 
 
+def test_preemptions_at_full_utilization_do_not_advise_raising_it():
+    tel, _ = make(window_s=10.0)
+    unset = {"kv_cache_size_tokens": "4096", "gpu_memory_utilization": "None"}  # vLLM 0.34
+    tel.add_vllm_sample(replace(sample(0.0, preempt=5.0), cache_config=unset))
+    tel.add_vllm_sample(replace(sample(1.0, preempt=7.0), cache_config=unset))
+    sig = next(p for p in tel.latest().pressure if p.kind == "preemptions")
+    assert "gpu-memory-utilization" not in sig.fix and "max-num-seqs" in sig.fix
+    capped = {"kv_cache_size_tokens": "4096", "gpu_memory_utilization": "0.83"}
+    tel.add_vllm_sample(replace(sample(2.0, preempt=9.0), cache_config=capped))
+    sig = next(p for p in tel.latest().pressure if p.kind == "preemptions")
+    assert "raise --gpu-memory-utilization" in sig.fix
+
+
 def test_ttft_over_goal_with_idle_gpu_is_cpu_bound():
     tel, _ = make(window_s=10.0, ttft_goal_s=1.0)
     tel.add_vllm_sample(sample(0.0))
