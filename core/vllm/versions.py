@@ -335,7 +335,11 @@ BLOCK_SIZE_0_34 = 64
 def default_block_size(version: str | Release | None) -> int:
     """vLLM's default KV block in tokens for ``version``: 64 from 0.34 (the FlashAttention,
     FlashInfer and Triton backends keep that default: ``get_preferred_block_size``), 16
-    before."""
+    before.
+
+    A backend whose kernels do not take the default uses its smallest supported size in either
+    release (0.34.0 wheel: FlashMLA 64, CUTLASS MLA 128); kvpilot does not pick the backend.
+    """
     if supports("default_block_size_64", version):
         return BLOCK_SIZE_0_34
     return BLOCK_SIZE_BEFORE_0_34
