@@ -641,9 +641,9 @@ class Telemetry:
         if self._preempt_increase > 0:
             # vLLM 0.34 reports an unset utilization as "None" (1.0 with the extensible KV
             # cache): there is nothing to raise then
-            util = self._last_sample.cache_config.get("gpu_memory_utilization") \
+            label = self._last_sample.cache_config.get("gpu_memory_utilization") \
                 if self._last_sample is not None else None
-            at_full = util in ("None", "1", "1.0")
+            at_full = label in ("None", "1", "1.0")
             out.append(
                 PressureSignal(
                     "preemptions",
