@@ -399,6 +399,9 @@ def compute_capacity(
         act_source = FROM_FITTED
         act_note += (f"; plus {remainder / GiB:+.2f} GiB row remainder "
                      + fitted.source(f"row_remainder_bytes[{profile.key}]"))
+    if ext is not None:
+        act_note += ("; 0.34 keeps this transient peak free after warm-up (the larger of it and "
+                     "the warm-up steps' peak: " + extensible_kv.SOURCE_PEAK + ")")
 
     # ---- the uncertainty band and the verdict --------------------------------------------
     if inputs.kv_cache_memory_bytes is not None:

@@ -92,7 +92,7 @@ def test_desktop_snapshot_plans_034_with_its_rules_and_no_newer_note(
     for source in ("measure_kv_cache_bytes", "finalize_extensible_kv_cache",
                    "resolved_gpu_memory_utilization", "KV_CACHE_MARGIN_FLOOR_BYTES",
                    "KV_CACHE_NON_TORCH_RESERVE_BYTES", "profile_cudagraph_memory",
-                   "init_snapshot"):
+                   "init_snapshot", "reserved_headroom_bytes"):
         assert source in text, source
     assert rc == 0 and "verdict         fits" in text
 
