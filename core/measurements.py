@@ -122,6 +122,10 @@ class ReportedFigures:
     cudagraph_bytes: int | None = None
     num_blocks: int | None = None
     block_size: int | None = None
+    #: free memory at vLLM's start-up snapshot ("Free memory on device (f/t GiB) on startup"):
+    #: from 0.34 the extensible KV cache is sized from it, so a later plan moves the measured
+    #: KV by the difference in free memory
+    free_at_startup_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

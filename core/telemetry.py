@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from kvpilot.core.fit.extensible_kv import LaunchCap, headroom_warning
 from kvpilot.core.hardware.throttle import is_throttled
 from kvpilot.core.vllm.metrics import (
     DISABLED_STATS_MESSAGE,
@@ -132,7 +133,9 @@ class TelemetryConfig:
 class PressureSignal:
     """A condition the user should act on, with the setting that fixes it.
 
-    ``kind`` is one of ``kv_full``, ``preemptions``, ``cpu_bound``, ``vram_full``.
+    ``kind`` is one of ``kv_full``, ``preemptions``, ``cpu_bound``, ``vram_full``,
+    ``desktop_headroom`` (vLLM 0.34 launched with a cap: free memory fell under the room it
+    left other programs).
     """
 
     kind: str
@@ -395,6 +398,7 @@ class Telemetry:
         self._gpu = _Ring(list(GPU_SERIES), self.config.capacity)
         self.wall_offset_s = time.time() - time.monotonic()
         self._vllm_pids: frozenset[int] = frozenset()
+        self._launch_cap: LaunchCap | None = None
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -413,6 +417,17 @@ class Telemetry:
         self._preempt_increase = 0.0
 
     # --- producers -------------------------------------------------------------------------
+
+    @property
+    def launch_cap(self) -> LaunchCap | None:
+        """The cap the server being watched was launched with (None: none)."""
+        return self._launch_cap
+
+    def set_launch_cap(self, cap: LaunchCap | None) -> None:
+        """The cap vLLM 0.34 was launched with on a desktop GPU (None: none): while serving,
+        free memory under its ``headroom_bytes`` raises a ``desktop_headroom`` signal."""
+        with self._lock:
+            self._launch_cap = cap
 
     def set_vllm_pids(self, pids: Iterable[int]) -> None:
         """The pids of the vLLM process tree (API server, EngineCore, workers)."""
@@ -624,12 +639,18 @@ class Telemetry:
                 )
             )
         if self._preempt_increase > 0:
+            # vLLM 0.34 reports an unset utilization as "None" (1.0 with the extensible KV
+            # cache): there is nothing to raise then
+            label = self._last_sample.cache_config.get("gpu_memory_utilization") \
+                if self._last_sample is not None else None
+            at_full = label in ("None", "1", "1.0")
             out.append(
                 PressureSignal(
                     "preemptions",
                     f"{self._preempt_increase:.0f} preemption(s) in the last {cfg.window_s:.0f} s: "
                     "requests are evicted and recomputed",
-                    "lower --max-num-seqs, use --kv-cache-dtype fp8, or raise "
+                    "lower --max-num-seqs or use --kv-cache-dtype fp8"
+                    if at_full else "lower --max-num-seqs, use --kv-cache-dtype fp8, or raise "
                     "--gpu-memory-utilization",
                     self._preempt_increase,
                 )
@@ -649,6 +670,14 @@ class Telemetry:
                     )
                 )
         used, total = v.get("memory_used_bytes"), v.get("memory_total_bytes")
+        cap = self._launch_cap
+        if cap is not None and used is not None and total:
+            warning = headroom_warning(int(total - used), cap)
+            if warning is not None:
+                out.append(PressureSignal(
+                    "desktop_headroom", warning,
+                    "close GPU programs, or relaunch with a lower --gpu-memory-utilization",
+                    total - used))
         if used is not None and total and used / total > cfg.vram_full_frac:
             growth = self._gpu_window_growth("other_memory_bytes")
             if growth is not None and growth > cfg.other_growth_bytes:

@@ -182,7 +182,9 @@ def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) ->
         f"GPU       {inputs.gpu_name or 'unnamed'}  {inputs.gpu_total_bytes / GiB:.2f} GiB"
         + (f", {inputs.gpu_free_bytes / GiB:.2f} GiB free" if inputs.gpu_free_bytes else ""),
         f"vLLM      {cap.inputs.get('vllm_version')} "
-        f"(memory rules of {cap.inputs.get('vllm_rules_since')}+)",
+        f"(memory rules of {cap.inputs.get('vllm_rules_since')}+"
+        + (", KV cache sized from the memory free at launch: 0.34's extensible KV cache)"
+           if cap.inputs.get("extensible_kv_cache") else ")"),
         *(
             [f"note      {note}"]
             if (note := versions.support_note(str(cap.inputs.get("vllm_version"))))

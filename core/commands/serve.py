@@ -203,6 +203,36 @@ def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = No
     )
 
 
+#: flags in the extra arguments that size the KV cache themselves (no cap is added to them)
+_SIZING_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes",
+                 "--num-gpu-blocks-override", "--no-enable-extensible-kv-cache",
+                 "--device-memory-utilization")
+
+
+def desktop_cap(
+    spec: LaunchSpec, device: DeviceTarget, vllm_version: str, out: EventPrinter
+) -> LaunchSpec:
+    """``spec`` with vLLM 0.34's launch cap on a desktop or shared GPU
+    (:func:`kvpilot.core.fit.extensible_kv.launch_cap`), the reason printed; unchanged where
+    the launch sizes the KV cache itself (a utilization, a KV size, a block count), on the CPU
+    backend, and on a GPU nothing else uses (vLLM's default, said so)."""
+    from kvpilot.core.fit.extensible_kv import launch_cap
+
+    if device.is_cpu or spec.gpu_memory_utilization is not None \
+            or spec.kv_cache_memory_bytes is not None \
+            or any(a.split("=")[0] in _SIZING_FLAGS for a in spec.extra_args):
+        return spec
+    cap = launch_cap(vllm_version=vllm_version, total_bytes=device.total_bytes,
+                     free_now_bytes=device.free_bytes, drives_display=device.drives_display,
+                     holders=device.memory_holders)
+    out.info("launch_cap", cap.reason, reason=cap.reason,
+             gpu_memory_utilization=cap.gpu_memory_utilization,
+             headroom_bytes=cap.headroom_bytes, others_bytes=cap.others_bytes)
+    if cap.capped:
+        return dataclasses.replace(spec, gpu_memory_utilization=cap.gpu_memory_utilization)
+    return spec
+
+
 def spec_for_device(spec: LaunchSpec, device: DeviceTarget) -> LaunchSpec:
     """``spec`` on ``device``: ``CUDA_VISIBLE_DEVICES`` names this machine's GPUs in use by
     UUID (a reordering between boots must not move the server), and several GPUs mean tensor
@@ -413,7 +443,9 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         run_profile=profile.name if profile is not None else None,
     )
     spec = spec_for_device(build_spec(args, port, profile), device)
-    if profile is not None:  # "auto" utilization: what the window's planner plans with
+    if versions.supports("extensible_kv_cache", runtime.version):
+        spec = desktop_cap(spec, device, runtime.version, out)
+    elif profile is not None:  # "auto" utilization: what the window's planner plans with
         from kvpilot.core.profile_launch import auto_utilization
 
         util = auto_utilization(profile, device)

@@ -7,6 +7,12 @@
     num_blocks   = available_kv // bytes_per_block
     kv_tokens    = int(max_concurrency x max_model_len);  max_concurrency = blocks / blocks_per_req
 
+From vLLM 0.34 the extensible KV cache (on by default on CUDA) replaces the budget: the final
+cache is ``min(requested - resident, free at launch - resident - margin) - activation_peak``
+with ``resident = weights + non_torch + the captured graph pool``, the utilization (unset:
+1.0) is only a cap and no free-memory start-up check exists (:mod:`.extensible_kv`); the
+default block is 64 tokens (``versions.default_block_size``).
+
 Every term is returned separately with its source so that the GUI can explain it, and a
 measurement taken on this GPU (see :mod:`kvpilot.core.measurements`) replaces the modelled
 terms when one matches.
@@ -24,6 +30,7 @@ from kvpilot.core.fit import (
     activation,
     adapters,
     budget_now,
+    extensible_kv,
     kv,
     linear_state,
     multimodal,
@@ -36,6 +43,7 @@ from kvpilot.core.fit.plan import (
     FROM_DEFAULT,
     FROM_FILE,
     FROM_FITTED,
+    FROM_MEASURED,
     FROM_MODEL,
     FROM_USER,
     VERDICT_BORDERLINE,
@@ -48,7 +56,7 @@ from kvpilot.core.fit.plan import (
 )
 from kvpilot.core.models import spec as model_spec
 from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import Release, supports
+from kvpilot.core.vllm.versions import Release, default_block_size, default_utilization, supports
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
 _LARGE_GPU_BYTES = 70 * GiB
@@ -160,10 +168,17 @@ def compute_capacity(
         raise FitError("tensor_parallel_size must be at least 1")
     if inputs.gpu_total_bytes <= 0:
         raise FitError("the GPU's total memory must be positive (give --gpu-total-mib)")
+    # 0.34+: the extensible KV cache sizes the final cache from the memory free at launch
+    extension_off = extensible_kv.extension_off_reason(
+        inputs.vllm_version, is_cpu=inputs.gpu_name.lower() == CPU_DEVICE_NAME,
+        kv_cache_memory_bytes=inputs.kv_cache_memory_bytes)
+    extensible = extension_off is None
     util_source = FROM_USER
     util = inputs.gpu_memory_utilization
     if util is None:
         util, util_source = profile.default_utilization, FROM_DEFAULT
+        if extensible:
+            util = default_utilization(inputs.vllm_version, extensible=True)
     if not 0 < util <= 1:
         raise FitError(f"gpu_memory_utilization must be in (0, 1], got {util}")
 
@@ -262,16 +277,34 @@ def compute_capacity(
         skipped_towers = math.ceil(model.tower_weights_bytes / tp)
         weights = max(0, weights - skipped_towers)
 
+    ext: extensible_kv.ExtensibleKvBudget | None = None
     if inputs.kv_cache_memory_bytes is not None:
         available = inputs.kv_cache_memory_bytes
         kv_src, kv_note = FROM_USER, "--kv-cache-memory-bytes replaces the utilization budget"
+    elif extensible:
+        graphs_in_budget = 0  # no estimate: the captured pool is simply no longer free
+        ext = extensible_kv.final_kv_budget(
+            total_bytes=inputs.gpu_total_bytes, free_now_bytes=inputs.gpu_free_bytes,
+            utilization=util, non_kv_bytes=weights + non_torch + graphs,
+            transient_peak_bytes=act + encoder_bytes,
+        )
+        available = ext.available_kv_bytes
+        kv_src = FROM_MODEL
+        kv_note = (
+            "min(requested - resident, free at launch - resident - margin) - peak, resident = "
+            "weights + non-torch + graph pool; " + extensible_kv.SOURCE_FORMULA + ", then "
+            + extensible_kv.SOURCE_FINAL
+            + ("; the utilization cap binds, withholding "
+               f"{ext.withheld_bytes / GiB:.2f} GiB" if ext.bound == "utilization" else "")
+        )
     else:
         available = requested - weights - non_torch - act - encoder_bytes - graphs_in_budget
         kv_src, kv_note = FROM_MODEL, "requested - weights - non-torch - activation - graphs"
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    layout = adapters.plan_layout(inputs, model, inputs.block_size, adapt)
+    block = inputs.block_size or default_block_size(inputs.vllm_version)
+    layout = adapters.plan_layout(inputs, model, block, adapt)
     in_flight = batched * activation.in_flight_batches(inputs.vllm_version)
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
@@ -289,8 +322,18 @@ def compute_capacity(
         )
     elif adapt.failure is not None:
         failure = adapt.failure
+    elif ext is not None and ext.exceeds_free:
+        failure = Failure(
+            failures.NO_KV_MEMORY,
+            f"weights and overheads ({ext.non_kv_bytes / GiB:.2f} GiB), the activation peak "
+            f"({ext.transient_peak_bytes / GiB:.2f} GiB) and vLLM 0.34's margin "
+            f"({ext.margin_bytes / GiB:.2f} GiB) leave no room for the KV cache in the "
+            f"{ext.init_free_bytes / GiB:.2f} GiB free at launch; free GPU memory, or pick a "
+            "smaller model or shorter context.",
+        )
     elif (
-        inputs.gpu_free_bytes is not None
+        ext is None
+        and inputs.gpu_free_bytes is not None
         and inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES < requested
     ):
         best = max_passing_utilization(inputs.gpu_total_bytes, inputs.gpu_free_bytes)
@@ -356,6 +399,9 @@ def compute_capacity(
         act_source = FROM_FITTED
         act_note += (f"; plus {remainder / GiB:+.2f} GiB row remainder "
                      + fitted.source(f"row_remainder_bytes[{profile.key}]"))
+    if ext is not None:
+        act_note += ("; 0.34 keeps this transient peak free after warm-up (the larger of it and "
+                     "the warm-up steps' peak: " + extensible_kv.SOURCE_PEAK + ")")
 
     # ---- the uncertainty band and the verdict --------------------------------------------
     if inputs.kv_cache_memory_bytes is not None:
@@ -365,11 +411,15 @@ def compute_capacity(
         half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0)) + graphs_band
     band = (available - half, available + half)
     verdict = band_verdict(inputs, band, failure)
+    if ext is not None and ext.exceeds_free:
+        verdict = VERDICT_DOES_NOT_FIT  # finalize_extensible_kv_cache finds no block
     if adapt.unknown_draft and verdict == VERDICT_FITS:
         verdict = VERDICT_BORDERLINE  # the draft's weights and KV are not in the figures
 
     headroom = None
-    if inputs.gpu_free_bytes is not None:
+    if ext is not None:
+        headroom = ext.left_free_bytes if inputs.gpu_free_bytes is not None else None
+    elif inputs.gpu_free_bytes is not None:
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
@@ -387,9 +437,13 @@ def compute_capacity(
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
             "with images disabled"
         )
+    requested_note = f"ceil(total x {util:g}) of {inputs.gpu_total_bytes / GiB:.2f} GiB"
+    if ext is not None:
+        requested_note += (", only a cap with the extensible KV cache ("
+                           + extensible_kv.SOURCE_UTILIZATION + "; no start-up check, "
+                           "v1/worker/utils.py request_memory)")
     terms: tuple[BudgetTerm, ...] = (
-        BudgetTerm("requested", requested, util_source,
-                   f"ceil(total x {util:g}) of {inputs.gpu_total_bytes / GiB:.2f} GiB"),
+        BudgetTerm("requested", requested, util_source, requested_note),
         BudgetTerm("weights", weights, weights_src, weights_note),
         BudgetTerm("non_torch", non_torch, FROM_FITTED,
                    "cuBLAS/attention workspaces"
@@ -400,14 +454,17 @@ def compute_capacity(
         BudgetTerm("activation_peak", act, act_source, act_note),
         *((BudgetTerm(ENCODER_PROFILE_TERM, encoder_bytes, FROM_MODEL, encoder.note),)
           if encoder is not None else ()),
-        BudgetTerm("cudagraph", graphs_in_budget,
-                   FROM_FITTED if graphs_in_budget else FROM_MODEL,
+        BudgetTerm("cudagraph", graphs if ext is not None else graphs_in_budget,
+                   FROM_FITTED if graphs_in_budget or ext is not None else FROM_MODEL,
                    ("eager mode: no graphs" if inputs.enforce_eager else
+                    f"captured pool {graphs / GiB:.2f} GiB, resident after capture ("
+                    + extensible_kv.SOURCE_NO_GRAPH_ESTIMATE + ")" if ext is not None else
                     f"estimate {graphs / GiB:.2f} GiB"
                     + adapter_graphs_note(adapt, inputs.vllm_version) +
                     ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20")
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
+        *(extensible_terms(ext) if ext is not None else ()),
         BudgetTerm("kv_cache", available, kv_src, kv_note),
     )
     used_inputs: dict[str, Any] = {
@@ -424,6 +481,11 @@ def compute_capacity(
         "pipeline_parallel_size": inputs.pipeline_parallel_size,
         "enforce_eager": inputs.enforce_eager,
         "block_size": layout.block_size,
+        "extensible_kv_cache": extensible,
+        "extensible_kv_off_reason": extension_off if supports(
+            "extensible_kv_cache", inputs.vllm_version) else None,
+        "launch_free_bytes": ext.init_free_bytes if ext is not None else None,
+        "kv_margin_bytes": ext.margin_bytes if ext is not None else None,
         "vllm_version": inputs.vllm_version,
         "vllm_rules_since": str(profile.since),
         "vllm_rules_source": profile.source,
@@ -444,7 +506,7 @@ def compute_capacity(
         weights_bytes=weights,
         non_torch_bytes=non_torch,
         activation_peak_bytes=act,
-        cudagraph_bytes=graphs_in_budget,
+        cudagraph_bytes=graphs if ext is not None else graphs_in_budget,
         available_kv_bytes=available,
         kv_bytes_per_token=layout.kv_bytes_per_token,
         page_bytes_per_block=layout.bytes_per_block,
@@ -495,7 +557,8 @@ def band_verdict(
         batched = min(seqs * max_len, batched)
     else:
         batched = inputs.max_num_batched_tokens
-    layout = adapters.plan_layout(inputs, model, inputs.block_size)
+    layout = adapters.plan_layout(
+        inputs, model, inputs.block_size or default_block_size(inputs.vllm_version))
     in_flight = batched * activation.in_flight_batches(inputs.vllm_version)
     state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
     if state == VERDICT_DOES_NOT_FIT:
@@ -599,6 +662,22 @@ def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:
     safety allowance are kept aside, exactly as the GPU panel and `kvpilot gpu` compute it.
     """
     return budget_now.max_startup_utilization(gpu_total_bytes, gpu_free_bytes)
+
+
+def extensible_terms(ext: extensible_kv.ExtensibleKvBudget) -> tuple[BudgetTerm, ...]:
+    """The terms only a 0.34 extensible-cache plan has: the memory free at launch it is sized
+    from, and the margin it keeps free (the 0.5 GiB non-torch reserve lies inside it)."""
+    return (
+        BudgetTerm("launch_free", ext.init_free_bytes,
+                   FROM_MODEL if ext.free_source == extensible_kv.PLANNER_FREE_ASSUMPTION
+                   else FROM_MEASURED,
+                   f"{ext.free_source}; " + extensible_kv.SOURCE_INIT_FREE),
+        BudgetTerm("kv_margin", ext.margin_bytes, FROM_MODEL,
+                   f"max(1 GiB, 0.75 x peak {ext.transient_peak_bytes / GiB:.2f} GiB), kept free "
+                   f"with the peak itself ({extensible_kv.SOURCE_MARGIN}); it holds the "
+                   f"{extensible_kv.NON_TORCH_RESERVE_BYTES / GiB:.1f} GiB non-torch reserve ("
+                   + extensible_kv.SOURCE_RESERVE + ")"),
+    )
 
 
 def adapter_activation_bytes(

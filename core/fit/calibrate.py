@@ -21,7 +21,12 @@ from kvpilot.core import failures
 from kvpilot.core.failures import Failure
 from kvpilot.core.fit import adapters, kv
 from kvpilot.core.fit.activation import FittedConstants, in_flight_batches, profile_for
-from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, band_verdict, compute_capacity
+from kvpilot.core.fit.budget import (
+    CUDA_CONTEXT_BYTES,
+    ENCODER_PROFILE_TERM,
+    band_verdict,
+    compute_capacity,
+)
 from kvpilot.core.fit.plan import (
     FROM_CALIBRATED,
     FROM_MEASURED,
@@ -103,6 +108,11 @@ def calibrated_capacity(
         measured_kv = newest.measured.available_kv_bytes
         assert measured_kv is not None
         note = f"reported by vLLM {newest.key.vllm_version} on {newest.measured.measured_at}"
+        moved = _free_memory_shift(inputs, predicted, newest.measured, constants)
+        if moved:  # 0.34: the cache follows the memory free at launch
+            note += (f", {moved / GiB:+.2f} GiB for the free memory now (the extensible KV "
+                     "cache is sized from it)")
+            return _with_kv(inputs, predicted, measured_kv + moved, note, FROM_MEASURED, None)
         return _with_kv(inputs, predicted, measured_kv, note, FROM_MEASURED, newest.measured,
                         exact=True)
     # neighbouring settings: carry the newest offset over (only budgets vLLM computed itself)
@@ -128,6 +138,23 @@ def calibrated_capacity(
     return _with_kv(
         inputs, predicted, predicted.available_kv_bytes + offset, note, FROM_CALIBRATED, None
     )
+
+
+def _free_memory_shift(
+    inputs: PlanInputs, predicted: Capacity, measured: Measured,
+    constants: FittedConstants | None,
+) -> int:
+    """How much the KV cache of an extensible-cache plan (vLLM 0.34+) moves from a launch that
+    had ``measured.free_at_startup_bytes`` free to the free memory of ``inputs`` (bytes; 0 when
+    the plan is not extensible or either figure is unknown): the model's own difference between
+    the two free-memory readings, everything else as measured."""
+    if not predicted.inputs.get("extensible_kv_cache") or inputs.gpu_free_bytes is None \
+            or measured.free_at_startup_bytes is None:
+        return 0
+    # vLLM's snapshot is taken after its CUDA context exists: add kvpilot's allowance back
+    then_free = measured.free_at_startup_bytes + CUDA_CONTEXT_BYTES
+    then = compute_capacity(replace(inputs, gpu_free_bytes=then_free), constants)
+    return predicted.available_kv_bytes - then.available_kv_bytes
 
 
 def _with_kv(

@@ -17,12 +17,12 @@ from typing import Any
 from kvpilot.core import failures
 from kvpilot.core.failures import Failure
 from kvpilot.core.fit import activation, budget, fallback_adapters, linear_state
-from kvpilot.core.fit.kv import DEFAULT_BLOCK_SIZE
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm import versions
+from kvpilot.core.vllm.versions import default_block_size
 
 #: option kinds (stable strings, shown in --json-events)
 SHORTER_CONTEXT = "shorter_context"
@@ -121,7 +121,7 @@ def propose(
         options.append(FallbackOption(opt_kind, text, change, new, cap, cap.fits, cost))
 
     length = original.max_model_len
-    block = inputs.block_size or DEFAULT_BLOCK_SIZE
+    block = inputs.block_size or default_block_size(inputs.vllm_version)
 
     if kind in (failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY,
                 failures.CUDA_OOM_LOADING, failures.CUDA_OOM_GRAPHS, failures.CUDA_OOM_SERVING,
@@ -166,8 +166,11 @@ def propose(
     ):
         _add_text_only(inputs, original, users, plan, options)
 
+    # 0.34's extensible KV cache: no start-up check to pass, and at 1.0 nothing to raise
+    extensible = bool(original.inputs.get("extensible_kv_cache"))
     if kind in (failures.FREE_MEMORY_BELOW_UTILIZATION, failures.CUDA_OOM_LOADING,
-                failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY) and free is not None:
+                failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY) and free is not None \
+            and not extensible:
         util = budget.max_passing_utilization(inputs.gpu_total_bytes, free)
         current = original.gpu_memory_utilization
         if util > 0 and abs(util - current) >= 0.01 and (
@@ -175,6 +178,10 @@ def propose(
         ):
             add(UTILIZATION, replace(inputs, gpu_memory_utilization=util),
                 f"utilization {util:.2f}", cost=0.5 if util < current else 0.8)
+    elif extensible and kind in (failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY) \
+            and original.gpu_memory_utilization < 1.0:
+        add(UTILIZATION, replace(inputs, gpu_memory_utilization=None),
+            "utilization unset (1.0 with the extensible KV cache)", cost=0.8)
 
     if kind == failures.UNSUPPORTED_KV_DTYPE:
         add(AUTO_KV, replace(inputs, kv_cache_dtype="auto"), "16-bit KV cache", cost=0.5)
@@ -453,6 +460,8 @@ def describe(option: FallbackOption) -> str:
 PRESSURE_KV_FULL = "kv_full"
 PRESSURE_PREEMPTIONS = "preemptions"
 PRESSURE_VRAM_FULL = "vram_full"
+#: vLLM 0.34 launched with a desktop cap: free memory fell under the room it left
+PRESSURE_DESKTOP_HEADROOM = "desktop_headroom"
 
 
 def fix_for_pressure(
@@ -463,7 +472,8 @@ def fix_for_pressure(
     * KV cache nearly full with requests waiting: FP8 KV where the GPU supports it, otherwise
       one sequence fewer;
     * preemptions rising: one sequence fewer;
-    * VRAM nearly full while other processes grow: 0.03 less utilization.
+    * VRAM nearly full while other processes grow, or (vLLM 0.34) free memory under the room
+      the desktop cap left: 0.03 less utilization.
     """
     seqs = inputs.max_num_seqs or (capacity.max_num_seqs if capacity else 2)
     if kind == PRESSURE_KV_FULL:
@@ -474,7 +484,7 @@ def fix_for_pressure(
         return replace(inputs, max_num_seqs=max(1, seqs - 1))
     if kind == PRESSURE_PREEMPTIONS:
         return replace(inputs, max_num_seqs=max(1, seqs - 1))
-    if kind == PRESSURE_VRAM_FULL:
+    if kind in (PRESSURE_VRAM_FULL, PRESSURE_DESKTOP_HEADROOM):
         util = inputs.gpu_memory_utilization or (
             capacity.gpu_memory_utilization if capacity else 0.9
         )

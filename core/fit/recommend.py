@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit import budget, parallel
+from kvpilot.core.fit import budget, extensible_kv, parallel
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.plan import (
+    CPU_DEVICE_NAME,
     USE_CASES,
     VERDICT_BORDERLINE,
     Capacity,
@@ -34,6 +35,7 @@ from kvpilot.core.fit.plan import (
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
+from kvpilot.core.vllm.versions import supports
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -93,8 +95,19 @@ class Recommendation:
     rejected: tuple[Rejection, ...] = field(default_factory=tuple)
 
 
-def utilization_for(gpu: GpuTarget) -> float:
-    """The utilization to plan with: the most that passes the start-up check, capped."""
+def utilization_for(gpu: GpuTarget, vllm_version: str | None = None) -> float | None:
+    """The utilization to plan with: the most that passes the start-up check, capped.
+
+    From vLLM 0.34 (the extensible KV cache) there is no start-up check: a GPU that drives a
+    display or is shared gets :func:`kvpilot.core.fit.extensible_kv.launch_cap`'s cap, a GPU
+    nothing else uses None (vLLM's own default, 1.0).
+    """
+    if vllm_version is not None and supports("extensible_kv_cache", vllm_version) \
+            and gpu.name.lower() != CPU_DEVICE_NAME:
+        return extensible_kv.launch_cap(
+            vllm_version=vllm_version, total_bytes=gpu.total_bytes,
+            free_now_bytes=gpu.free_bytes, drives_display=gpu.drives_display,
+            holders=gpu.memory_holders).gpu_memory_utilization
     if gpu.free_bytes is None:
         return UNKNOWN_FREE_UTILIZATION
     return min(MAX_UTILIZATION, budget.max_passing_utilization(gpu.total_bytes, gpu.free_bytes))
@@ -147,7 +160,7 @@ CapacityOf = Callable[[PlanInputs], Capacity]
 
 
 def _plan_one(
-    model: ModelSpec, gpu: GpuTarget, goal: Goal, kv_dtype: str, util: float,
+    model: ModelSpec, gpu: GpuTarget, goal: Goal, kv_dtype: str, util: float | None,
     fixed: ServingSettings | None, capacity_of: CapacityOf, layout: parallel.Layout | None = None,
 ) -> tuple[PlanInputs, Capacity]:
     context = min(goal.context_tokens, model.derived_max_model_len)
@@ -271,7 +284,7 @@ def _evaluate(
     capacity_of: CapacityOf, layout: parallel.Layout | None = None,
 ) -> Candidate | Rejection:
     """The best deployment of ``model`` on ``gpu`` (per rank, with ``layout``), or why none."""
-    util = utilization_for(gpu)
+    util = utilization_for(gpu, goal.vllm_version)
     kv_options = ["auto"]
     if fp8_kv_supported(gpu.compute_capability, model.head_dim, goal.vllm_version):
         kv_options.append("fp8")

@@ -28,6 +28,8 @@ class CapacityEvent:
     torch peak (pre-0.6.6 line); ``available_kv_bytes`` may be negative (budget exceeded), and
     ``kv_cache_memory_fit_bytes`` / ``kv_cache_memory_full_bytes`` are the two
     ``--kv-cache-memory=`` values it suggests (to fit the requested memory / to use all of it).
+    From 0.34, with the extensible KV cache, ``kv_sized_after_warmup`` is True once the final
+    size was read, and ``available_kv_bytes`` is that final size.
     """
 
     weights_bytes: int | None = None
@@ -50,6 +52,15 @@ class CapacityEvent:
     max_model_len: int | None = None
     num_gpu_blocks: int | None = None
     peak_torch_bytes: int | None = None
+    #: 0.34's extensible KV cache: the reserved range "Available KV cache memory" names (the
+    #: final size then comes in ``available_kv_bytes`` from "Memory after warmup" / "Extended
+    #: KV cache to N blocks"), the KV a utilization below 1.0 withholds, and the auto-fitted
+    #: length before warm-up (the final one is ``max_model_len``)
+    reserved_kv_bytes: int | None = None
+    kv_withheld_bytes: int | None = None
+    max_model_len_tentative: int | None = None
+    kv_sized_after_warmup: bool | None = None
+    free_after_warmup_bytes: int | None = None
     line: str = ""
 
     def merged(self, newer: CapacityEvent) -> CapacityEvent:

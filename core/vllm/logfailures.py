@@ -463,7 +463,25 @@ def _named_bad_value(flag: str) -> Callable[[re.Match[str], str, ScanContext], F
     return build
 
 
+#: 0.34's hints (v1/core/kv_cache_planning.py _more_kv_cache_memory_hint and the after-warm-up
+#: hint of _auto_fit_max_model_len): the extensible KV cache already had every free byte
+_ALL_MEMORY_HINT = re.compile(
+    r"already takes all device memory|CUDA graph capture and warmup left no memory")
+
+
 def _no_kv(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
+    util = ctx.utilization if ctx.utilization is not None else \
+        ctx.capacity.gpu_memory_utilization
+    if _ALL_MEMORY_HINT.search(msg) or ctx.capacity.kv_sized_after_warmup or (
+            util is not None and util >= 1.0):
+        after = " and CUDA graphs" if "warmup" in msg else ""
+        return Failure(
+            fk.NO_KV_MEMORY,
+            f"No memory is left for the KV cache after the model, its activations{after}; "
+            "vLLM already gives the cache all free GPU memory, so use a shorter context, "
+            "fewer sequences or a smaller model, or close other programs on the GPU.",
+            details={"all_memory": True},
+        )
     return Failure(
         fk.NO_KV_MEMORY,
         "No memory is left for the KV cache after loading the model; raise the memory "
@@ -582,6 +600,11 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
          "its name).", CPU32_RUN),
         ("ValueError: No available memory for the cache blocks.",
          public_case("llmd-h100-llama33-70b-fp8-tp1-FAIL", "unstated V1")),
+        ("ValueError: No available memory for the cache blocks. The extensible KV cache "
+         "already takes all device memory left after the model and its activations; decrease "
+         "`max_model_len` or `max_num_seqs`, or the model needs a device with more memory. See "
+         "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
+         "composed from the vLLM 0.34.0 wheel's format string"),
     ),
     _fail(
         fk.NO_KV_MEMORY, "0.14.0", None, r"Cannot auto-fit max_model_len: not enough GPU memory",
@@ -589,6 +612,11 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
         ("ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve "
          "even a single token. Try increasing `gpu_memory_utilization`.",
          "composed from the vLLM 0.33.0 format string"),
+        ("ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve "
+         "even a single token. CUDA graph capture and warmup left no memory for the KV cache. "
+         "Increase `gpu_memory_utilization`, reduce the memory CUDA graphs take (fewer or "
+         "smaller capture sizes in the compilation config), or use more GPUs.",
+         "composed from the vLLM 0.34.0 wheel's format string (after warm-up)"),
     ),
     _fail(
         fk.FREE_MEMORY_BELOW_UTILIZATION, "0.9.0", None,

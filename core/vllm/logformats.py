@@ -148,7 +148,7 @@ PHASE_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         ),
         (
             r"Available KV cache memory: [\d.]+ GiB|KV cache size: [\d,]+ tokens|"
-            r"GiB for KV cache on node",
+            r"GiB for KV cache on node|Extended KV cache to \d+ blocks",
             KV_CACHE_ALLOCATED,
         ),
         (
@@ -255,6 +255,7 @@ def _cap(
 
 CPU32_RUN = "tests/data/vllm_logs/cpu_0.32 (real vLLM 0.32.0 CPU run)"
 GPU33_FORMAT = "composed from the vLLM 0.33.0 format string (tests/data/vllm_logs/gpu_excerpts)"
+GPU34_FORMAT = "composed from the vLLM 0.34.0 wheel's format string (no GPU run recorded)"
 
 
 def public_case(case_id: str, version: str) -> str:
@@ -522,10 +523,69 @@ CAPACITY_FORMATS: tuple[LineFormat, ...] = (
     _cap(
         "max_model_len_auto_fit", "0.14.0", None,
         r"Auto-fit max_model_len: (?:reduced from \d+ to (\d+)|full model context length (\d+) "
-        r"fits)",
+        r"fits)(?!.*the final length is set after)",
         lambda m: {"max_model_len": int(m[1] or m[2])},
         ("Auto-fit max_model_len: reduced from 131072 to 32640 to fit in available KV cache "
          "memory (1.0 GiB CPU)", "vLLM 0.32.0 CPU run (reference notes)"),
+        note="0.34 with the extensible KV cache adds '; the final length is set after CUDA "
+        "graph capture and warmup' to a tentative fit: that is max_model_len_tentative",
+    ),
+    # ---- 0.34: the extensible KV cache (v1/worker/extensible_kv_cache.py,
+    # v1/core/kv_cache_planning.py); lines composed from the 0.34.0 wheel's format strings
+    _cap(
+        "max_model_len_tentative", "0.34.0", None,
+        r"Auto-fit max_model_len: (?:reduced from \d+ to (\d+)|full model context length (\d+) "
+        r"fits).*the final length is set after CUDA graph capture and warmup",
+        lambda m: {"max_model_len_tentative": int(m[1] or m[2])},
+        ("Auto-fit max_model_len: reduced from 131072 to 32768 to fit in available KV cache "
+         "memory (8.21 GiB GPU); the final length is set after CUDA graph capture and warmup",
+         GPU34_FORMAT),
+        note="v1/core/kv_cache_planning.py _auto_fit_max_model_len before warm-up",
+    ),
+    _cap(
+        "max_model_len_final", "0.34.0", None,
+        r"Auto-fit max_model_len: using max_model_len=(\d+), which fits|"
+        r"--max-model-len auto reduced max_model_len from \d+ to (\d+)",
+        lambda m: {"max_model_len": int(m[1] or m[2])},
+        ("Auto-fit max_model_len: using max_model_len=32768, which fits in the KV cache memory "
+         "left after CUDA graph capture and warmup (4.91 GiB GPU).", GPU34_FORMAT),
+        ("--max-model-len auto reduced max_model_len from 131072 to 30000 (4.91 GiB GPU left "
+         "for the KV cache after CUDA graph capture and warmup).", GPU34_FORMAT),
+        note="after warm-up (finalize_extensible_kv_cache), or any 0.34 fit without the "
+        "extension; the WARNING form below 8,192 tokens reads the same",
+    ),
+    _cap(
+        "kv_after_warmup", "0.34.0", None,
+        r"Memory after warmup: ([\d.]+) GiB free, .*?; (\d+) KV cache blocks \(([\d.]+) GiB\) "
+        r"fit within the requested ([\d.]+) GiB",
+        lambda m: {"free_after_warmup_bytes": gib_to_bytes(m[1]), "num_gpu_blocks": int(m[2]),
+                   "available_kv_bytes": gib_to_bytes(m[3]), "kv_sized_after_warmup": True,
+                   "requested_bytes": gib_to_bytes(m[4])},
+        ("Memory after warmup: 6.55 GiB free, 0.52 GiB committed to the KV cache, 0.69 GiB kept "
+         "for transient activations (0.69 GiB allocated at peak, 0.12 GiB of torch reservation "
+         "growth); 4320 KV cache blocks (4.91 GiB) fit within the requested 23.65 GiB. Torch "
+         "may reserve up to 15.61 GiB.", GPU34_FORMAT),
+        note="v1/worker/extensible_kv_cache.py measure_kv_cache_blocks: the final size",
+    ),
+    _cap(
+        "kv_extended", "0.34.0", None,
+        r"Extended KV cache to (\d+) blocks \(([\d.]+) GiB\)",
+        lambda m: {"num_gpu_blocks": int(m[1]), "available_kv_bytes": gib_to_bytes(m[2]),
+                   "kv_sized_after_warmup": True},
+        ("Extended KV cache to 4320 blocks (4.91 GiB).", GPU34_FORMAT),
+        note="v1/worker/extensible_kv_cache.py extend_kv_cache: the committed final cache",
+    ),
+    _cap(
+        "kv_withheld", "0.34.0", None,
+        r"gpu_memory_utilization=([\d.]+) caps this instance at ([\d.]+) GiB, keeping ([\d.]+) "
+        r"GiB of free device memory out of the KV cache",
+        lambda m: {"gpu_memory_utilization": float(m[1]), "requested_bytes": gib_to_bytes(m[2]),
+                   "kv_withheld_bytes": gib_to_bytes(m[3])},
+        ("gpu_memory_utilization=0.85 caps this instance at 20.1 GiB, keeping 1.5 GiB of free "
+         "device memory out of the KV cache. The extensible KV cache is sized from the memory "
+         "measured after warmup and CUDA graph capture, so vLLM's own use needs no headroom "
+         "below 1.0.", GPU34_FORMAT),
+        note="WARNING, only for 0.7 < utilization < 1.0 withholding >= 1 GiB",
     ),
 )
 

@@ -401,6 +401,14 @@ class LogScanner:
                 values.update(row.read(m))
         if not values:
             return None
+        if values.get("kv_sized_after_warmup"):
+            # 0.34: the final size replaces the reserved range "Available KV cache memory" named
+            if not self.capacity.kv_sized_after_warmup and \
+                    self.capacity.available_kv_bytes is not None:
+                values["reserved_kv_bytes"] = self.capacity.available_kv_bytes
+        elif "available_kv_bytes" in values and self.capacity.kv_sized_after_warmup:
+            # a reservation-sized figure printed after the final size does not replace it
+            values["reserved_kv_bytes"] = values.pop("available_kv_bytes")
         merged = self.capacity.merged(CapacityEvent(**values, line=text))
         if (
             merged.consumed_bytes is not None

@@ -145,6 +145,20 @@ class MetricsSample:
             return None
         return value if math.isfinite(value) else None
 
+    def cache_config_utilization(self) -> float | None:
+        """``cache_config_info``'s ``gpu_memory_utilization`` (a fraction in (0, 1]), or None
+        when absent or unset: vLLM 0.34 reports ``"None"`` (``CacheConfig.metrics_info`` is
+        ``str()`` of each field) and resolves it to 1.0 with the extensible KV cache, 0.92
+        without."""
+        value = self.cache_config_number("gpu_memory_utilization")
+        return value if value is not None and 0 < value <= 1 else None
+
+    def cache_config_flag(self, key: str) -> bool | None:
+        """A true/false ``cache_config_info`` label (``enable_extensible_kv_cache``, 0.34+),
+        None when absent or ``"None"``."""
+        raw = (self.cache_config.get(key) or "").strip().lower()
+        return {"true": True, "false": False}.get(raw)
+
     def cache_config_capacity(self) -> dict[str, int | float]:
         """The KV capacity ``vllm:cache_config_info`` reports (vLLM 0.25+), by the name of the
         server capacity field each label fills (``kv_cache_tokens``, ``max_concurrency``,

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-#: the newest release whose code kvpilot's memory model and log formats were checked against;
-#: plans for an unknown or newer vLLM use its rules
+#: the release assumed when none is named, installed or readable (plans, unreadable version
+#: text); the newest release whose rules kvpilot knows is SUPPORTED_MAX (0.34.0), whose KV
+#: cache follows the free memory at launch, so an unnamed release keeps the 0.33 rules
 NEWEST_KNOWN = "0.33.0"
 
 _VARIANT = re.compile(r"^(cpu|rocm\d*|cu\d+|xpu|tpu|hpu|neuron)$")
@@ -173,6 +174,26 @@ FEATURES: dict[str, Feature] = {
         Feature("cudagraph_in_budget", "0.20.0",
                 "v1/worker/gpu_worker.py determine_available_memory subtracts the CUDA-graph "
                 "estimate before the KV cache"),
+        # ---- 0.34: the extensible KV cache (read from the 0.34.0 wheel)
+        Feature("extensible_kv_cache", "0.34.0",
+                "config/vllm.py VllmConfig._resolve_extensible_kv_cache: on when unset on CUDA "
+                "and ROCm, unless --kv-cache-memory-bytes or --num-gpu-blocks-override is set, "
+                "elastic EP or a KV connector that needs its own memory; v1/engine/core.py "
+                "extensible_kv_cache_unsupported_reason turns it off on a driver without VMM"),
+        Feature("utilization_default_unset", "0.34.0",
+                "config/cache.py CacheConfig.gpu_memory_utilization default None; "
+                "resolved_gpu_memory_utilization gives 1.0 with the extensible KV cache, "
+                "DEFAULT_GPU_MEMORY_UTILIZATION 0.92 without"),
+        Feature("default_block_size_64", "0.34.0",
+                "config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE 64 (16 in the 0.33.0 wheel); "
+                "platforms/interface.py update_block_size_for_backend keeps it where the "
+                "backend supports it (v1/attention/backend.py get_preferred_block_size)"),
+        Feature("kv_sized_after_warmup", "0.34.0",
+                "v1/worker/extensible_kv_cache.py measure_kv_cache_bytes / "
+                "v1/core/kv_cache_planning.py finalize_extensible_kv_cache: with the "
+                "extensible KV cache the final size is measured after warm-up and CUDA-graph "
+                "capture; v1/worker/gpu/model_runner.py profile_cudagraph_memory returns 0 and "
+                "v1/worker/utils.py request_memory skips the free-memory start-up check"),
         Feature("cache_config_tokens_metric", "0.25.0",
                 "v1/metrics: vllm:cache_config_info gains kv_cache_size_tokens and "
                 "kv_cache_max_concurrency labels"),
@@ -294,9 +315,34 @@ def removed_flags() -> list[Feature]:
     return [f for f in FEATURES.values() if f.flag is not None and f.until is not None]
 
 
-def default_utilization(version: str | Release | None) -> float:
-    """vLLM's default ``--gpu-memory-utilization`` in ``version``."""
+def default_utilization(version: str | Release | None, *, extensible: bool = False) -> float:
+    """vLLM's default ``--gpu-memory-utilization`` in ``version``.
+
+    ``extensible``: the extensible KV cache is on (0.34+, ``resolved_gpu_memory_utilization``
+    in config/cache.py gives 1.0 then); ignored before 0.34.
+    """
+    if extensible and supports("utilization_default_unset", version):
+        return 1.0
     return 0.92 if supports("default_utilization_0_92", version) else 0.9
+
+
+#: vLLM's default KV block (tokens) before 0.34 (config/cache.py; kvpilot.core.fit.kv)
+BLOCK_SIZE_BEFORE_0_34 = 16
+#: config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE in the 0.34.0 wheel
+BLOCK_SIZE_0_34 = 64
+
+
+def default_block_size(version: str | Release | None) -> int:
+    """vLLM's default KV block in tokens for ``version``: 64 from 0.34 (the FlashAttention,
+    FlashInfer and Triton backends keep that default: ``get_preferred_block_size``), 16
+    before.
+
+    A backend whose kernels do not take the default uses its smallest supported size in either
+    release (0.34.0 wheel: FlashMLA 64, CUTLASS MLA 128); kvpilot does not pick the backend.
+    """
+    if supports("default_block_size_64", version):
+        return BLOCK_SIZE_0_34
+    return BLOCK_SIZE_BEFORE_0_34
 
 
 def release_number(text: str | None) -> str:
@@ -309,7 +355,9 @@ def release_number(text: str | None) -> str:
 #: the planner's rules (kvpilot.core.fit.activation) and the log scanner's line formats
 #: (kvpilot.core.vllm.logparse) both cover this range
 SUPPORTED_MIN = "0.6.0"
-SUPPORTED_MAX = NEWEST_KNOWN
+#: 0.34.0's memory rules (the extensible KV cache: kvpilot.core.fit.extensible_kv) and log
+#: lines are known; a plan with no release named still assumes NEWEST_KNOWN
+SUPPORTED_MAX = "0.34.0"
 
 
 def release(version: str | None) -> tuple[int, ...] | None:

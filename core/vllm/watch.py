@@ -284,14 +284,17 @@ def compare_capacity(
     version = Release.parse(identity.version if identity else None).number
     try:
         if gpu_total_bytes:
-            util = number("gpu_memory_utilization")
+            # "None" from 0.34 when unset: the planner resolves it as vLLM does (1.0 with the
+            # extensible KV cache)
+            util = sample.cache_config_utilization()
+            extensible = sample.cache_config_flag("enable_extensible_kv_cache")
             # a KV size the server was given (--kv-cache-memory-bytes) replaces the utilization
             kv_given = _int(number("kv_cache_memory_bytes"))
             inputs = PlanInputs(
                 model=model,
                 gpu_total_bytes=gpu_total_bytes,
                 gpu_name=gpu_name,
-                gpu_memory_utilization=util if util and 0 < util <= 1 else None,
+                gpu_memory_utilization=util,
                 kv_cache_memory_bytes=kv_given if kv_given and kv_given > 0 else None,
                 max_model_len=identity.max_model_len if identity else None,
                 kv_cache_dtype=dtype,
@@ -308,7 +311,11 @@ def compare_capacity(
                 predicted_kv_tokens=cap.kv_cache_tokens,
                 predicted_kv_bytes=cap.available_kv_bytes,
                 basis=f"kvpilot's budget on {gpu_name or 'this GPU'}"
-                + (", the KV size the server was given" if kv_given else "") + assumed,
+                + (", the KV size the server was given" if kv_given else "")
+                + (", vLLM 0.34's extensible KV cache sized from the memory free at launch (a "
+                   "GPU nothing else used is assumed)"
+                   if extensible and cap.inputs.get("extensible_kv_cache") else "")
+                + assumed,
             )
         if reported.kv_bytes:
             served = model_dtype or kv.serving_dtype(model.torch_dtype)

@@ -115,6 +115,7 @@ class ServerController(Controller):
         self.current_request = request
         self._predicted = request.predicted
         self._reported = None
+        self._register_launch_cap(request, runtime.version, spec.gpu_memory_utilization)
         self.launching()
         window.banner.setVisible(False)
         window.log_view.clear()
@@ -130,6 +131,29 @@ class ServerController(Controller):
             name="kvpilot-launch",
         )
         return True
+
+    def _register_launch_cap(
+        self, request: LaunchRequest, version: str | None, utilization: float | None
+    ) -> None:
+        """vLLM 0.34 on a desktop or shared GPU: say why the launch is capped, and have the
+        dashboard warn when free memory falls under the room the cap leaves
+        (:func:`kvpilot.core.fit.extensible_kv.launch_cap`, the rule the planner used)."""
+        from kvpilot.core.fit.extensible_kv import launch_cap
+        from kvpilot.core.vllm.versions import supports
+
+        inputs = request.inputs
+        cap = None
+        if version is not None and supports("extensible_kv_cache", version) \
+                and inputs.gpu_name.lower() != "cpu" and inputs.kv_cache_memory_bytes is None:
+            cap = launch_cap(vllm_version=version, total_bytes=inputs.gpu_total_bytes,
+                             free_now_bytes=inputs.gpu_free_bytes,
+                             drives_display=bool(inputs.gpu_memory_holders),
+                             holders=inputs.gpu_memory_holders)
+            if cap.gpu_memory_utilization != utilization:
+                cap = None  # the launch sizes its cache otherwise (a utilization set by hand)
+        self.services.telemetry.set_launch_cap(cap)
+        if cap is not None:
+            self.say(cap.reason, 20_000)
 
     def adopted(self, model: str) -> None:
         """An orphaned server is supervised from now on, as if this window had started it."""

@@ -53,6 +53,7 @@ FIXABLE: dict[str, str] = {
     "kv_full": "Apply fp8 KV",
     "preemptions": "One user fewer",
     "vram_full": "Lower utilization",
+    "desktop_headroom": "Lower utilization",
 }
 
 

@@ -390,6 +390,19 @@ def test_preemptions_rising():
     assert "preemptions" not in kinds(tel)
 
 
+def test_preemptions_at_full_utilization_do_not_advise_raising_it():
+    tel, _ = make(window_s=10.0)
+    unset = {"kv_cache_size_tokens": "4096", "gpu_memory_utilization": "None"}  # vLLM 0.34
+    tel.add_vllm_sample(replace(sample(0.0, preempt=5.0), cache_config=unset))
+    tel.add_vllm_sample(replace(sample(1.0, preempt=7.0), cache_config=unset))
+    sig = next(p for p in tel.latest().pressure if p.kind == "preemptions")
+    assert "gpu-memory-utilization" not in sig.fix and "max-num-seqs" in sig.fix
+    capped = {"kv_cache_size_tokens": "4096", "gpu_memory_utilization": "0.83"}
+    tel.add_vllm_sample(replace(sample(2.0, preempt=9.0), cache_config=capped))
+    sig = next(p for p in tel.latest().pressure if p.kind == "preemptions")
+    assert "raise --gpu-memory-utilization" in sig.fix
+
+
 def test_ttft_over_goal_with_idle_gpu_is_cpu_bound():
     tel, _ = make(window_s=10.0, ttft_goal_s=1.0)
     tel.add_vllm_sample(sample(0.0))
@@ -571,3 +584,27 @@ def test_window_sums_return_to_zero_when_activity_leaves_the_window():
     assert last["prefix_hit_rate"] is None and last["success_rate"] is None
     assert last["preemptions_per_min"] == 0.0 and last["ttft_p99_s"] is None
     assert last.finish_reason_fractions == {} and last.pressure == ()
+
+
+def test_free_memory_under_the_desktop_room_of_a_capped_034_launch_is_a_signal():
+    from kvpilot.core.fit.extensible_kv import launch_cap
+
+    GiB = 1 << 30
+    total = 25_394_413_568  # the rtx4090-desktop snapshot's CUDA total
+    cap = launch_cap(vllm_version="0.34.0", total_bytes=total, free_now_bytes=23_783_800_832,
+                     drives_display=True, holders=(("firefox", 840_957_952),))
+    tel = Telemetry()
+    tel.set_launch_cap(cap)
+    # serving: vLLM holds its cap, the desktop its 1.5 GiB; free is the room plus the reserve
+    used = total - cap.headroom_bytes - GiB // 2
+    tel.add_gpu_sample(SimpleNamespace(t_monotonic_s=1.0, memory_used_bytes=float(used),
+                                       memory_total_bytes=float(total)))
+    assert "desktop_headroom" not in {s.kind for s in tel.latest().pressure}
+    # the browser grows by 1.2 GiB: less free than the room the cap left
+    tel.add_gpu_sample(SimpleNamespace(t_monotonic_s=2.0, memory_used_bytes=used + 1.2 * GiB,
+                                       memory_total_bytes=float(total)))
+    signal = next(s for s in tel.latest().pressure if s.kind == "desktop_headroom")
+    assert "GiB kvpilot left for other programs" in signal.message
+    assert signal.value == pytest.approx(cap.headroom_bytes + GiB // 2 - 1.2 * GiB, abs=1)
+    tel.set_launch_cap(None)  # no cap (a dedicated GPU): no such signal
+    assert "desktop_headroom" not in {s.kind for s in tel.latest().pressure}

@@ -78,12 +78,14 @@ def test_plan_of_a_newer_vllm_says_which_rules_it_uses(tmp_path, capsys):
     assert profile_for("0.41.0") is profile_for(versions.SUPPORTED_MAX) is PROFILES[0]
     main(["plan", "--model", model, "--gpu", "RTX 4090", "--vllm-version", versions.SUPPORTED_MAX])
     assert "newer than the newest release" not in capsys.readouterr().out
-    # the planner's default release is the scanner's newest
+    # with no release named the planner assumes NEWEST_KNOWN (0.33): 0.34's KV follows the
+    # free memory at launch, so it is planned only when named or installed
     from kvpilot.core.commands.plan import DEFAULT_VLLM_VERSION
     from kvpilot.core.fit.plan import PlanInputs
 
-    assert DEFAULT_VLLM_VERSION == versions.SUPPORTED_MAX
-    assert PlanInputs.__dataclass_fields__["vllm_version"].default == versions.SUPPORTED_MAX
+    assert DEFAULT_VLLM_VERSION == versions.NEWEST_KNOWN
+    assert PlanInputs.__dataclass_fields__["vllm_version"].default == versions.NEWEST_KNOWN
+    assert versions.at_least(versions.SUPPORTED_MAX, versions.NEWEST_KNOWN)
     oldest = profile_for(versions.SUPPORTED_MIN)
     assert oldest.engine == "V0" and oldest is PROFILES[-1]
 

@@ -36,12 +36,25 @@ def test_bundled_table_is_complete_and_sourced() -> None:
 
 @pytest.mark.parametrize(
     ("cuda", "expected"),
-    [("13.0", "0.33.0"), ("13.1", "0.33.0"), ("12.8", "0.19.1"), ("12.9", "0.19.1")],
+    [("13.0", "0.34.0"), ("13.1", "0.34.0"), ("12.8", "0.19.1"), ("12.9", "0.19.1")],
 )
 def test_newest_build_the_driver_supports(cuda: str, expected: str) -> None:
     choice = choose_release(load_releases(), has_nvidia_gpu=True, cuda_driver_version=cuda)
     assert (choice.release.version, choice.release.variant) == (expected, "cuda")
     assert f"CUDA {cuda}" in choice.reason
+
+
+def test_034_is_offered_and_033_stays_installable() -> None:
+    rels = load_releases()
+    new = find_release(rels, "0.34.0", "cuda")
+    # the 0.34.0 wheel's METADATA pins torch==2.14.0 with cu13 companions; vllm/envs.py
+    # VLLM_MAIN_CUDA_VERSION is 13.0; 580.65.06 is CUDA 13.0's Linux driver floor
+    assert (new.torch, new.cuda_version, new.min_driver_linux) == ("2.14.0", "13.0", "580.65.06")
+    assert new.requirement == "vllm==0.34.0" and new.python_ok("3.12.3")
+    old = choose_release(rels, has_nvidia_gpu=True, cuda_driver_version="13.0", version="0.33.0")
+    assert old.release.runtime_id == "0.33.0-cuda"
+    cuda = [r.version for r in rels if r.variant == "cuda"]
+    assert cuda[0] == "0.34.0" and "0.33.0" in cuda  # newest first per variant
 
 
 def test_old_driver_is_refused_naming_the_driver_needed() -> None:

@@ -80,12 +80,13 @@ def test_release(text: str | None, expected: tuple[int, ...] | None) -> None:
 
 
 def test_range_and_notes() -> None:
-    assert versions.supported_range_text() == "vLLM 0.6 to 0.33"
+    assert versions.supported_range_text() == "vLLM 0.6 to 0.34"
     assert versions.support_note("0.33.0") is None
+    assert versions.support_note("0.34.0") is None
     assert versions.support_note("0.6.6") is None
     assert versions.support_note(None) is None
-    newer = versions.support_note("0.34.0")
-    assert newer is not None and "newer than the newest release kvpilot knows (0.33)" in newer
+    newer = versions.support_note("0.35.0")
+    assert newer is not None and "newer than the newest release kvpilot knows (0.34)" in newer
     older = versions.support_note("0.5.4")
     assert older is not None and "older than 0.6" in older
     # a newer release gets the newest formats; an unknown one every format
