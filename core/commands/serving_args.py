@@ -211,13 +211,16 @@ def detected_gpu(indices: tuple[int, ...] | None = None,
 
     Raises:
         HardwareError: ``indices`` names a GPU NVML does not report.
+        ProcUnreadableError: ``/proc`` cannot be read (a container or chroot).
     """
-    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.errors import HardwareError, ProcUnreadableError
     from kvpilot.core.hardware.probe import probe
     from kvpilot.core.hardware.selection import select_gpus
 
     try:
         result = probe(nvml_module)
+    except ProcUnreadableError:
+        raise
     except HardwareError:
         if indices:
             raise

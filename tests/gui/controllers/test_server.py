@@ -388,3 +388,39 @@ def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qt
     assert first.inputs.gpu_memory_utilization < 0.95
     request = w.server_control.current_request
     assert first.inputs.gpu_free_bytes == request.inputs.gpu_free_bytes < 24 * GiB
+
+
+def test_an_unwritable_data_folder_is_told_at_start_with_its_variable(
+    make_window, qtbot, tmp_path, monkeypatch
+) -> None:
+    blocked = tmp_path / "in-the-way"
+    blocked.write_text("a file where the data folder should be\n")
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(blocked / "data"))
+    w = make_window()
+    qtbot.waitUntil(w.banner.isVisible, timeout=10_000)
+    text = w.banner.cause.text().replace("\u200b", "")  # the long path's break hints
+    assert "kvpilot cannot keep its files:" in text
+    assert f"kvpilot's data folder {blocked / 'data'} cannot be written" in text
+    assert "KVPILOT_DATA_DIR" in text
+
+
+def test_a_launch_whose_log_folder_cannot_be_written_names_it_not_errno(
+    server_window, qtbot, monkeypatch
+) -> None:
+    """The launch log folder turns unwritable after the start (a file took its place): the
+    banner names kvpilot's folder and the variable, not a bare "[Errno ...]"."""
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    w = server_window()
+    logs = w.services.data_dir / "logs"
+    if logs.exists():
+        import shutil
+
+        shutil.rmtree(logs)
+    logs.write_text("a file where the launch logs go\n")
+    w.launch_action.trigger()
+    qtbot.waitUntil(w.banner.isVisible, timeout=30_000)
+    text = w.banner.cause.text().replace("\u200b", "")
+    assert "vLLM was not started:" in text and "Errno" not in text
+    assert f"kvpilot's launch log folder {logs} cannot be written" in text
+    assert "KVPILOT_DATA_DIR" in text
+    assert w.services.supervisor is None or w.services.supervisor.state in (None, "failed")
