@@ -95,6 +95,7 @@ class PlannerController(Controller):
     def on_plan_selected(self, row: PlanRow | None) -> None:
         window = self.window
         window.gpu_panel.set_plan(row.capacity if row is not None and row.launchable else None)
+        window.server_panel.set_plan_missing(launch_missing(row))
         if row is None or row.inputs is None:
             window.planner.clear_feasibility("select a plan to see what else fits")
             return
@@ -156,3 +157,14 @@ class PlannerController(Controller):
         )
         if path:
             self.window.planner.set_model_ref(path)
+
+
+def launch_missing(row: PlanRow | None) -> str | None:
+    """Why Launch cannot start ``row`` (None: it can): no plan selected, or one that does not
+    fit."""
+    if row is None or row.inputs is None:
+        return ("no plan to launch: select one in the table (when none fits, lower the context, "
+                "the users or the quality floor)")
+    if not row.launchable:
+        return f"{row.title} does not fit: {row.reason}"
+    return None

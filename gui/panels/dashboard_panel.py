@@ -215,7 +215,7 @@ class DashboardPanel(QWidget):
         grid_cols = 3
         for i, spec in enumerate(PLOTS):
             plot = self.graphics.addPlot(row=i // grid_cols, col=i % grid_cols)
-            plot.setTitle(f"{spec.title} ({spec.unit})", size="9pt")
+            plot.setTitle(f"{spec.title} ({spec.unit})", size="9pt", color=theme.PLOT_TEXT)
             _opaque_grid(plot)
             plot.setClipToView(True)
             plot.setDownsampling(ds=1, auto=False, mode="peak")  # set per frame: _downsample
@@ -223,7 +223,8 @@ class DashboardPanel(QWidget):
             plot.hideButtons()
             plot.setLabel("bottom", "minutes")
             if len(spec.curves) > 1:
-                plot.addLegend(offset=(5, 5), labelTextSize="8pt")
+                plot.addLegend(offset=(5, 5), labelTextSize="8pt",
+                               labelTextColor=theme.PLOT_TEXT, brush=theme.PLOT_LEGEND_FILL)
             if spec.y_max is not None:
                 plot.setYRange(spec.y_min or 0.0, spec.y_max, padding=0.02)
             else:
@@ -376,6 +377,7 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         axis = plot.getAxis(name)
         axis.setStyle(tickAlpha=255)
         axis.setTickPen(pg.mkPen(theme.PLOT_GRID))
+        axis.setTextPen(pg.mkPen(theme.PLOT_TEXT))
 
 
 def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:

@@ -424,3 +424,24 @@ def test_a_launch_whose_log_folder_cannot_be_written_names_it_not_errno(
     assert f"kvpilot's launch log folder {logs} cannot be written" in text
     assert "KVPILOT_DATA_DIR" in text
     assert w.services.supervisor is None or w.services.supervisor.state in (None, "failed")
+
+
+def test_launch_waits_for_a_plan_and_says_why_in_its_tooltip(server_window, qtbot) -> None:
+    w = server_window()
+    button = w.server_panel.launch_button
+    assert button.isEnabled()
+    assert button.toolTip() == "Launch the selected plan (F5)"
+    rows = list(w.planner.rows)
+    w.planner.set_plans([], "nothing planned")  # no plan: Launch is off, the tooltip says why
+    assert not button.isEnabled()
+    assert button.toolTip().startswith("no plan to launch: select one in the table")
+    w.launch_action.trigger()  # the shortcut starts nothing either
+    assert w.services.supervisor is None
+    unfit = [r for r in rows if not r.launchable and r.inputs is not None]
+    if unfit:  # a selected plan that does not fit: its reason
+        w.planner.set_plans(unfit[:1], "one plan that does not fit")
+        w.planner.table.selectRow(0)
+        assert not button.isEnabled()
+        assert button.toolTip().startswith(f"{unfit[0].title} does not fit")
+    w.planner.set_plans(rows, "the plans again")
+    assert button.isEnabled()
