@@ -242,8 +242,15 @@ def screenshot(
     timeout_s: float = 60.0,
     failure_log: Path | None = None,
 ) -> int:
-    """Load offscreen, show ``panel``, save a PNG of it to ``path``; 0 on success, 1 if not."""
-    window.resize(1400, 940)
+    """Load offscreen, show ``panel``, save a PNG of it to ``path``; 0 on success, 1 if not.
+
+    The window is 1,400 x 940, or the screen's available size where that is smaller (a
+    1,366 x 768 screen given to the offscreen platform: ``QT_QPA_PLATFORM=offscreen:configfile=``).
+    """
+    screen = window.screen()
+    avail = screen.availableGeometry() if screen is not None else None
+    window.resize(min(1400, avail.width()) if avail else 1400,
+                  min(940, avail.height()) if avail else 940)
     window.show()
     ok = wait_until(lambda: loaded(window), timeout_s)
     target = show_panel(window, panel, failure_log)

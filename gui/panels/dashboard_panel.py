@@ -369,7 +369,8 @@ class DashboardPanel(QWidget):
 
 
 def _opaque_grid(plot: pg.PlotItem) -> None:
-    """Grid lines in one opaque light colour: ``showGrid(alpha=…)`` draws translucent lines
+    """Grid lines in one opaque light colour, under the curves and legends (axis text in the
+    plot text colour): ``showGrid(alpha=…)`` draws translucent lines
     that the software rasterizer blends pixel by pixel, which made each paint of the six plots
     take 25-45 ms (benchmarks/gui_event_loop.py); opaque lines take about a quarter of that."""
     plot.showGrid(x=True, y=True, alpha=1.0)
@@ -378,6 +379,10 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         axis.setStyle(tickAlpha=255)
         axis.setTickPen(pg.mkPen(theme.PLOT_GRID))
         axis.setTextPen(pg.mkPen(theme.PLOT_TEXT))
+        # the grid under the curves and the legend: pyqtgraph puts the axes (which draw the
+        # grid) above the view box, and the legend lives in the view box, so grid lines ran
+        # through the legend's words
+        axis.setZValue(-1)
 
 
 def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:

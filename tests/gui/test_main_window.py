@@ -241,3 +241,5 @@ def test_chart_text_and_legends_use_the_plot_text_colour(make_window) -> None:
             assert QColor(label.opts["color"]) == want, label.text
     axis = w.planner.chart.getPlotItem().getAxis("bottom")
     assert axis.textPen().color() == want
+    for plot in w.dashboard.plots.values():  # the opaque grid runs under the legend, not over
+        assert plot.getAxis("left").zValue() < plot.vb.zValue()
