@@ -243,3 +243,13 @@ def test_chart_text_and_legends_use_the_plot_text_colour(make_window) -> None:
     assert axis.textPen().color() == want
     for plot in w.dashboard.plots.values():  # the opaque grid runs under the legend, not over
         assert plot.getAxis("left").zValue() < plot.vb.zValue()
+
+
+def test_a_context_above_every_models_maximum_is_said(make_window, qtbot) -> None:
+    w = make_window()
+    w.planner.context.setEditText("1000k")
+    qtbot.waitUntil(lambda: "1,024,000-token context" in w.planner.status.text(),
+                    timeout=30_000)
+    status = w.planner.status.text()
+    assert "short of the 1,024,000-token context asked for" in status
+    assert "at its model's maximum (at most " in status
