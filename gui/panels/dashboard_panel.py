@@ -379,10 +379,10 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         axis.setStyle(tickAlpha=255)
         axis.setTickPen(pg.mkPen(theme.PLOT_GRID))
         axis.setTextPen(pg.mkPen(theme.PLOT_TEXT))
-        # the grid under the curves and the legend: pyqtgraph puts the axes (which draw the
-        # grid) above the view box, and the legend lives in the view box, so grid lines ran
-        # through the legend's words
-        axis.setZValue(-1)
+        # the grid under the curves and the legend: the axes draw the grid and sat above the
+        # view box, which holds the curves and the legend, so grid lines ran through the
+        # legend's words
+        axis.setZValue(plot.vb.zValue() - 1)
 
 
 def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:
