@@ -11,6 +11,7 @@ and closes cleanly: a server it started is stopped first (after asking).
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -252,5 +253,6 @@ class MainWindow(WindowWidgets):
                 self.close()
 
 
-def _ignore(_exc: BaseException) -> None:
-    """A folder check that failed unexpectedly: the launch says it again if it matters."""
+def _ignore(exc: BaseException) -> None:
+    """A folder check that failed unexpectedly: logged; a launch says it again if it matters."""
+    logging.getLogger("kvpilot.gui").warning("checking kvpilot's folders failed: %s", exc)

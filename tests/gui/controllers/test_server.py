@@ -445,3 +445,22 @@ def test_launch_waits_for_a_plan_and_says_why_in_its_tooltip(server_window, qtbo
         assert button.toolTip().startswith(f"{unfit[0].title} does not fit")
     w.planner.set_plans(rows, "the plans again")
     assert button.isEnabled()
+
+
+def test_an_unreadable_proc_opens_planner_mode_with_the_sentence(
+    make_window, qtbot, tmp_path, monkeypatch
+) -> None:
+    """psutil pointed at an empty /proc (as in a container without it): the window plans in
+    planner mode and says why, naming /proc and the fix."""
+    import psutil
+
+    empty = tmp_path / "proc"
+    empty.mkdir()
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(empty))
+    w = make_window()
+    qtbot.waitUntil(lambda: "cannot read the machine's memory" in w.statusBar().currentMessage(),
+                    timeout=15_000)
+    said = w.statusBar().currentMessage()
+    assert said.startswith("planner mode: kvpilot cannot read the machine's memory from ")
+    assert "mount -t proc proc /proc" in said
+    assert w.gpu_control.target is not None  # planning goes on for a card of the spec table
