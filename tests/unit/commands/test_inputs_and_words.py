@@ -94,3 +94,12 @@ def test_the_unverified_note_comes_only_with_a_star() -> None:
     estimated = lookup(None, "NVIDIA GeForce RTX 4090 D")
     line = spec_line(estimated)
     assert "GB/s*" in line and "TFLOPS*" in line and line.endswith("(* unverified value)")
+
+
+def test_a_screenshot_size_reads_as_width_by_height(capsys: pytest.CaptureFixture[str]) -> None:
+    args = cli.build_parser("gui").parse_args(["gui", "--screenshot-size", "1366x768"])
+    assert args.screenshot_size == (1366, 768)
+    assert cli.build_parser("gui").parse_args(["gui"]).screenshot_size == (1400, 940)
+    with pytest.raises(SystemExit):
+        cli.build_parser("gui").parse_args(["gui", "--screenshot-size", "big"])
+    assert "'big' is not a size like 1366x768" in capsys.readouterr().err
