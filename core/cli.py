@@ -5,7 +5,9 @@ Subcommands live in :mod:`kvpilot.core.commands`, one module each, imported lazi
 use. Every module exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
 
 User errors (:class:`~kvpilot.core.errors.KvpilotError`) end the process with status 2 and a
-single line on stderr, never a traceback.
+single line on stderr, never a traceback; so does an ``OSError`` met in one of kvpilot's own
+folders (a read-only data folder) or in an unreadable ``/proc``
+(:func:`kvpilot.core.environment.environment_problem`).
 """
 
 from __future__ import annotations
@@ -106,6 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        from kvpilot.core.environment import environment_problem
+
+        problem = environment_problem(exc)
+        if problem is None:
+            raise
+        print(f"kvpilot: error: {problem.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

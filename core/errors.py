@@ -8,10 +8,12 @@ with status 2; the GUI shows it in a banner. Programming errors stay ordinary ex
      ├── ModelSpecError        config.json / safetensors / catalog problems (models/)
      ├── FitError              impossible inputs to the fit engine (fit/)
      ├── HardwareError         NVML / driver problems (hardware/)
+     │    └── ProcUnreadableError  /proc hidden or unreadable (a container, a chroot)
      ├── RuntimeNotFoundError  no usable vLLM executable (vllm/runtime.py)
      ├── RuntimeInstallError   a managed vLLM runtime cannot be chosen, installed or removed
      ├── CommandError          a plan or extra argument that cannot become a vllm argv
-     └── SettingsError         settings file problems (settings.py)
+     ├── SettingsError         settings file problems (settings.py)
+     └── FolderError           one of kvpilot's own folders cannot be written (paths.py)
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ class HardwareError(KvpilotError):
     """The GPU or driver could not be read."""
 
 
+class ProcUnreadableError(HardwareError):
+    """``/proc`` cannot be read (a container or chroot): the machine's memory and processes are
+    unknown. Not "no GPU": planning on this machine cannot go on until it is visible."""
+
+
 class RuntimeNotFoundError(KvpilotError):
     """No usable vLLM installation was found."""
 
@@ -89,3 +96,15 @@ class SecretsUnavailableError(SettingsError):
     the keyring opens: the command exits with status 1, not 2 (``exit_status``)."""
 
     exit_status = 1
+
+
+class FolderError(KvpilotError):
+    """One of kvpilot's own folders (data, config, log, cache) cannot be created or written.
+
+    ``path`` is the folder; ``env_var`` the variable that moves it (``KVPILOT_DATA_DIR``, ...).
+    """
+
+    def __init__(self, message: str, *, path: str, env_var: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.env_var = env_var

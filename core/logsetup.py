@@ -1,5 +1,6 @@
-"""Logging, set up once per process: kvpilot's own messages go to a rotating file in the data
-directory (``<data_dir>/logs/kvpilot.log``, 5 MiB x 3), warnings also to stderr.
+"""Logging, set up once per process: kvpilot's own messages go to a rotating file in the log
+folder (``<data_dir>/logs/kvpilot.log``, or ``$KVPILOT_LOG_DIR``; 5 MiB x 3), warnings also to
+stderr.
 
 vLLM's output is not here: each launch has its own log (see :mod:`kvpilot.core.vllm.supervisor`).
 """
@@ -26,9 +27,10 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def configure(log_dir: Path | None = None, *, stderr_level: int = logging.WARNING) -> Path | None:
     """Attach the file and stderr handlers to the ``kvpilot`` logger, once per process.
 
-    ``log_dir`` defaults to ``<data_dir>/logs``. Returns the log file's path, or None when that
-    folder cannot be written (then only stderr is used; the reason is logged there). A second
-    call returns the first call's path and changes nothing.
+    ``log_dir`` defaults to :func:`kvpilot.core.paths.log_dir`. Returns the log file's path, or
+    None when that folder cannot be written (then only stderr is used; the reason, with the
+    folder and ``KVPILOT_LOG_DIR``, is logged there). A second call returns the first call's
+    path and changes nothing.
     """
     global _configured
     with _lock:
@@ -41,21 +43,25 @@ def configure(log_dir: Path | None = None, *, stderr_level: int = logging.WARNIN
         stderr.setFormatter(logging.Formatter("kvpilot: %(levelname)s: %(message)s"))
         root.addHandler(stderr)
         path: Path | None = None
-        try:
-            if log_dir is None:
-                from kvpilot.core import paths
+        from kvpilot.core import paths
+        from kvpilot.core.errors import FolderError
 
-                log_dir = paths.data_dir() / "logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
+        if log_dir is None:
+            log_dir = paths.log_dir()
+        try:
+            paths.ensure_folder(log_dir, what="log", env_var=paths.LOG_DIR_ENV)
             path = log_dir / FILE_NAME
             handler = logging.handlers.RotatingFileHandler(
                 path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8", delay=True
             )
             handler.setFormatter(logging.Formatter(_FORMAT))
             root.addHandler(handler)
+        except FolderError as exc:
+            root.warning("%s; logging to stderr only", exc.message)
+            path = None
         except OSError as exc:
-            root.warning("cannot write kvpilot's log in %s (%s); logging to stderr only",
-                         log_dir, exc)
+            root.warning("%s; logging to stderr only", paths.folder_sentence(
+                "log", log_dir, exc.strerror or str(exc), paths.LOG_DIR_ENV))
             path = None
         root._kvpilot_configured = True  # type: ignore[attr-defined]
         _configured = path

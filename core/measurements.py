@@ -274,7 +274,7 @@ class MeasurementStore:
     def _read(self) -> list[MeasurementRecord]:
         try:
             raw = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no file (its folder is not one either)
             return []
         except OSError as exc:
             raise SettingsError(

@@ -36,14 +36,11 @@ import contextlib
 import copy
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import platformdirs
 
 from kvpilot.core.errors import SettingsError
 from kvpilot.core.fit.goal import Goal
@@ -406,10 +403,9 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
 
 def default_config_dir() -> Path:
     """``$KVPILOT_CONFIG_DIR`` when set, else the platform's per-user config dir for kvpilot."""
-    env = os.environ.get(CONFIG_DIR_ENV)
-    if env:
-        return Path(env)
-    return Path(platformdirs.user_config_dir("kvpilot", appauthor=False))
+    from kvpilot.core.paths import config_dir
+
+    return config_dir()
 
 
 def _secrets_in_file(data: Mapping[str, Any]) -> bool:
@@ -460,7 +456,7 @@ class SettingsStore:
         """
         try:
             text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file in the folder's place: none
             return LoadResult(Settings(), (), self.path)
         except (OSError, UnicodeDecodeError) as exc:
             if isinstance(exc, UnicodeDecodeError):

@@ -134,7 +134,8 @@ def main(args: argparse.Namespace) -> int:
     QTimer.singleShot(SETTLE_GC_LATEST_MS, startup_gc.settle_after_start)
     if args.screenshot:
         return screenshot(
-            window, Path(args.screenshot), args.panel, args.screenshot_timeout, _failure_log(args)
+            window, Path(args.screenshot), args.panel, args.screenshot_timeout, _failure_log(args),
+            getattr(args, "screenshot_size", None) or (1400, 940),
         )
     show_panel(window, args.panel, _failure_log(args))
     crash.install(crash.CrashReporter(logsetup.log_path(), window))
@@ -241,9 +242,12 @@ def screenshot(
     panel: str,
     timeout_s: float = 60.0,
     failure_log: Path | None = None,
+    size: tuple[int, int] = (1400, 940),
 ) -> int:
-    """Load offscreen, show ``panel``, save a PNG of it to ``path``; 0 on success, 1 if not."""
-    window.resize(1400, 940)
+    """Load offscreen, show ``panel`` in a window of ``size`` (width, height; a laptop's
+    1,366 x 768 shows what fits there), save a PNG of it to ``path``; 0 on success, 1 if
+    not."""
+    window.resize(*size)
     window.show()
     ok = wait_until(lambda: loaded(window), timeout_s)
     target = show_panel(window, panel, failure_log)

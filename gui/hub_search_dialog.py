@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.words import estimated_rate
 from kvpilot.gui import theme
 from kvpilot.gui.workers import run_in_thread
 
@@ -61,7 +62,7 @@ def settings_text(hit: SearchHit) -> str:
         parts.append(f"{b.settings.max_model_len:,} ctx × {b.settings.max_num_seqs or 1}")
     parts.append("fp8 KV" if b.settings.kv_cache_dtype == "fp8" else "16-bit KV")
     if b.decode_tokens_per_s:
-        parts.append(f"~{b.decode_tokens_per_s:.0f} tok/s")
+        parts.append(estimated_rate(b.decode_tokens_per_s))
     return " · ".join(p for p in parts if p)
 
 

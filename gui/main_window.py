@@ -11,6 +11,7 @@ and closes cleanly: a server it started is stopped first (after asking).
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -179,8 +180,13 @@ class MainWindow(WindowWidgets):
             self.start()
 
     def start(self) -> None:
-        """Kick off the background work: GPU probe, vLLM discovery, orphaned servers, and giving
+        """Kick off the background work: kvpilot's own folders checked (one that cannot be
+        written is said in the banner), GPU probe, vLLM discovery, orphaned servers, and giving
         freed memory back to the system once a minute."""
+        from kvpilot.core.paths import folder_problems
+        from kvpilot.gui.workers import run_in_pool
+
+        run_in_pool(folder_problems, self.server_control.show_folder_problems, _ignore)
         self.gpu_control.probe()
         self.runtime_control.discover()
         self.orphan_control.find()
@@ -245,3 +251,8 @@ class MainWindow(WindowWidgets):
             self._closing = True
             if self.isVisible():
                 self.close()
+
+
+def _ignore(exc: BaseException) -> None:
+    """A folder check that failed unexpectedly: logged; a launch says it again if it matters."""
+    logging.getLogger("kvpilot.gui").warning("checking kvpilot's folders failed: %s", exc)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from kvpilot.core.runs.compare import Comparison, compare, format_cell
 from kvpilot.core.runs.record import RunRecord
+from kvpilot.core.words import counted
 from kvpilot.gui import theme
 
 LIST_COLUMNS = ("started (UTC)", "model", "profile", "ended", "KV tokens", "best tok/s",
@@ -91,12 +92,15 @@ class RunsView(QWidget):
         top_lay.addLayout(row)
         top_lay.addWidget(self.status)
         top_lay.addWidget(self.table, 1)
-        split = QSplitter(Qt.Orientation.Vertical)
+        # the list takes the whole tab until runs are selected; then the comparison shows below
+        # it, the list keeping the height of its rows (up to half the tab)
+        split = self.split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.compare_table)
         split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 3)
-        split.setSizes([160, 480])  # the comparison is what the tab is for
+        split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
+        self.compare_table.setVisible(False)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(split)
@@ -147,7 +151,7 @@ class RunsView(QWidget):
                 f" (and {len(warnings) - 3} more)" if len(warnings) > 3 else ""))
         else:
             self.status.setStyleSheet(f"color: {theme.MUTED}")
-            self.status.setText(f"{len(runs)} run(s) kept" if runs else
+            self.status.setText(f"{counted(len(runs), 'run')} kept" if runs else
                                 "No runs yet: every server kvpilot launches is kept here")
         self._on_selection()
 
@@ -177,7 +181,11 @@ class RunsView(QWidget):
             self.comparison = None
             table.setRowCount(0)
             table.setColumnCount(0)
+            table.setVisible(False)
             return
+        if not table.isVisible():
+            table.setVisible(True)
+            self._size_split()
         shown = compare(runs, minimum=1)
         self.comparison = shown
         table.setColumnCount(len(runs))
@@ -197,6 +205,21 @@ class RunsView(QWidget):
                     item.setToolTip(f"best {row.label} of the runs shown ({row.better} is "
                                     "better)")
                 table.setItem(r, c, item)
+
+    def _size_split(self) -> None:
+        """The list as tall as its rows need (at most half the tab), the comparison the rest."""
+        total = max(self.split.height(), 1)
+        rows = self.table.rowCount()
+        needed = (
+            self.table.horizontalHeader().height()
+            + rows * max(self.table.verticalHeader().defaultSectionSize(), 1)
+            + 2 * self.table.frameWidth()
+            + self.refresh_button.sizeHint().height()
+            + (self.status.sizeHint().height() if self.status.text() else 0)
+            + 16
+        )
+        top = min(needed, total // 2) if total > 1 else needed
+        self.split.setSizes([top, max(total - top, 1)])
 
     def best_cell(self, label: str) -> int | None:
         """The column holding the best value of the row called ``label`` (None: no best)."""

@@ -23,6 +23,7 @@ from kvpilot.core.fit.plan import USE_CASE_LABELS
 from kvpilot.core.settings import Profile
 from kvpilot.core.telemetry import Telemetry
 from kvpilot.core.vllm.versions import release_number
+from kvpilot.core.words import counted
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
 
@@ -436,7 +437,8 @@ class AppServices:
         label = USE_CASE_LABELS
         heading = (
             f"Ranked plans for {label.get(fit_goal.use_case, fit_goal.use_case)} · "
-            f"{goal.context_tokens:,} context · {goal.users} users on {target.name} ({where})"
+            f"{goal.context_tokens:,} context · {counted(goal.users, 'user')} on {target.name} "
+            f"({where})"
         )
         return PlanResult(rows, heading)
 

@@ -146,7 +146,9 @@ class SettingsDialog(QDialog):
         self.host.setToolTip("127.0.0.1 keeps the server on this machine")
         form.addRow("Host", self.host)
         self.port = QSpinBox()
-        self.port.setRange(1, 65535)
+        # wider than the TCP range on purpose: a typed 99999 stays 99999 and is refused with
+        # the reason (a 1-65535 box dropped the last digit and saved 9999 without a word)
+        self.port.setRange(0, 9_999_999)
         form.addRow("Port", self.port)
         self.api_key = QLineEdit()
         self.api_key.setObjectName("apiKey")
@@ -431,6 +433,11 @@ class SettingsDialog(QDialog):
         if self._loading:
             return []
         problems = st.validate_profile(self.edited_profile())
+        from kvpilot.core.vllm.runtime import configured_problem
+
+        runtime_problem = configured_problem(self._runtime_value())
+        if runtime_problem:
+            problems.append(f"vLLM: {runtime_problem}")
         self.problems.setText("\n".join(problems))
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         if ok is not None:

@@ -22,6 +22,11 @@ MEM_RESERVED = "#b0b0b0"
 #: plot pens
 #: the dashboard's grid lines: opaque (lines with alpha are blended pixel by pixel in software)
 PLOT_GRID = "#e4e4e4"
+#: text on the plots (titles, axes, legends): the light palette's text colour, since the plots
+#: keep a white background in every theme (pyqtgraph's default light grey was hard to read)
+PLOT_TEXT = "#202020"
+#: the legends' box: the plot's white, a little see-through so a curve under it still shows
+PLOT_LEGEND_FILL = (255, 255, 255, 215)
 PLOT_COLORS = ("#3a78c8", "#e07030", "#2e9d4f", "#c83a3a", "#8c6bb1")
 #: the dashboard's throttled band: an edge and an opaque fill (a translucent one costs paint time)
 THROTTLED = "#c83a3a"

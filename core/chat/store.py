@@ -66,7 +66,7 @@ class ConversationStore:
         with self._lock:
             try:
                 text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 return Loaded(Conversation())
             except (OSError, UnicodeDecodeError) as exc:
                 return Loaded(Conversation(), self._set_aside(path, profile, str(exc)))

@@ -182,16 +182,7 @@ def _gpu_lines(gpu: GpuSnapshot, budget: LaunchBudget | None) -> list[str]:
     ]
     spec = lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
     if spec is not None:
-        bw = (
-            "n/a"
-            if spec.bandwidth_bytes_per_s is None
-            else f"{spec.bandwidth_bytes_per_s / 1e9:g} GB/s"
-        )
-        mark = "" if spec.fully_verified else "  (* some values unverified)"
-        lines.append(
-            f"  spec        {spec.short_name}: {bw}, BF16 {_na(spec.bf16_dense_tflops, ' TFLOPS')}"
-            f", FP8 KV cache {'yes' if spec.fp8_kv_supported else 'no'}{mark}"
-        )
+        lines.append(spec_line(spec))
     if gpu.processes:
         lines.append("  processes   PID      KIND              MEMORY        NAME / COMMAND")
         for p in gpu.processes:
@@ -259,3 +250,26 @@ def render_text(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) ->
     lines.extend(f"warning: {w}" for w in result.warnings)
     lines.extend(_system_lines(result.system))
     return "\n".join(lines)
+
+
+def spec_line(spec: GpuSpec) -> str:
+    """The ``spec`` line: bandwidth, BF16 TFLOPS and FP8 KV support; a value the spec table
+    does not hold as verified is starred, and the note says what the star means only when one
+    is."""
+    star_bw = "" if spec.is_verified("bandwidth_bytes_per_s") else "*"
+    star_tf = "" if spec.is_verified("bf16_dense_tflops") else "*"
+    bw = (
+        "n/a"
+        if spec.bandwidth_bytes_per_s is None
+        else f"{spec.bandwidth_bytes_per_s / 1e9:g} GB/s{star_bw}"
+    )
+    tflops = _na(spec.bf16_dense_tflops, " TFLOPS")
+    if spec.bf16_dense_tflops is not None:
+        tflops += star_tf
+    starred = (spec.bandwidth_bytes_per_s is not None and star_bw) or (
+        spec.bf16_dense_tflops is not None and star_tf)
+    mark = "  (* unverified value)" if starred else ""
+    return (
+        f"  spec        {spec.short_name}: {bw}, BF16 {tflops}"
+        f", FP8 KV cache {'yes' if spec.fp8_kv_supported else 'no'}{mark}"
+    )

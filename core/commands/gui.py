@@ -55,12 +55,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="open with this settings profile active (what the autostart entry passes)",
     )
     parser.add_argument(
+        "--screenshot-size",
+        type=_size,
+        default=(1400, 940),
+        metavar="WxH",
+        help="the window's size for --screenshot (default 1400x940; 1366x768 shows a laptop)",
+    )
+    parser.add_argument(
         "--screenshot-timeout",
         type=float,
         default=60.0,
         metavar="SECONDS",
         help="give up waiting for the window to load after this long (default 60)",
     )
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``1366x768`` -> (1366, 768), for argparse."""
+    width, sep, height = text.lower().partition("x")
+    if sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0:
+        return int(width), int(height)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1366x768")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     add_serving_arguments,
+    context_arg,
     device_from_args,
     settings_from_args,
 )
@@ -36,14 +37,15 @@ from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.goal import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_USERS,
+    USE_CASE_CONTEXT_TOKENS,
     Goal,
     min_weight_bits_for,
-    parse_context_tokens,
 )
 from kvpilot.core.fit.recommend import USE_CASES, Recommendation, recommend, target_of
 from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
+from kvpilot.core.words import counted, significant, times_text
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -52,9 +54,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         description="Rank checkpoint x context x sequences x KV dtype x utilization for a GPU.",
     )
     add_device_arguments(parser)
-    parser.add_argument("--context", "--max-model-len", dest="context", type=_context,
-                        default=DEFAULT_CONTEXT_TOKENS,
-                        help="tokens per request: 8192, 32768 or 32k (k = 1,024 tokens)")
+    parser.add_argument("--context", "--max-model-len", dest="context", type=context_arg,
+                        default=None,
+                        help="tokens per request: 8192, 32768 or 32k (k = 1,024 tokens); "
+                        f"default {DEFAULT_CONTEXT_TOKENS:,}, 32k for long documents")
     parser.add_argument("--users", "--max-num-seqs", dest="users", type=int,
                         default=DEFAULT_USERS, help="concurrent requests")
     add_serving_arguments(parser, with_length_and_seqs=False)
@@ -67,14 +70,6 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=10, help="candidates to show")
     parser.add_argument("--json", action="store_true")
     return parser
-
-
-def _context(text: str) -> int:
-    """``--context``: :func:`~kvpilot.core.fit.goal.parse_context_tokens` for argparse."""
-    try:
-        return parse_context_tokens(text)
-    except FitError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         gpu = replace(gpu, name="")
     goal = Goal(
         use_case=args.use_case,
-        context_tokens=args.context,
+        context_tokens=args.context or USE_CASE_CONTEXT_TOKENS.get(args.use_case,
+                                                                   DEFAULT_CONTEXT_TOKENS),
         users=args.users,
         min_weight_bits=min_weight_bits_for(not args.no_4bit),
         vllm_version=version,
@@ -155,19 +151,20 @@ def render(result: Recommendation) -> str:
     g = result.goal
     lines = [
         f"Ranked plans for {result.gpu.name or 'GPU'} ({result.gpu.total_bytes / GiB:.1f} GiB): "
-        f"{g.use_case} · {g.context_tokens:,} context · {g.users} users",
+        f"{g.use_case} · {g.context_tokens:,} context · {counted(g.users, 'user')}",
         "",
         f"{'#':>2} {'checkpoint':48} {'KV':5} {'util':>5} {'KV tokens':>10} {'conc':>6} "
         f"{'tok/s':>6} {'TTFT':>6}  reason",
     ]
     for i, c in enumerate(result.candidates, 1):
         cap = c.capacity
-        tps = f"{c.decode_tokens_per_s:.0f}" if c.decode_tokens_per_s else "-"
+        tps = significant(c.decode_tokens_per_s) if c.decode_tokens_per_s else "-"
         ttft = f"{c.ttft_s:.2f}s" if c.ttft_s else "-"
         title = c.model_id + (f" [{c.gpus_label}]" if c.gpus_label else "")
         lines.append(
             f"{i:>2} {title:48} {cap.kv_cache_dtype:5} {cap.gpu_memory_utilization:>5.2f} "
-            f"{cap.kv_cache_tokens:>10,} {cap.max_concurrency:>5.1f}x {tps:>6} {ttft:>6}  "
+            f"{cap.kv_cache_tokens:>10,} {times_text(cap.max_concurrency):>6} {tps:>6} "
+            f"{ttft:>6}  "
             f"{c.reason}"
         )
     if not result.candidates:

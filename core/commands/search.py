@@ -21,10 +21,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.commands.serving_args import add_device_arguments, device_from_args
+from kvpilot.core.commands.serving_args import (
+    add_device_arguments,
+    context_arg,
+    device_from_args,
+)
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.recommend import USE_CASES, Goal
 from kvpilot.core.vllm.versions import NEWEST_KNOWN
+from kvpilot.core.words import counted
 
 if TYPE_CHECKING:
     from kvpilot.core.hub.search import SearchHit, SearchResult
@@ -38,7 +43,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("query", help="text in the repo id (e.g. 'qwen3', 'gemma')")
     add_device_arguments(parser)
-    parser.add_argument("--context", type=int, default=8192, help="tokens per request")
+    parser.add_argument("--context", type=context_arg, default=8192,
+                        help="tokens per request, e.g. 8192 or 32k")
     parser.add_argument("--users", type=int, default=4, help="concurrent requests")
     parser.add_argument("--use-case", choices=USE_CASES, default="chat")
     parser.add_argument("--sort", choices=("downloads", "trending"), default="downloads")
@@ -118,7 +124,7 @@ def render(result: SearchResult) -> str:
     age = time.time() - result.fetched_at_s
     where = f"cached {age / 60:.0f} min ago" if result.from_cache else "from the Hub"
     lines = [f"Hub search {result.query!r} by {result.sort} for {result.device_name}: "
-             f"{g.use_case} · {g.context_tokens:,} context · {g.users} users ({where})"]
+             f"{g.use_case} · {g.context_tokens:,} context · {counted(g.users, 'user')} ({where})"]
     if result.stale_note:
         lines.append(f"  note: {result.stale_note}")
     if result.runtime_note:

@@ -406,7 +406,8 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     elif not args.model:
         raise CommandError("give --model DIR|REPO_ID, or --profile NAME to serve a profile")
     data_dir: Path = args.data_dir or paths.data_dir()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    paths.ensure_folder(data_dir, what="data",
+                        env_var="--data-dir" if args.data_dir else paths.DATA_DIR_ENV)
     runtime: VllmRuntime = discover(args.vllm, data_dir=data_dir)
     support = versions.support_note(runtime.version)
     if support:

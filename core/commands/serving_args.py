@@ -84,12 +84,25 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                       help="this machine's GPUs, e.g. 0,1 (tensor parallel over all of them)")
 
 
+def context_arg(text: str) -> int:
+    """A context length on the command line (``--max-model-len``, ``--context``): ``8192``,
+    ``32768``, ``32k`` or ``32K`` (:func:`kvpilot.core.fit.goal.parse_context_tokens`, the one
+    parser the window uses too), for argparse."""
+    from kvpilot.core.fit.goal import parse_context_tokens
+
+    try:
+        return parse_context_tokens(text)
+    except FitError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def add_serving_arguments(
     parser: argparse.ArgumentParser, *, with_length_and_seqs: bool = True
 ) -> None:
     """The ``vllm serve`` settings that decide memory, spelled as vLLM spells them."""
     if with_length_and_seqs:
-        parser.add_argument("--max-model-len", type=int)
+        parser.add_argument("--max-model-len", type=context_arg, metavar="TOKENS",
+                            help="context length in tokens, e.g. 32768 or 32k")
         parser.add_argument("--max-num-seqs", type=int)
     parser.add_argument("--gpu-memory-utilization", type=float)
     parser.add_argument("--max-num-batched-tokens", type=int)
@@ -211,13 +224,16 @@ def detected_gpu(indices: tuple[int, ...] | None = None,
 
     Raises:
         HardwareError: ``indices`` names a GPU NVML does not report.
+        ProcUnreadableError: ``/proc`` cannot be read (a container or chroot).
     """
-    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.errors import HardwareError, ProcUnreadableError
     from kvpilot.core.hardware.probe import probe
     from kvpilot.core.hardware.selection import select_gpus
 
     try:
         result = probe(nvml_module)
+    except ProcUnreadableError:
+        raise
     except HardwareError:
         if indices:
             raise

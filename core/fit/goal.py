@@ -17,6 +17,11 @@ from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 #: a goal's context (tokens) when nothing else is asked for
 DEFAULT_CONTEXT_TOKENS = 8192
+#: the context a use case starts from when none is given (the window's use-case buttons set it;
+#: ``kvpilot recommend --use-case`` without ``--context`` uses it): long documents need room for
+#: the document, 32,768 tokens
+USE_CASE_CONTEXT_TOKENS: dict[str, int] = {"chat": DEFAULT_CONTEXT_TOKENS, "long-docs": 32768,
+                                           "batch": DEFAULT_CONTEXT_TOKENS}
 #: concurrent users when nothing else is asked for
 DEFAULT_USERS = 4
 #: the shortest and longest context a goal may ask for (tokens)

@@ -36,6 +36,7 @@ from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import supports
+from kvpilot.core.words import estimated_rate, join_clauses, more_kv_text, times_text
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -113,10 +114,17 @@ def utilization_for(gpu: GpuTarget, vllm_version: str | None = None) -> float | 
     return min(MAX_UTILIZATION, budget.max_passing_utilization(gpu.total_bytes, gpu.free_bytes))
 
 
-def _weight_bits(model: ModelSpec) -> int:
+#: bits per weight of an unquantized checkpoint, by its ``torch_dtype``
+_DTYPE_BITS = {"float32": 32, "float": 32, "float64": 64, "float16": 16, "half": 16,
+               "bfloat16": 16, "float8_e4m3fn": 8, "float8_e5m2": 8}
+
+
+def weight_bits_of(model: ModelSpec) -> int:
+    """Bits per weight as the checkpoint holds them: the quantization's, else its dtype's (a
+    float32 checkpoint is 32-bit; 16 where the dtype is unknown)."""
     if model.quantization and model.quantization.bits:
         return model.quantization.bits
-    return 16
+    return _DTYPE_BITS.get(str(model.torch_dtype).removeprefix("torch."), 16)
 
 
 def _params(model: ModelSpec) -> tuple[int, int]:
@@ -151,7 +159,7 @@ def ttft_seconds(params_active: int, prompt_tokens: int, gpu: GpuTarget) -> floa
 
 
 def _quality(params_total: int, bits: int) -> float:
-    quant_factor = {16: 1.0, 8: 0.995, 4: 0.98}.get(bits, 0.95)
+    quant_factor = 1.0 if bits >= 16 else {8: 0.995, 4: 0.98}.get(bits, 0.95)
     return math.log10(max(params_total, 1)) * quant_factor
 
 
@@ -231,7 +239,7 @@ def recommend(
     for model in models:
         if goal.model_filter and goal.model_filter.lower() not in model.model_id.lower():
             continue
-        bits = _weight_bits(model)
+        bits = weight_bits_of(model)
         if bits < goal.min_weight_bits:
             rejected.append(
                 Rejection(model.model_id, f"{bits}-bit weights are below the quality floor")
@@ -310,16 +318,15 @@ def _evaluate(
         if cap.max_concurrency_low < goal.users:  # the band's lower edge must serve them
             shortfall = _kv_needed(cap, goal.users) - cap.available_kv_low_bytes
             last_reason = (
-                f"{cap.max_concurrency_low:.1f} requests of {cap.max_model_len:,} tokens "
-                f"fit at the band's lower edge, {goal.users} wanted ({kv_dtype} KV)"
+                f"{times_text(cap.max_concurrency_low, '')} requests of "
+                f"{cap.max_model_len:,} tokens fit at the band's lower edge, {goal.users:,} "
+                f"wanted ({kv_dtype} KV)"
             )
             continue
         best = (inputs, cap)
         break  # 16-bit KV first: fp8 only when 16-bit does not serve the goal
     if best is None:
-        reason = last_reason or "does not fit"
-        if shortfall:
-            reason += f"; needs {shortfall / GiB:.1f} GiB more KV"
+        reason = join_clauses(last_reason or "does not fit", more_kv_text(shortfall))
         return Rejection(model.model_id, reason, shortfall, borderline)
     inputs, cap = best
     total, active = _params(model)
@@ -338,20 +345,20 @@ def _evaluate(
     kv_headroom = kv_headroom_bytes(cap, goal.users)
     tight = is_tight(cap, goal.users)
     short_context = cap.max_model_len < goal.context_tokens
-    score = _score(goal, total, active, _weight_bits(model), cap, tps, ttft)
+    score = _score(goal, total, active, weight_bits_of(model), cap, tps, ttft)
     if short_context:
         score -= 5
     kv_note = "fp8 KV" if inputs.kv_cache_dtype == "fp8" else "16-bit KV"
     reason = (
-        f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests with {kv_note}"
-        + (f", ~{tps:.0f} tok/s" if tps else "")
+        f"{times_text(cap.max_concurrency)} {cap.max_model_len:,}-token requests with {kv_note}"
+        + (f", {estimated_rate(tps)}" if tps else "")
         + (f"; the model stops at {cap.max_model_len:,} tokens" if short_context else "")
         + (f", KV headroom {kv_headroom / GiB:.1f} GiB" if tight else "")
     )
     return Candidate(
         model_id=model.model_id,
         quantization=model.quantization.method if model.quantization else None,
-        weight_bits=_weight_bits(model),
+        weight_bits=weight_bits_of(model),
         params_total=total,
         params_active=active,
         inputs=inputs,

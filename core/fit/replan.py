@@ -34,6 +34,7 @@ from kvpilot.core.fit.recommend import (
     kv_headroom_bytes,
     recommend,
 )
+from kvpilot.core.words import counted, times_text
 
 if TYPE_CHECKING:
     from kvpilot.core.fit.parallel import GpuSet
@@ -118,9 +119,9 @@ def capacity_reason(cap: Capacity, users: int) -> str:
             return borderline_note(cap)
         return cap.failure.message if cap.failure else "does not fit"
     return (
-        f"{cap.max_concurrency:.1f}x {cap.max_model_len:,}-token requests "
+        f"{times_text(cap.max_concurrency)} {cap.max_model_len:,}-token requests "
         f"({cap.kv_cache_dtype} KV, utilization {cap.gpu_memory_utilization:.2f})"
-        + ("" if cap.max_concurrency >= users else f"; {users} users wanted")
+        + ("" if cap.max_concurrency >= users else f"; {counted(users, 'user')} wanted")
     )
 
 

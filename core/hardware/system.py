@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from kvpilot.core.errors import ProcUnreadableError
 from kvpilot.core.hub.cache import hub_cache_dir
 
 
@@ -89,6 +90,23 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
+def proc_unreadable(exc: BaseException, proc_root: Path = Path("/proc")) -> ProcUnreadableError:
+    """The one sentence for a ``/proc`` psutil cannot read (a container or chroot without it):
+    the folder, what failed, and the fixes."""
+    if isinstance(exc, OSError) and exc.filename:
+        what = f"{os.fsdecode(exc.filename)} ({exc.strerror or exc})"
+    elif isinstance(exc, psutil.AccessDenied):
+        what = f"{proc_root} (access denied)"
+    else:
+        what = f"{proc_root} ({exc})"
+    return ProcUnreadableError(
+        f"kvpilot cannot read the machine's memory from {what}: {proc_root} is not mounted or "
+        "not readable here (a container or chroot); mount it (mount -t proc proc /proc) or run "
+        "kvpilot where it is visible, or plan for a GPU by name (--gpu, or planner mode in the "
+        "window), which reads nothing of this machine"
+    )
+
+
 def read_system(
     model_dir: str | os.PathLike[str] | None = None,
     *,
@@ -104,10 +122,17 @@ def read_system(
             :func:`kvpilot.core.hub.cache.hub_cache_dir`, read now).
         proc_root: where ``version`` and ``cpuinfo`` are read (tests pass a folder).
         environ: environment used for WSL detection (default ``os.environ``).
+
+    Raises:
+        ProcUnreadableError: psutil cannot read the memory figures (``/proc`` hidden or unreadable;
+            :func:`proc_unreadable` words it).
     """
     env = os.environ if environ is None else environ
-    vm = psutil.virtual_memory()
-    swap = psutil.swap_memory()
+    try:
+        vm = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+    except (OSError, psutil.Error) as exc:
+        raise proc_unreadable(exc) from exc
     cache = str(hub_cache_dir(hf_cache_dir))
     try:
         pretty: str | None = platform.freedesktop_os_release().get("PRETTY_NAME")
@@ -122,8 +147,8 @@ def read_system(
         os_pretty_name=pretty,
         is_wsl2=detect_wsl(_read_text(proc_root / "version"), env),
         cpu_model=cpu_model,
-        cpu_cores_physical=psutil.cpu_count(logical=False),
-        cpu_cores_logical=psutil.cpu_count(logical=True),
+        cpu_cores_physical=_cpu_count(logical=False),
+        cpu_cores_logical=_cpu_count(logical=True),
         ram_total_bytes=int(vm.total),
         ram_available_bytes=int(vm.available),
         swap_total_bytes=int(swap.total),
@@ -134,3 +159,11 @@ def read_system(
         model_dir_free_bytes=free_bytes_at(model_dir),
         python_version=sys.version.split()[0],
     )
+
+
+def _cpu_count(*, logical: bool) -> int | None:
+    """psutil's CPU count; None where it cannot be read."""
+    try:
+        return psutil.cpu_count(logical=logical)
+    except (OSError, psutil.Error):
+        return None

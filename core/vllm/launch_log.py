@@ -12,6 +12,8 @@ import logging.handlers
 import sys
 from pathlib import Path
 
+from kvpilot.core.paths import DATA_DIR_ENV, ensure_folder
+
 log = logging.getLogger("kvpilot.core.vllm.supervisor")
 
 
@@ -38,7 +40,13 @@ class LaunchLog:
     def __init__(
         self, folder: Path, stem: str, *, max_bytes: int, backups: int, keep_launches: int
     ) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
+        """Open ``<folder>/<stem>.log`` (``folder`` created when missing).
+
+        Raises:
+            FolderError: ``folder`` cannot be created or written (a read-only data folder):
+                the message names it and ``KVPILOT_DATA_DIR``.
+        """
+        ensure_folder(folder, what="launch log", env_var=DATA_DIR_ENV)
         self.path = folder / f"{stem}.log"
         self._logger = logging.Logger(f"kvpilot.launch.{stem}")
         self._logger.propagate = False

@@ -141,6 +141,23 @@ def _managed_folder(value: str) -> Path | None:
     return runtimes_root() / value.strip()
 
 
+def configured_problem(value: str) -> str | None:
+    """Why a profile's vLLM choice (an executable, a Python, an environment folder, a managed
+    runtime id or a command on ``PATH``) names nothing on this machine, in one sentence; None
+    when it names something (whether that runs is :func:`discover`'s to say)."""
+    text = value.strip()
+    if not text:
+        return None
+    if _managed_folder(text) is not None:
+        return None  # a managed runtime id: discover says when it is not installed
+    if Path(text).expanduser().exists():
+        return None
+    if os.sep not in text and shutil.which(text):
+        return None
+    return (f"{text} does not exist; pick the vllm executable or its environment's python "
+            "(Browse…), or auto-detect")
+
+
 def _candidate_for(value: str, source: str) -> _Candidate:
     """A configured value: an executable, a Python interpreter or an environment folder."""
     path = Path(value).expanduser()

@@ -15,6 +15,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
 from kvpilot.core.errors import KvpilotError
+from kvpilot.core.words import counted
 from kvpilot.gui import theme
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
@@ -69,17 +70,20 @@ class PlannerController(Controller):
         window.planner.set_status("planning…")
         run_in_pool(
             lambda: self.services.plan(target, request),
-            lambda res: self._on_plans(gen, res),
+            lambda res: self._on_plans(gen, res, request.goal.context_tokens),
             lambda exc: self._on_plan_error(gen, exc),
         )
 
-    def _on_plans(self, gen: int, result: PlanResult) -> None:
+    def _on_plans(self, gen: int, result: PlanResult, context_tokens: int | None = None) -> None:
         if gen != self.plan_generation:
             return
         fits = sum(1 for r in result.rows if r.fits)
+        text = (f"{counted(fits, 'plan')} fit, {len(result.rows) - fits} do not" if result.rows
+                else "no plans")
+        short = short_context_note(result, context_tokens)
         self.window.planner.set_status(
-            f"{fits} plan(s) fit, {len(result.rows) - fits} do not" if result.rows else "no plans",
-            theme.OK if fits else theme.FAIL,
+            text + (f"; {short}" if short else ""),
+            theme.OK if fits and not short else (theme.TIGHT if fits else theme.FAIL),
         )
         self.window.planner.set_plans(result.rows, result.heading)
 
@@ -95,6 +99,7 @@ class PlannerController(Controller):
     def on_plan_selected(self, row: PlanRow | None) -> None:
         window = self.window
         window.gpu_panel.set_plan(row.capacity if row is not None and row.launchable else None)
+        window.server_panel.set_plan_missing(launch_missing(row))
         if row is None or row.inputs is None:
             window.planner.clear_feasibility("select a plan to see what else fits")
             return
@@ -156,3 +161,31 @@ class PlannerController(Controller):
         )
         if path:
             self.window.planner.set_model_ref(path)
+
+
+def launch_missing(row: PlanRow | None) -> str | None:
+    """Why Launch cannot start ``row`` (None: it can): no plan selected, or one that does not
+    fit."""
+    if row is None or row.inputs is None:
+        return ("no plan to launch: select one in the table (when none fits, lower the context, "
+                "the users or the quality floor)")
+    if not row.launchable:
+        return f"{row.title} does not fit: {row.reason}"
+    return None
+
+
+def short_context_note(result: PlanResult, context_tokens: int | None) -> str:
+    """What the planner says when plans stop below the context asked for (their model's
+    maximum is lower): how many, and the longest they reach. ``""`` when none does."""
+    if not context_tokens:
+        return ""
+    short = [r.inputs.max_model_len for r in result.rows
+             if r.inputs is not None and r.inputs.max_model_len is not None
+             and r.inputs.max_model_len < context_tokens]
+    if not short:
+        return ""
+    every = len(short) == len([r for r in result.rows if r.inputs is not None])
+    who = "every plan stops" if every else (
+        f"{counted(len(short), 'plan')} {'stops' if len(short) == 1 else 'stop'}")
+    return (f"{who} short of the {context_tokens:,}-token context asked for, at its model's "
+            f"maximum (at most {max(short):,} tokens)")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.errors import FolderError, KvpilotError, ProcUnreadableError
 from kvpilot.core.fit.plan import Verdict
 from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
@@ -172,10 +172,12 @@ class ServerController(Controller):
         self.window.log_view.set_log_path(sup.log_path)
 
     def _on_server_start_error(self, exc: BaseException) -> None:
+        from kvpilot.core.environment import environment_problem
         from kvpilot.core.fit.startup import StartupRefusedError
 
-        message = str(exc)
-        if not isinstance(exc, KvpilotError):
+        problem = exc if isinstance(exc, KvpilotError) else environment_problem(exc)
+        message = str(problem or exc)
+        if problem is None:
             log.error("server start failed", exc_info=exc)
         self.window.server_panel.show_state(SupervisorState.FAILED, detail=message)
         if isinstance(exc, StartupRefusedError) and self.current_request is not None:
@@ -185,6 +187,16 @@ class ServerController(Controller):
             self.failed(exc.refusal.failure, False)
             return
         self.show_launch_error(message)
+        if isinstance(problem, (FolderError, ProcUnreadableError)):  # the machine, not vLLM
+            self.window.banner.set_title("vLLM was not started:")
+
+    def show_folder_problems(self, problems: tuple[FolderError, ...]) -> None:
+        """kvpilot's own folders that cannot be written (checked at start): one sentence each,
+        with the variable that moves the folder, in the banner."""
+        if not problems:
+            return
+        self.window.banner.show_failure(" ".join(p.message for p in problems), [])
+        self.window.banner.set_title("kvpilot cannot keep its files:")
 
     def show_launch_error(self, message: str) -> None:
         self.window.banner.show_failure(message, [])

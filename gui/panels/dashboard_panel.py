@@ -216,7 +216,7 @@ class DashboardPanel(QWidget):
         grid_cols = 3
         for i, spec in enumerate(PLOTS):
             plot = self.graphics.addPlot(row=i // grid_cols, col=i % grid_cols)
-            plot.setTitle(f"{spec.title} ({spec.unit})", size="9pt")
+            plot.setTitle(f"{spec.title} ({spec.unit})", size="9pt", color=theme.PLOT_TEXT)
             _opaque_grid(plot)
             plot.setClipToView(True)
             plot.setDownsampling(ds=1, auto=False, mode="peak")  # set per frame: _downsample
@@ -224,7 +224,8 @@ class DashboardPanel(QWidget):
             plot.hideButtons()
             plot.setLabel("bottom", "minutes")
             if len(spec.curves) > 1:
-                plot.addLegend(offset=(5, 5), labelTextSize="8pt")
+                plot.addLegend(offset=(5, 5), labelTextSize="8pt",
+                               labelTextColor=theme.PLOT_TEXT, brush=theme.PLOT_LEGEND_FILL)
             if spec.y_max is not None:
                 plot.setYRange(spec.y_min or 0.0, spec.y_max, padding=0.02)
             else:
@@ -369,7 +370,8 @@ class DashboardPanel(QWidget):
 
 
 def _opaque_grid(plot: pg.PlotItem) -> None:
-    """Grid lines in one opaque light colour: ``showGrid(alpha=…)`` draws translucent lines
+    """Grid lines in one opaque light colour, under the curves and legends (axis text in the
+    plot text colour): ``showGrid(alpha=…)`` draws translucent lines
     that the software rasterizer blends pixel by pixel, which made each paint of the six plots
     take 25-45 ms (benchmarks/gui_event_loop.py); opaque lines take about a quarter of that."""
     plot.showGrid(x=True, y=True, alpha=1.0)
@@ -377,6 +379,11 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         axis = plot.getAxis(name)
         axis.setStyle(tickAlpha=255)
         axis.setTickPen(pg.mkPen(theme.PLOT_GRID))
+        axis.setTextPen(pg.mkPen(theme.PLOT_TEXT))
+        # the grid under the curves and the legend: the axes draw the grid and sat above the
+        # view box, which holds the curves and the legend, so grid lines ran through the
+        # legend's words
+        axis.setZValue(plot.vb.zValue() - 1)
 
 
 def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:

@@ -51,12 +51,14 @@ from PySide6.QtWidgets import (
 from kvpilot.core.errors import FitError
 from kvpilot.core.fit.goal import (
     DEFAULT_CONTEXT_TOKENS,
+    USE_CASE_CONTEXT_TOKENS,
     Goal,
     min_weight_bits_for,
     parse_context_tokens,
 )
 from kvpilot.core.fit.plan import USE_CASE_LABELS, ServingSettings, Verdict
 from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.words import significant, times_text
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
@@ -148,7 +150,7 @@ class PlannerPanel(QWidget):
             rb.setChecked(i == 0)
             self.use_case_group.addButton(rb, i)
             uc_col.addWidget(rb)
-        self.use_case_group.idClicked.connect(self._changed)
+        self.use_case_group.idClicked.connect(self._use_case_clicked)
         form.addRow("Use case", uc_col)
         self.context = QComboBox()
         self.context.setEditable(True)
@@ -319,7 +321,8 @@ class PlannerPanel(QWidget):
         self.chart.setBackground("w")
         self.chart.setMinimumHeight(170)
         pi = self.chart.getPlotItem()
-        pi.setTitle("Users that fit at each context (16-bit KV ─, fp8 KV ┄, goal ●)", size="9pt")
+        pi.setTitle("Users that fit at each context (16-bit KV ─, fp8 KV ┄, goal ●)", size="9pt",
+                    color=theme.PLOT_TEXT)
         pi.setLabel("bottom", "context (tokens)")
         pi.setLabel("left", "users")
         pi.setLogMode(x=True, y=False)
@@ -327,7 +330,10 @@ class PlannerPanel(QWidget):
         pi.showGrid(x=True, y=True, alpha=0.2)
         pi.setMouseEnabled(x=False, y=False)
         pi.hideButtons()
-        pi.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        pi.addLegend(offset=(-5, 5), labelTextSize="8pt", labelTextColor=theme.PLOT_TEXT,
+                     brush=theme.PLOT_LEGEND_FILL)
+        for name in ("left", "bottom"):
+            pi.getAxis(name).setTextPen(pg.mkPen(theme.PLOT_TEXT))
         self.curve_bf16 = pi.plot([], [], pen=pg.mkPen(theme.INFO, width=2), name="16-bit KV")
         self.curve_fp8 = pi.plot(
             [], [], pen=pg.mkPen(theme.OK, width=2, style=Qt.PenStyle.DashLine), name="fp8 KV"
@@ -466,6 +472,18 @@ class PlannerPanel(QWidget):
             i = self.model.count() - 1
         self.model.setCurrentIndex(i)
 
+    def _use_case_clicked(self, index: int) -> None:
+        """A use case picked: its context (long documents: 32k), then a replan."""
+        key = USE_CASES[max(0, index)][0]
+        tokens = USE_CASE_CONTEXT_TOKENS.get(key)
+        if tokens is not None and self.context_tokens()[0] != tokens:
+            found = self.context.findData(tokens)
+            if found >= 0:
+                self.context.setCurrentIndex(found)  # replans through currentTextChanged
+            else:
+                self.context.setEditText(f"{tokens:,}")
+        self._changed()
+
     def _changed(self, *_: object) -> None:
         if not self._suppress:
             self._debounce.start()
@@ -503,7 +521,7 @@ class PlannerPanel(QWidget):
                     f"{cap.gpu_memory_utilization:.2f}" if cap else "–",
                     fmt.tokens(cap.kv_cache_tokens) if cap and shown else "–",
                     _times(cap.max_concurrency) if cap and shown else "–",
-                    f"~{row.tokens_per_s:,.0f}" if row.tokens_per_s else "–",
+                    f"~{significant(row.tokens_per_s)}" if row.tokens_per_s else "–",
                     _spare(row.kv_headroom_bytes),
                 ]
             for c, text in enumerate(cells, start=2):
@@ -663,7 +681,7 @@ def _spare(kv_headroom_bytes: int | None) -> str:
 
 
 def _times(x: float) -> str:
-    return f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"
+    return times_text(x, "×")
 
 
 def verdict_text(cap: Capacity) -> str:

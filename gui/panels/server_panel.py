@@ -104,6 +104,9 @@ class ServerPanel(QWidget):
         self.copy_endpoint.setVisible(False)
         self.copy_endpoint.clicked.connect(self._copy_endpoint)
         self.elapsed = QLabel()
+        self._blocked: str | None = None
+        #: why no plan can be launched now (the window sets it as plans arrive and are chosen)
+        self._no_plan: str | None = "no plan yet: the planner is still working"
         self.launch_button = QPushButton("Launch")
         self.launch_button.setObjectName("launchButton")
         self.launch_button.clicked.connect(self.launch_clicked.emit)
@@ -181,10 +184,16 @@ class ServerPanel(QWidget):
         self.reason.setVisible(bool(reason))
         self._update_buttons()
 
+    def set_plan_missing(self, reason: str | None) -> None:
+        """Disable Launch while no plan can be launched, ``reason`` in its tooltip (None: a
+        launchable plan is selected)."""
+        self._no_plan = reason
+        self._update_buttons()
+
     def _update_buttons(self) -> None:
         attached = self.state == ATTACHED
         busy = self.state in (_STARTING, _READY, SupervisorState.STOPPING) or attached
-        blocked = getattr(self, "_blocked", None)
+        blocked = self._blocked or self._no_plan
         self.launch_button.setEnabled(not busy and not blocked)
         self.launch_button.setToolTip(blocked or "Launch the selected plan (F5)")
         # a server kvpilot does not own is never stopped from here: Detach instead of Stop

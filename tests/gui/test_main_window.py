@@ -207,3 +207,49 @@ def test_the_started_window_gives_freed_memory_back_until_it_closes(make_window,
     assert w.services.join_background()
     assert not releaser.running
     assert not any(t.name == "kvpilot-heap-release" for t in threading.enumerate())
+
+
+def test_long_documents_pick_a_long_context(make_window, qtbot) -> None:
+    w = make_window()
+    panel = w.planner
+    assert panel.context_tokens()[0] == 8192
+    long_docs = next(b for b in panel.use_case_group.buttons()
+                     if b.property("use_case") == "long-docs")
+    long_docs.click()
+    assert panel.context_tokens()[0] == 32768
+    qtbot.waitUntil(lambda: "32,768 context" in panel.heading.text(), timeout=15_000)
+    chat = next(b for b in panel.use_case_group.buttons() if b.property("use_case") == "chat")
+    chat.click()
+    assert panel.context_tokens()[0] == 8192
+
+
+def test_chart_text_and_legends_use_the_plot_text_colour(make_window) -> None:
+    """Legends, titles and axes in the theme's text colour on the white plots, not
+    pyqtgraph's light grey."""
+    from PySide6.QtGui import QColor
+
+    from kvpilot.gui import theme
+
+    w = make_window()
+    w.tabs.setCurrentWidget(w.dashboard)  # the dashboard builds its plots when first shown
+    want = QColor(theme.PLOT_TEXT)
+    legends = [w.planner.chart.getPlotItem().legend]
+    legends += [p.legend for p in w.dashboard.plots.values() if p.legend is not None]
+    assert len(legends) >= 3
+    for legend in legends:
+        for _sample, label in legend.items:
+            assert QColor(label.opts["color"]) == want, label.text
+    axis = w.planner.chart.getPlotItem().getAxis("bottom")
+    assert axis.textPen().color() == want
+    for plot in w.dashboard.plots.values():  # the opaque grid runs under the legend, not over
+        assert plot.getAxis("left").zValue() < plot.vb.zValue()
+
+
+def test_a_context_above_every_models_maximum_is_said(make_window, qtbot) -> None:
+    w = make_window()
+    w.planner.context.setEditText("1000k")
+    qtbot.waitUntil(lambda: "1,024,000-token context" in w.planner.status.text(),
+                    timeout=30_000)
+    status = w.planner.status.text()
+    assert "short of the 1,024,000-token context asked for" in status
+    assert "at its model's maximum (at most " in status

@@ -71,3 +71,28 @@ def test_relaunch_without_vllm_says_why(make_window, qtbot, monkeypatch) -> None
     w.runs_view.select_runs(["20260101-100000-aaaa"])
     w.runs_view.relaunch_button.click()
     assert "no vLLM" in w.statusBar().currentMessage()
+
+
+def test_the_run_list_takes_the_tab_until_runs_are_compared(make_window, qtbot) -> None:
+    """Five runs, none selected: the list has the whole tab (no empty comparison pane under
+    two visible rows); two selected: the comparison shows below, every run still in view."""
+    w = make_window()
+    w.resize(1366, 768)
+    store = RunStore(w.services.data_dir)
+    ids = [f"2026010{i}-100000-{c * 4}" for i, c in zip(range(1, 6), "abcde", strict=True)]
+    for i, run_id in enumerate(ids):
+        store.write(_run(run_id, 50_000 + 10_000 * i, (40.0 + i, 150.0 + i), 0.9))
+    view = w.runs_view
+    w.tabs.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: len(view.runs) == 5, timeout=10_000)
+    qtbot.wait(50)
+    assert not view.compare_table.isVisible()
+    rows_height = sum(view.table.rowHeight(r) for r in range(5))
+    assert view.table.viewport().height() >= rows_height
+    view.select_runs([ids[0], ids[1]])
+    qtbot.waitUntil(view.compare_table.isVisible, timeout=5_000)
+    qtbot.wait(50)
+    assert view.table.viewport().height() >= rows_height  # all five runs still shown
+    assert view.compare_table.height() > view.table.height() // 2
+    view.table.clearSelection()
+    assert not view.compare_table.isVisible()

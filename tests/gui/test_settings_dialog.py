@@ -227,3 +227,44 @@ def test_settings_dialog_start_at_login(make_window, store, qtbot, tmp_path, mon
     section.apply()
     qtbot.waitUntil(lambda: not section.busy, timeout=30_000)
     assert autostart.status(config_home=tmp_path / "xdg", query_manager=False).mode is None
+
+
+def test_a_port_outside_the_tcp_range_is_refused_and_the_dialog_stays_open(
+    make_window, store, qtbot
+) -> None:
+    from PySide6.QtCore import Qt
+
+    w = make_window()
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.port.clear()
+    qtbot.keyClicks(dialog.port, "99999")  # typed as a user types it
+    assert dialog.port.value() == 99999  # not cut to 9999
+    assert "port: 99999 is not a TCP port" in dialog.problems.text()
+    assert not _ok(dialog).isEnabled()
+    qtbot.keyClick(dialog, Qt.Key.Key_Return)  # Enter does not take it either
+    assert dialog.isVisible() and dialog.result() == 0
+    assert store.load().settings.active.port != 99999
+    dialog.port.setValue(8124)
+    assert _ok(dialog).isEnabled() and dialog.problems.text() == ""
+
+
+def test_a_vllm_path_that_does_not_exist_is_refused_before_ok(
+    make_window, qtbot, tmp_path
+) -> None:
+    w = make_window()
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    missing = tmp_path / "nowhere" / "bin" / "vllm"
+    dialog.runtime.setEditText(str(missing))
+    assert f"vLLM: {missing} does not exist" in dialog.problems.text()
+    assert "Browse…" in dialog.problems.text()
+    assert not _ok(dialog).isEnabled()
+    dialog.accept()
+    assert dialog.result() == 0
+    real = tmp_path / "vllm"
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    dialog.runtime.setEditText(str(real))
+    assert _ok(dialog).isEnabled() and "vLLM:" not in dialog.problems.text()

@@ -40,4 +40,5 @@ def test_an_unwritable_log_folder_falls_back_to_stderr(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert proc.stdout.strip() == "None"
-    assert "cannot write kvpilot's log" in proc.stderr
+    assert f"kvpilot's log folder {blocked / 'logs'} cannot be written" in proc.stderr
+    assert "set KVPILOT_LOG_DIR" in proc.stderr and "logging to stderr only" in proc.stderr

@@ -38,12 +38,34 @@ def test_a_full_disk_names_the_mount_the_bytes_and_the_fix(tmp_path: Path) -> No
     assert "set KVPILOT_DATA_DIR" in text and "previous file is kept" in text
 
 
-def test_another_write_error_gives_the_os_reason(tmp_path: Path) -> None:
+def test_a_folder_that_cannot_be_written_is_named_with_its_variable(tmp_path: Path) -> None:
     denied = OSError(errno.EACCES, "Permission denied")
     text = paths.write_failure(tmp_path / "x.json", denied, 10, env_var="KVPILOT_DATA_DIR")
     assert text == (
-        f"cannot write {tmp_path / 'x.json'}: Permission denied (the previous file is kept)"
+        f"kvpilot's data folder {tmp_path} cannot be written (Permission denied); set "
+        "KVPILOT_DATA_DIR to a folder you can write, or make this one writable (the previous "
+        "file is kept)"
     )
+
+
+def test_another_write_error_gives_the_os_reason(tmp_path: Path) -> None:
+    failed = OSError(errno.EIO, "Input/output error")
+    text = paths.write_failure(tmp_path / "x.json", failed, 10, env_var="KVPILOT_DATA_DIR")
+    assert text == (
+        f"cannot write {tmp_path / 'x.json'}: Input/output error (the previous file is kept)"
+    )
+
+
+def test_the_log_and_config_folders_have_their_own_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "d"))
+    monkeypatch.delenv("KVPILOT_LOG_DIR", raising=False)
+    assert paths.log_dir() == tmp_path / "d" / "logs"
+    monkeypatch.setenv("KVPILOT_LOG_DIR", str(tmp_path / "l"))
+    monkeypatch.setenv("KVPILOT_CONFIG_DIR", str(tmp_path / "c"))
+    assert paths.log_dir() == tmp_path / "l"
+    assert paths.config_dir() == tmp_path / "c"
 
 
 def test_atomic_write_creates_the_folder_and_sets_the_mode(tmp_path: Path) -> None:

@@ -388,3 +388,79 @@ def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qt
     assert first.inputs.gpu_memory_utilization < 0.95
     request = w.server_control.current_request
     assert first.inputs.gpu_free_bytes == request.inputs.gpu_free_bytes < 24 * GiB
+
+
+def test_an_unwritable_data_folder_is_told_at_start_with_its_variable(
+    make_window, qtbot, tmp_path, monkeypatch
+) -> None:
+    blocked = tmp_path / "in-the-way"
+    blocked.write_text("a file where the data folder should be\n")
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(blocked / "data"))
+    w = make_window()
+    qtbot.waitUntil(w.banner.isVisible, timeout=10_000)
+    text = w.banner.cause.text().replace("\u200b", "")  # the long path's break hints
+    assert "kvpilot cannot keep its files:" in text
+    assert f"kvpilot's data folder {blocked / 'data'} cannot be written" in text
+    assert "KVPILOT_DATA_DIR" in text
+
+
+def test_a_launch_whose_log_folder_cannot_be_written_names_it_not_errno(
+    server_window, qtbot, monkeypatch
+) -> None:
+    """The launch log folder turns unwritable after the start (a file took its place): the
+    banner names kvpilot's folder and the variable, not a bare "[Errno ...]"."""
+    monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
+    w = server_window()
+    logs = w.services.data_dir / "logs"
+    if logs.exists():
+        import shutil
+
+        shutil.rmtree(logs)
+    logs.write_text("a file where the launch logs go\n")
+    w.launch_action.trigger()
+    qtbot.waitUntil(w.banner.isVisible, timeout=30_000)
+    text = w.banner.cause.text().replace("\u200b", "")
+    assert "vLLM was not started:" in text and "Errno" not in text
+    assert f"kvpilot's launch log folder {logs} cannot be written" in text
+    assert "KVPILOT_DATA_DIR" in text
+    assert w.services.supervisor is None or w.services.supervisor.state in (None, "failed")
+
+
+def test_launch_waits_for_a_plan_and_says_why_in_its_tooltip(server_window, qtbot) -> None:
+    w = server_window()
+    button = w.server_panel.launch_button
+    assert button.isEnabled()
+    assert button.toolTip() == "Launch the selected plan (F5)"
+    rows = list(w.planner.rows)
+    w.planner.set_plans([], "nothing planned")  # no plan: Launch is off, the tooltip says why
+    assert not button.isEnabled()
+    assert button.toolTip().startswith("no plan to launch: select one in the table")
+    w.launch_action.trigger()  # the shortcut starts nothing either
+    assert w.services.supervisor is None
+    unfit = [r for r in rows if not r.launchable and r.inputs is not None]
+    if unfit:  # a selected plan that does not fit: its reason
+        w.planner.set_plans(unfit[:1], "one plan that does not fit")
+        w.planner.table.selectRow(0)
+        assert not button.isEnabled()
+        assert button.toolTip().startswith(f"{unfit[0].title} does not fit")
+    w.planner.set_plans(rows, "the plans again")
+    assert button.isEnabled()
+
+
+def test_an_unreadable_proc_opens_planner_mode_with_the_sentence(
+    make_window, qtbot, tmp_path, monkeypatch
+) -> None:
+    """psutil pointed at an empty /proc (as in a container without it): the window plans in
+    planner mode and says why, naming /proc and the fix."""
+    import psutil
+
+    empty = tmp_path / "proc"
+    empty.mkdir()
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(empty))
+    w = make_window()
+    qtbot.waitUntil(lambda: "cannot read the machine's memory" in w.statusBar().currentMessage(),
+                    timeout=15_000)
+    said = w.statusBar().currentMessage()
+    assert said.startswith("planner mode: kvpilot cannot read the machine's memory from ")
+    assert "mount -t proc proc /proc" in said
+    assert w.gpu_control.target is not None  # planning goes on for a card of the spec table

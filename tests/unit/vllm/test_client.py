@@ -408,25 +408,28 @@ def test_cli_without_nvml_has_no_gpu_section(fake_openai, capsys, monkeypatch):
 
 
 def test_a_level_shorter_than_the_gpu_sampling_period_still_gets_its_energy(fake_openai):
-    """Levels of a fast server end between two GPU samples (here 0.3 s apart, each level a few
-    tens of ms): the level's energy waits for the next sample, so no level goes without its
-    J/token."""
+    """Levels of a fast server end between two GPU samples (here 0.6 s apart, each level a few
+    tens of ms, a few hundred on a busy machine): the level's energy waits for the next sample,
+    so no level goes without its J/token."""
     import threading
     import time
     from types import SimpleNamespace
 
     fake_openai.ttft_s = 0.005
     fake_openai.token_s = 0.001
+    period_s = 0.6  # the load test waits up to 1 s for the sample after a level
     samples: list[SimpleNamespace] = []
     stop = threading.Event()
 
     def sampler() -> None:
-        energy = 0.0
+        energy, last = 0.0, time.monotonic()
         while not stop.is_set():
-            samples.append(SimpleNamespace(t_monotonic_s=time.monotonic(), energy_mj=energy,
+            now = time.monotonic()
+            energy += 200.0 * (now - last) * 1000  # 200 W since the last sample, in mJ (the
+            last = now  # counter counts the time that passed, however late the sample comes)
+            samples.append(SimpleNamespace(t_monotonic_s=now, energy_mj=energy,
                                            power_w=200.0, throttle_reasons_mask=0, ok=True))
-            energy += 200.0 * 0.3 * 1000  # 200 W for 0.3 s, in mJ
-            stop.wait(0.3)
+            stop.wait(period_s)
 
     thread = threading.Thread(target=sampler, daemon=True)
     thread.start()
@@ -437,7 +440,7 @@ def test_a_level_shorter_than_the_gpu_sampling_period_still_gets_its_energy(fake
         stop.set()
         thread.join(5)
     assert [lv.concurrency for lv in report.levels] == [1, 2, 4]
-    assert all(lv.duration_s < 0.3 for lv in report.levels)  # shorter than the period
+    assert all(lv.duration_s < period_s for lv in report.levels)  # shorter than the period
     for lv in report.levels:
         assert lv.gpu is not None, lv.concurrency
         assert lv.gpu.mean_power_w == pytest.approx(200.0, rel=0.05)
