@@ -1,9 +1,9 @@
-"""Stack or swap: the planner's split of the card between profiles (kvpilot.core.front.placement)."""
+"""Stack or swap: the planner's split of the card between profiles (front.placement)."""
 
 from __future__ import annotations
 
-from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.fit.calibrate import planned_capacity
+from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.front.placement import ProfileNeed, need_of, split
 from kvpilot.core.hardware.target import from_spec
 from kvpilot.core.models.spec import ModelSpec
