@@ -596,7 +596,8 @@ class Pool:
                 "state": slot.state,
                 "base_url": slot.base_url,
                 "in_flight": slot.inflight,
-                "utilization": (round(slot.share_bytes / self.total_bytes, 3)
+                "utilization": (Split(True, 0, 0, {slot.name: slot.share_bytes})
+                                .utilization(slot.name, self.total_bytes)
                                 if slot.share_bytes and self.cuda else None),
                 "share_bytes": slot.share_bytes,
                 "floor_bytes": need.floor_bytes if need else None,
