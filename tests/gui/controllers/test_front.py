@@ -61,6 +61,13 @@ def test_front_tab_starts_follows_and_stops(qtbot, make_window, tmp_path: Path,
     monkeypatch.setattr(app_front, "build_front", build)
     window = make_window()
     panel, control = window.front_panel, window.front_control
+    try:
+        _drive(qtbot, window, panel, control, built)
+    finally:
+        control.shutdown()  # a failed assertion leaves no stand-in server running
+
+
+def _drive(qtbot, window, panel, control, built) -> None:
     window.tabs.setCurrentWidget(panel)
     panel.set_profiles(["a", "b"], ("a", "b"))
     from kvpilot.core.vllm.command import find_free_port
