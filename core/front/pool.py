@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from kvpilot.core.errors import KvpilotError
 from kvpilot.core.front import sleep as sleepmode
 from kvpilot.core.front.placement import ProfileNeed, Split, split
 from kvpilot.core.runs.store import utc_now
@@ -67,7 +68,7 @@ PORT_BASE = 18100
 SWAPS_KEPT = 50
 
 
-class FrontError(Exception):
+class FrontError(KvpilotError):
     """A request the front cannot serve: ``status`` (HTTP), ``code`` and ``kind`` (OpenAI's
     ``error.code`` and ``error.type``) and one sentence."""
 
@@ -76,7 +77,6 @@ class FrontError(Exception):
         self.status = status
         self.kind = kind
         self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -547,8 +547,10 @@ class Pool:
             try:
                 assert self._client is not None
                 await sleepmode.put_to_sleep(self._client, slot.base_url, self.key)
-                slot.state = ASLEEP
-                return
+                if await sleepmode.is_sleeping(self._client, slot.base_url, self.key):
+                    slot.state = ASLEEP
+                    return
+                log.warning("front: %s answered /sleep but is not asleep; stopping it", slot.name)
             except sleepmode.SleepError as exc:
                 log.warning("front: %s did not go to sleep (%s); stopping it", slot.name, exc)
         await self._stop(slot)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from kvpilot.core.errors import KvpilotError
 from kvpilot.core.vllm.versions import Release
 
 #: the oldest vLLM release whose documentation describes ``--enable-sleep-mode`` with the
@@ -36,7 +37,7 @@ SLEEP_LEVEL = 1
 SLEEP_CALL_TIMEOUT_S = 120.0
 
 
-class SleepError(Exception):
+class SleepError(KvpilotError):
     """A sleep, wake-up or state call that did not succeed (the message says what answered)."""
 
 

@@ -29,6 +29,9 @@ from kvpilot.core.vllm.command import find_free_port
 from .conftest import KV_CACHE_BYTES, READY_TIMEOUT_S, vllm_executable_for_tests
 from .servekit import kvpilot_argv, serve_env
 
+#: a request waits for its profile to start: with two servers on two shared cores, a start can
+#: take several times the single server's ready time
+ASK_TIMEOUT_S = 3 * READY_TIMEOUT_S
 TINY = dict(max_model_len=1024, max_num_seqs=4, kv_cache_memory_bytes=KV_CACHE_BYTES,
             enforce_eager=True, dtype="float32")
 #: the tiny checkpoint's max_position_embeddings is 2048: vLLM refuses 4096 at start-up
@@ -47,7 +50,7 @@ class Front:
     def states(self) -> dict[str, str]:
         return {p["profile"]: p["state"] for p in self.status()["profiles"]}
 
-    def ask(self, model: str, timeout_s: float = READY_TIMEOUT_S) -> httpx.Response:
+    def ask(self, model: str, timeout_s: float = ASK_TIMEOUT_S) -> httpx.Response:
         return httpx.post(f"{self.url}/v1/completions", timeout=timeout_s, json={
             "model": model, "prompt": "one two three", "max_tokens": 4, "temperature": 0})
 
@@ -137,17 +140,26 @@ def test_stacked_front_answers_each_model_and_a_broken_profile_is_json(stacked: 
     assert a.status_code == 200 and a.json()["model"] == "tiny-a"
 
     # B starts while A runs; two requests for B wait in the queue meanwhile and go through
-    answers: list[httpx.Response] = []
-    first = threading.Thread(target=lambda: answers.append(stacked.ask("tiny-b")))
+    answers: list[httpx.Response | Exception] = []
+
+    def ask_b() -> None:
+        try:
+            answers.append(stacked.ask("tiny-b"))
+        except httpx.HTTPError as exc:  # reported by the assertion below
+            answers.append(exc)
+
+    first = threading.Thread(target=ask_b)
     first.start()
     time.sleep(3)
     status = stacked.status()
     assert status["queue"] >= 1
     assert {p["profile"]: p["state"] for p in status["profiles"]}["tiny-b"] == "starting"
     answers.append(stacked.ask("tiny-b"))
-    first.join(READY_TIMEOUT_S)
-    assert [r.status_code for r in answers] == [200, 200]
-    assert {r.json()["model"] for r in answers} == {"tiny-b"}
+    first.join(ASK_TIMEOUT_S)
+    assert all(isinstance(r, httpx.Response) for r in answers), answers
+    replies = [r for r in answers if isinstance(r, httpx.Response)]
+    assert [r.status_code for r in replies] == [200, 200]
+    assert {r.json()["model"] for r in replies} == {"tiny-b"}
     assert stacked.states()["tiny-a"] == "loaded"  # both run: the plan fits them together
     assert stacked.states()["tiny-b"] == "loaded"
     swap = [s for s in stacked.status()["swaps"] if s["profile"] == "tiny-b"][-1]

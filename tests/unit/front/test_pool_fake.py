@@ -23,6 +23,7 @@ from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.core.front.members import Member
 from kvpilot.core.front.placement import ProfileNeed
 from kvpilot.core.front.pool import FrontOptions, Pool
+from kvpilot.core.front.proxy import MAX_BODY_BYTES
 from kvpilot.core.front.server import FrontServer
 from kvpilot.core.hardware.target import from_spec
 from kvpilot.core.launch import LaunchSession
@@ -200,3 +201,28 @@ def test_requests_during_a_start_wait_and_a_failed_profile_is_a_json_error(
     assert _ask(server, "good").json()["choices"][0]["text"] == "from good"
     unknown = _ask(server, "nope")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+
+
+def test_bad_requests_get_openai_errors_without_starting_anything(
+    front: Callable[..., FrontServer]
+) -> None:
+    server = front({"a": 4})
+    auth = {"Authorization": f"Bearer {KEY}"}
+    url = f"{server.base_url}/v1/chat/completions"
+    cases = [
+        (httpx.post(url, content=b"{not json", headers=auth), 400, "invalid_json"),
+        (httpx.post(url, json={"messages": []}, headers=auth), 400, "model_required"),
+        (httpx.post(url, json={"model": "a"}, headers={"Authorization": "Bearer wrong"}), 401,
+         "invalid_api_key"),
+        (httpx.get(f"{server.base_url}/v1/nothing", headers=auth), 404, "not_found"),
+        (httpx.post(url, content=b"x" * (MAX_BODY_BYTES + 1), headers=auth), 413,
+         "body_too_large"),
+    ]
+    for reply, status, code in cases:
+        assert reply.status_code == status
+        error = reply.json()["error"]
+        assert error["code"] == code and error["message"] and set(error) == {
+            "message", "type", "param", "code"}
+    one = httpx.get(f"{server.base_url}/v1/models/a", headers=auth).json()
+    assert one["id"] == "a" and one["kvpilot"] == {"profile": "a", "state": "stopped"}
+    assert _states(server) == {"a": "stopped"} and not server.status()["swaps"]
