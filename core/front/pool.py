@@ -452,8 +452,9 @@ class Pool:
         settings = profile_settings(member.profile)
         if member.inputs is not None:
             settings = member.inputs.settings
-        fixed = member.need is not None and member.need.fixed
-        if share is not None and self.cuda and not fixed:
+        # the share as vLLM's utilization, unless the profile fixes its own (a fixed KV size
+        # still needs a utilization the start-up check passes next to the others)
+        if share is not None and self.cuda and member.profile.plan.gpu_memory_utilization is None:
             settings = dataclasses.replace(
                 settings, gpu_memory_utilization=Split(True, 0, 0, {member.name: share})
                 .utilization(member.name, self.total_bytes))
@@ -476,6 +477,8 @@ class Pool:
         sup = session.start(spec, inputs)
         slot.supervisor = sup
         slot.recorder = session.recorder
+        if self._closed:  # the front stopped while this launch was under way
+            sup.stop()
         return sup
 
     def _port(self) -> int:

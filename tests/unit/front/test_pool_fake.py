@@ -226,3 +226,25 @@ def test_bad_requests_get_openai_errors_without_starting_anything(
     one = httpx.get(f"{server.base_url}/v1/models/a", headers=auth).json()
     assert one["id"] == "a" and one["kvpilot"] == {"profile": "a", "state": "stopped"}
     assert _states(server) == {"a": "stopped"} and not server.status()["swaps"]
+
+
+def test_a_front_stopped_during_a_start_leaves_no_process(
+    front: Callable[..., FrontServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_LINE_DELAY_S", "0.05")  # ~10 s to become ready
+    server = front({"a": 4})
+    answers: list[int] = []
+    asker = threading.Thread(target=lambda: answers.append(_ask(server, "a").status_code))
+    asker.start()
+    deadline = time.monotonic() + 10
+    while not _pids(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = _pids(server)
+    assert pids and _states(server)["a"] == "starting"
+    assert server.stop(60)
+    asker.join(30)
+    # the request in the queue is not left hanging: uvicorn's graceful shutdown lets it finish
+    # (served once its profile is up) before the pool stops every server
+    assert answers in ([200], [503])
+    time.sleep(0.2)
+    assert not [p for p in pids if psutil.pid_exists(p)]
