@@ -137,7 +137,7 @@ def test_stacked_front_answers_each_model_and_a_broken_profile_is_json(stacked: 
     shares = stacked.status()["plan"]["shares"]
     assert {"tiny-a", "tiny-b"} <= set(shares)  # the plan's split: on the CPU backend they fit
     a = stacked.ask("tiny-a")
-    assert a.status_code == 200 and a.json()["model"] == "tiny-a"
+    assert a.status_code == 200 and a.json()["model"] == "tiny-a", a.text
 
     # B starts while A runs; two requests for B wait in the queue meanwhile and go through
     answers: list[httpx.Response | Exception] = []
@@ -170,7 +170,7 @@ def test_stacked_front_answers_each_model_and_a_broken_profile_is_json(stacked: 
     assert broken.status_code == 503
     error = broken.json()["error"]
     assert error["code"] == "max_model_len_above_model", error
-    assert "profile 'broken' could not start" in error["message"] and "4096" in error["message"]
+    assert "profile 'broken' could not start" in error["message"] and "4,096" in error["message"]
     # the front stays up, and the next request to another profile is answered at once
     began = time.monotonic()
     again = stacked.ask("tiny-b", timeout_s=30)
@@ -195,7 +195,8 @@ def test_swapping_front_stops_a_before_b_answers(
 ) -> None:
     front = _start_front(tmp_path, vllm_scratch, tiny_model, "--max-loaded", "1")
     try:
-        assert front.ask("tiny-a").json()["model"] == "tiny-a"
+        first = front.ask("tiny-a")
+        assert first.status_code == 200 and first.json()["model"] == "tiny-a", first.text
         a_pids = _session_pids(front)
         assert a_pids
         b = front.ask("tiny-b")
