@@ -85,6 +85,24 @@ def _session_pids(front: Front) -> set[int]:
     return out
 
 
+def _alive(pids: set[int], wait_s: float = 10.0) -> list[int]:
+    """The pids still running after up to ``wait_s`` (a zombie waiting for init to reap it
+    has ended: it holds no memory and runs nothing)."""
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = sorted(p for p in pids if running(p))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def _settings(config: Path, tiny_model: Path) -> None:
     exe, _ = vllm_executable_for_tests()
     common = {"model_ref": str(tiny_model), "vllm_runtime": str(exe)}
@@ -185,9 +203,8 @@ def test_idle_profiles_unload_and_a_stopped_front_leaves_nothing(stacked: Front)
     assert stacked.states()["tiny-a"] == "stopped"  # idle for --idle-unload 90 s
     pids = stacked.stop()
     assert stacked.proc.returncode == 0
-    time.sleep(1)
-    assert not [p for p in pids if psutil.pid_exists(p)], "processes survived the front"
-    assert not _session_pids(stacked)
+    assert not _alive(pids), "processes survived the front"
+    assert not _alive(_session_pids(stacked))
 
 
 def test_swapping_front_stops_a_before_b_answers(
@@ -202,7 +219,7 @@ def test_swapping_front_stops_a_before_b_answers(
         b = front.ask("tiny-b")
         assert b.status_code == 200 and b.json()["model"] == "tiny-b"
         assert front.states() == {"tiny-a": "stopped", "tiny-b": "loaded", "broken": "stopped"}
-        assert not [p for p in a_pids if psutil.pid_exists(p)], "A's server was stopped"
+        assert not _alive(a_pids), "A's server was stopped"
         swap = front.status()["swaps"][-1]
         assert swap["made_room"] == ["tiny-a"] and "stopped to make room" in swap["reason"]
         assert swap["load_s"] > 0 and swap["wait_s"] >= swap["load_s"]
@@ -212,4 +229,5 @@ def test_swapping_front_stops_a_before_b_answers(
         assert records["tiny-a"].state == "stopped"
     finally:
         pids = front.stop()
-    assert not [p for p in pids if psutil.pid_exists(p)]
+    assert front.proc.returncode == 0
+    assert not _alive(pids), "processes survived the front"
