@@ -1,9 +1,10 @@
 """What the front costs: tokens/s through it against the same server direct, and the swap time.
 
-1. throughput: one profile behind a front (``kvpilot.core.front``, uvicorn + httpx); rounds of
-   ``--concurrency`` streamed completions of ``--max-tokens`` tokens each (``ignore_eos``), sent
-   alternately to the server direct and through the front, so that both see the same machine
-   load; output tokens/s of each, and their ratio (goal: the front >= 0.97 of direct);
+1. throughput: one profile behind a front (``kvpilot.core.front``, uvicorn + httpx) running in
+   its own process, as ``kvpilot front`` does; rounds of ``--concurrency`` streamed completions
+   of ``--max-tokens`` tokens each (``ignore_eos``), sent alternately to the server direct and
+   through the front, so that both see the same machine load; output tokens/s of each, and
+   their ratio (goal: the front >= 0.97 of direct);
 2. swap: a request for profile B while A runs on a front held to one loaded profile
    (``max_loaded=1``), from the request to B's answer, against a plain ``Supervisor`` stop of A
    and start of B until ready (the same servers, the same settings).
@@ -17,16 +18,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import httpx
 
-from kvpilot.core.fit.plan import ServingSettings
+from kvpilot.core.fit.plan import ServingSettings, settings_dict
 from kvpilot.core.front.members import prepare_member, this_device
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.server import FrontServer
@@ -40,6 +44,7 @@ E2E_DATA = Path(os.environ.get("KVPILOT_TEST_DATA_DIR") or ROOT / ".cache" / "e2
 TINY = ServingSettings(max_model_len=1024, max_num_seqs=4, kv_cache_memory_bytes=64 << 20,
                        enforce_eager=True, dtype="float32")
 READY_S = 600.0
+FRONT_KEY = "sk-bench"
 
 
 def default_model() -> Path | None:
@@ -75,53 +80,78 @@ async def _round(url: str, key: str, model: str, concurrency: int, max_tokens: i
         return sum(counts) / (time.perf_counter() - began)
 
 
-def throughput(front: FrontServer, model: str, rounds: int, concurrency: int,
-               max_tokens: int, front_key: str) -> tuple[list[float], list[float]]:
-    slot = front.pool.slots[next(iter(front.pool.slots))]
-    direct_url, direct_key = slot.base_url, front.pool.key
+def throughput(front_url: str, direct_url: str, direct_key: str, model: str, rounds: int,
+               concurrency: int, max_tokens: int) -> tuple[list[float], list[float]]:
+    """Paired rounds, direct and through the front, the order swapped every round."""
     asyncio.run(_round(direct_url, direct_key, model, concurrency, 8))  # warm both paths
-    asyncio.run(_round(front.base_url, front_key, model, concurrency, 8))
+    asyncio.run(_round(front_url, FRONT_KEY, model, concurrency, 8))
     direct, through = [], []
     for i in range(rounds):
-        pair = [(direct, direct_url, direct_key), (through, front.base_url, front_key)]
+        pair = [(direct, direct_url, direct_key), (through, front_url, FRONT_KEY)]
         for out, url, key in (pair if i % 2 == 0 else pair[::-1]):
             out.append(asyncio.run(_round(url, key, model, concurrency, max_tokens)))
     return direct, through
 
 
-def make_front(runtime: VllmRuntime, model: Path, work: Path, names: tuple[str, ...],
-               **options: object) -> FrontServer:
+def _front_process(conn: Connection, vllm: str, model: str, work: str, names: tuple[str, ...],
+                   max_loaded: int | None) -> None:
+    """The front in its own process, as ``kvpilot front`` runs (its own interpreter and GIL):
+    sends back its address and the servers' key, then serves until SIGTERM."""
+    runtime = discover(vllm)
     device = this_device(runtime.version)
-    members = [prepare_member(Profile(name=n, model_ref=str(model), served_model_name=n,
-                                      plan=TINY, vllm_runtime=runtime.location), runtime,
-                              device, work) for n in names]
-    pool = Pool(members, work, FrontOptions(**options))  # type: ignore[arg-type]
+    members = [prepare_member(Profile(name=n, model_ref=model, served_model_name=n, plan=TINY,
+                                      vllm_runtime=runtime.location), runtime, device,
+                              Path(work)) for n in names]
+    pool = Pool(members, Path(work), FrontOptions(max_loaded=max_loaded))
     server = FrontServer(pool, "127.0.0.1", find_free_port("127.0.0.1", 19800),
-                         api_key="sk-bench")
-    server.start()
-    while not server.started:
-        time.sleep(0.05)
-    return server
+                         api_key=FRONT_KEY)
+    conn.send((server.base_url, pool.key))
+    server.run()
 
 
-def ask(front: FrontServer, model: str) -> float:
-    began = time.perf_counter()
-    reply = httpx.post(f"{front.base_url}/v1/completions", timeout=READY_S, json={
-        "model": model, "prompt": "one", "max_tokens": 2},
-        headers={"Authorization": "Bearer sk-bench"})
-    reply.raise_for_status()
-    return time.perf_counter() - began
+class FrontProcess:
+    """A front in a child process (stopped by SIGTERM, every server it started with it)."""
+
+    def __init__(self, vllm: str, model: Path, work: Path, names: tuple[str, ...],
+                 max_loaded: int | None = None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_front_process, args=(
+            child, vllm, str(model), str(work), names, max_loaded))
+        self.proc.start()
+        self.url, self.key = parent.recv()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError("the front did not listen within 60 s")
+
+    def status(self) -> dict:
+        return httpx.get(f"{self.url}/front/status", timeout=10,
+                         headers={"Authorization": f"Bearer {FRONT_KEY}"}).json()
+
+    def ask(self, model: str) -> float:
+        began = time.perf_counter()
+        reply = httpx.post(f"{self.url}/v1/completions", timeout=READY_S, json={
+            "model": model, "prompt": "one", "max_tokens": 2},
+            headers={"Authorization": f"Bearer {FRONT_KEY}"})
+        reply.raise_for_status()
+        return time.perf_counter() - began
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.join(180)
 
 
-def plain_swap(runtime: VllmRuntime, front: FrontServer, work: Path) -> float:
+def plain_swap(runtime: VllmRuntime, model: Path, work: Path) -> float:
     """Stop A and start B with a bare Supervisor, as a user without the front would."""
     from kvpilot.core.vllm.command import LaunchSpec
 
     def spec(name: str) -> LaunchSpec:
-        member = front.pool.slots[name].member
-        return LaunchSpec(model=member.model, served_model_name=name, hf_offline=True,
-                          port=find_free_port("127.0.0.1", 19900),
-                          **{k: v for k, v in vars(TINY).items()})
+        return LaunchSpec(model=str(model), served_model_name=name, hf_offline=True,
+                          port=find_free_port("127.0.0.1", 19900), **settings_dict(TINY))
 
     a = Supervisor(runtime, spec("a"), data_dir=work)
     a.start()
@@ -141,9 +171,9 @@ def main() -> int:
     parser.add_argument("--vllm", default=str(E2E_DATA / "runtimes" / "0.32.0-cpu" / "bin"
                                               / "vllm"))
     parser.add_argument("--model", type=Path, default=default_model())
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=512)
     args = parser.parse_args()
     if args.model is None:
         parser.error("no tiny model found; build it with tests/e2e/make_tiny_model.py, "
@@ -157,34 +187,38 @@ def main() -> int:
                           VLLM_CONFIG_ROOT=str(work / "config"))
         print(f"vLLM {runtime.version} ({runtime.location}), model {args.model}")
 
-        front = make_front(runtime, args.model, work, ("a",))
+        front = FrontProcess(args.vllm, args.model, work, ("a",))
         try:
-            start_s = ask(front, "a")
-            direct, through = throughput(front, "a", args.rounds, args.concurrency,
-                                         args.max_tokens, "sk-bench")
+            start_s = front.ask("a")
+            direct_url = front.status()["profiles"][0]["base_url"]
+            direct, through = throughput(front.url, direct_url, front.key, "a", args.rounds,
+                                         args.concurrency, args.max_tokens)
         finally:
             front.stop()
         d, t = statistics.median(direct), statistics.median(through)
+        paired = statistics.median(b / a for a, b in zip(direct, through, strict=True))
         print(f"first request (cold start through the front): {start_s:.1f} s")
-        print(f"throughput, {args.rounds} rounds of {args.concurrency} x {args.max_tokens} "
-              "streamed tokens (median):")
-        print(f"  direct        {d:8.1f} tokens/s   rounds {[round(x, 1) for x in direct]}")
-        print(f"  through front {t:8.1f} tokens/s   rounds {[round(x, 1) for x in through]}")
-        print(f"  ratio         {t / d:8.3f}   (goal >= 0.97)")
+        print(f"throughput, {args.rounds} paired rounds of {args.concurrency} x "
+              f"{args.max_tokens} streamed tokens (the front in its own process):")
+        print(f"  direct        {d:8.1f} tokens/s (median)  rounds "
+              f"{[round(x, 1) for x in direct]}")
+        print(f"  through front {t:8.1f} tokens/s (median)  rounds "
+              f"{[round(x, 1) for x in through]}")
+        print(f"  ratio of medians {t / d:.3f}, median of paired ratios {paired:.3f} "
+              "(goal >= 0.97)")
 
-        front = make_front(runtime, args.model, work, ("a", "b"), max_loaded=1)
+        front = FrontProcess(args.vllm, args.model, work, ("a", "b"), max_loaded=1)
         try:
-            ask(front, "a")
-            swap_s = ask(front, "b")
-            swaps = front.pool.status()["swaps"]
+            front.ask("a")
+            swap_s = front.ask("b")
+            last = front.status()["swaps"][-1]
         finally:
             front.stop()
-        plain_s = plain_swap(runtime, front, work)
-        last = swaps[-1]
+        plain_s = plain_swap(runtime, args.model, work)
         print("swap of the tiny model, A running, a request for B:")
-        print(f"  through the front {swap_s:6.1f} s from the request to B's answer "
+        print(f"  through the front  {swap_s:6.1f} s from the request to B's answer "
               f"(load {last['load_s']:.1f} s, made room: {', '.join(last['made_room'])})")
-        print(f"  plain stop + start {plain_s:5.1f} s (Supervisor stop of A, start of B to "
+        print(f"  plain stop + start {plain_s:6.1f} s (Supervisor stop of A, start of B to "
               "ready)")
         print(f"  ratio {swap_s / plain_s:.3f}")
     return 0
