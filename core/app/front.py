@@ -48,7 +48,7 @@ def check_request(req: FrontRequest) -> None:
 
     Raises:
         CommandError: no profile, a profile named twice, a port out of range, a wide address
-            without an API key, or a key no HTTP client can send.
+            without an API key, a key no HTTP client can send, or a limit out of range.
     """
     if not req.profiles:
         raise CommandError("name at least one profile: --profile NAME (kvpilot profile list "
@@ -71,6 +71,11 @@ def check_request(req: FrontRequest) -> None:
         raise CommandError("--idle-unload must be a positive number of seconds")
     if opts.max_loaded is not None and opts.max_loaded < 1:
         raise CommandError("--max-loaded must be at least 1")
+    if opts.max_queue < 1:
+        raise CommandError("--max-queue must be at least 1 (requests wait there while their "
+                           "profile loads)")
+    if opts.queue_timeout_s <= 0:
+        raise CommandError("--queue-timeout must be a positive number of seconds")
 
 
 def prepare_members(req: FrontRequest) -> list[Member]:

@@ -92,6 +92,8 @@ def test_errors_before_anything_starts(
     assert "no profile called 'nope'" in capsys.readouterr().err
     assert main(["front", "--profile", "chat", "--idle-unload", "0", "--plan-only"]) == 2
     assert "--idle-unload must be a positive" in capsys.readouterr().err
+    assert main(["front", "--profile", "chat", "--max-queue", "0", "--plan-only"]) == 2
+    assert "--max-queue must be at least 1" in capsys.readouterr().err
 
 
 def test_two_profiles_serving_one_name_are_refused(
