@@ -5,7 +5,8 @@ Two ways to have a profile back after a reboot without a terminal:
 * **window**: ``$XDG_CONFIG_HOME/autostart/kvpilot.desktop`` opens ``kvpilot gui --profile NAME``
   when the desktop session starts (freedesktop.org's autostart specification);
 * **headless**: ``$XDG_CONFIG_HOME/systemd/user/kvpilot-serve.service`` runs ``kvpilot serve
-  --profile NAME`` under the user's systemd manager, enabled for ``default.target`` (the link
+  --profile NAME`` (or ``kvpilot front --profile A --profile B ...``: several profiles behind one
+  address) under the user's systemd manager, enabled for ``default.target`` (the link
   ``default.target.wants/kvpilot-serve.service``, what ``systemctl --user enable`` makes), and
   restarts it after a failure: ``Restart=on-failure`` every :data:`RESTART_SEC` s, at most
   :data:`START_LIMIT_BURST` starts in :data:`START_LIMIT_INTERVAL_SEC` s (no restart storm), no
@@ -95,6 +96,8 @@ class AutostartStatus:
     unit_file: Path | None
     unit_state: str | None = None
     note: str = ""
+    #: the profiles a headless front serves (empty: one profile, ``kvpilot serve``)
+    front: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One sentence for a person."""
@@ -104,6 +107,9 @@ class AutostartStatus:
                 else "kvpilot serves headless (systemd user unit)")
         state = f"; the unit is {self.unit_state} now" if self.unit_state else ""
         note = f"; {self.note}" if self.note else ""
+        if self.front:
+            names = ", ".join(repr(p) for p in self.front)
+            return f"at login {what} a front for profiles {names}{state}{note}"
         return f"at login {what} with profile {self.profile!r}{state}{note}"
 
 
@@ -160,14 +166,28 @@ def desktop_entry_text(argv: list[str], profile: str) -> str:
     ])
 
 
-def unit_text(argv: list[str], profile: str, environ: dict[str, str] | None = None) -> str:
+def front_argv(profiles: tuple[str, ...], port: int | None = None) -> list[str]:
+    """The ``kvpilot front`` arguments that serve ``profiles`` behind one address."""
+    args = ["front"]
+    for name in profiles:
+        args += ["--profile", name]
+    return args + (["--port", str(port)] if port is not None else [])
+
+
+def unit_text(argv: list[str], profile: str, environ: dict[str, str] | None = None, *,
+              front: tuple[str, ...] = (), front_port: int | None = None) -> str:
     """The systemd user unit that serves ``profile`` headless and restarts it on failure;
-    ``environ`` (default: this process's) gives the :data:`PASSED_ENV` values to pass."""
+    ``environ`` (default: this process's) gives the :data:`PASSED_ENV` values to pass. With
+    ``front`` (profile names, ``profile`` first among them) it runs ``kvpilot front`` for them
+    instead, on ``front_port`` (None: the front's default)."""
     env = os.environ if environ is None else environ
-    exec_start = " ".join(systemd_quote(a) for a in [*argv, "serve", "--profile", profile])
+    command = front_argv(front, front_port) if front else ["serve", "--profile", profile]
+    exec_start = " ".join(systemd_quote(a) for a in [*argv, *command])
+    what = (f"serve profiles {', '.join(front)} behind one address" if front
+            else f"serve profile {profile}")
     lines = [
         "[Unit]",
-        f"Description=kvpilot: serve profile {profile.replace('%', '%%')} with vLLM",
+        f"Description=kvpilot: {what.replace('%', '%%')} with vLLM",
         f"StartLimitIntervalSec={START_LIMIT_INTERVAL_SEC}",
         f"StartLimitBurst={START_LIMIT_BURST}",
         "",
@@ -185,19 +205,26 @@ def unit_text(argv: list[str], profile: str, environ: dict[str, str] | None = No
     ]
     lines += [f"Environment={_env_assignment(name, env[name])}"
               for name in PASSED_ENV if env.get(name)]
-    lines += ["", "[Install]", "WantedBy=default.target", f"X-kvpilot-Profile={profile}", ""]
-    return "\n".join(lines)
+    lines += ["", "[Install]", "WantedBy=default.target", f"X-kvpilot-Profile={profile}"]
+    if front:
+        lines.append(f"X-kvpilot-Front={chr(9).join(front)}")
+    return "\n".join([*lines, ""])
 
 
-def _profile_in(path: Path) -> str | None:
+def _profile_in(path: Path, key: str = "X-kvpilot-Profile") -> str | None:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("X-kvpilot-Profile="):
+        if line.startswith(f"{key}="):
             return line.split("=", 1)[1]
     return None
+
+
+def _front_in(path: Path | None) -> tuple[str, ...]:
+    found = _profile_in(path, "X-kvpilot-Front") if path is not None else None
+    return tuple(found.split("\t")) if found else ()
 
 
 def _systemctl(*args: str) -> subprocess.CompletedProcess[str] | None:
@@ -248,24 +275,32 @@ def enable(
     config_home: Path | None = None,
     argv: list[str] | None = None,
     reload: bool = True,
+    front: tuple[str, ...] = (),
+    front_port: int | None = None,
 ) -> AutostartStatus:
     """Start ``profile`` at login: the window (autostart entry) or, ``headless``, the systemd
     user unit (written and enabled for ``default.target``). The other way is removed, so one
     thing starts at login. ``argv`` is the kvpilot command (default: this installation's);
-    ``reload`` asks a running user manager to read the unit now.
+    ``reload`` asks a running user manager to read the unit now. ``front`` (headless only):
+    serve these profiles behind one address (``kvpilot front``) on ``front_port``; ``profile``
+    is then the first of them.
 
     Raises:
-        AutostartError: an empty profile name, or a file that cannot be written.
+        AutostartError: an empty profile name, a front without ``headless``, or a file that
+            cannot be written.
     """
     from kvpilot.core.desktop import launcher_argv
 
-    name = _check_name(profile)
+    front = tuple(_check_name(p) for p in front)
+    if front and not headless:
+        raise AutostartError("a front starts at login without the window: add --headless")
+    name = _check_name(front[0] if front else profile)
     where = AutostartPaths(config_home or xdg_config_home())
     argv = argv or launcher_argv()
     note = ""
     if headless:
         _remove(where.desktop_file)
-        _write(where.unit_file, unit_text(argv, name), 0o644)
+        _write(where.unit_file, unit_text(argv, name, front=front, front_port=front_port), 0o644)
         link = where.wants_link
         with contextlib.suppress(FileNotFoundError):
             link.unlink()
@@ -284,7 +319,7 @@ def enable(
         _write(where.desktop_file, desktop_entry_text(argv, name), 0o644)
     found = status(config_home=where.config_home, query_manager=reload)
     return AutostartStatus(found.mode, found.profile, found.desktop_file, found.unit_file,
-                           found.unit_state, note or found.note)
+                           found.unit_state, note or found.note, found.front)
 
 
 def disable(*, config_home: Path | None = None, reload: bool = True) -> AutostartStatus:
@@ -318,7 +353,8 @@ def status(*, config_home: Path | None = None, query_manager: bool = True) -> Au
         if done is not None and done.stdout.strip():
             state = done.stdout.strip().splitlines()[0]
     if enabled and unit is not None:
-        return AutostartStatus(MODE_HEADLESS, _profile_in(unit), desktop, unit, state)
+        return AutostartStatus(MODE_HEADLESS, _profile_in(unit), desktop, unit, state,
+                               front=_front_in(unit))
     if desktop is not None:
         return AutostartStatus(MODE_WINDOW, _profile_in(desktop), desktop, unit, state)
     note = "the unit is written but not enabled" if unit is not None else ""

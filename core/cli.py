@@ -29,6 +29,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gpu": ("kvpilot.core.commands.gpu", "show GPUs, processes and the launch budget now"),
     "serve": ("kvpilot.core.commands.serve", "launch and supervise vllm serve"),
     "autostart": ("kvpilot.core.commands.autostart", "start a profile at login"),
+    "profile": ("kvpilot.core.commands.profile", "list, show, add, edit and remove profiles"),
+    "front": (
+        "kvpilot.core.commands.front",
+        "serve several profiles behind one OpenAI-compatible address",
+    ),
     "runs": ("kvpilot.core.commands.runs", "list and compare the server runs kept"),
     "bench": ("kvpilot.core.commands.bench", "load-test a running OpenAI-compatible server"),
     "watch": ("kvpilot.core.commands.watch", "watch any running vLLM server"),

@@ -52,6 +52,8 @@ class Profile:
         extra_args: extra ``vllm serve`` arguments as typed by the user (shell-style quoting).
         sampling_hz: telemetry samples per second (NVML and /metrics), 0 < hz <= 20.
         theme: ``system``, ``light`` or ``dark``.
+        served_model_name: the model name clients send (``--served-model-name``; "" = the
+            model reference), what a front lists and routes by.
         auto_fallback: after a failed launch, relaunch with the best fallback by itself (at
             most :data:`kvpilot.core.launch.MAX_AUTO_FALLBACKS` times in a row), as
             ``kvpilot serve --auto-fallback`` does.
@@ -72,6 +74,7 @@ class Profile:
     sampling_hz: float = 2.0
     theme: str = "system"
     auto_fallback: bool = False
+    served_model_name: str = ""
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

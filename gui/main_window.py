@@ -82,6 +82,7 @@ class MainWindow(WindowWidgets):
         self.tabs.insertTab(self.tabs.indexOf(self.log_view), self.chat_panel, "Chat")
         self.chat_control = ChatController(self, self.chat_panel, server, attach)
         self._add_runs_tab()
+        self._add_front_tab()
         self._wire()
         self.chat_control.wire()
 
@@ -170,6 +171,15 @@ class MainWindow(WindowWidgets):
         self.tabs.currentChanged.connect(
             lambda _i: runs.refresh() if self.tabs.currentWidget() is self.runs_view else None)
 
+    def _add_front_tab(self) -> None:
+        """The Front tab: several profiles behind one address."""
+        from kvpilot.gui.controllers.front import FrontController
+        from kvpilot.gui.panels.front_panel import FrontPanel
+
+        self.front_panel = FrontPanel()
+        self.tabs.addTab(self.front_panel, "Front")
+        self.front_control = FrontController(self, self.front_panel)
+
     # =================================================================== start-up
 
     def _start_once(self) -> None:
@@ -246,6 +256,7 @@ class MainWindow(WindowWidgets):
         self.server_control.log_timer.stop()
         self.measure_control.cancel()  # a dry run's thread stops its server
         self.chat_control.shutdown()  # a reply streaming stops; the conversation is written
+        self.front_control.shutdown()  # the front and every server it started stop
         self.services.stop_loops()
         if not self._closing:
             self._closing = True

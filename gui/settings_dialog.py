@@ -167,6 +167,12 @@ class SettingsDialog(QDialog):
         self.hf_token.setEchoMode(QLineEdit.EchoMode.Password)
         self.hf_token.setPlaceholderText("none (needed for gated models)")
         form.addRow("HF token", self.hf_token)
+        self.served_name = QLineEdit()
+        self.served_name.setObjectName("servedModelName")
+        self.served_name.setPlaceholderText("the model reference")
+        self.served_name.setToolTip("the model name clients send (--served-model-name); a "
+                                    "front lists and routes the profile by it")
+        form.addRow("Served model name", self.served_name)
         self.extra_args = QLineEdit()
         self.extra_args.setObjectName("extraArgs")
         self.extra_args.setPlaceholderText("e.g. --max-cudagraph-capture-size 256")
@@ -187,7 +193,8 @@ class SettingsDialog(QDialog):
         self.theme = QComboBox()
         self.theme.addItems(list(st.THEMES))
         form.addRow("Theme", self.theme)
-        for w in (self.host, self.api_key, self.hf_cache, self.hf_token, self.extra_args):
+        for w in (self.host, self.api_key, self.hf_cache, self.hf_token, self.extra_args,
+                  self.served_name):
             w.textChanged.connect(self._validate)
         self.port.valueChanged.connect(self._validate)
         self.sampling.valueChanged.connect(self._validate)
@@ -396,6 +403,7 @@ class SettingsDialog(QDialog):
             self.hf_cache.setText(p.hf_cache_dir)
             self.hf_token.setText(p.hf_token)
             self.extra_args.setText(p.extra_args)
+            self.served_name.setText(p.served_model_name)
             self.sampling.setValue(p.sampling_hz)
             self.theme.setCurrentText(p.theme)
             self.auto_fallback.setChecked(p.auto_fallback)
@@ -424,6 +432,7 @@ class SettingsDialog(QDialog):
             hf_cache_dir=self.hf_cache.text().strip(),
             hf_token=self.hf_token.text().strip(),
             extra_args=self.extra_args.text().strip(),
+            served_model_name=self.served_name.text().strip(),
             sampling_hz=round(self.sampling.value(), 1),
             theme=self.theme.currentText(),
             auto_fallback=self.auto_fallback.isChecked(),

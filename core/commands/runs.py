@@ -65,6 +65,9 @@ def _show(rec: RunRecord) -> str:
             out.append(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(cap.items())))
     if rec.startup_s is not None:
         out.append(f"  start-up {rec.startup_s:.1f} s")
+    for swap in rec.swaps:  # a front's starts and wakes of this server
+        out.append(f"  front {swap.get('kind')} {swap.get('at')}: {swap.get('reason')}; "
+                   f"waited {swap.get('wait_s')} s, loaded in {swap.get('load_s')} s")
     for test in rec.load_tests:
         out.append(f"  load test {test.at} ({test.api}, {test.prompt_tokens} in / "
                    f"{test.output_tokens} out):")

@@ -99,7 +99,9 @@ class RunRecord:
     """One server run. ``settings`` are the ``vllm serve`` settings launched (ServingSettings
     field -> value); ``predicted`` and ``reported`` the capacity the plan predicted and the one
     vLLM reported (``kv_cache_tokens``, ``max_concurrency``, ``available_kv_bytes``, ...);
-    ``ended_how`` one of :data:`STATES`, ``failure_kind``/``failure_message`` why it failed."""
+    ``ended_how`` one of :data:`STATES`, ``failure_kind``/``failure_message`` why it failed;
+    ``swaps`` what a front's swaps did with it (why it was started or woken, how long the first
+    request waited, how long it took to load)."""
 
     id: str
     started_at: str
@@ -124,6 +126,9 @@ class RunRecord:
     failure_message: str | None = None
     load_tests: tuple[LoadTestSummary, ...] = ()
     telemetry: Mapping[str, SeriesSummary] = field(default_factory=dict)
+    #: a front's bring-ups of this server (:class:`kvpilot.core.front.pool.SwapRecord` as JSON:
+    #: at, kind ``start``/``wake``, reason, wait_s, load_s, made_room, ok, failure_kind)
+    swaps: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def best_tokens_per_s(self) -> float | None:
@@ -162,6 +167,8 @@ class RunRecord:
                 value = [asdict(t) for t in value]
             elif f.name == "telemetry":
                 value = {k: asdict(v) for k, v in value.items()}
+            elif f.name == "swaps":
+                value = [dict(v) for v in value]
             elif isinstance(value, Mapping):
                 value = dict(value)
             elif isinstance(value, tuple):
@@ -226,6 +233,9 @@ def record_from_json(raw: object) -> RunRecord:
         raise RunRecordError(f"run record version {raw.get('version')!r} is not {VERSION}")
     body = dict(raw)
     tests = body.pop("load_tests", []) or []
+    swaps = body.pop("swaps", []) or []
+    if not isinstance(swaps, list) or not all(isinstance(x, dict) for x in swaps):
+        raise RunRecordError("swaps has the wrong shape")
     telemetry = body.pop("telemetry", {}) or {}
     if not isinstance(tests, list) or not isinstance(telemetry, dict):
         raise RunRecordError("load_tests or telemetry has the wrong shape")
@@ -252,7 +262,7 @@ def record_from_json(raw: object) -> RunRecord:
     for name, s in telemetry.items():
         one = _build(SeriesSummary, s, f"telemetry.{name}")
         series[str(name)] = one
-    return replace(record, load_tests=tuple(parsed_tests), telemetry=series)
+    return replace(record, load_tests=tuple(parsed_tests), telemetry=series, swaps=tuple(swaps))
 
 
 def summary_of_report(report: LoadTestReport, at: str, source: str) -> LoadTestSummary:

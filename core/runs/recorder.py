@@ -163,6 +163,17 @@ class RunRecorder:
         except Exception:  # never let bookkeeping break supervision
             log.exception("could not keep the run record")
 
+    def add_swap(self, swap: Mapping[str, Any]) -> None:
+        """Add a front's swap (why this server was started or woken, the wait, the load time)
+        to the record and write it; never raises."""
+        try:
+            with self._lock:
+                rec = replace(self.record, swaps=(*self.record.swaps, dict(swap)))
+                self.record = rec
+                self._write(rec)
+        except Exception:  # never let bookkeeping break serving
+            log.exception("could not keep the swap in the run record")
+
     def _current(self, capacity: ReportedCapacity | None = None) -> RunRecord:
         rec = self.record
         sup = self._sup

@@ -336,14 +336,17 @@ class LaunchProfile(Protocol):
 
 
 def profile_launch_fields(profile: LaunchProfile) -> dict[str, Any]:
-    """The :class:`LaunchSpec` fields a settings profile sets (host, port, API key, extra
-    arguments, Hugging Face cache and token), for ``LaunchSpec.from_plan(..., **fields)``: the
-    launch, the command shown and the export all read a profile through this one mapping.
+    """The :class:`LaunchSpec` fields a settings profile sets (served model name when it has
+    one, host, port, API key, extra arguments, Hugging Face cache and token), for
+    ``LaunchSpec.from_plan(..., **fields)``: the launch, the command shown and the export all
+    read a profile through this one mapping.
 
     Raises:
         CommandError: the profile's extra arguments cannot be split (unbalanced quotes).
     """
+    served = (getattr(profile, "served_model_name", "") or "").strip()
     return {
+        **({"served_model_name": served} if served else {}),
         "host": profile.host,
         "port": profile.port,
         "api_key": profile.api_key or None,

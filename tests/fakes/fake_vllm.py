@@ -27,6 +27,15 @@ environment variables:
 
 In ``ready`` mode the lines up to ``Starting vLLM server on`` are printed, then the HTTP server
 starts (``/health``, ``/v1/models``, ``/metrics`` from ``metrics_ready.txt``), then the rest.
+``POST /v1/completions`` and ``/v1/chat/completions`` answer ``"text": "from <served name>"``
+(``"stream": true``: server-sent events, one chunk per word, then ``data: [DONE]``); with
+``VLLM_API_KEY`` set they need ``Authorization: Bearer <key>``, as vLLM's ``/v1`` routes do.
+
+Sleep mode as vLLM has it: with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (the
+development endpoints) the server has ``POST /sleep?level=N``, ``POST /wake_up`` and
+``GET /is_sleeping`` (``{"is_sleeping": bool}``); without them those routes are 404. A sleeping
+server answers inference requests with 500 (its weights are not on the GPU). Each sleep and wake
+is appended to ``FAKE_VLLM_SLEEP_LOG`` (``MODEL sleep LEVEL`` or ``MODEL wake_up``) when set.
 """
 
 from __future__ import annotations
@@ -74,6 +83,15 @@ class State:
     healthy = True
     model = ""
     metrics = ""
+    sleep_mode = False
+    sleeping = False
+
+
+def note_sleep(text: str) -> None:
+    path = os.environ.get("FAKE_VLLM_SLEEP_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(text + "\n")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -99,8 +117,51 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps(body).encode())
         elif self.path == "/metrics":
             self._send(200, State.metrics.encode(), "text/plain; version=0.0.4")
+        elif self.path == "/is_sleeping" and State.sleep_mode:
+            self._send(200, json.dumps({"is_sleeping": State.sleeping}).encode())
         else:
             self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        path, _, query = self.path.partition("?")
+        if path == "/sleep" and State.sleep_mode:
+            level = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("level", "1")
+            State.sleeping = True
+            note_sleep(f"{State.model} sleep {level}")
+            self._send(200, b"")
+        elif path == "/wake_up" and State.sleep_mode:
+            State.sleeping = False
+            note_sleep(f"{State.model} wake_up")
+            self._send(200, b"")
+        elif path in ("/v1/completions", "/v1/chat/completions"):
+            key = os.environ.get("VLLM_API_KEY")
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self._send(401, b'{"error": "Unauthorized"}')
+            elif State.sleeping:
+                self._send(500, b'{"error": "the engine is sleeping"}')
+            elif body.get("stream"):
+                self._stream(f"from {State.model}".split())
+            else:
+                answer = {"object": "text_completion", "model": State.model,
+                          "choices": [{"index": 0, "text": f"from {State.model}"}]}
+                self._send(200, json.dumps(answer).encode())
+        else:
+            self._send(404, b"{}")
+
+    def _stream(self, words: list[str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in words:
+            chunk = {"model": State.model, "choices": [{"index": 0, "text": word}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            time.sleep(float(os.environ.get("FAKE_VLLM_STREAM_GAP_S", "0")))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
 
 
 def parse_serve(argv: list[str]) -> tuple[str, str, int, str | None]:
@@ -143,6 +204,8 @@ def main() -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     model, host, port, served = parse_serve(argv[1:])
     State.model = served or model
+    State.sleep_mode = ("--enable-sleep-mode" in argv
+                        and os.environ.get("VLLM_SERVER_DEV_MODE") == "1")
     State.metrics = (DATA / "metrics_ready.txt").read_text()
     mode = os.environ.get("FAKE_VLLM_MODE", "ready")
     log = Path(os.environ.get("FAKE_VLLM_LOG", str(DATA / "startup_ready.log")))

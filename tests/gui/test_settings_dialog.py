@@ -268,3 +268,27 @@ def test_a_vllm_path_that_does_not_exist_is_refused_before_ok(
     real.chmod(0o755)
     dialog.runtime.setEditText(str(real))
     assert _ok(dialog).isEnabled() and "vLLM:" not in dialog.problems.text()
+
+
+def test_a_profile_added_on_the_command_line_is_the_windows(make_window, store, qtbot,
+                                                            monkeypatch, capsys) -> None:
+    from kvpilot.core.cli import main
+
+    monkeypatch.setenv("KVPILOT_SECRETS", "settings-file")
+    assert main(["profile", "add", "coder", "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ",
+                 "--gpu", "RTX 4090", "--max-model-len", "16384", "--served-model-name",
+                 "coder-7b", "--port", "8102"]) == 0
+    w = make_window()
+    assert "coder" in w.settings.names
+    dialog = w.profile_control.make_settings_dialog()
+    qtbot.addWidget(dialog)
+    dialog.profiles.setCurrentRow(w.settings.names.index("coder"))
+    assert dialog.served_name.text() == "coder-7b" and dialog.port.value() == 8102
+    dialog.served_name.setText("coder")
+    dialog.accept()
+    w.profile_control.accept_settings(dialog.result_settings())
+    saved = store.load().settings.profile("coder")
+    assert saved.served_model_name == "coder" and saved.plan.max_model_len == 16384
+    capsys.readouterr()
+    assert main(["profile", "show", "coder", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["served_model_name"] == "coder"

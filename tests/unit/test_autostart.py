@@ -146,3 +146,20 @@ def test_cli_enable_status_disable(home: Path, capsys: pytest.CaptureFixture[str
     capsys.readouterr()
     assert cli_main(["autostart", "disable"]) == 0
     assert "nothing of kvpilot starts at login" in capsys.readouterr().out
+
+
+def test_a_headless_front_at_login(tmp_path: Path) -> None:
+    argv = ["/opt/kvpilot/kvpilot"]
+    found = autostart.enable("coder", headless=True, config_home=tmp_path, argv=argv,
+                             reload=False, front=("coder", "chat 2"), front_port=8011)
+    unit = (tmp_path / "systemd" / "user" / autostart.UNIT_NAME).read_text()
+    exec_line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    assert exec_line == ('ExecStart=/opt/kvpilot/kvpilot front --profile coder --profile '
+                         '"chat 2" --port 8011')
+    assert found.mode == autostart.MODE_HEADLESS and found.front == ("coder", "chat 2")
+    assert "a front for profiles 'coder', 'chat 2'" in found.describe()
+    assert autostart.status(config_home=tmp_path, query_manager=False).front == ("coder",
+                                                                                   "chat 2")
+    with pytest.raises(autostart.AutostartError, match="add --headless"):
+        autostart.enable("coder", headless=False, config_home=tmp_path, argv=argv,
+                         reload=False, front=("coder", "chat 2"))

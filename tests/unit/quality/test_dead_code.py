@@ -1,7 +1,8 @@
 """No dead code: ``vulture`` finds no unused function, method, class, property or import.
 
 Uses by the tests, benchmarks and packaging scripts count (a test-only helper is alive). Qt calls
-the event handlers it overrides by name (logging its ``handleError``), and
+the event handlers it overrides by name (logging its ``handleError``, uvicorn its server's
+``capture_signals``), and
 ``core/hardware/recorded_nvml.py`` mirrors pynvml's API (reached by attribute on the module); those
 are the only exceptions.
 """
@@ -31,6 +32,7 @@ QT_OVERRIDES = {
     "event",
     "eventFilter",  # QObject's, called for the events of the objects it is installed on
     "handleError",  # logging.Handler's, called by logging
+    "capture_signals",  # uvicorn.Server's, called by its run (core/front/server.py)
 }
 #: files that implement an outside API whose callers are outside the project
 MIRRORS = {"core/hardware/recorded_nvml.py"}

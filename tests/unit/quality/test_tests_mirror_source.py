@@ -74,6 +74,13 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "commands/autostart.py": ("tests/unit/test_autostart.py", "the CLI face of autostart"),
     "commands/runs.py": ("tests/unit/runs/test_store.py", "the CLI face of the run records"),
     "runs/record.py": ("tests/unit/runs/test_store.py", "records are read and written by it"),
+    "front/proxy.py": ("tests/unit/front/test_pool_fake.py",
+                       "the front's routes, driven over HTTP in front of the stand-in vLLM"),
+    "front/server.py": ("tests/unit/front/test_pool_fake.py",
+                        "the front's uvicorn server, started and stopped by every pool test"),
+    "front/members.py": ("tests/unit/commands/test_front.py",
+                         "the profiles planned for a front, through kvpilot front --plan-only"),
+    "app/front.py": ("tests/unit/commands/test_front.py", "the front's build, behind the CLI"),
 }
 
 

@@ -119,3 +119,20 @@ def test_runs_cli_list_show_compare(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert json.loads(capsys.readouterr().out)["runs"] == [a.id, b.id]
     assert cli_main(["runs", "--data-dir", str(tmp_path), "show", "20990101-000000-0000"]) == 2
     assert "no run" in capsys.readouterr().err
+
+
+def test_a_fronts_swaps_are_kept_in_the_record_and_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RunStore(tmp_path)
+    swap = {"at": "2026-12-06T11:00:00Z", "profile": "fp8", "kind": "start",
+            "reason": "request for 'coder'; chat stopped to make room", "wait_s": 41.5,
+            "load_s": 38.25, "made_room": ["chat"], "ok": True, "failure_kind": ""}
+    rec = replace(record("20260101-100000-aaaa", profile="fp8"), swaps=(swap,))
+    store.write(rec)
+    back = store.read(rec.id)
+    assert back.swaps == (swap,) and back == rec
+    assert cli_main(["runs", "--data-dir", str(tmp_path), "show", rec.id]) == 0
+    out = capsys.readouterr().out
+    assert "front start 2026-12-06T11:00:00Z: request for 'coder'; chat stopped to make room; " \
+        "waited 41.5 s, loaded in 38.25 s" in out

@@ -1,0 +1,1 @@
+"""One module per user action, shared by the command line, the window and autostart."""

@@ -1,0 +1,131 @@
+"""Several profiles behind one address: build a front from profile names.
+
+``kvpilot front``, the window's front section and the headless autostart unit all call
+:func:`build_front`: it reads the profiles from the settings file (the same records the window
+edits), finds each one's vLLM, plans each on this machine's device and hands the pool to a
+:class:`~kvpilot.core.front.server.FrontServer`. The rules for the address are those of a single
+server: an address other than this machine's loopback needs an API key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvpilot.core.errors import CommandError, SettingsError
+from kvpilot.core.front.members import Member, prepare_member, this_device
+from kvpilot.core.front.pool import FrontOptions, Pool
+from kvpilot.core.front.server import FrontServer
+from kvpilot.core.hosts import is_loopback_host
+
+#: the port a front listens on unless told otherwise (the port clients of vLLM expect)
+DEFAULT_PORT = 8000
+
+
+@dataclass(frozen=True)
+class FrontRequest:
+    """What to serve and where.
+
+    ``profiles``: profile names (at least one, each once); ``host``/``port``: the front's
+    address; ``api_key``: what clients must send (None: none, loopback only); ``vllm``: a vLLM
+    for every profile (None: each profile's own, else the one found); ``options``: the pool's
+    limits (idle unload seconds, most loaded, queue); ``config_dir``/``data_dir``: kvpilot's
+    folders (None: the defaults).
+    """
+
+    profiles: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    vllm: str | None = None
+    options: FrontOptions = field(default_factory=FrontOptions)
+    config_dir: Path | None = None
+    data_dir: Path | None = None
+
+
+def check_request(req: FrontRequest) -> None:
+    """The address and the names, before anything is read.
+
+    Raises:
+        CommandError: no profile, a profile named twice, a port out of range, a wide address
+            without an API key, a key no HTTP client can send, or a limit out of range.
+    """
+    if not req.profiles:
+        raise CommandError("name at least one profile: --profile NAME (kvpilot profile list "
+                           "shows them)")
+    twice = sorted({p for p in req.profiles if req.profiles.count(p) > 1})
+    if twice:
+        raise CommandError(f"profile {twice[0]!r} is named twice; name each profile once")
+    if not 1 <= req.port <= 65535:
+        raise CommandError(f"port {req.port} is out of range; pick one in 1-65535 (e.g. 8000)")
+    if not is_loopback_host(req.host) and not req.api_key:
+        raise CommandError(
+            f"serving on {req.host} exposes the models to the network; set an API key "
+            "(KVPILOT_API_KEY) or use host 127.0.0.1"
+        )
+    if req.api_key and not all("!" <= ch <= "~" for ch in req.api_key):
+        raise CommandError("the API key holds a space, a line break or a non-ASCII character, "
+                           "which no HTTP client can send; use printable ASCII characters only")
+    opts = req.options
+    if opts.idle_unload_s is not None and opts.idle_unload_s <= 0:
+        raise CommandError("--idle-unload must be a positive number of seconds")
+    if opts.max_loaded is not None and opts.max_loaded < 1:
+        raise CommandError("--max-loaded must be at least 1")
+    if opts.max_queue < 1:
+        raise CommandError("--max-queue must be at least 1 (requests wait there while their "
+                           "profile loads)")
+    if opts.queue_timeout_s <= 0:
+        raise CommandError("--queue-timeout must be a positive number of seconds")
+
+
+def prepare_members(req: FrontRequest) -> list[Member]:
+    """The planned profiles of ``req``.
+
+    Raises:
+        SettingsError: an unknown profile, a damaged settings file, a profile without a model,
+            or two profiles that clients would name alike.
+        RuntimeNotFoundError: no vLLM for a profile.
+        FitError: no device to run on.
+    """
+    from kvpilot.core import paths
+    from kvpilot.core.profile_launch import load_profile
+    from kvpilot.core.vllm.runtime import discover
+
+    data_dir = req.data_dir or paths.data_dir()
+    members: list[Member] = []
+    for name in req.profiles:
+        profile = load_profile(name, req.config_dir).profile
+        runtime = discover(req.vllm or profile.vllm_runtime or None, data_dir=data_dir)
+        device = this_device(runtime.version)
+        members.append(prepare_member(profile, runtime, device, data_dir))
+    served: dict[str, str] = {}
+    for m in members:
+        if m.served_name in served:
+            raise SettingsError(
+                f"profiles {served[m.served_name]!r} and {m.name!r} both serve {m.served_name!r}; "
+                f"give one a served model name: kvpilot profile edit {m.name!r} "
+                "--served-model-name NAME"
+            )
+        served[m.served_name] = m.name
+    return members
+
+
+def build_front(req: FrontRequest) -> FrontServer:
+    """A front for ``req``, not started (:meth:`FrontServer.run` or :meth:`FrontServer.start`).
+
+    Raises:
+        CommandError: see :func:`check_request`; also the port is in use.
+        SettingsError, RuntimeNotFoundError, FitError: see :func:`prepare_members`.
+    """
+    from kvpilot.core import paths
+    from kvpilot.core.vllm.command import port_is_free
+
+    check_request(req)
+    if not port_is_free(req.host, req.port):
+        raise CommandError(f"port {req.port} on {req.host} is already in use; stop what listens "
+                           "there or pick another --port")
+    members = prepare_members(req)
+    data_dir = req.data_dir or paths.data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pool = Pool(members, data_dir, req.options)
+    return FrontServer(pool, req.host, req.port, api_key=req.api_key)
