@@ -24,8 +24,6 @@ WHOLE_TREE = {"quality", "fuzz"}
 
 #: module (relative to core/) -> (the test file that exercises it, why it has none of its own)
 COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
-    "environment.py": ("tests/faults/test_unwritable_folders.py",
-                       "kvpilot's own folders and /proc as one sentence, driven as faults"),
     "cli.py": ("tests/unit/commands/test_plan.py", "the dispatcher of every command"),
     "hardware/target.py": ("tests/unit/hardware/test_selection_multi_gpu.py",
                            "the one device target, built from probes, snapshots and specs"),
