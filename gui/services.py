@@ -27,6 +27,7 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
 
 if TYPE_CHECKING:
+    from kvpilot.core.app.launch_settings import UtilizationChoice
     from kvpilot.core.background import BackgroundLoop
     from kvpilot.core.failures import Failure
     from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
@@ -415,8 +416,9 @@ class AppServices:
         goal = request.goal
         fit_goal = replace(goal, model_filter=model_filter,
                            vllm_version=release_number(goal.vllm_version))
+        fixed, choice = self.planned_settings(target, request)
         _, plans = replan(
-            target.card(), fit_goal, models, fixed=self.fixed_settings(request),
+            target.card(), fit_goal, models, fixed=fixed,
             capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
             # plan_overrides are the backend's, not a choice
             describe_fixed=user_fixed(request.pinned),
@@ -438,7 +440,24 @@ class AppServices:
             f"Ranked plans for {label.get(fit_goal.use_case, fit_goal.use_case)} · "
             f"{goal.context_tokens:,} context · {goal.users} users on {target.name} ({where})"
         )
+        if choice.sentence:
+            heading += f" · {choice.sentence}"
         return PlanResult(rows, heading)
+
+    def planned_settings(
+        self, target: DeviceTarget, request: PlanRequest
+    ) -> tuple[ServingSettings, UtilizationChoice]:
+        """The settings every plan of ``request`` keeps (:meth:`fixed_settings`) and the
+        utilization they are planned with: the user's, else the one ``kvpilot plan`` and
+        ``kvpilot serve`` choose (:func:`kvpilot.core.app.launch_settings.choose_utilization`).
+        A multi-GPU set keeps the recommender's per-layout choice (each layout's own cards)."""
+        from kvpilot.core.app.launch_settings import choose_utilization
+
+        fixed = self.fixed_settings(request)
+        choice = choose_utilization(target, fixed, request.goal.vllm_version)
+        if choice.automatic and target.gpu_set is None and target.count == 1:
+            fixed = replace(fixed, gpu_memory_utilization=choice.utilization)
+        return fixed, choice
 
     def fixed_settings(self, request: PlanRequest) -> ServingSettings:
         """The serving settings the user fixed (the request's and :attr:`plan_overrides`): the
@@ -492,20 +511,23 @@ class AppServices:
         fmt: str,
         gpu_ids: tuple[str, ...] = (),
     ) -> str:
-        """The plan as ``fmt`` (``kvpilot export``'s formats), with the predicted capacity and
-        the measured one when this GPU ran the plan; secrets only as references."""
-        from kvpilot.core.fit.budget import compute_capacity
-        from kvpilot.core.fit.calibrate import key_for
+        """The plan as ``fmt`` (``kvpilot export``'s formats), as ``kvpilot export`` writes it
+        (:func:`kvpilot.core.app.export.export_plan`): the capacity the planner shows, the
+        measured one when this GPU ran the plan, the plan's pipeline size; secrets only as
+        references. A plan predicted not to start is still exported (the user picked it), its
+        header saying it does not fit.
+
+        Raises:
+            CommandError: an unknown format or a plan that cannot become a command.
+        """
+        from kvpilot.core.app.export import export_plan
         from kvpilot.core.measurements import MeasurementStore
         from kvpilot.core.vllm.command import LaunchSpec, profile_launch_fields
-        from kvpilot.core.vllm.export import build_export_plan, render
 
         spec = LaunchSpec.from_plan(inputs, model, **profile_launch_fields(profile))
-        measured = MeasurementStore(self.data_dir / "measurements.json").lookup(key_for(inputs))
-        plan = build_export_plan(
-            spec, inputs, capacity=compute_capacity(inputs), measured=measured, gpu_ids=gpu_ids
-        )
-        return render(plan, fmt)
+        store = MeasurementStore(self.data_dir / "measurements.json")
+        export = export_plan(spec, inputs, fmt, store=store, gpu_ids=gpu_ids, force=True)
+        return export.text
 
     # ----------------------------------------------------------------- server
 

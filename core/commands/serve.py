@@ -35,6 +35,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kvpilot.core import failures, paths
+from kvpilot.core.app.launch_settings import choose_utilization
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.commands.serving_args import (
@@ -413,12 +414,11 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         run_profile=profile.name if profile is not None else None,
     )
     spec = spec_for_device(build_spec(args, port, profile), device)
-    if profile is not None:  # "auto" utilization: what the window's planner plans with
-        from kvpilot.core.profile_launch import auto_utilization
-
-        util = auto_utilization(profile, device)
-        if util is not None:
-            spec = dataclasses.replace(spec, gpu_memory_utilization=util)
+    # no utilization given (a flag, or a profile left on "auto"): the window's choice
+    choice = choose_utilization(device, spec.settings, runtime.version)
+    if choice.automatic:
+        spec = dataclasses.replace(spec, gpu_memory_utilization=choice.utilization)
+        out.info("utilization", choice.sentence, **choice.to_json())
     spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
 
@@ -439,7 +439,8 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                     spec, inputs = _take(out, choice, session, refused.failure.kind)
                     continue
                 _suggest(out, choices)
-                print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
+                if args.json_events:  # the text line above already said it
+                    print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
                 return 1
             sup = session.start(spec, inputs)
             assert sup.command is not None

@@ -1,0 +1,6 @@
+"""The application layer: one function per user action, called alike by ``kvpilot``'s commands
+and by the window, which only parse, call and render.
+
+Modules here sit above the domain packages (``fit``, ``hardware``, ``vllm``, ...) and import
+them; nothing below imports this package.
+"""
