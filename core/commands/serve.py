@@ -415,10 +415,10 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     )
     spec = spec_for_device(build_spec(args, port, profile), device)
     # no utilization given (a flag, or a profile left on "auto"): the window's choice
-    choice = choose_utilization(device, spec.settings, runtime.version)
-    if choice.automatic:
-        spec = dataclasses.replace(spec, gpu_memory_utilization=choice.utilization)
-        out.info("utilization", choice.sentence, **choice.to_json())
+    chosen = choose_utilization(device, spec.settings, runtime.version)
+    if chosen.automatic:
+        spec = dataclasses.replace(spec, gpu_memory_utilization=chosen.utilization)
+        out.info("utilization", chosen.sentence, **chosen.to_json())
     spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
 
