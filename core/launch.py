@@ -189,9 +189,9 @@ def launch_capacity(
     blocks = blocks_override(extra_args)
     if blocks is None or blocks < 0:
         return capacity
-    from kvpilot.core.fit.calibrate import corrected_capacity
+    from kvpilot.core.fit.calibrate import fixed_kv_capacity
 
-    return corrected_capacity(
+    return fixed_kv_capacity(
         inputs, capacity, blocks * capacity.page_bytes_per_block,
         f"{BLOCKS_OVERRIDE_FLAG} {blocks}: vLLM allocates {blocks} KV blocks whatever the budget",
     )

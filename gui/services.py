@@ -481,6 +481,21 @@ class AppServices:
             log.warning("measurement file unreadable; planning without it", exc_info=True)
             return planned_capacity(inputs, None)
 
+    def launch_capacity(self, inputs: PlanInputs, extra_args: tuple[str, ...] = ()) -> Capacity:
+        """Blocking: the capacity a launch of ``inputs`` with ``extra_args`` gets, as the
+        planner shows it (this machine's measurements) and as the launch session predicts it
+        for the run record (:func:`kvpilot.core.launch.launch_capacity`)."""
+        from kvpilot.core.errors import SettingsError
+        from kvpilot.core.launch import launch_capacity
+        from kvpilot.core.measurements import MeasurementStore
+
+        store = MeasurementStore(self.data_dir / "measurements.json")
+        try:
+            return launch_capacity(inputs, extra_args, store)
+        except SettingsError:
+            log.warning("measurement file unreadable; predicting without it", exc_info=True)
+            return launch_capacity(inputs, extra_args, None)
+
     @staticmethod
     def compute_capacity(inputs: PlanInputs) -> Capacity:
         from kvpilot.core.fit.budget import compute_capacity

@@ -104,14 +104,14 @@ class ServerController(Controller):
             self.say("a server is already running; stop it first", 5000)
             return False
         try:
-            request.predicted = self.services.compute_capacity(request.inputs)
-        except KvpilotError:
-            request.predicted = None
-        try:
             spec = self.services.launch_spec(request)
         except KvpilotError as exc:
             self.show_launch_error(exc.message)
             return False
+        try:  # what this launch gets, its extra arguments included (a fixed KV block count)
+            request.predicted = self.services.launch_capacity(request.inputs, spec.extra_args)
+        except KvpilotError:
+            request.predicted = None
         self.current_request = request
         self._predicted = request.predicted
         self._reported = None

@@ -146,3 +146,17 @@ def test_automatic_fallback_walks_the_ranked_options_to_the_end(
         taken.append(choice.change)
     assert taken == [c.change for c in ranked][:session.policy.max_attempts]
     assert session.fallbacks_taken == len(taken)
+
+
+def test_a_cpu_plan_uses_the_cpu_backends_block_and_the_fixed_block_count(
+    qwen7b: ModelSpec,
+) -> None:
+    """vLLM 0.32.0 CPU allocates 128-token blocks (platforms/cpu.py); four of them are the 512
+    tokens it reports, not 16-token blocks' 64 nor the utilization budget's 800k."""
+    cpu = rtx4090(qwen7b, gpu_name=CPU_DEVICE_NAME, compute_capability=None,
+                  gpu_total_bytes=64 << 30, vllm_version="0.32.0+cpu", max_model_len=4096)
+    assert compute_capacity(cpu).block_size == 128
+    fixed = launch_capacity(cpu, ("--num-gpu-blocks-override=4",))
+    assert (fixed.num_blocks, fixed.kv_cache_tokens) == (4, 512)
+    assert fixed.verdict == "does_not_fit"
+    assert fixed.failure is not None and "the KV cache the launch fixes" in fixed.failure.message
