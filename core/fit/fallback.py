@@ -262,7 +262,8 @@ def _add_below_free(
 ) -> None:
     """After vLLM's free-memory check refused the plan: the lower utilization vLLM itself
     names as the fix, sized on the free memory vLLM read (its own context already counted)
-    when the failure carries it, else on ``free`` as kvpilot read it. An explicit KV cache
+    when the failure carries it, else on the lower of ``free`` and the plan's reading (kvpilot's
+    own refusal re-reads it at launch). An explicit KV cache
     size larger than the free memory (the CPU backend's check) becomes one that fits."""
     details = _details(failure)
     total = int(details.get("total_bytes") or inputs.gpu_total_bytes)
@@ -274,10 +275,12 @@ def _add_below_free(
             add(SMALLER_KV_SIZE, replace(inputs, kv_cache_memory_bytes=size),
                 f"KV cache {size / GiB:.0f} GiB", cost=0.5)
         return
+    # kvpilot's own refusal carries no reading of vLLM's: the plan holds the one made at launch
+    readings = [x for x in (free, inputs.gpu_free_bytes) if x is not None]
     if isinstance(seen, int):
         util = budget_now.max_startup_utilization(total, seen, _RELAUNCH_SAFETY_BYTES)
-    elif free is not None:
-        util = budget.max_passing_utilization(inputs.gpu_total_bytes, free)
+    elif readings:
+        util = budget.max_passing_utilization(inputs.gpu_total_bytes, min(readings))
     else:
         return
     util = min(util, round(current - 0.01, 2))
