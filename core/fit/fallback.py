@@ -170,6 +170,9 @@ def propose(
 
     if kind == failures.FREE_MEMORY_BELOW_UTILIZATION:
         _add_below_free(failure, inputs, original, free, add)
+    elif kind == failures.NO_KV_MEMORY and _details(failure).get("requested_for") == (
+            "kv_cache_auto"):
+        _add_cpu_worker_share(failure, inputs, original, add)
     elif kind in (failures.CUDA_OOM_LOADING, failures.KV_CACHE_TOO_SMALL,
                   failures.NO_KV_MEMORY) and free is not None:
         util = budget.max_passing_utilization(inputs.gpu_total_bytes, free)
@@ -287,6 +290,31 @@ def _add_below_free(
     if util > 0:
         add(UTILIZATION, replace(inputs, gpu_memory_utilization=util),
             f"utilization {util:.2f}", cost=0.5)
+
+
+def _add_cpu_worker_share(
+    failure: Failure, inputs: PlanInputs, original: Capacity, add: Callable[..., None]
+) -> None:
+    """The CPU worker's share of the RAM (utilization x total) was all taken before its KV
+    cache: the utilization whose share holds what the worker already held, as vLLM measured it,
+    plus the plan's KV cache for all its sequences at full length, if the RAM vLLM saw free
+    allows it."""
+    details = _details(failure)
+    total = details.get("total_bytes")
+    worker = details.get("worker_requested_bytes")
+    left = details.get("kv_left_bytes")
+    seen = details.get("free_bytes")
+    if not all(isinstance(x, int) for x in (total, worker, left, seen)) or not total:
+        return
+    assert isinstance(total, int) and isinstance(worker, int) and isinstance(left, int)
+    assert isinstance(seen, int)
+    held = worker - left
+    need = original.kv_bytes_per_token * original.max_model_len * max(1, original.max_num_seqs)
+    util = math.ceil((held + need) / total * 100) / 100
+    ceiling = budget_now.max_startup_utilization(total, seen, _RELAUNCH_SAFETY_BYTES)
+    if original.gpu_memory_utilization < util <= ceiling:
+        add(UTILIZATION, replace(inputs, gpu_memory_utilization=util),
+            f"utilization {util:.2f}", cost=0.8)
 
 
 def _longest_fitting_len(

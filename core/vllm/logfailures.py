@@ -198,6 +198,7 @@ def _cpu_kv_auto(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
         "total_bytes": gib_to_bytes(total),
         "requested_bytes": gib_to_bytes(kv) if float(kv) > 0 else 0,
         "worker_requested_bytes": gib_to_bytes(worker),
+        "kv_left_bytes": round(float(kv) * 2**30),
         "requested_for": "kv_cache_auto",
     }
     if float(kv) <= 0:
@@ -647,9 +648,21 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
         note="CPU backend, explicit KV size",
     ),
     _fail(
+        fk.NO_KV_MEMORY, "0.32.0", None,
+        r"Available memory on node \d+ \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on kv cache "
+        r"allocation is less than requested memory for kv \((?P<kv>-[\d.]+|0\.0)/"
+        r"(?P<worker>[\d.]+) GiB\)",
+        _cpu_kv_auto,
+        ("(Worker pid=8088) ERROR 12-06 11:44:08 [multiproc_executor.py:1063] ValueError: "
+         "Available memory on node 0 (18.36/23.54 GiB) on kv cache allocation is less than "
+         "requested memory for kv (-0.37/0.24 GiB). Reduce CPU memory used by other processes.",
+         "tests/data/vllm_logs/cpu_0.32/fail_b5_util_0.01.log (real vLLM 0.32.0 CPU run)"),
+        note="CPU backend, KV size from the utilization: nothing left for it",
+    ),
+    _fail(
         fk.FREE_MEMORY_BELOW_UTILIZATION, "0.32.0", None,
         r"Available memory on node \d+ \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on kv cache "
-        r"allocation is less than requested memory for kv \((?P<kv>-?[\d.]+)/"
+        r"allocation is less than requested memory for kv \((?P<kv>[\d.]+)/"
         r"(?P<worker>[\d.]+) GiB\)",
         _cpu_kv_auto,
         ("(Worker pid=8123) ERROR 11-29 08:21:36 [multiproc_executor.py:1063] ValueError: "
@@ -657,7 +670,7 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
          "requested memory for kv (3.1/4.0 GiB). Reduce CPU memory used by other "
          "processes.", "composed from the vLLM 0.32.0 CPU format string "
          "(v1/worker/cpu_worker.py, determine_available_memory)"),
-        note="CPU backend, KV size from the utilization: no_kv_memory when nothing is left",
+        note="CPU backend, KV size from the utilization: more than the node has free",
     ),
     _fail(
         fk.CUDA_OOM_LOADING, "0.13.0", None, r"Failed to load model - not enough GPU memory", _oom,

@@ -160,3 +160,29 @@ def test_a_cpu_plan_uses_the_cpu_backends_block_and_the_fixed_block_count(
     assert (fixed.num_blocks, fixed.kv_cache_tokens) == (4, 512)
     assert fixed.verdict == "does_not_fit"
     assert fixed.failure is not None and "the KV cache the launch fixes" in fixed.failure.message
+
+
+def test_a_cpu_workers_share_all_taken_gets_a_utilization_that_holds_it(
+    qwen7b: ModelSpec,
+) -> None:
+    """The real vLLM 0.32.0 CPU refusal at utilization 0.01 (tests/data/vllm_logs/cpu_0.32/
+    fail_b5_util_0.01.log): the worker held 0.61 GiB before its KV cache; the option raises the
+    utilization to hold that and the plan's KV, within the RAM vLLM saw free."""
+    scanner = LogScanner(version="0.32.0+cpu")
+    log = Path(__file__).parents[2] / "data" / "vllm_logs" / "cpu_0.32" / "fail_b5_util_0.01.log"
+    for line in log.read_text(encoding="utf-8").splitlines():
+        scanner.feed(line)
+    failure = scanner.failure
+    assert failure is not None and failure.kind == failures.NO_KV_MEMORY
+    cpu = rtx4090(qwen7b, gpu_name=CPU_DEVICE_NAME, compute_capability=None,
+                  gpu_total_bytes=round(23.54 * GiB), vllm_version="0.32.0+cpu",
+                  max_model_len=1024, max_num_seqs=4, gpu_memory_utilization=0.01)
+    options = fallback.propose(failure, cpu)
+    raised = [o for o in options if o.kind == fallback.UTILIZATION]
+    assert len(raised) == 1
+    util = raised[0].inputs.gpu_memory_utilization
+    assert util is not None
+    per_request = compute_capacity(cpu).kv_bytes_per_token * 1024 * 4
+    assert util * 23.54 * GiB >= 0.61 * GiB + per_request
+    assert util * 23.54 * GiB <= 18.36 * GiB
+    assert fallback.EAGER not in {o.kind for o in options}
