@@ -82,11 +82,16 @@ class FallbackOption:
 
 
 def _fits_label(cap: Capacity, users: int | None) -> str:
+    """The predicted effect in a few words, with the KV tokens it leaves, so that options that
+    all serve the users still read apart ("fits 4 users, 134,064 KV tokens")."""
     conc = cap.max_concurrency
+    tokens = f"{max(0, cap.kv_cache_tokens):,} KV tokens"
+    if conc < 1:
+        return f"does not fit ({tokens} for a {cap.max_model_len:,}-token request)"
     if users:
         n = min(users, int(conc))
-        return f"fits {n} user{'s' if n != 1 else ''}" if conc >= 1 else "does not fit"
-    return f"{conc:.1f}x concurrency"
+        return f"fits {n} user{'s' if n != 1 else ''}, {tokens}"
+    return f"{conc:.1f}x concurrency, {tokens}"
 
 
 def _round_down(value: int, multiple: int) -> int:

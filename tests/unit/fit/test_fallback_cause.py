@@ -186,3 +186,17 @@ def test_a_cpu_workers_share_all_taken_gets_a_utilization_that_holds_it(
     assert util * 23.54 * GiB >= 0.61 * GiB + per_request
     assert util * 23.54 * GiB <= 18.36 * GiB
     assert fallback.EAGER not in {o.kind for o in options}
+
+
+def test_options_that_all_serve_the_users_still_read_apart(qwen7b: ModelSpec) -> None:
+    """Every option of a KV-too-small banner serving the 4 users used to read "fits 4 users";
+    each now names the KV tokens it is predicted to leave."""
+    inputs = rtx4090(qwen7b, gpu_free_bytes=23_000 * MiB, max_model_len=32768, max_num_seqs=4,
+                     gpu_memory_utilization=0.80, vllm_version="0.33.0")
+    failure = Failure(failures.KV_CACHE_TOO_SMALL, "too small", estimated_max_model_len=20000)
+    options = fallback.propose(failure, inputs, free_bytes=23_000 * MiB)
+    fitting = [o for o in options if o.predicted_fits]
+    assert len(fitting) >= 2
+    for o in fitting:
+        assert f"{o.capacity.kv_cache_tokens:,} KV tokens" in o.label
+    assert len({o.label.split(" — ", 1)[1] for o in fitting}) == len(fitting)
