@@ -6,7 +6,11 @@
 
 On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
 classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
-fallback, at most three times. ``--json-events`` prints one JSON object per line for every state
+fallback, then the next ones of that ranking in turn until one starts (never the same launch
+twice; at most :data:`kvpilot.core.launch.MAX_AUTO_FALLBACKS` in a row). Without
+``--gpu-memory-utilization`` on this machine's GPU, the utilization is the one the window plans
+with (:mod:`kvpilot.core.app.launch_settings`), said once as a ``utilization`` event.
+``--json-events`` prints one JSON object per line for every state
 change, phase, capacity reading, failure (with ``kind``) and fallback taken, and a ``vllm_support``
 note when the vLLM release is outside the range kvpilot knows. The API key comes
 from ``KVPILOT_API_KEY`` (never from the command line, never printed).
