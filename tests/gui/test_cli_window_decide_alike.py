@@ -33,6 +33,18 @@ MODEL = DATA / "models" / "qwen2.5-7b-instruct"
 FAKE = TESTS / "fakes" / "fake_vllm.py"
 
 
+#: the end-to-end tests' tiny Llama (tests/e2e/make_tiny_model.py builds it with weights; the
+#: plan needs its config only)
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "dtype": "float32",
+    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "max_position_embeddings": 2048, "vocab_size": 1024, "tie_word_embeddings": False,
+    "rms_norm_eps": 1e-06, "hidden_act": "silu",
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+}
+
+
 @pytest.fixture
 def desktop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppServices:
     monkeypatch.setenv("KVPILOT_FAKE_NVML", SNAPSHOT)
@@ -42,28 +54,34 @@ def desktop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppServices:
     services.shutdown()
 
 
-def _window_row(services: AppServices, context: int, users: int) -> tuple[PlanRow, str]:
+def _window_row(
+    services: AppServices, context: int, users: int, model: Path = MODEL
+) -> tuple[PlanRow, str]:
     result = services.probe()
     target = services.target_from_selection(result, (0,))
     request = PlanRequest(Goal(context_tokens=context, users=users, vllm_version=VLLM_VERSION),
-                          model_ref=str(MODEL))
+                          model_ref=str(model))
     planned = services.plan(target, request)
     rows = [r for r in planned.rows if r.inputs is not None and r.capacity is not None]
     assert rows, planned.heading
     return rows[0], planned.heading
 
 
-@pytest.mark.parametrize(("context", "users"), [(8192, 4), (32768, 1), (65536, 4)])
+@pytest.mark.parametrize(("model", "context", "users"), [
+    ("qwen", 8192, 4), ("qwen", 32768, 1), ("qwen", 65536, 4), ("tiny", 2048, 4),
+])
 def test_plan_without_a_utilization_picks_the_windows_and_gives_its_verdict(
-    desktop: AppServices, capsys: pytest.CaptureFixture, context: int, users: int
+    desktop: AppServices, capsys: pytest.CaptureFixture, tmp_path: Path, model: str,
+    context: int, users: int
 ) -> None:
-    row, heading = _window_row(desktop, context, users)
+    path = MODEL if model == "qwen" else _tiny(tmp_path)
+    row, heading = _window_row(desktop, context, users, path)
     assert row.inputs is not None and row.capacity is not None
     window_util = row.capacity.gpu_memory_utilization
     # the desktop holds about 1.5 GiB: vLLM's 0.92 would not pass, the window plans with less
     assert window_util == 0.91
     assert "utilization 0.91 chosen automatically" in heading
-    argv = ["plan", "--model", str(MODEL), "--max-model-len", str(row.inputs.max_model_len),
+    argv = ["plan", "--model", str(path), "--max-model-len", str(row.inputs.max_model_len),
             "--max-num-seqs", str(row.inputs.max_num_seqs), "--vllm-version", VLLM_VERSION,
             "--kv-cache-dtype", row.inputs.kv_cache_dtype]
     status = main([*argv, "--json"])
@@ -77,10 +95,19 @@ def test_plan_without_a_utilization_picks_the_windows_and_gives_its_verdict(
     assert text.count("chosen automatically") == 1
 
 
+def _tiny(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(TINY_CONFIG), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("model", ["qwen", "tiny"])
 def test_serve_without_a_utilization_launches_with_the_windows_and_says_so_once(
-    desktop: AppServices, tmp_path: Path
+    desktop: AppServices, tmp_path: Path, model: str
 ) -> None:
-    row, _ = _window_row(desktop, 8192, 4)
+    path = MODEL if model == "qwen" else _tiny(tmp_path)
+    row, _ = _window_row(desktop, 2048, 4, path)
     assert row.capacity is not None
     exe = tmp_path / "bin" / "vllm"
     exe.parent.mkdir()
@@ -91,14 +118,15 @@ def test_serve_without_a_utilization_launches_with_the_windows_and_says_so_once(
                FAKE_VLLM_LOG=str(DATA / "supervisor" / "cuda_oom_graph_capture.log"),
                FAKE_VLLM_ARGV_FILE=str(argv_file), KVPILOT_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run(
-        [sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(MODEL),
-         "--vllm", str(exe), "--data-dir", str(tmp_path / "data"), "--max-model-len", "8192",
+        [sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(path),
+         "--vllm", str(exe), "--data-dir", str(tmp_path / "data"), "--max-model-len", "2048",
          "--max-num-seqs", "4", "--port", str(find_free_port("127.0.0.1", 19800))],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )
     said = proc.stdout + proc.stderr
     assert said.count("utilization 0.91 chosen automatically") == 1, said
     launched = json.loads(argv_file.read_text())["argv"]
+    assert row.capacity.gpu_memory_utilization == 0.91  # the window's, for the same goal
     assert launched[launched.index("--gpu-memory-utilization") + 1] == "0.91", launched
     assert "not launched" not in said
 
