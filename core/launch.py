@@ -183,9 +183,16 @@ def launch_capacity(
     inputs: PlanInputs, extra_args: Sequence[str] = (), store: MeasurementStore | None = None
 ) -> Capacity:
     """The capacity a launch of ``inputs`` with ``extra_args`` gets: the planner's
-    (:func:`planned_capacity`, this GPU's measurements included), with the KV cache vLLM is
-    told to allocate when an extra argument fixes it (``--num-gpu-blocks-override``)."""
-    capacity = planned_capacity(inputs, store)
+    (:func:`planned_capacity`, this GPU's measurements included), with what the extra
+    arguments fix (:func:`with_launch_args`)."""
+    return with_launch_args(inputs, planned_capacity(inputs, store), extra_args)
+
+
+def with_launch_args(
+    inputs: PlanInputs, capacity: Capacity, extra_args: Sequence[str]
+) -> Capacity:
+    """``capacity`` of ``inputs`` with the KV cache vLLM is told to allocate when an extra
+    argument fixes it (``--num-gpu-blocks-override N``: N blocks whatever the budget)."""
     blocks = blocks_override(extra_args)
     if blocks is None or blocks < 0:
         return capacity

@@ -27,7 +27,6 @@ from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
 
 if TYPE_CHECKING:
-    from kvpilot.core.app.launch_settings import UtilizationChoice
     from kvpilot.core.background import BackgroundLoop
     from kvpilot.core.failures import Failure
     from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
@@ -400,6 +399,7 @@ class AppServices:
         Raises:
             KvpilotError: the named model cannot be read (message says where kvpilot looked).
         """
+        from kvpilot.core.app.launch_settings import planned_settings
         from kvpilot.core.fit.replan import replan, user_fixed
         from kvpilot.core.models import catalog
 
@@ -416,7 +416,7 @@ class AppServices:
         goal = request.goal
         fit_goal = replace(goal, model_filter=model_filter,
                            vllm_version=release_number(goal.vllm_version))
-        fixed, choice = self.planned_settings(target, request)
+        fixed, choice = planned_settings(target, self.fixed_settings(request), goal.vllm_version)
         _, plans = replan(
             target.card(), fit_goal, models, fixed=fixed,
             capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
@@ -444,21 +444,6 @@ class AppServices:
             heading += f" · {choice.sentence}"
         return PlanResult(rows, heading)
 
-    def planned_settings(
-        self, target: DeviceTarget, request: PlanRequest
-    ) -> tuple[ServingSettings, UtilizationChoice]:
-        """The settings every plan of ``request`` keeps (:meth:`fixed_settings`) and the
-        utilization they are planned with: the user's, else the one ``kvpilot plan`` and
-        ``kvpilot serve`` choose (:func:`kvpilot.core.app.launch_settings.choose_utilization`).
-        A multi-GPU set keeps the recommender's per-layout choice (each layout's own cards)."""
-        from kvpilot.core.app.launch_settings import choose_utilization
-
-        fixed = self.fixed_settings(request)
-        choice = choose_utilization(target, fixed, request.goal.vllm_version)
-        if choice.automatic and target.gpu_set is None and target.count == 1:
-            fixed = replace(fixed, gpu_memory_utilization=choice.utilization)
-        return fixed, choice
-
     def fixed_settings(self, request: PlanRequest) -> ServingSettings:
         """The serving settings the user fixed (the request's and :attr:`plan_overrides`): the
         recommender keeps them in every plan it ranks."""
@@ -480,21 +465,6 @@ class AppServices:
         except SettingsError:
             log.warning("measurement file unreadable; planning without it", exc_info=True)
             return planned_capacity(inputs, None)
-
-    def launch_capacity(self, inputs: PlanInputs, extra_args: tuple[str, ...] = ()) -> Capacity:
-        """Blocking: the capacity a launch of ``inputs`` with ``extra_args`` gets, as the
-        planner shows it (this machine's measurements) and as the launch session predicts it
-        for the run record (:func:`kvpilot.core.launch.launch_capacity`)."""
-        from kvpilot.core.errors import SettingsError
-        from kvpilot.core.launch import launch_capacity
-        from kvpilot.core.measurements import MeasurementStore
-
-        store = MeasurementStore(self.data_dir / "measurements.json")
-        try:
-            return launch_capacity(inputs, extra_args, store)
-        except SettingsError:
-            log.warning("measurement file unreadable; predicting without it", exc_info=True)
-            return launch_capacity(inputs, extra_args, None)
 
     @staticmethod
     def compute_capacity(inputs: PlanInputs) -> Capacity:
@@ -526,11 +496,9 @@ class AppServices:
         fmt: str,
         gpu_ids: tuple[str, ...] = (),
     ) -> str:
-        """The plan as ``fmt`` (``kvpilot export``'s formats), as ``kvpilot export`` writes it
-        (:func:`kvpilot.core.app.export.export_plan`): the capacity the planner shows, the
-        measured one when this GPU ran the plan, the plan's pipeline size; secrets only as
-        references. A plan predicted not to start is still exported (the user picked it), its
-        header saying it does not fit.
+        """The plan as ``fmt``, as ``kvpilot export`` writes it
+        (:func:`kvpilot.core.app.export.export_plan`); one the user picked that is predicted
+        not to start is exported all the same, its header saying so.
 
         Raises:
             CommandError: an unknown format or a plan that cannot become a command.

@@ -84,3 +84,15 @@ def with_chosen_utilization(
     if choice.automatic:
         settings = replace(settings, gpu_memory_utilization=choice.utilization)
     return settings, choice
+
+
+def planned_settings(
+    device: DeviceTarget, fixed: ServingSettings, vllm_version: str | None = None
+) -> tuple[ServingSettings, UtilizationChoice]:
+    """The settings a planner ranks with on ``device``: ``fixed`` (what the user fixed) with
+    the utilization :func:`choose_utilization` decides, and the choice. A set of several GPUs
+    keeps the recommender's choice per layout (each layout's own cards bound it)."""
+    choice = choose_utilization(device, fixed, vllm_version)
+    if choice.automatic and device.gpu_set is None and device.count == 1:
+        fixed = replace(fixed, gpu_memory_utilization=choice.utilization)
+    return fixed, choice

@@ -18,6 +18,7 @@ from PySide6.QtCore import QTimer
 
 from kvpilot.core.errors import KvpilotError
 from kvpilot.core.fit.plan import Verdict
+from kvpilot.core.launch import with_launch_args
 from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
@@ -109,7 +110,9 @@ class ServerController(Controller):
             self.show_launch_error(exc.message)
             return False
         try:  # what this launch gets, its extra arguments included (a fixed KV block count)
-            request.predicted = self.services.launch_capacity(request.inputs, spec.extra_args)
+            request.predicted = with_launch_args(
+                request.inputs, self.services.planned_capacity(request.inputs), spec.extra_args
+            )
         except KvpilotError:
             request.predicted = None
         self.current_request = request

@@ -59,25 +59,6 @@ def test_free_memory_refusal_offers_the_lower_utilization_vllm_names(qwen7b: Mod
     assert options[0].kind == fallback.UTILIZATION
 
 
-def test_the_cpu_builds_kv_allocation_wording_is_a_memory_failure() -> None:
-    """vLLM 0.32.0 CPU's auto-sized KV check (v1/worker/cpu_worker.py): nothing left for the
-    KV cache is no_kv_memory; more asked than the node has free is a free-memory refusal."""
-    nothing = _classified(
-        "(Worker pid=8123) ERROR 11-29 08:21:36 [multiproc_executor.py:1063] ValueError: "
-        "Available memory on node 0 (22.04/23.54 GiB) on kv cache allocation is less than "
-        "requested memory for kv (-0.37/1.18 GiB). Reduce CPU memory used by other processes.",
-        "0.32.0+cpu")
-    assert nothing.kind == failures.NO_KV_MEMORY
-    wrapped = _classified(
-        "(EngineCore pid=8034) ERROR 11-29 08:21:36 [core.py:1510] RuntimeError: Worker failed "
-        "with error 'Available memory on node 0 (2.04/23.54 GiB) on kv cache allocation is less "
-        "than requested memory for kv (3.1/4.0 GiB). Reduce CPU memory used by other "
-        "processes.', please check the stack trace above for the root cause", "0.32.0+cpu")
-    assert wrapped.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
-    assert wrapped.details["free_bytes"] == round(2.04 * GiB)
-    assert failures.ENGINE_DIED not in (nothing.kind, wrapped.kind)
-
-
 def test_a_cpu_build_is_offered_no_eager_mode(qwen7b: ModelSpec) -> None:
     gpu = rtx4090(qwen7b, max_model_len=32768, max_num_seqs=4, vllm_version="0.33.0")
     cpu = replace(gpu, gpu_name=CPU_DEVICE_NAME, compute_capability=None,
