@@ -486,7 +486,9 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                 spec, inputs = _take(out, choice, session, failure.kind)
                 continue
             _suggest(out, choices)
-            print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
+            if args.json_events:  # the failure's text line already said it
+                print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}",
+                      file=sys.stderr)
             return 1
 
 
