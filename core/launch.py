@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from kvpilot.core.vllm.runtime import VllmRuntime
     from kvpilot.core.vllm.supervisor import Supervisor, SupervisorEvent
 
-#: fallbacks taken by themselves in a row before the session gives up
-MAX_AUTO_FALLBACKS = 3
+#: fallbacks taken by themselves in a row at most (the ranked options usually run out first)
+MAX_AUTO_FALLBACKS = 8
 #: ``FallbackChoice.kind`` of vLLM's own estimate of the longest context that fits
 VLLM_ESTIMATE = "vllm_estimate"
 #: vLLM rounds KV allocation to blocks; lengths that are multiples of 16 fit
@@ -119,6 +119,15 @@ class FallbackPolicy:
                      and c.kind not in NOT_AUTOMATIC), None)
 
 
+def launch_signature(spec: LaunchSpec) -> tuple[str, ...]:
+    """What a launch of ``spec`` asks vLLM for: the model, every serving setting and the extra
+    arguments (equal for two specs that launch the same server)."""
+    from kvpilot.core.fit.plan import settings_dict
+
+    settings = settings_dict(spec)
+    return (spec.model, *(f"{k}={settings[k]!r}" for k in sorted(settings)), *spec.extra_args)
+
+
 def _spec_for_inputs(spec: LaunchSpec, inputs: PlanInputs) -> LaunchSpec:
     from kvpilot.core.vllm.command import LaunchSpec
 
@@ -151,6 +160,50 @@ def builtin_fallbacks(
     )]
 
 
+#: the ``vllm serve`` argument that fixes the number of KV blocks, whatever the budget
+BLOCKS_OVERRIDE_FLAG = "--num-gpu-blocks-override"
+
+
+def blocks_override(extra_args: Sequence[str]) -> int | None:
+    """The KV block count ``--num-gpu-blocks-override N`` (or ``=N``) in ``extra_args`` fixes,
+    or None when it is not there or not a whole number."""
+    value: str | None = None
+    for i, arg in enumerate(extra_args):
+        if arg == BLOCKS_OVERRIDE_FLAG and i + 1 < len(extra_args):
+            value = extra_args[i + 1]
+        elif arg.startswith(BLOCKS_OVERRIDE_FLAG + "="):
+            value = arg.split("=", 1)[1]
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def launch_capacity(
+    inputs: PlanInputs, extra_args: Sequence[str] = (), store: MeasurementStore | None = None
+) -> Capacity:
+    """The capacity a launch of ``inputs`` with ``extra_args`` gets: the planner's
+    (:func:`planned_capacity`, this GPU's measurements included), with what the extra
+    arguments fix (:func:`with_launch_args`)."""
+    return with_launch_args(inputs, planned_capacity(inputs, store), extra_args)
+
+
+def with_launch_args(
+    inputs: PlanInputs, capacity: Capacity, extra_args: Sequence[str]
+) -> Capacity:
+    """``capacity`` of ``inputs`` with the KV cache vLLM is told to allocate when an extra
+    argument fixes it (``--num-gpu-blocks-override N``: N blocks whatever the budget)."""
+    blocks = blocks_override(extra_args)
+    if blocks is None or blocks < 0:
+        return capacity
+    from kvpilot.core.fit.calibrate import fixed_kv_capacity
+
+    return fixed_kv_capacity(
+        inputs, capacity, blocks * capacity.page_bytes_per_block,
+        f"{BLOCKS_OVERRIDE_FLAG} {blocks}: vLLM allocates {blocks} KV blocks whatever the budget",
+    )
+
+
 def rank_fallbacks(
     failure: Failure,
     spec: LaunchSpec,
@@ -167,7 +220,7 @@ def rank_fallbacks(
     choices: list[FallbackChoice] = []
     if inputs is not None:
         def plan(new: PlanInputs) -> Capacity:
-            return planned_capacity(new, store)
+            return launch_capacity(new, spec.extra_args, store)
 
         for option in fit_fallback.propose(failure, inputs, free_bytes=free_bytes, plan=plan):
             new_spec = _spec_for_inputs(spec, option.inputs)
@@ -217,6 +270,10 @@ class LaunchSession:
     run_telemetry: Callable[[], Telemetry | None] | None = None
     #: the record keeper of the newest launch (None before one, or when not recording)
     recorder: RunRecorder | None = None
+    #: what each launch so far asked vLLM for (:func:`launch_signature`)
+    launched: list[tuple[str, ...]] = field(default_factory=list)
+    #: ranked choices of earlier failures not taken yet, best first
+    untried: list[FallbackChoice] = field(default_factory=list)
 
     @property
     def store(self) -> MeasurementStore:
@@ -313,7 +370,7 @@ class LaunchSession:
         predicted = None
         if inputs is not None:
             try:
-                predicted = planned_capacity(inputs, self.store)
+                predicted = launch_capacity(inputs, spec.extra_args, self.store)
             except Exception:  # noqa: BLE001 - a prediction is not worth a failed launch
                 predicted = None
         note = f"automatic fallback {self.fallbacks_taken}" if self.fallbacks_taken else ""
@@ -330,6 +387,7 @@ class LaunchSession:
             CommandError: a flag the runtime does not know, or the spec cannot become a command.
         """
         sup = self.supervisor(spec, inputs)
+        self.launched.append(launch_signature(spec))
         sup.start()
         return sup
 
@@ -344,10 +402,25 @@ class LaunchSession:
         return rank_fallbacks(failure, spec, inputs, store=self.store, free_bytes=free_bytes)
 
     def automatic_choice(self, choices: Sequence[FallbackChoice]) -> FallbackChoice | None:
-        """The fallback the policy takes by itself now (counted), else None."""
-        choice = self.policy.next_choice(choices, self.fallbacks_taken)
+        """The fallback the policy takes by itself now (counted), else None.
+
+        The ranked options are walked to the end: after a fallback failed too, the next option
+        of the earlier ranking comes next (each is a complete plan of its own), then what the
+        newest failure proposes; a choice that would launch what was already launched is
+        skipped.
+        """
+        fresh: list[FallbackChoice] = []
+        seen = set(self.launched)
+        for c in (*self.untried, *choices):
+            signature = launch_signature(c.spec)
+            if signature not in seen:
+                seen.add(signature)
+                fresh.append(c)
+        choice = self.policy.next_choice(fresh, self.fallbacks_taken)
         if choice is not None:
             self.fallbacks_taken += 1
+            self.launched.append(launch_signature(choice.spec))  # launched or refused next
+            self.untried = [c for c in fresh if c is not choice]
         return choice
 
 

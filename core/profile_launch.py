@@ -74,17 +74,14 @@ def profile_settings(profile: Profile) -> ServingSettings:
 
 def auto_utilization(profile: Profile, device: DeviceTarget) -> float | None:
     """The GPU memory utilization a profile left on "auto" is launched with: the one the
-    window's planner plans with (the most that passes vLLM's start-up check on the memory free
-    now, capped: :func:`kvpilot.core.fit.recommend.utilization_for`). None where the profile
-    fixes it, fixes a KV size instead, or the device is the CPU backend (vLLM's own default)."""
-    from kvpilot.core.fit.recommend import utilization_for
+    window's planner and ``kvpilot serve`` choose
+    (:func:`kvpilot.core.app.launch_settings.choose_utilization`: the most that passes vLLM's
+    start-up check on the memory free now, capped). None where the profile fixes it, fixes a KV
+    size instead, or nothing was read to choose by (the CPU backend: vLLM's own default)."""
+    from kvpilot.core.app.launch_settings import choose_utilization
 
-    plan = profile.plan
-    if plan.gpu_memory_utilization is not None or plan.kv_cache_memory_bytes is not None:
-        return None
-    if device.is_cpu:
-        return None
-    return utilization_for(device.card())
+    choice = choose_utilization(device, profile_settings(profile))
+    return choice.utilization if choice.automatic else None
 
 
 @dataclass(frozen=True)

@@ -400,6 +400,7 @@ class AppServices:
         Raises:
             KvpilotError: the named model cannot be read (message says where kvpilot looked).
         """
+        from kvpilot.core.app.launch_settings import planned_settings
         from kvpilot.core.fit.replan import replan, user_fixed
         from kvpilot.core.models import catalog
 
@@ -416,8 +417,9 @@ class AppServices:
         goal = request.goal
         fit_goal = replace(goal, model_filter=model_filter,
                            vllm_version=release_number(goal.vllm_version))
+        fixed, choice = planned_settings(target, self.fixed_settings(request), goal.vllm_version)
         _, plans = replan(
-            target.card(), fit_goal, models, fixed=self.fixed_settings(request),
+            target.card(), fit_goal, models, fixed=fixed,
             capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
             # plan_overrides are the backend's, not a choice
             describe_fixed=user_fixed(request.pinned),
@@ -440,6 +442,8 @@ class AppServices:
             f"{goal.context_tokens:,} context · {counted(goal.users, 'user')} on {target.name} "
             f"({where})"
         )
+        if choice.sentence:
+            heading += f" · {choice.sentence}"
         return PlanResult(rows, heading)
 
     def fixed_settings(self, request: PlanRequest) -> ServingSettings:
@@ -494,20 +498,21 @@ class AppServices:
         fmt: str,
         gpu_ids: tuple[str, ...] = (),
     ) -> str:
-        """The plan as ``fmt`` (``kvpilot export``'s formats), with the predicted capacity and
-        the measured one when this GPU ran the plan; secrets only as references."""
-        from kvpilot.core.fit.budget import compute_capacity
-        from kvpilot.core.fit.calibrate import key_for
+        """The plan as ``fmt``, as ``kvpilot export`` writes it
+        (:func:`kvpilot.core.app.export.export_plan`); one the user picked that is predicted
+        not to start is exported all the same, its header saying so.
+
+        Raises:
+            CommandError: an unknown format or a plan that cannot become a command.
+        """
+        from kvpilot.core.app.export import export_plan
         from kvpilot.core.measurements import MeasurementStore
         from kvpilot.core.vllm.command import LaunchSpec, profile_launch_fields
-        from kvpilot.core.vllm.export import build_export_plan, render
 
         spec = LaunchSpec.from_plan(inputs, model, **profile_launch_fields(profile))
-        measured = MeasurementStore(self.data_dir / "measurements.json").lookup(key_for(inputs))
-        plan = build_export_plan(
-            spec, inputs, capacity=compute_capacity(inputs), measured=measured, gpu_ids=gpu_ids
-        )
-        return render(plan, fmt)
+        store = MeasurementStore(self.data_dir / "measurements.json")
+        export = export_plan(spec, inputs, fmt, store=store, gpu_ids=gpu_ids, force=True)
+        return export.text
 
     # ----------------------------------------------------------------- server
 

@@ -181,8 +181,9 @@ class SettingsDialog(QDialog):
         self.auto_fallback.setObjectName("autoFallback")
         self.auto_fallback.setToolTip(
             "After a failed launch (out of memory, KV cache too small), relaunch with the first "
-            "fallback that keeps the checkpoint, at most 3 times in a row, instead of waiting "
-            "for a click on the banner (kvpilot serve --auto-fallback)"
+            "fallback that keeps the checkpoint, then the next ones in turn until one starts "
+            "(at most 8 in a row), instead of waiting for a click on the banner "
+            "(kvpilot serve --auto-fallback)"
         )
         form.addRow("On failure", self.auto_fallback)
         self.sampling = QDoubleSpinBox()

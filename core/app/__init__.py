@@ -1,1 +1,6 @@
-"""One module per user action, shared by the command line, the window and autostart."""
+"""The application layer: one function per user action, called alike by ``kvpilot``'s commands,
+the window and autostart, which only parse, call and render.
+
+Modules here sit above the domain packages (``fit``, ``hardware``, ``vllm``, ...) and import
+them; nothing below imports this package.
+"""

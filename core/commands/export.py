@@ -3,9 +3,13 @@
 Contract::
 
     kvpilot export --model M [plan flags] [--format command|docker|compose|helm]
-                   [--host H] [--port P] [--served-model-name N] [--revision REV]
+                   [--host H] [--port P] [--served-model-name N] [--revision REV] [--force]
 
-The text goes to stdout. The device (as for ``kvpilot plan``: ``--gpu`` / ``--gpu-total-mib``,
+The text goes to stdout. A plan predicted not to start is not exported: the reason goes to
+stderr and the exit status is 1, unless ``--force`` exports it anyway (with the reason as a
+warning on stderr). A utilization kvpilot chose because none was given is said on stderr.
+
+The device (as for ``kvpilot plan``: ``--gpu`` / ``--gpu-total-mib``,
 else this machine's GPU) is only needed for the capacity noted in the header; without one the
 export has no capacity line.
 The API key is taken from ``KVPILOT_API_KEY`` as for ``kvpilot serve`` and is exported only as a
@@ -21,18 +25,17 @@ from dataclasses import replace
 
 from kvpilot.core import paths
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.commands.plan import add_plan_arguments, inputs_from_args, plan
+from kvpilot.core.commands.plan import add_plan_arguments, plan_inputs_and_choice
 from kvpilot.core.commands.serving_args import (
     detected_gpu,
     selected_indices,
     settings_from_args,
 )
 from kvpilot.core.errors import FitError
-from kvpilot.core.fit.calibrate import key_for
-from kvpilot.core.fit.plan import Capacity, PlanInputs, settings_dict
-from kvpilot.core.measurements import Measured, MeasurementStore
+from kvpilot.core.fit.plan import PlanInputs, settings_dict
+from kvpilot.core.measurements import MeasurementStore
 from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
-from kvpilot.core.vllm.export import FORMATS, build_export_plan, render
+from kvpilot.core.vllm.export import FORMATS
 
 API_KEY_ENV = "KVPILOT_API_KEY"
 
@@ -50,25 +53,27 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--served-model-name")
     p.add_argument("--revision", help="model revision (default: the cached snapshot's commit)")
     p.add_argument("--extra-args", default="", help="extra vllm serve arguments, one string")
+    p.add_argument("--force", action="store_true",
+                   help="export a plan predicted not to start (with a warning)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the export (0); a plan predicted not to start is refused (1) unless ``--force``."""
+    from kvpilot.core.app.export import export_plan
     from kvpilot.core.models.resolve import load_model_spec
 
     store = MeasurementStore(paths.measurements_path())
-    capacity: Capacity | None = None
-    measured: Measured | None = None
     inputs: PlanInputs | None
+    weights_bytes: int | None = None
     try:
-        inputs = inputs_from_args(args)
+        inputs, choice = plan_inputs_and_choice(args)
     except FitError:  # no GPU given or found: export without a capacity
         inputs = None
-        model = load_model_spec(args.model)
+        weights_bytes = load_model_spec(args.model).weights_bytes
     else:
-        model = inputs.model
-        capacity = plan(inputs, store)
-        measured = store.lookup(key_for(inputs))
+        if choice.sentence:
+            print(f"kvpilot: {choice.sentence}", file=sys.stderr)
     if inputs is not None:
         spec = LaunchSpec.from_plan(inputs, args.model)
     else:
@@ -88,12 +93,15 @@ def run(args: argparse.Namespace) -> int:
         if device is not None:
             gpu_ids = device.uuids
             spec = replace(spec, cuda_visible_devices=device.cuda_visible_devices)
-    export = build_export_plan(
-        spec, inputs, capacity=capacity, measured=measured, revision=args.revision,
-        gpu_ids=gpu_ids,
-        pipeline_parallel_size=inputs.pipeline_parallel_size if inputs is not None else 1,
+    export = export_plan(
+        spec, inputs, args.format, store=store, revision=args.revision, gpu_ids=gpu_ids,
+        weights_bytes=weights_bytes, force=args.force,
     )
-    if inputs is None:
-        export = replace(export, weights_bytes=model.weights_bytes)
-    sys.stdout.write(render(export, args.format))
+    if export.refusal and not args.force:
+        print(f"kvpilot: not exported: {export.refusal} Change the plan, or pass --force to "
+              "export it anyway.", file=sys.stderr)
+        return 1
+    if export.refusal:
+        print(f"kvpilot: warning: {export.refusal} Exported anyway (--force).", file=sys.stderr)
+    sys.stdout.write(export.text)
     return 0

@@ -20,6 +20,7 @@ import json
 from typing import TYPE_CHECKING
 
 from kvpilot.core import paths
+from kvpilot.core.app.launch_settings import UtilizationChoice, with_chosen_utilization
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
@@ -88,11 +89,25 @@ def detected_vllm_version(configured: str | None = None) -> str | None:
 
 
 def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = None) -> PlanInputs:
-    """Build PlanInputs from the shared plan flags (loads the model spec).
+    """Build PlanInputs from the shared plan flags (loads the model spec); see
+    :func:`plan_inputs_and_choice`.
+
+    Raises:
+        KvpilotError: bad model reference, GPU or flag.
+    """
+    return plan_inputs_and_choice(args, vllm_version=vllm_version)[0]
+
+
+def plan_inputs_and_choice(
+    args: argparse.Namespace, *, vllm_version: str | None = None
+) -> tuple[PlanInputs, UtilizationChoice]:
+    """PlanInputs from the shared plan flags and the utilization they are planned with.
 
     The vLLM version is, in order: ``vllm_version``, ``--vllm-version``, the installed vLLM's,
     then the newest kvpilot knows. The device is the one the flags name, else this machine's
-    (:func:`~kvpilot.core.commands.serving_args.device_from_args`).
+    (:func:`~kvpilot.core.commands.serving_args.device_from_args`). Without
+    ``--gpu-memory-utilization`` the utilization is chosen as the window chooses it
+    (:func:`kvpilot.core.app.launch_settings.choose_utilization`).
 
     Raises:
         KvpilotError: bad model reference, GPU or flag.
@@ -104,9 +119,11 @@ def inputs_from_args(args: argparse.Namespace, *, vllm_version: str | None = Non
         or DEFAULT_VLLM_VERSION
     )
     device = device_from_args(args, version)
-    settings = settings_for_device(settings_from_args(args), device)
+    settings, choice = with_chosen_utilization(
+        settings_for_device(settings_from_args(args), device), device, version
+    )
     model = load_model_spec(args.model)
-    return device.plan_inputs(model, version, settings)
+    return device.plan_inputs(model, version, settings), choice
 
 
 def plan(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:
@@ -130,17 +147,18 @@ def run(args: argparse.Namespace) -> int:
         from kvpilot.core.vllm import runtime as vllm_runtime
 
         rt = vllm_runtime.discover(args.vllm)
-        inputs = inputs_from_args(args, vllm_version=rt.version)
+        inputs, choice = plan_inputs_and_choice(args, vllm_version=rt.version)
         _measure(args, inputs, store, rt)
     else:
-        inputs = inputs_from_args(args)
+        inputs, choice = plan_inputs_and_choice(args)
     capacity = plan(inputs, store)
     if args.json:
-        print(json.dumps(capacity.to_json(), indent=2, default=str))
+        print(json.dumps({**capacity.to_json(), "utilization_choice": choice.to_json()},
+                         indent=2, default=str))
     else:
         startup = measured_startup_s(inputs, store) if capacity.verdict == VERDICT_BORDERLINE \
             else None
-        print(render(inputs, capacity, startup_s=startup))
+        print(render(inputs, capacity, startup_s=startup, utilization_note=choice.sentence))
     return 0 if capacity.fits else 1
 
 
@@ -169,10 +187,14 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else gib_text(n, width=8)
 
 
-def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) -> str:
+def render(
+    inputs: PlanInputs, cap: Capacity, startup_s: float | None = None, utilization_note: str = ""
+) -> str:
     """A readable table of the budget (the non-JSON output).
 
-    ``startup_s`` is a measured start-up time, quoted when a borderline plan offers the dry run.
+    ``startup_s`` is a measured start-up time, quoted when a borderline plan offers the dry run;
+    ``utilization_note`` says how an automatic utilization was chosen (one line under the
+    settings).
     """
     arch = inputs.model.architecture
     if not inputs.model.architecture_known:
@@ -193,6 +215,7 @@ def render(inputs: PlanInputs, cap: Capacity, startup_s: float | None = None) ->
         f"settings  max_model_len {cap.max_model_len:,} · max_num_seqs {cap.max_num_seqs} · "
         f"batched tokens {cap.max_num_batched_tokens:,} · KV {cap.kv_cache_dtype} · "
         f"utilization {cap.gpu_memory_utilization:g}",
+        *([f"note      {utilization_note}"] if utilization_note else []),
         "",
         f"{'term':16} {'size':>12}  {'source':9} note",
     ]

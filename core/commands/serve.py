@@ -6,7 +6,11 @@
 
 On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
 classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
-fallback, at most three times. ``--json-events`` prints one JSON object per line for every state
+fallback, then the next ones of that ranking in turn until one starts (never the same launch
+twice; at most :data:`kvpilot.core.launch.MAX_AUTO_FALLBACKS` in a row). Without
+``--gpu-memory-utilization`` on this machine's GPU, the utilization is the one the window plans
+with (:mod:`kvpilot.core.app.launch_settings`), said once as a ``utilization`` event.
+``--json-events`` prints one JSON object per line for every state
 change, phase, capacity reading, failure (with ``kind``) and fallback taken, and a ``vllm_support``
 note when the vLLM release is outside the range kvpilot knows. The API key comes
 from ``KVPILOT_API_KEY`` (never from the command line, never printed).
@@ -35,6 +39,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kvpilot.core import failures, paths
+from kvpilot.core.app.launch_settings import choose_utilization
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.commands.serving_args import (
@@ -445,13 +450,14 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     )
     spec = spec_for_device(build_spec(args, port, profile), device)
     if versions.supports("extensible_kv_cache", runtime.version):
+        # 0.34 sizes its KV cache from free memory: a cap only where others share the GPU
         spec = desktop_cap(spec, device, runtime.version, out)
-    elif profile is not None:  # "auto" utilization: what the window's planner plans with
-        from kvpilot.core.profile_launch import auto_utilization
-
-        util = auto_utilization(profile, device)
-        if util is not None:
-            spec = dataclasses.replace(spec, gpu_memory_utilization=util)
+    else:
+        # no utilization given (a flag, or a profile left on "auto"): the window's choice
+        chosen = choose_utilization(device, spec.settings, runtime.version)
+        if chosen.automatic:
+            spec = dataclasses.replace(spec, gpu_memory_utilization=chosen.utilization)
+            out.info("utilization", chosen.sentence, **chosen.to_json())
     spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
 
@@ -472,7 +478,8 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                     spec, inputs = _take(out, choice, session, refused.failure.kind)
                     continue
                 _suggest(out, choices)
-                print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
+                if args.json_events:  # the text line above already said it
+                    print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
                 return 1
             sup = session.start(spec, inputs)
             assert sup.command is not None
@@ -514,7 +521,9 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
                 spec, inputs = _take(out, choice, session, failure.kind)
                 continue
             _suggest(out, choices)
-            print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}", file=sys.stderr)
+            if args.json_events:  # the failure's text line already said it
+                print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}",
+                      file=sys.stderr)
             return 1
 
 

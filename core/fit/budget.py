@@ -303,8 +303,7 @@ def compute_capacity(
         if encoder is not None:
             kv_note = "requested - weights - non-torch - activation - encoder - graphs"
 
-    block = inputs.block_size or default_block_size(inputs.vllm_version)
-    layout = adapters.plan_layout(inputs, model, block, adapt)
+    layout = adapters.plan_layout(inputs, model, block_size_of(inputs), adapt)
     in_flight = batched * activation.in_flight_batches(inputs.vllm_version)
     cap = kv.kv_capacity(
         layout, available, max_len, in_flight,
@@ -557,8 +556,7 @@ def band_verdict(
         batched = min(seqs * max_len, batched)
     else:
         batched = inputs.max_num_batched_tokens
-    layout = adapters.plan_layout(
-        inputs, model, inputs.block_size or default_block_size(inputs.vllm_version))
+    layout = adapters.plan_layout(inputs, model, block_size_of(inputs))
     in_flight = batched * activation.in_flight_batches(inputs.vllm_version)
     state = linear_state.mamba_blocks_verdict(inputs, layout, band, seqs)
     if state == VERDICT_DOES_NOT_FIT:
@@ -653,6 +651,26 @@ def mark_estimated(
         if t.name in affected else t
         for t in terms
     )
+
+
+#: vLLM's CPU backend's KV block when none is given (vLLM 0.32.0 platforms/cpu.py,
+#: ``check_and_update_config``: 128 tokens, except MLA models (16) and DeepSeek-V4 (256))
+CPU_BLOCK_SIZE = 128
+_CPU_BLOCK_BY_TYPE = {"deepseek_v4": 256}
+_CPU_MLA_BLOCK_SIZE = 16
+
+
+def block_size_of(inputs: PlanInputs) -> int:
+    """The KV block size in tokens vLLM uses for ``inputs`` before any hybrid alignment: the one
+    given, the CPU backend's own default there, else the GPU backends' default of the release."""
+    if inputs.block_size:
+        return inputs.block_size
+    if inputs.gpu_name.lower() != CPU_DEVICE_NAME:
+        return default_block_size(inputs.vllm_version)
+    model = inputs.model
+    if model.model_type in _CPU_BLOCK_BY_TYPE:
+        return _CPU_BLOCK_BY_TYPE[model.model_type]
+    return _CPU_MLA_BLOCK_SIZE if model.mla is not None else CPU_BLOCK_SIZE
 
 
 def max_passing_utilization(gpu_total_bytes: int, gpu_free_bytes: int) -> float:

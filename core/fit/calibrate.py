@@ -166,8 +166,10 @@ def _with_kv(
     measured: Measured | None,
     *,
     exact: bool = False,
+    budget_words: str = "measured KV memory",
 ) -> Capacity:
-    """Recompute blocks/tokens/fit from a measured (``measured`` given) or calibrated KV budget.
+    """Recompute blocks/tokens/fit from a measured (``measured`` given) or calibrated KV budget
+    (``budget_words`` names it in a failure sentence).
 
     With a measurement, every term vLLM reported (weights, CUDA graphs, KV memory) replaces the
     model's, and the activation term becomes what the reported budget leaves for it.
@@ -194,7 +196,7 @@ def _with_kv(
         )
         failure = Failure(
             failures.KV_CACHE_TOO_SMALL,
-            f"measured KV memory ({available_kv_bytes / GiB:.2f} GiB) holds at most "
+            f"{budget_words} ({available_kv_bytes / GiB:.2f} GiB) holds at most "
             f"{estimate:,} tokens per request, less than max_model_len "
             f"{predicted.max_model_len:,}.",
             estimated_max_model_len=estimate,
@@ -262,6 +264,16 @@ def _reported_terms(
                         note="inside the measured profile-run peak (activation_peak)",
                     )
     return tuple(by_name[t.name] for t in predicted.terms)
+
+
+def fixed_kv_capacity(
+    inputs: PlanInputs, predicted: Capacity, available_kv_bytes: int, note: str
+) -> Capacity:
+    """``predicted`` with a KV cache of exactly ``available_kv_bytes``, fixed by the launch
+    itself (an extra argument such as ``--num-gpu-blocks-override``): blocks, tokens and the
+    fit recomputed, no uncertainty band around it."""
+    return _with_kv(inputs, predicted, available_kv_bytes, note, FROM_USER, None, exact=True,
+                    budget_words="the KV cache the launch fixes")
 
 
 def corrected_capacity(

@@ -16,8 +16,8 @@ from typing import Any
 
 from kvpilot.core import failures
 from kvpilot.core.failures import Failure
-from kvpilot.core.fit import activation, budget, fallback_adapters, linear_state
-from kvpilot.core.fit.plan import Capacity, PlanInputs
+from kvpilot.core.fit import activation, budget, budget_now, fallback_adapters, linear_state
+from kvpilot.core.fit.plan import CPU_DEVICE_NAME, Capacity, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
@@ -35,6 +35,7 @@ SMALLER_CHECKPOINT = "smaller_checkpoint"
 AUTO_KV = "auto_kv"
 MODEL_MAX_LEN = "model_max_len"
 TEXT_ONLY = "text_only"
+SMALLER_KV_SIZE = "smaller_kv_size"
 
 #: failures a vision-language model can fix by disabling images (no encoder profile)
 _MEMORY_FAILURES = frozenset({
@@ -81,11 +82,16 @@ class FallbackOption:
 
 
 def _fits_label(cap: Capacity, users: int | None) -> str:
+    """The predicted effect in a few words, with the KV tokens it leaves, so that options that
+    all serve the users still read apart ("fits 4 users, 134,064 KV tokens")."""
     conc = cap.max_concurrency
+    tokens = f"{max(0, cap.kv_cache_tokens):,} KV tokens"
+    if conc < 1:
+        return f"does not fit ({tokens} for a {cap.max_model_len:,}-token request)"
     if users:
         n = min(users, int(conc))
-        return f"fits {n} user{'s' if n != 1 else ''}" if conc >= 1 else "does not fit"
-    return f"{conc:.1f}x concurrency"
+        return f"fits {n} user{'s' if n != 1 else ''}, {tokens}"
+    return f"{conc:.1f}x concurrency, {tokens}"
 
 
 def _round_down(value: int, multiple: int) -> int:
@@ -150,8 +156,9 @@ def propose(
             fewer = max(1, seqs // 2) if kind != failures.KV_CACHE_TOO_SMALL else max(1, seqs - 1)
             add(FEWER_SEQUENCES, replace(inputs, max_num_seqs=fewer),
                 f"{fewer} sequences at {length:,}", cost=1.5)
-        # 4. eager mode: no CUDA graphs (inside the budget from vLLM 0.20)
-        if not inputs.enforce_eager:
+        # 4. eager mode: no CUDA graphs (inside the budget from vLLM 0.20); the CPU backend
+        # captures none, so it has nothing to give back there
+        if not inputs.enforce_eager and not on_cpu(inputs):
             add(EAGER, replace(inputs, enforce_eager=True), "eager mode (no CUDA graphs)",
                 cost=1.8)
         # 5. smaller batched tokens: smaller activation peak
@@ -168,9 +175,13 @@ def propose(
 
     # 0.34's extensible KV cache: no start-up check to pass, and at 1.0 nothing to raise
     extensible = bool(original.inputs.get("extensible_kv_cache"))
-    if kind in (failures.FREE_MEMORY_BELOW_UTILIZATION, failures.CUDA_OOM_LOADING,
-                failures.KV_CACHE_TOO_SMALL, failures.NO_KV_MEMORY) and free is not None \
-            and not extensible:
+    if kind == failures.FREE_MEMORY_BELOW_UTILIZATION and not extensible:
+        _add_below_free(failure, inputs, original, free, add)
+    elif kind == failures.NO_KV_MEMORY and _details(failure).get("requested_for") == (
+            "kv_cache_auto"):
+        _add_cpu_worker_share(failure, inputs, original, add)
+    elif kind in (failures.CUDA_OOM_LOADING, failures.KV_CACHE_TOO_SMALL,
+                  failures.NO_KV_MEMORY) and free is not None and not extensible:
         util = budget.max_passing_utilization(inputs.gpu_total_bytes, free)
         current = original.gpu_memory_utilization
         if util > 0 and abs(util - current) >= 0.01 and (
@@ -217,16 +228,104 @@ def propose(
         if check_support(extra.inputs) is None:
             options.append(extra)
 
-    # predicted-to-fit first, then by cost; drop duplicates of the same change
+    # predicted-to-fit first, then by cost; drop duplicates of the same change, and any option
+    # that would launch what just failed (an explicit value equal to the default it replaces;
+    # "close other programs, then retry" is the same launch on purpose)
     seen: set[str] = set()
     ranked: list[FallbackOption] = []
+    failed = _launched(inputs, original)
     for opt in sorted(options, key=lambda o: (not o.predicted_fits, o.cost,
                                               -o.capacity.available_kv_low_bytes)):
-        if opt.change in seen:
+        same = opt.kind != FREE_THE_GPU and _launched(opt.inputs, opt.capacity) == failed
+        if opt.change in seen or same:
             continue
         seen.add(opt.change)
         ranked.append(opt)
     return ranked
+
+
+def on_cpu(inputs: PlanInputs) -> bool:
+    """True for a plan on vLLM's CPU backend (the RAM is its memory; no CUDA graphs)."""
+    return inputs.gpu_name == CPU_DEVICE_NAME or versions.Release.parse(
+        inputs.vllm_version).is_cpu_build
+
+
+def _launched(inputs: PlanInputs, cap: Capacity) -> tuple[object, ...]:
+    """What a launch of ``inputs`` asks vLLM for, defaults resolved as the plan resolves them:
+    two plans with the same tuple are the same launch."""
+    return (
+        inputs.model.model_id, cap.gpu_memory_utilization, cap.max_model_len, cap.max_num_seqs,
+        cap.max_num_batched_tokens, cap.kv_cache_dtype, inputs.kv_cache_memory_bytes,
+        inputs.enforce_eager, inputs.quantization, inputs.limit_mm_per_prompt,
+        inputs.max_cudagraph_capture_size, inputs.cudagraph_mode, inputs.enable_lora,
+        inputs.max_loras, inputs.max_lora_rank, inputs.max_cpu_loras,
+        inputs.speculative_config, inputs.tensor_parallel_size,
+    )
+
+
+#: room kept below vLLM's own free-memory reading for the desktop to grow before a relaunch
+_RELAUNCH_SAFETY_BYTES = budget_now.SAFETY_BYTES
+
+
+def _add_below_free(
+    failure: Failure,
+    inputs: PlanInputs,
+    original: Capacity,
+    free: int | None,
+    add: Callable[..., None],
+) -> None:
+    """After vLLM's free-memory check refused the plan: the lower utilization vLLM itself
+    names as the fix, sized on the free memory vLLM read (its own context already counted)
+    when the failure carries it, else on the lower of ``free`` and the plan's reading (kvpilot's
+    own refusal re-reads it at launch). An explicit KV cache
+    size larger than the free memory (the CPU backend's check) becomes one that fits."""
+    details = _details(failure)
+    total = int(details.get("total_bytes") or inputs.gpu_total_bytes)
+    seen = details.get("free_bytes")
+    current = original.gpu_memory_utilization
+    if details.get("requested_for") == "kv_cache" and isinstance(seen, int):
+        size = (seen - _RELAUNCH_SAFETY_BYTES) // GiB * GiB
+        if size > 0 and size != inputs.kv_cache_memory_bytes:
+            add(SMALLER_KV_SIZE, replace(inputs, kv_cache_memory_bytes=size),
+                f"KV cache {size / GiB:.0f} GiB", cost=0.5)
+        return
+    # kvpilot's own refusal carries no reading of vLLM's: the plan holds the one made at launch
+    readings = [x for x in (free, inputs.gpu_free_bytes) if x is not None]
+    if isinstance(seen, int):
+        util = budget_now.max_startup_utilization(total, seen, _RELAUNCH_SAFETY_BYTES)
+    elif readings:
+        util = budget.max_passing_utilization(inputs.gpu_total_bytes, min(readings))
+    else:
+        return
+    util = min(util, round(current - 0.01, 2))
+    if util > 0:
+        add(UTILIZATION, replace(inputs, gpu_memory_utilization=util),
+            f"utilization {util:.2f}", cost=0.5)
+
+
+def _add_cpu_worker_share(
+    failure: Failure, inputs: PlanInputs, original: Capacity, add: Callable[..., None]
+) -> None:
+    """The CPU worker's share of the RAM (utilization x total) was all taken before its KV
+    cache: the utilization whose share holds what the worker already held, as vLLM measured it,
+    plus the plan's KV cache for all its sequences at full length, if the RAM vLLM saw free
+    allows it."""
+    details = _details(failure)
+    total = details.get("total_bytes")
+    worker = details.get("worker_requested_bytes")
+    left = details.get("kv_left_bytes")
+    seen = details.get("free_bytes")
+    if not all(isinstance(x, int) for x in (total, worker, left, seen)) or not total:
+        return
+    assert isinstance(total, int) and isinstance(worker, int) and isinstance(left, int)
+    assert isinstance(seen, int)
+    held = worker - left
+    need = original.kv_bytes_per_token * original.max_model_len * max(1, original.max_num_seqs)
+    util = math.ceil((held + need) / total * 100) / 100
+    ceiling = budget_now.max_startup_utilization(total, seen, _RELAUNCH_SAFETY_BYTES)
+    if original.gpu_memory_utilization < util <= ceiling:
+        add(UTILIZATION, replace(inputs, gpu_memory_utilization=util),
+            f"utilization {util:.2f}", cost=0.8)
 
 
 def _longest_fitting_len(

@@ -9,11 +9,9 @@ error line (``logparse.classify_exit``), never blank.
 
 Classification choices:
 
-* The CPU backend's "Available memory on node N (free/total GiB) on kv cache allocation is less
-  than requested memory for kv (X GiB)" (an explicit KV size larger than free RAM) is reported as
-  ``free_memory_below_utilization`` with ``details['requested_for'] == 'kv_cache'``: it is the
-  same "asked for more than is free" situation as the utilization check, and its remedy is the
-  same (ask for less), whereas ``no_kv_memory`` means nothing is left after the weights.
+* The CPU backend's KV-allocation check ("Available memory on node N ... on kv cache allocation
+  is less than requested memory for kv") is classified by its own rules, in
+  :mod:`kvpilot.core.vllm.cpu_kv_failures`.
 * CUDA out of memory is split by what happened so far: after "Application startup complete"
   (or :meth:`LogScanner.mark_ready`) it is ``cuda_oom_serving``; during profiling, compilation or
   graph capture it is ``cuda_oom_graphs``; otherwise (loading, or vLLM's "Failed to load model -
@@ -35,6 +33,7 @@ from typing import Any
 
 from kvpilot.core import failures as fk
 from kvpilot.core.failures import Failure
+from kvpilot.core.vllm.cpu_kv_failures import CPU_KV_FORMATS
 from kvpilot.core.vllm.logformats import (
     CPU32_RUN,
     ENGINE_PHASES,
@@ -165,22 +164,6 @@ def _free_below_util(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
             "gpu_memory_utilization": float(util),
             "requested_bytes": gib_to_bytes(requested),
             "requested_for": "utilization",
-        },
-    )
-
-
-def _cpu_kv_alloc(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
-    free, total, requested = m[1], m[2], m[3]
-    return Failure(
-        fk.FREE_MEMORY_BELOW_UTILIZATION,
-        f"Only {free} of {total} GiB is free, less than the {requested} GiB asked for the KV "
-        "cache; lower the KV cache size.",
-        details={
-            "free_bytes": gib_to_bytes(free),
-            "total_bytes": gib_to_bytes(total),
-            "gpu_memory_utilization": None,
-            "requested_bytes": gib_to_bytes(requested),
-            "requested_for": "kv_cache",
         },
     )
 
@@ -633,16 +616,7 @@ FAILURE_FORMATS: tuple[LineFormat, ...] = (
          "processes.", GPU33_FORMAT),
         note="the device name ('cuda:0') is in the sentence from 0.2x",
     ),
-    _fail(
-        fk.FREE_MEMORY_BELOW_UTILIZATION, "0.20.0", None,
-        r"Available memory on node \d+ \(([\d.]+)/([\d.]+) GiB\) on kv cache allocation is "
-        r"less than requested memory for kv \(([\d.]+) GiB\)",
-        _cpu_kv_alloc,
-        ("(Worker pid=8123) ERROR 11-29 08:21:36 [multiproc_executor.py:1063] ValueError: "
-         "Available memory on node 0 (22.04/23.54 GiB) on kv cache allocation is less than "
-         "requested memory for kv (100.0 GiB).", CPU32_RUN),
-        note="CPU backend, explicit KV size",
-    ),
+    *CPU_KV_FORMATS,
     _fail(
         fk.CUDA_OOM_LOADING, "0.13.0", None, r"Failed to load model - not enough GPU memory", _oom,
         ("(EngineCore pid=4188) ERROR 11-29 10:00:40 [gpu_model_runner.py:5079] Failed to load "

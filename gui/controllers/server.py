@@ -18,6 +18,7 @@ from PySide6.QtCore import QTimer
 
 from kvpilot.core.errors import FolderError, KvpilotError, ProcUnreadableError
 from kvpilot.core.fit.plan import Verdict
+from kvpilot.core.launch import with_launch_args
 from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
@@ -104,14 +105,16 @@ class ServerController(Controller):
             self.say("a server is already running; stop it first", 5000)
             return False
         try:
-            request.predicted = self.services.compute_capacity(request.inputs)
-        except KvpilotError:
-            request.predicted = None
-        try:
             spec = self.services.launch_spec(request)
         except KvpilotError as exc:
             self.show_launch_error(exc.message)
             return False
+        try:  # what this launch gets, its extra arguments included (a fixed KV block count)
+            request.predicted = with_launch_args(
+                request.inputs, self.services.planned_capacity(request.inputs), spec.extra_args
+            )
+        except KvpilotError:
+            request.predicted = None
         self.current_request = request
         self._predicted = request.predicted
         self._reported = None

@@ -145,6 +145,35 @@ def test_kv_cache_too_small_then_auto_fallback_serves_at_the_estimated_length(
     ]
 
 
+def test_cpu_workers_share_all_taken_then_auto_fallback_raises_the_utilization(
+    vllm_runtime: VllmRuntime, tiny_model: Path, tmp_path: Path, vllm_scratch: Path
+) -> None:
+    """A utilization whose share of the RAM is less than the CPU worker holds before its KV
+    cache (vLLM 0.32.0 CPU: "requested memory for kv (-X/W GiB)"): classified as no KV memory,
+    not as the engine dying, and the automatic fallback raises the utilization and serves."""
+    util = max(0.001, round(0.25 * 2**30 / psutil.virtual_memory().total, 3))
+    argv = serve_argv(vllm_runtime.location, tiny_model, tmp_path, "--max-model-len", "1024",
+                      "--max-num-seqs", "4", "--enforce-eager", "--dtype", "float32",
+                      "--gpu-memory-utilization", str(util), "--auto-fallback", tiny=False)
+    proc = start_serve(argv, serve_env(vllm_scratch, tmp_path), keep_stderr=True)
+    try:
+        events = wait_event(proc, "ready", 2 * READY_TIMEOUT_S)
+        failure = next(e for e in events if e["event"] == "failure")
+        assert failure["kind"] == failures.NO_KV_MEMORY, failure
+        assert failure["details"]["requested_for"] == "kv_cache_auto"
+        fallback = next(e for e in events if e["event"] == "fallback")
+        assert fallback["changes"]["gpu_memory_utilization"] > util
+        assert "enforce_eager" not in fallback["changes"]
+        states = [e["state"] for e in events if e["event"] == "state"]
+        assert states == ["starting", "failed", "starting", "ready"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    tail = [json.loads(x) for x in out.splitlines() if x.strip()]
+    assert tail[-1]["event"] == "stopped" and tail[-1]["clean"] is True
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_vllm_after() -> Iterator[None]:
     """Nothing a test here started may outlive it."""

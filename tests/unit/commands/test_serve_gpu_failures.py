@@ -149,3 +149,29 @@ def test_a_newer_vllm_is_named_and_its_unknown_failure_quoted(
     quoted = "PlannerError: the fused MoE planner needs 3 GiB of scratch space"
     assert quoted in failure["message"]
     assert quoted in err
+
+
+def test_auto_fallback_walks_the_options_until_one_starts(fake_vllm: Path, tmp_path: Path) -> None:
+    """Only eager mode fixes this capture OOM, and eager mode is not the first option: the
+    automatic fallbacks go on past the first (each launch different from every earlier one)
+    until the one that starts."""
+    env = {
+        "FAKE_VLLM_VERSION": "0.33.0",
+        "FAKE_VLLM_MODE": "fail",
+        "FAKE_VLLM_LOG": str(LOGS / "cuda_oom_graph_capture.log"),
+        "FAKE_VLLM_FAIL_UNLESS": r"--enforce-eager",
+    }
+    proc = _serve(fake_vllm, tmp_path, env, "--max-model-len", "8192", "--max-num-seqs", "64",
+                  "--auto-fallback")
+    try:
+        events = _events(proc, "ready", timeout_s=240)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    taken = [e for e in events if e["event"] == "fallback"]
+    assert len(taken) >= 2, taken
+    launches = [e["command"] for e in events if e["event"] == "launch"]
+    assert len(launches) == len(taken) + 1
+    assert len(set(launches)) == len(launches)  # nothing launched twice
+    assert "--enforce-eager" in launches[-1]
+    assert not any("--enforce-eager" in c for c in launches[:-1])

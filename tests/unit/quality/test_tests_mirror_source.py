@@ -34,7 +34,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "launch.py": ("tests/unit/fit/test_plan_serving_settings.py",
                   "the launch session: start-up check, ranked fallbacks (serve and the window)"),
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),
-    "commands/export.py": ("tests/unit/vllm/test_export.py", "the CLI face of the exporter"),
     "commands/recommend.py": ("tests/unit/commands/test_plan.py", "the recommender's CLI"),
     "commands/watch.py": ("tests/unit/vllm/test_watch.py", "the CLI face of the watcher"),
     "commands/desktop.py": ("tests/unit/test_desktop.py", "the CLI face of the desktop entry"),

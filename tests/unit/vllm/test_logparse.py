@@ -75,6 +75,7 @@ CASES = [
     (CPU / "fail_b2_kvspace_0.log", fk.NO_KV_MEMORY, None, "No memory is left"),
     (CPU / "fail_b3_kvspace_100.log", fk.FREE_MEMORY_BELOW_UTILIZATION, None, "100.0 GiB"),
     (CPU / "fail_b4_kv_auto.log", fk.FREE_MEMORY_BELOW_UTILIZATION, None, "21.09 of 23.54"),
+    (CPU / "fail_b5_util_0.01.log", fk.NO_KV_MEMORY, None, "(-0.37 GiB left for it)"),
     (CPU / "fail_c_nonexistent_path.log", fk.MODEL_NOT_FOUND, None, "'/data/no_such_model'"),
     (CPU / "fail_c2_hub_id_offline.log", fk.MODEL_NOT_FOUND, None, "offline mode"),
     (CPU / "fail_c3_hub_id_online_nonet.log", fk.MODEL_NOT_FOUND, None, "could not be reached"),

@@ -1,0 +1,112 @@
+"""The serving settings a plan or a launch uses where the user left one open.
+
+The GPU memory utilization is the one a user most often leaves open. Planned, exported or
+launched, from the command line or the window, it is decided here: a utilization the user gave
+is kept; a KV cache size the user gave replaces the utilization budget, so none is chosen;
+on a GPU whose free memory was read, the most that passes vLLM's start-up check on the memory
+free now, capped (:func:`kvpilot.core.fit.recommend.utilization_for`, the rule the recommender
+ranks with); where nothing was read (a GPU named, not detected; the CPU backend) none is chosen
+and vLLM's own default applies. The choice comes with one sentence saying that it was chosen and
+why, for the face to show once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvpilot.core.fit import budget
+from kvpilot.core.fit.plan import ServingSettings
+from kvpilot.core.fit.recommend import MAX_UTILIZATION, utilization_for
+from kvpilot.core.hardware.target import DeviceTarget
+from kvpilot.core.units import gib_text
+from kvpilot.core.vllm import versions
+
+
+@dataclass(frozen=True)
+class UtilizationChoice:
+    """The GPU memory utilization to plan and launch with.
+
+    Attributes:
+        utilization: the fraction of the device's memory (0-1); None for vLLM's own default
+            (a KV cache size fixed instead, or no free memory read to choose by).
+        automatic: True when kvpilot chose it because the user gave none.
+        sentence: one sentence saying it was chosen and why ("" when the user gave it).
+    """
+
+    utilization: float | None
+    automatic: bool
+    sentence: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        """``{"gpu_memory_utilization", "automatic", "reason"}`` for ``--json`` outputs."""
+        return {"gpu_memory_utilization": self.utilization, "automatic": self.automatic,
+                "reason": self.sentence}
+
+
+def choose_utilization(
+    device: DeviceTarget, settings: ServingSettings, vllm_version: str | None = None
+) -> UtilizationChoice:
+    """The utilization for ``settings`` on ``device`` (see the module docstring).
+
+    ``vllm_version`` (the release that would run) names vLLM's own default in the sentence when
+    that default would not pass the start-up check.
+    """
+    if settings.gpu_memory_utilization is not None:
+        return UtilizationChoice(settings.gpu_memory_utilization, automatic=False)
+    if settings.kv_cache_memory_bytes is not None:
+        return UtilizationChoice(None, automatic=False)
+    card = device.card()
+    if versions.supports("extensible_kv_cache", vllm_version) and not device.is_cpu:
+        return _extensible_choice(device, vllm_version)
+    if card.free_bytes is None or device.is_cpu:
+        # nothing read from this machine (a GPU named, the CPU backend): vLLM's own default
+        return UtilizationChoice(None, automatic=False)
+    util = utilization_for(card)
+    lead = f"utilization {util:.2f} chosen automatically (none was given)"
+    passing = budget.max_passing_utilization(card.total_bytes, card.free_bytes)
+    why = (
+        f"the most that passes vLLM's start-up check with {gib_text(card.free_bytes)} of "
+        f"{gib_text(card.total_bytes)} free on {device.short_name} now"
+    )
+    if passing > MAX_UTILIZATION:
+        why = (f"{MAX_UTILIZATION:.2f}, the cap kvpilot keeps below the {passing:.2f} that "
+               "would pass vLLM's start-up check")
+    default = versions.default_utilization(vllm_version) if vllm_version else None
+    tail = ""
+    if default is not None and default > passing:
+        tail = f"; vLLM's own default {default:.2f} would not start"
+    return UtilizationChoice(util, True, f"{lead}: {why}{tail}.")
+
+
+def _extensible_choice(device: DeviceTarget, vllm_version: str | None) -> UtilizationChoice:
+    """vLLM 0.34+ sizes its KV cache from the memory free after warm-up: the utilization is
+    only a cap, set where the desktop or other processes need room to grow
+    (:func:`kvpilot.core.fit.extensible_kv.launch_cap`), else left to vLLM."""
+    from kvpilot.core.fit.extensible_kv import launch_cap
+
+    cap = launch_cap(vllm_version=vllm_version, total_bytes=device.total_bytes,
+                     free_now_bytes=device.free_bytes, drives_display=device.drives_display,
+                     holders=device.memory_holders)
+    return UtilizationChoice(cap.gpu_memory_utilization, cap.capped, cap.reason)
+
+
+def with_chosen_utilization(
+    settings: ServingSettings, device: DeviceTarget, vllm_version: str | None = None
+) -> tuple[ServingSettings, UtilizationChoice]:
+    """``settings`` with the utilization :func:`choose_utilization` decides, and the choice."""
+    choice = choose_utilization(device, settings, vllm_version)
+    if choice.automatic:
+        settings = replace(settings, gpu_memory_utilization=choice.utilization)
+    return settings, choice
+
+
+def planned_settings(
+    device: DeviceTarget, fixed: ServingSettings, vllm_version: str | None = None
+) -> tuple[ServingSettings, UtilizationChoice]:
+    """The settings a planner ranks with on ``device``: ``fixed`` (what the user fixed) with
+    the utilization :func:`choose_utilization` decides, and the choice. A set of several GPUs
+    keeps the recommender's choice per layout (each layout's own cards bound it)."""
+    choice = choose_utilization(device, fixed, vllm_version)
+    if choice.automatic and device.gpu_set is None and device.count == 1:
+        fixed = replace(fixed, gpu_memory_utilization=choice.utilization)
+    return fixed, choice
