@@ -203,7 +203,9 @@ class Pool:
         from kvpilot.core.fit.recommend import utilization_for
 
         device = member.device
-        return int(device.total_bytes * utilization_for(device.card()))
+        util = utilization_for(device.card(), member.runtime.version)
+        # None: vLLM 0.34+ on a GPU nothing else uses takes all of it (its default, 1.0)
+        return int(device.total_bytes * (util if util is not None else 1.0))
 
     def _default_session(self, member: Member) -> LaunchSession:
         from kvpilot.core.launch import LaunchSession
