@@ -98,9 +98,10 @@ def test_desktop_snapshot_plans_034_with_its_rules_and_no_newer_note(
 
 
 def test_034_kv_follows_free_memory(cli_env, monkeypatch, capsys):
-    _, base = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.34.0")
-    _, more = _plan(monkeypatch, capsys, str(_snapshot_with_free(cli_env, 2 * GiB)),
-                    "--vllm-version", "0.34.0")
+    # at the utilization 0.34 resolves an unset one to (1.0), only free memory binds
+    uncapped = ("--vllm-version", "0.34.0", "--gpu-memory-utilization", "1.0")
+    _, base = _plan(monkeypatch, capsys, "rtx4090-desktop", *uncapped)
+    _, more = _plan(monkeypatch, capsys, str(_snapshot_with_free(cli_env, 2 * GiB)), *uncapped)
     assert isinstance(base, dict) and isinstance(more, dict)
     assert base["block_size"] == 64 and base["gpu_memory_utilization"] == 1.0
     assert base["inputs"]["extensible_kv_cache"] is True
@@ -115,25 +116,41 @@ def test_034_kv_follows_free_memory(cli_env, monkeypatch, capsys):
         terms["launch_free"] - terms["weights"] - terms["non_torch"] - terms["cudagraph"]
         - terms["kv_margin"] - terms["activation_peak"])
     # the 0.33 rules on the same GPU: 0.92 x total, 16-token blocks, the graph estimate
-    _, old = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.33.0")
+    vllm_default = ("--vllm-version", "0.33.0", "--gpu-memory-utilization", "0.92")
+    _, old = _plan(monkeypatch, capsys, "rtx4090-desktop", *vllm_default)
     assert isinstance(old, dict)
     assert old["block_size"] == 16 and old["gpu_memory_utilization"] == 0.92
     _, old_more = _plan(monkeypatch, capsys, str(_snapshot_with_free(cli_env, 2 * GiB)),
-                        "--vllm-version", "0.33.0")
+                        *vllm_default)
     assert isinstance(old_more, dict)
     assert old_more["available_kv_bytes"] == old["available_kv_bytes"]  # free does not count
 
 
+def test_plan_without_a_utilization_takes_the_launch_cap_serve_takes(
+        cli_env, monkeypatch, capsys):
+    _, plan = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.34.0")
+    assert isinstance(plan, dict)
+    cap = extensible_kv.launch_cap(
+        vllm_version="0.34.0", total_bytes=plan["inputs"]["gpu_total_bytes"],
+        free_now_bytes=plan["inputs"]["gpu_free_bytes"], drives_display=True)
+    assert cap.capped and plan["gpu_memory_utilization"] == cap.gpu_memory_utilization
+    assert plan["utilization_choice"]["automatic"] is True
+    assert "stays free for them" in plan["utilization_choice"]["reason"]
+
+
 def test_034_has_no_free_memory_startup_failure(cli_env, monkeypatch, capsys):
     # 0.33 refuses this desktop at 0.92 (22.15 GiB free < 21.76 GiB + context); 0.34 starts
-    rc_old, old = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.33.0")
+    rc_old, old = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.33.0",
+                        "--gpu-memory-utilization", "0.92")
     rc_new, new = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.34.0",
                         "--gpu-memory-utilization", "0.95")
     assert isinstance(old, dict) and isinstance(new, dict)
     assert old["failure"]["kind"] == failures.FREE_MEMORY_BELOW_UTILIZATION and rc_old == 1
     assert new["failure"] is None and rc_new == 0
-    # 0.95 x 23.65 GiB is above the 21.65 GiB free at launch: the device binds, as unset
-    _, unset = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.34.0")
+    # 0.95 x 23.65 GiB is above the 21.65 GiB free at launch: the device binds, as at the 1.0
+    # an unset utilization resolves to
+    _, unset = _plan(monkeypatch, capsys, "rtx4090-desktop", "--vllm-version", "0.34.0",
+                     "--gpu-memory-utilization", "1.0")
     assert isinstance(unset, dict)
     assert new["available_kv_bytes"] == unset["available_kv_bytes"]
     # a cap under the free memory binds instead and says what it withholds
