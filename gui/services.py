@@ -63,11 +63,8 @@ MEASURE_TIMEOUT_S = 900.0
 LOG_BATCH_LINES = 500
 
 
-
 def _quant_label(method: str | None, bits: int) -> str:
-    if not method:
-        return f"{bits}-bit" if bits != 16 else "16-bit"
-    return f"{method} {bits}-bit"
+    return f"{method} {bits}-bit" if method else f"{bits}-bit"
 
 
 #: a recorded NVML replay or the pynvml module: handed to the core untouched
