@@ -28,6 +28,7 @@ from kvpilot.core.fit import (
     linear_state,
     multimodal,
     mxfp4_padding,
+    offload,
     parallel,
 )
 from kvpilot.core.fit.plan import (
@@ -209,7 +210,7 @@ def compute_capacity(
         max_model_len=max_len,
         max_num_batched_tokens=batched,
         max_num_seqs=seqs,
-        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        limit_mm_per_prompt=inputs.mm_limit,
         engine=profile.engine,
     )
     sampler_seqs = 0 if adapt.pooling else multimodal.profile_num_seqs(model, batch)
@@ -258,9 +259,13 @@ def compute_capacity(
     # encoder profile's): vLLM's _mark_tower_model skips them
     # when every modality's limit is 0 (gemma4_mm.py, 0.21.0 wheel)
     skipped_towers = 0
-    if inputs.limit_mm_per_prompt == 0 and model.tower_weights_bytes:
+    if inputs.mm_limit == 0 and model.tower_weights_bytes:
         skipped_towers = math.ceil(model.tower_weights_bytes / tp)
         weights = max(0, weights - skipped_towers)
+    # --cpu-offload-gb: the decoder layers' parameters move to pinned host memory, one whole
+    # parameter at a time, until the budget is reached (model_executor/offloader/uva.py)
+    offloaded = offload.offloaded_bytes(model, inputs.cpu_offload_gb, weights, tp)
+    weights = max(0, weights - offloaded)
 
     if inputs.kv_cache_memory_bytes is not None:
         available = inputs.kv_cache_memory_bytes
@@ -431,6 +436,11 @@ def compute_capacity(
         "weights_source": weights_src,
         "architecture_known": model.architecture_known,
         "limit_mm_per_prompt": inputs.limit_mm_per_prompt,
+        "language_model_only": inputs.language_model_only,
+        "cpu_offload_gb": inputs.cpu_offload_gb,
+        "cpu_offloaded_bytes": offloaded,
+        "mamba_cache_mode": inputs.mamba_cache_mode,
+        "mamba_ssm_cache_dtype": inputs.mamba_ssm_cache_dtype,
     }
     used_inputs.update(adapter_inputs(adapt))
     if encoder is not None:
