@@ -30,6 +30,7 @@ from kvpilot.core.fit import (
     mxfp4_padding,
     offload,
     parallel,
+    runner,
 )
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
@@ -155,6 +156,9 @@ def compute_capacity(
     v0_only = multimodal.runs_on_v0_only(model, inputs.vllm_version)
     if v0_only:
         profile = activation.V0_PROFILE  # vLLM falls back to V0 for this architecture
+    # the model runner this release picks for the model (V2 from 0.22: its sampler path)
+    profile = runner.runner_profile(profile, model, inputs)
+    graphs_counted = profile.cudagraph_in_budget
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
@@ -241,9 +245,9 @@ def compute_capacity(
         cudagraph_mode=inputs.cudagraph_mode,
         vllm_version=inputs.vllm_version,
     )
-    graphs_band = adapt.cudagraph_band_bytes(graphs) if profile.cudagraph_in_budget else 0
+    graphs_band = adapt.cudagraph_band_bytes(graphs) if graphs_counted else 0
     graphs = int(graphs * adapt.cudagraph_factor(model.num_hidden_layers))
-    graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
+    graphs_in_budget = graphs if graphs_counted else 0
     encoder = multimodal.encoder_profile(
         model,
         batch,
@@ -410,7 +414,7 @@ def compute_capacity(
                    ("eager mode: no graphs" if inputs.enforce_eager else
                     f"estimate {graphs / GiB:.2f} GiB"
                     + adapter_graphs_note(adapt, inputs.vllm_version) +
-                    ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20")
+                    ("" if graphs_counted else ", outside the budget before 0.20")
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
         BudgetTerm("kv_cache", available, kv_src, kv_note),
@@ -430,6 +434,7 @@ def compute_capacity(
         "enforce_eager": inputs.enforce_eager,
         "block_size": layout.block_size,
         "vllm_version": inputs.vllm_version,
+        "model_runner": "V2" if runner.uses_v2_runner(model, inputs) else profile.engine,
         "vllm_rules_since": str(profile.since),
         "vllm_rules_source": profile.source,
         "model": model.model_id,
