@@ -44,7 +44,7 @@ from kvpilot.core import failures
 from kvpilot.core.errors import ModelSpecError
 from kvpilot.core.fit import activation, multimodal, mxfp4_padding
 from kvpilot.core.fit.activation import FittedConstants
-from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
 from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.models.local import load_local_model
 from kvpilot.core.units import GiB
@@ -441,9 +441,13 @@ def load_cases(
                         {"metadata": {"total_size": weights_total - pad}, "weight_map": {}}
                     ))
                     model = load_local_model(root, model_id=case["model_id"])
+            # vLLM logs free memory after creating its own context; the plan takes NVML's
+            # figure (before it) and allows the context itself
+            free = case.get("free_gib_at_startup")
             inputs = PlanInputs(
                 model=model,
                 gpu_total_bytes=int(total_gib * GiB),
+                gpu_free_bytes=None if free is None else int(free * GiB) + CUDA_CONTEXT_BYTES,
                 gpu_name=case["gpu_name"] or "",
                 compute_capability=_compute_capability(case["gpu_name"] or ""),
                 gpu_memory_utilization=util,

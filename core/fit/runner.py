@@ -107,3 +107,15 @@ def runner_profile(profile: VersionProfile, model: ModelSpec, inputs: PlanInputs
         return replace(profile, v2_sampler=None, sampler_adds_to_forward=False)
     return profile
 
+
+def graphs_outside_budget(profile: VersionProfile, model: ModelSpec, inputs: PlanInputs) -> bool:
+    """Whether, by the release's code, the CUDA graphs are captured from memory the KV budget
+    does not hold: before 0.20 (no estimate), and under the V2 runner before 0.29 (its
+    ``profile_cudagraph_memory`` returns 0). The capture then needs that much memory free
+    beyond the requested budget."""
+    if profile.engine != "V1" or inputs.enforce_eager:
+        return False
+    if not profile.cudagraph_in_budget:
+        return True
+    return uses_v2_runner(model, inputs) and not Release.parse(
+        inputs.vllm_version).at_least("0.29")

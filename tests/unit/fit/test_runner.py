@@ -7,7 +7,7 @@ import pytest
 from fitkit import fixture_spec, rtx4090
 
 from kvpilot.core.fit import runner
-from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
 from kvpilot.core.units import GiB
 
 QWEN3_8B = fixture_spec("qwen3-8b", weights_bytes=int(15.3 * GiB))
@@ -54,3 +54,23 @@ def test_a_v2_run_holds_the_forward_through_the_sampler() -> None:
         rtx4090(QWEN3_8B, vllm_version="0.27.1"))
     assert v2_row.sampler_adds_to_forward and v2_row.v2_sampler is runner.activation.SAMPLER_V2
     assert v2_row.key == "0.20"  # the row's fitted constants still apply
+
+
+def test_graphs_captured_outside_the_budget_need_free_memory_beyond_it() -> None:
+    """By the code the V2 runner's graphs (before 0.29) are captured after the KV cache from
+    memory the budget leaves free: with less free than the capture takes the plan is
+    borderline (an L4 shared with another process ran out of memory capturing, 0.28.0)."""
+    def plan(version: str, free_beyond_budget_gib: float, **kw: object):
+        total = rtx4090(QWEN3_8B).gpu_total_bytes
+        free = int(total * 0.8) + 1 + CUDA_CONTEXT_BYTES + int(free_beyond_budget_gib * GiB)
+        return compute_capacity(rtx4090(QWEN3_8B, max_model_len=8192, vllm_version=version,
+                                        gpu_memory_utilization=0.8, gpu_free_bytes=free, **kw))
+
+    assert plan("0.27.1", 4.0).verdict == "fits"
+    tight = plan("0.27.1", 0.05)
+    assert tight.verdict == "borderline"
+    assert plan("0.27.1", 0.05, enforce_eager=True).verdict == "fits"  # nothing captured
+    # V1 (0.21) and V2 from 0.29 hold the estimate inside the budget: no capture outside it
+    assert plan("0.21.0", 0.05).verdict == "fits"
+    assert plan("0.29.0", 0.05).verdict == "fits"
+
