@@ -397,6 +397,9 @@ def compute_capacity(
     if skipped_towers:
         weights_note += (f", less the {skipped_towers / GiB:.2f} GiB vision / audio towers vLLM "
                          "skips with every modality's limit 0")
+    if offloaded:
+        weights_note += (f", less {offloaded / GiB:.2f} GiB of decoder-layer weights kept in "
+                         "host memory (--cpu-offload-gb)")
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "

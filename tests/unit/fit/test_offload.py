@@ -15,6 +15,8 @@ def test_cpu_offload_takes_its_gib_off_the_weights_up_to_the_decoder_layers() ->
     assert base.weights_bytes - off.weights_bytes == 4 * GiB
     assert off.available_kv_bytes - base.available_kv_bytes == 4 * GiB
     assert off.inputs["cpu_offloaded_bytes"] == 4 * GiB
+    note = next(t.note for t in off.terms if t.name == "weights")
+    assert "less 4.00 GiB of decoder-layer weights kept in host memory" in note
     # more than the decoder layers hold: the embedding and the head stay on the GPU
     everything = compute_capacity(rtx4090(qwen, max_model_len=8192, cpu_offload_gb=64))
     head_rows = qwen.vocab_size * qwen.hidden_size * 2 * (1 if qwen.tie_word_embeddings else 2)
