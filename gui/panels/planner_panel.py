@@ -179,9 +179,15 @@ class PlannerPanel(QWidget):
         self.enforce_eager = QCheckBox("eager")
         self.enforce_eager.setToolTip("vLLM's --enforce-eager: no CUDA graphs are captured")
         self.enforce_eager.toggled.connect(self._changed)
+        self.language_only = QCheckBox("text only")
+        self.language_only.setObjectName("languageModelOnly")
+        self.language_only.setToolTip("vLLM's --language-model-only: no vision or audio tower "
+                                      "is loaded and no image budget profiled")
+        self.language_only.toggled.connect(self._changed)
         quality_row = QHBoxLayout()
         quality_row.addWidget(self.allow_4bit)
         quality_row.addWidget(self.enforce_eager)
+        quality_row.addWidget(self.language_only)
         quality_row.addStretch(1)
         form.addRow("Quality", quality_row)
         self.kv_dtype = QComboBox()
@@ -426,6 +432,7 @@ class PlannerPanel(QWidget):
             kv_cache_dtype=self.kv_dtype.currentData() or "auto",
             gpu_memory_utilization=None if self.util_auto.isChecked() else self.util.value(),
             enforce_eager=self.enforce_eager.isChecked(),
+            language_model_only=self.language_only.isChecked(),
             **self.adapters.settings(),
         )
         return PlanRequest(goal, pinned, model_ref or "")
@@ -456,6 +463,7 @@ class PlannerPanel(QWidget):
             if pinned.gpu_memory_utilization is not None:
                 self.util.setValue(pinned.gpu_memory_utilization)
             self.enforce_eager.setChecked(pinned.enforce_eager)
+            self.language_only.setChecked(pinned.language_model_only)
             self.adapters.show_settings(pinned)
             self.set_model_ref(request.model_ref)
         finally:
