@@ -86,7 +86,7 @@ def uses_v2_runner(model: ModelSpec, inputs: PlanInputs) -> bool:
     if not chosen:
         return False
     method = _drafter(inputs.speculative_config)
-    drafters = _V2_DRAFTERS
+    drafters: tuple[str, ...] = _V2_DRAFTERS
     if v.at_least("0.27"):
         drafters = (*drafters, "dflash")
     if v.at_least("0.29"):
