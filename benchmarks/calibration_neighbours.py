@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fit_accuracy import CASE_FILES, DATA, Case, fit_constants, load_cases
+from fit_accuracy import ARCH_FILES, CASE_FILES, DROPPED, Case, fit_constants, load_cases
 
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
@@ -63,18 +63,20 @@ def _pct(predicted: int, reported_gib: float) -> float:
 
 def evaluate() -> dict[str, Any]:
     """Rows for every ordered pair and the summary (errors in % of vLLM's available KV)."""
-    cases, _ = load_cases(CASE_FILES, DATA / "architectures.json")
+    cases, _ = load_cases(CASE_FILES, ARCH_FILES)
     known = [c for c in cases if c.known]
     groups: dict[tuple[Any, ...], list[Case]] = defaultdict(list)
     for c in cases:
-        if c.reported_kv_gib is not None and c.reported_kv_gib > 0:
+        # started runs: a failed start-up's KV figure calibrates nothing
+        if c.reported_kv_gib is not None and c.reported_kv_gib > 0 and c.expected_failure is None:
             groups[_group_key(c)].append(c)
     rows: list[dict[str, Any]] = []
     for members in groups.values():
         for a, b in itertools.permutations(members, 2):
             if key_for(a.inputs).settings == key_for(b.inputs).settings:
                 continue
-            constants = fit_constants([k for k in known if k.case_id not in (a.case_id, b.case_id)])
+            constants = fit_constants([k for k in known if k.case_id not in (a.case_id, b.case_id)],
+                                      drop=DROPPED)
             assert b.reported_kv_gib is not None and a.reported_kv_gib is not None
             model_only = compute_capacity(b.inputs, constants).available_kv_bytes
             calibrated = calibrated_capacity(b.inputs, [_record(a)], constants=constants)

@@ -57,6 +57,14 @@ def cli_flags(inputs: PlanInputs) -> list[str]:
         value = getattr(inputs, name)
         if value is not None:
             flags += ["--" + name.replace("_", "-"), str(value)]
+    if inputs.pipeline_parallel_size != 1:
+        flags += ["--pipeline-parallel-size", str(inputs.pipeline_parallel_size)]
+    if inputs.language_model_only:
+        flags.append("--language-model-only")
+    for name in ("cpu_offload_gb", "mamba_cache_mode", "mamba_ssm_cache_dtype"):
+        value = getattr(inputs, name)
+        if value is not None:
+            flags += ["--" + name.replace("_", "-"), str(value)]
     assert inputs.max_cudagraph_capture_size is None and inputs.cudagraph_mode is None, \
         "no plan flag for these: set by fallbacks only"
     return flags

@@ -111,6 +111,18 @@ def add_serving_arguments(
                         help="fixed KV cache size (e.g. 8G); replaces the utilization budget")
     parser.add_argument("--quantization")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--pipeline-parallel-size", type=int, default=1,
+                        help="pipeline stages (each GPU holds its stage's layers)")
+    parser.add_argument("--cpu-offload-gb", type=float, metavar="GIB",
+                        help="GiB of weights per GPU kept in pinned host memory")
+    parser.add_argument("--language-model-only", action="store_true",
+                        help="load no vision or audio tower (text only)")
+    parser.add_argument("--mamba-cache-mode", choices=("all", "align", "none"),
+                        help="hybrid models' state caching with prefix caching "
+                        "(default: vLLM's for the model)")
+    parser.add_argument("--mamba-ssm-cache-dtype",
+                        choices=("auto", "float32", "float16", "bfloat16"),
+                        help="dtype of hybrid models' SSM state (default: the checkpoint's)")
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                         default=None, help="(default: vLLM's, on for generative models)")
@@ -149,10 +161,14 @@ def settings_from_args(args: argparse.Namespace) -> ServingSettings:
         FitError: a size or count that is not positive.
     """
     for flag in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                 "tensor_parallel_size"):
+                 "tensor_parallel_size", "pipeline_parallel_size"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise FitError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    offload = getattr(args, "cpu_offload_gb", None)
+    if offload is not None and offload < 0:
+        raise FitError(f"--cpu-offload-gb must be 0 or more GiB, got {offload:g}")
+    ssm = getattr(args, "mamba_ssm_cache_dtype", None)
     return ServingSettings(
         max_model_len=getattr(args, "max_model_len", None),
         max_num_seqs=getattr(args, "max_num_seqs", None),
@@ -167,6 +183,11 @@ def settings_from_args(args: argparse.Namespace) -> ServingSettings:
         dtype=args.dtype,
         block_size=args.block_size,
         limit_mm_per_prompt=getattr(args, "limit_mm_per_prompt", None),
+        pipeline_parallel_size=getattr(args, "pipeline_parallel_size", None) or 1,
+        language_model_only=bool(getattr(args, "language_model_only", False)),
+        cpu_offload_gb=offload or None,
+        mamba_cache_mode=getattr(args, "mamba_cache_mode", None),
+        mamba_ssm_cache_dtype=None if ssm in (None, "auto") else ssm,
         **adapter_settings_from_args(args),
     )
 

@@ -298,7 +298,9 @@ def in_flight_batches(version: str | None) -> int:
 
 
 def uses_v2_runner(model: ModelSpec, profile: VersionProfile) -> bool:
-    """True where the V2 model runner runs this model (0.28+, dense generative models)."""
+    """True where a profile carries the V2 model runner's sampler for this model (a row's
+    default: dense models; :func:`kvpilot.core.fit.runner.runner_profile` sets it per release
+    and model)."""
     return profile.v2_sampler is not None and model.moe is None
 
 

@@ -162,7 +162,9 @@ def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None,
     """
     base = kv.kv_layout(model, kv_dtype_of(inputs), inputs.tensor_parallel_size, block_size,
                         prefix_caching=bool(inputs.enable_prefix_caching),
-                        vllm_version=inputs.vllm_version)
+                        vllm_version=inputs.vllm_version,
+                        mamba_cache_mode=inputs.mamba_cache_mode,
+                        mamba_ssm_cache_dtype=inputs.mamba_ssm_cache_dtype)
     if terms is None:
         if not inputs.speculative_config:
             return base

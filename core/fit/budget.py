@@ -35,7 +35,9 @@ from kvpilot.core.fit import (
     linear_state,
     multimodal,
     mxfp4_padding,
+    offload,
     parallel,
+    runner,
 )
 from kvpilot.core.fit.plan import (
     CPU_DEVICE_NAME,
@@ -162,6 +164,9 @@ def compute_capacity(
     v0_only = multimodal.runs_on_v0_only(model, inputs.vllm_version)
     if v0_only:
         profile = activation.V0_PROFILE  # vLLM falls back to V0 for this architecture
+    # the model runner this release picks for the model (V2 from 0.22: its sampler path)
+    profile = runner.runner_profile(profile, model, inputs)
+    graphs_counted = profile.cudagraph_in_budget
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
@@ -224,7 +229,7 @@ def compute_capacity(
         max_model_len=max_len,
         max_num_batched_tokens=batched,
         max_num_seqs=seqs,
-        limit_mm_per_prompt=inputs.limit_mm_per_prompt,
+        limit_mm_per_prompt=inputs.mm_limit,
         engine=profile.engine,
     )
     sampler_seqs = 0 if adapt.pooling else multimodal.profile_num_seqs(model, batch)
@@ -255,9 +260,9 @@ def compute_capacity(
         cudagraph_mode=inputs.cudagraph_mode,
         vllm_version=inputs.vllm_version,
     )
-    graphs_band = adapt.cudagraph_band_bytes(graphs) if profile.cudagraph_in_budget else 0
+    graphs_band = adapt.cudagraph_band_bytes(graphs) if graphs_counted else 0
     graphs = int(graphs * adapt.cudagraph_factor(model.num_hidden_layers))
-    graphs_in_budget = graphs if profile.cudagraph_in_budget else 0
+    graphs_in_budget = graphs if graphs_counted else 0
     encoder = multimodal.encoder_profile(
         model,
         batch,
@@ -273,9 +278,13 @@ def compute_capacity(
     # encoder profile's): vLLM's _mark_tower_model skips them
     # when every modality's limit is 0 (gemma4_mm.py, 0.21.0 wheel)
     skipped_towers = 0
-    if inputs.limit_mm_per_prompt == 0 and model.tower_weights_bytes:
+    if inputs.mm_limit == 0 and model.tower_weights_bytes:
         skipped_towers = math.ceil(model.tower_weights_bytes / tp)
         weights = max(0, weights - skipped_towers)
+    # --cpu-offload-gb: the decoder layers' parameters move to pinned host memory, one whole
+    # parameter at a time, until the budget is reached (model_executor/offloader/uva.py)
+    offloaded = offload.offloaded_bytes(model, inputs.cpu_offload_gb, weights, tp)
+    weights = max(0, weights - offloaded)
 
     ext: extensible_kv.ExtensibleKvBudget | None = None
     if inputs.kv_cache_memory_bytes is not None:
@@ -420,6 +429,12 @@ def compute_capacity(
         headroom = ext.left_free_bytes if inputs.gpu_free_bytes is not None else None
     elif inputs.gpu_free_bytes is not None:
         headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
+        # graphs captured after the KV cache from memory outside the budget: with less free
+        # than the capture takes, vLLM runs out of memory capturing (a Gemma 4 E4B start-up on
+        # an L4 shared with another process, vLLM 0.28.0)
+        if (runner.graphs_outside_budget(profile, model, inputs) and graphs > headroom
+                and verdict == VERDICT_FITS):
+            verdict = VERDICT_BORDERLINE
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
     if mxfp4_pad:
@@ -431,6 +446,9 @@ def compute_capacity(
     if skipped_towers:
         weights_note += (f", less the {skipped_towers / GiB:.2f} GiB vision / audio towers vLLM "
                          "skips with every modality's limit 0")
+    if offloaded:
+        weights_note += (f", less {offloaded / GiB:.2f} GiB of decoder-layer weights kept in "
+                         "host memory (--cpu-offload-gb)")
     if encoder is not None and encoder.tower_weights_bytes:
         weights_note += (
             f", less the {encoder.tower_weights_bytes / GiB:.2f} GiB vision tower vLLM skips "
@@ -460,7 +478,7 @@ def compute_capacity(
                     + extensible_kv.SOURCE_NO_GRAPH_ESTIMATE + ")" if ext is not None else
                     f"estimate {graphs / GiB:.2f} GiB"
                     + adapter_graphs_note(adapt, inputs.vllm_version) +
-                    ("" if profile.cudagraph_in_budget else ", outside the budget before 0.20")
+                    ("" if graphs_counted else ", outside the budget before 0.20")
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
         *(extensible_terms(ext) if ext is not None else ()),
@@ -486,12 +504,18 @@ def compute_capacity(
         "launch_free_bytes": ext.init_free_bytes if ext is not None else None,
         "kv_margin_bytes": ext.margin_bytes if ext is not None else None,
         "vllm_version": inputs.vllm_version,
+        "model_runner": "V2" if runner.uses_v2_runner(model, inputs) else profile.engine,
         "vllm_rules_since": str(profile.since),
         "vllm_rules_source": profile.source,
         "model": model.model_id,
         "weights_source": weights_src,
         "architecture_known": model.architecture_known,
         "limit_mm_per_prompt": inputs.limit_mm_per_prompt,
+        "language_model_only": inputs.language_model_only,
+        "cpu_offload_gb": inputs.cpu_offload_gb,
+        "cpu_offloaded_bytes": offloaded,
+        "mamba_cache_mode": inputs.mamba_cache_mode,
+        "mamba_ssm_cache_dtype": inputs.mamba_ssm_cache_dtype,
     }
     used_inputs.update(adapter_inputs(adapt))
     if encoder is not None:

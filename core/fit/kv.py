@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 
 from kvpilot.core.errors import FitError
+from kvpilot.core.fit import kv_quant
 from kvpilot.core.models.spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -78,6 +79,8 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     kv = kv_cache_dtype.lower()
     if kv in ("auto", ""):
         return dtype_bytes(serving_dtype(model_dtype))
+    if kv_quant.is_packed(kv):
+        return 1  # uint8 / int8 storage; kv_quant.head_bytes sizes the packed page
     return dtype_bytes(kv)
 
 
@@ -191,18 +194,22 @@ def bytes_per_token_per_layer(
         return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * elem
     if model.num_key_value_heads <= 0 or model.head_dim <= 0:
         raise FitError(f"{model.model_id}: the model has no attention heads to size a KV cache")
-    return 2 * kv_heads_per_rank(model, tensor_parallel_size) * model.head_dim * elem
+    return kv_heads_per_rank(model, tensor_parallel_size) * kv_quant.head_bytes(
+        kv_cache_dtype, model.head_dim, elem)
 
 
 def _layer_bytes(
-    model: ModelSpec, kind: str, elem: int, tensor_parallel_size: int
+    model: ModelSpec, kind: str, elem: int, tensor_parallel_size: int,
+    kv_cache_dtype: str = "auto",
 ) -> int:
     """K+V bytes per token of one layer of ``kind`` (Gemma 4's full layers differ)."""
     if kind == FULL_ATTENTION and (model.global_head_dim or model.global_kv_heads):
         heads = max(1, (model.global_kv_heads or model.num_key_value_heads)
                     // tensor_parallel_size)
-        return 2 * heads * (model.global_head_dim or model.head_dim) * elem
-    return 2 * kv_heads_per_rank(model, tensor_parallel_size) * model.head_dim * elem
+        return heads * kv_quant.head_bytes(kv_cache_dtype, model.global_head_dim
+                                           or model.head_dim, elem)
+    return kv_heads_per_rank(model, tensor_parallel_size) * kv_quant.head_bytes(
+        kv_cache_dtype, model.head_dim, elem)
 
 
 def _cache_layers(model: ModelSpec) -> list[tuple[str, int | None]]:
@@ -255,15 +262,22 @@ def _group_layers(
 
 
 def state_page_bytes(
-    model: ModelSpec, tensor_parallel_size: int = 1, model_dtype: str | None = None
+    model: ModelSpec, tensor_parallel_size: int = 1, model_dtype: str | None = None,
+    ssm_cache_dtype: str | None = None,
 ) -> int:
     """Bytes of one sequence's recurrent state in one linear-attention layer (unpadded), with
-    the conv state in the model dtype and the SSM state in its own (0: no such layers)."""
+    the conv state in the model dtype and the SSM state in its own (0: no such layers).
+
+    ``ssm_cache_dtype`` is ``--mamba-ssm-cache-dtype``: given (not "auto") it wins over the
+    checkpoint's ``mamba_ssm_dtype`` (vLLM 0.29 ``MambaStateDtypeCalculator`` and the hybrid
+    configs' ``verify_and_update_config``, which only fill an "auto" flag from config.json)."""
     state = model.linear_state
     if state is None:
         return 0
     elem = dtype_bytes(serving_dtype(model_dtype or model.torch_dtype))
     ssm = dtype_bytes(state.ssm_dtype) if state.ssm_dtype else elem
+    if ssm_cache_dtype and ssm_cache_dtype.lower() != "auto":
+        ssm = dtype_bytes(ssm_cache_dtype)
     return state.page_bytes(elem, ssm, tensor_parallel_size)
 
 
@@ -276,6 +290,8 @@ def kv_layout(
     *,
     prefix_caching: bool = False,
     vllm_version: str | None = None,
+    mamba_cache_mode: str | None = None,
+    mamba_ssm_cache_dtype: str | None = None,
 ) -> KvLayout:
     """The KV layout of ``model`` per rank.
 
@@ -287,6 +303,10 @@ def kv_layout(
     mode of the Mamba2 hybrids, whose block is a multiple of the Mamba chunk).
 
     ``vllm_version`` picks the release's grouping rule (None: the newest).
+    ``mamba_cache_mode`` is ``--mamba-cache-mode`` (None: the model's default above): with
+    prefix caching vLLM keeps "all" only for models that support it and turns "none" into
+    "align"; without prefix caching every mode is "none" (``MambaModelConfig``, 0.29.0).
+    ``mamba_ssm_cache_dtype``: see :func:`state_page_bytes`.
 
     Raises:
         FitError: unknown dtype, no attention layers, or a non-positive block size.
@@ -297,10 +317,12 @@ def kv_layout(
     per_layer = bytes_per_token_per_layer(model, kv_cache_dtype, tensor_parallel_size, model_dtype)
     elem = kv_dtype_bytes(kv_cache_dtype, model_dtype or model.torch_dtype)
     layers = _cache_layers(model)
-    state_unpadded = state_page_bytes(model, tensor_parallel_size, model_dtype)
+    state_unpadded = state_page_bytes(model, tensor_parallel_size, model_dtype,
+                                      mamba_ssm_cache_dtype)
     all_mode = bool(prefix_caching and state_unpadded
                     and model.model_type in MAMBA_PREFIX_CACHING_TYPES
-                    and versions.supports("mamba_cache_all_mode", vllm_version))
+                    and versions.supports("mamba_cache_all_mode", vllm_version)
+                    and mamba_cache_mode in (None, "all"))
     if state_unpadded and model.mla is None:
         align = max(KERNEL_BLOCK_ALIGNMENT, bs)
         if all_mode:
@@ -310,7 +332,8 @@ def kv_layout(
         else:
             bs = max(bs, align * math.ceil(state_unpadded / (align * per_layer)))
     per_kind = {
-        kind: _layer_bytes(model, kind, elem, tensor_parallel_size) if model.mla is None
+        kind: _layer_bytes(model, kind, elem, tensor_parallel_size, kv_cache_dtype)
+        if model.mla is None
         else per_layer
         for kind in (FULL_ATTENTION, SLIDING_ATTENTION)
     }

@@ -100,6 +100,23 @@ class ServingSettings:
     speculative_config: str | None = None
     #: ``--runner`` ("generate", "pooling"; None: vLLM's choice from the architecture)
     runner: str | None = None
+    #: ``--pipeline-parallel-size``: pipeline stages (see :mod:`kvpilot.core.fit.parallel`)
+    pipeline_parallel_size: int = 1
+    #: ``--language-model-only``: vLLM loads no vision / audio tower and profiles no encoder
+    #: (every modality limited to 0)
+    language_model_only: bool = False
+    #: ``--cpu-offload-gb``: GiB of weights per GPU vLLM keeps in pinned host memory (None: 0)
+    cpu_offload_gb: float | None = None
+    #: ``--mamba-cache-mode`` ("all", "align", "none"; None: vLLM's choice for the model)
+    mamba_cache_mode: str | None = None
+    #: ``--mamba-ssm-cache-dtype`` ("float32", "float16", "bfloat16"; None or "auto": the
+    #: checkpoint's ``mamba_ssm_dtype``, else the conv state's dtype)
+    mamba_ssm_cache_dtype: str | None = None
+
+    @property
+    def mm_limit(self) -> int | None:
+        """Images per prompt as vLLM applies them: 0 with ``--language-model-only``."""
+        return 0 if self.language_model_only else self.limit_mm_per_prompt
 
     @property
     def settings(self) -> ServingSettings:
@@ -148,14 +165,19 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     util = values.get("gpu_memory_utilization")
     if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float))):
         raise TypeError(f"gpu_memory_utilization must be a number or null, got {util!r}")
-    tp = values.get("tensor_parallel_size", 1)
-    if isinstance(tp, bool) or not isinstance(tp, int):
-        raise TypeError(f"tensor_parallel_size must be a whole number, got {tp!r}")
-    for name in ("enforce_eager", "enable_lora"):
+    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+        n = values.get(name, 1)
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be a whole number, got {n!r}")
+    offload = values.get("cpu_offload_gb")
+    if offload is not None and (isinstance(offload, bool)
+                                or not isinstance(offload, (int, float))):
+        raise TypeError(f"cpu_offload_gb must be a number or null, got {offload!r}")
+    for name in ("enforce_eager", "enable_lora", "language_model_only"):
         if name in values and not isinstance(values[name], bool):
             raise TypeError(f"{name} must be true or false, got {values[name]!r}")
     for name in ("kv_cache_dtype", "quantization", "dtype", "cudagraph_mode", "lora_dtype",
-                 "speculative_config", "runner"):
+                 "speculative_config", "runner", "mamba_cache_mode", "mamba_ssm_cache_dtype"):
         v = values.get(name)
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be text or null, got {v!r}")
@@ -184,9 +206,8 @@ class PlanInputs(ServingSettings):
     #: the draft model ``speculative_config`` names ("model"), when it could be read (None: no
     #: draft model, or one kvpilot could not read: the plan says so)
     draft_model: ModelSpec | None = None
-    #: several GPUs (see :mod:`kvpilot.core.fit.parallel`): pipeline stages, and how the
-    #: tensor-parallel ranks all-reduce (``nvlink``, ``p2p``, ``host``; None: not known)
-    pipeline_parallel_size: int = 1
+    #: several GPUs (see :mod:`kvpilot.core.fit.parallel`): how the tensor-parallel ranks
+    #: all-reduce (``nvlink``, ``p2p``, ``host``; None: not known)
     gpu_allreduce: str | None = None
 
     @classmethod

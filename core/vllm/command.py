@@ -408,6 +408,8 @@ def build_argv_tail(spec: LaunchSpec, vllm_version: str | None = None) -> list[s
         tail += ["--quantization", spec.quantization]
     if spec.tensor_parallel_size != 1:
         tail += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.pipeline_parallel_size != 1:
+        tail += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
     if spec.auto_max_model_len:
         tail += ["--max-model-len", "auto"]
     elif spec.max_model_len is not None:
@@ -436,10 +438,26 @@ def build_argv_tail(spec: LaunchSpec, vllm_version: str | None = None) -> list[s
         tail.append("--enable-prefix-caching")
     elif spec.enable_prefix_caching is False:
         tail.append("--no-enable-prefix-caching")
-    if spec.limit_mm_per_prompt is not None:
+    if spec.language_model_only:
+        tail.append("--language-model-only")
+    elif spec.limit_mm_per_prompt is not None:
         tail += limit_mm_argv(spec.limit_mm_per_prompt, vllm_version)
+    tail += memory_argv(spec)
     tail += adapter_argv(spec)
     tail += list(spec.extra_args)
+    return tail
+
+
+def memory_argv(settings: ServingSettings) -> list[str]:
+    """``--cpu-offload-gb``, ``--mamba-cache-mode`` and ``--mamba-ssm-cache-dtype`` (vLLM's
+    spelling; each only when set)."""
+    tail: list[str] = []
+    if settings.cpu_offload_gb:
+        tail += ["--cpu-offload-gb", _fmt_float(settings.cpu_offload_gb)]
+    if settings.mamba_cache_mode:
+        tail += ["--mamba-cache-mode", settings.mamba_cache_mode]
+    if settings.mamba_ssm_cache_dtype and settings.mamba_ssm_cache_dtype != "auto":
+        tail += ["--mamba-ssm-cache-dtype", settings.mamba_ssm_cache_dtype]
     return tail
 
 

@@ -101,7 +101,12 @@ class ExportPlan:
             return len(self.gpu_ids)
         if self.gpu_count is not None:
             return self.gpu_count
-        return max(1, self.spec.tensor_parallel_size) * max(1, self.pipeline_parallel_size)
+        return max(1, self.spec.tensor_parallel_size) * self.stages
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages: the plan's, or the launch settings' (``--pipeline-parallel-size``)."""
+        return max(1, self.pipeline_parallel_size, self.spec.pipeline_parallel_size)
 
     @property
     def image(self) -> str:
@@ -157,12 +162,10 @@ def revision_from_source(source: str) -> str | None:
 
 def _served_tail(plan: ExportPlan, *, host: str) -> list[str]:
     """The argv after ``vllm serve`` for the target (host replaced, revision added)."""
-    spec = replace(plan.spec, host=host)
+    spec = replace(plan.spec, host=host, pipeline_parallel_size=plan.stages)
     tail = build_argv_tail(spec)
     if plan.revision:
         tail += ["--revision", plan.revision]
-    if plan.pipeline_parallel_size > 1:
-        tail += ["--pipeline-parallel-size", str(plan.pipeline_parallel_size)]
     return tail
 
 
@@ -398,7 +401,7 @@ def helm_values(plan: ExportPlan) -> dict[str, Any]:
             f"the model {plan.spec.model} is a local folder, which a cluster cannot pull; "
             "export with its Hugging Face repo id (--model org/name)"
         )
-    managed = replace(plan.spec, extra_args=(), host="0.0.0.0")
+    managed = replace(plan.spec, extra_args=(), host="0.0.0.0", pipeline_parallel_size=plan.stages)
     tail = build_argv_tail(managed)[5:]  # drop model, --host H, --port P (the chart sets them)
     config: dict[str, Any] = {}
     extra: list[str] = []
@@ -418,8 +421,6 @@ def helm_values(plan: ExportPlan) -> dict[str, Any]:
         else:
             extra += [flag] if value is None else [flag, value]
     config.setdefault("enablePrefixCaching", True)  # the chart always passes one of the two
-    if plan.pipeline_parallel_size > 1:
-        extra += ["--pipeline-parallel-size", str(plan.pipeline_parallel_size)]
     extra += list(plan.spec.extra_args)
     if extra:
         config["extraArgs"] = extra

@@ -217,10 +217,5 @@ class GpuController(Controller):
         }
         pp = row.inputs.pipeline_parallel_size if row.inputs is not None else 1
         if pp > 1:
-            from kvpilot.core.vllm.command import parse_extra_args
-
-            out["extra_args"] = (
-                *parse_extra_args(self.window.profile.extra_args),
-                "--pipeline-parallel-size", str(pp),
-            )
+            out["pipeline_parallel_size"] = pp  # spelled by command.build_argv_tail
         return out

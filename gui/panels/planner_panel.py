@@ -181,14 +181,23 @@ class PlannerPanel(QWidget):
         self.enforce_eager = QCheckBox("eager")
         self.enforce_eager.setToolTip("vLLM's --enforce-eager: no CUDA graphs are captured")
         self.enforce_eager.toggled.connect(self._changed)
+        self.language_only = QCheckBox("text only")
+        self.language_only.setObjectName("languageModelOnly")
+        self.language_only.setToolTip("vLLM's --language-model-only: no vision or audio tower "
+                                      "is loaded and no image budget profiled")
+        self.language_only.toggled.connect(self._changed)
         quality_row = QHBoxLayout()
         quality_row.addWidget(self.allow_4bit)
         quality_row.addWidget(self.enforce_eager)
+        quality_row.addWidget(self.language_only)
         quality_row.addStretch(1)
         form.addRow("Quality", quality_row)
         self.kv_dtype = QComboBox()
         self.kv_dtype.addItem("auto (model dtype)", "auto")
         self.kv_dtype.addItem("fp8", "fp8")
+        # vLLM 0.29+: FP4 data with FP8 block scales (about 3.6 x the tokens of 16-bit KV)
+        self.kv_dtype.addItem("nvfp4 (vLLM 0.29+)", "nvfp4")
+        self.kv_dtype.setToolTip("vLLM's --kv-cache-dtype")
         self.kv_dtype.currentIndexChanged.connect(self._changed)
         form.addRow("KV cache", self.kv_dtype)
         util_row = QHBoxLayout()
@@ -429,6 +438,7 @@ class PlannerPanel(QWidget):
             kv_cache_dtype=self.kv_dtype.currentData() or "auto",
             gpu_memory_utilization=None if self.util_auto.isChecked() else self.util.value(),
             enforce_eager=self.enforce_eager.isChecked(),
+            language_model_only=self.language_only.isChecked(),
             **self.adapters.settings(),
         )
         return PlanRequest(goal, pinned, model_ref or "")
@@ -451,12 +461,15 @@ class PlannerPanel(QWidget):
             self.users.setValue(goal.users)
             self.allow_4bit.setChecked(goal.allows_4bit)
             kv = pinned.kv_cache_dtype
-            j = self.kv_dtype.findData("fp8" if kv.startswith("fp8") else "auto")
+            j = self.kv_dtype.findData(kv)
+            if j < 0:
+                j = self.kv_dtype.findData("fp8" if kv.startswith("fp8") else "auto")
             self.kv_dtype.setCurrentIndex(max(0, j))
             self.util_auto.setChecked(pinned.gpu_memory_utilization is None)
             if pinned.gpu_memory_utilization is not None:
                 self.util.setValue(pinned.gpu_memory_utilization)
             self.enforce_eager.setChecked(pinned.enforce_eager)
+            self.language_only.setChecked(pinned.language_model_only)
             self.adapters.show_settings(pinned)
             self.set_model_ref(request.model_ref)
         finally:

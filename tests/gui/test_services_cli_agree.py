@@ -58,7 +58,9 @@ def test_cli_and_window_give_one_capacity_and_one_key(
                 ServingSettings(kv_cache_dtype=kv_dtype, gpu_memory_utilization=utilization),
                 model_ref=model,
             )
-            for row in _window_rows(services, goal)[:2]:
+            # three rows a goal: on a card where a goal's plans sit at the band's edge (the
+            # RTX 3090 and the 16k Llama goal) the other goals still give three plans
+            for row in _window_rows(services, goal)[:3]:
                 assert row.inputs is not None and row.capacity is not None
                 argv = _cli_argv(row, row.inputs)
                 if snapshot == "rtx4090-rtx3090":

@@ -284,8 +284,17 @@ def test_pipeline_parallel_reaches_every_format(plan):
     assert "--pipeline-parallel-size 2" in export.render(pp, "command")
     compose = export.compose_document(pp)
     (service,) = compose["services"].values()
-    assert service["command"][-2:] == ["--pipeline-parallel-size", "2"]
+    # spelled once, by command.build_argv_tail, after the tensor-parallel size
+    command = service["command"]
+    assert command.count("--pipeline-parallel-size") == 1
+    at = command.index("--pipeline-parallel-size")
+    assert command[at + 1] == "2"
     helm = export.helm_values(pp)["servingEngineSpec"]["modelSpec"][0]
     assert helm["requestGPU"] == 2
-    assert helm["vllmConfig"]["extraArgs"][-3:] == [
-        "--pipeline-parallel-size", "2", "--enable-chunked-prefill"]
+    extra = helm["vllmConfig"]["extraArgs"]
+    assert extra.count("--pipeline-parallel-size") == 1
+    assert extra[extra.index("--pipeline-parallel-size") + 1] == "2"
+    # the launch settings' stages count as the plan's
+    from_spec = replace(plan, spec=replace(plan.spec, pipeline_parallel_size=2))
+    assert from_spec.gpus == 2
+    assert export.render(from_spec, "command").count("--pipeline-parallel-size 2") == 1

@@ -1,0 +1,121 @@
+"""Which model runner a vLLM release uses for a model, and what that changes in the budget.
+
+vLLM 0.22 introduced a second GPU model runner (``v1/worker/gpu/model_runner.py``, logged as
+"Using V2 Model Runner") and each release picks it by its own rule
+(``VllmConfig.use_v2_model_runner`` / ``_is_default_v2_model_runner_model``, read in each wheel):
+
+* 0.20, 0.21: no default architecture; the V1 runner (``VLLM_USE_V2_MODEL_RUNNER`` only).
+* 0.22: ``Qwen3ForCausalLM``, not MoE, not quantized; 0.23 adds ``LlamaForCausalLM`` and
+  ``MistralForCausalLM``.
+* 0.24: any of Qwen3, Llama, Mistral, DeepseekV2, Qwen2Moe and GraniteMoe (quantized too).
+* 0.25 to 0.27: every generative model that is neither hybrid nor attention-free, unless it is a
+  MoE outside the default set (DeepseekV2, Qwen2Moe, GraniteMoe, and from 0.26 Inkling and
+  LongcatFlashNgram); 0.28 lets a hybrid of the default set through.
+* 0.29: every model (MoE, hybrid and pooling ones included).
+
+Features the runner lacks send the model back to V1 (``_get_v2_model_runner_unsupported_features``):
+n-gram and other drafters than EAGLE / EAGLE3 / MTP (and DFlash from 0.27, DSpark and
+extract_hidden_states from 0.29).
+
+Under the V2 runner the profile run keeps the forward's buffers while the dummy sampler runs,
+and that sampler keeps the logits only (:data:`activation.SAMPLER_V2`): :func:`runner_profile`.
+
+The V2 runner's ``profile_cudagraph_memory`` returns 0 up to 0.28.0 (0.29.0 estimates), so by
+the code no CUDA-graph estimate enters a V2 run's budget before 0.29. The public start-ups do
+not bear that out: left out of the budget, leave-one-source-out error of the 0.26 to 0.28 V2
+runs grows (Qwen3-14B on an L40S with 0.28.0: 0.4 % -> 11.8 %; Qwen2.5-7B-AWQ with 0.26.0:
+1.6 % -> 8.7 %), so the plan keeps the estimate inside the budget there until a log shows
+where those bytes go.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from kvpilot.core.fit import activation
+from kvpilot.core.fit.activation import VersionProfile
+from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.vllm.versions import Release
+
+_DENSE_SET_022 = frozenset({"Qwen3ForCausalLM"})
+_DENSE_SET_023 = _DENSE_SET_022 | {"LlamaForCausalLM", "MistralForCausalLM"}
+_SET_024 = _DENSE_SET_023 | {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                             "GraniteMoeForCausalLM"}
+_MOE_SET_025 = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                          "GraniteMoeForCausalLM"})
+_MOE_SET_026 = _MOE_SET_025 | {"InklingForCausalLM", "InklingForConditionalGeneration",
+                               "LongcatFlashNgramForCausalLM"}
+#: drafters the V2 runner runs (others send the model to V1); DFlash from 0.27
+_V2_DRAFTERS = ("eagle", "eagle3", "mtp")
+
+
+def _drafter(speculative_config: str | None) -> str | None:
+    if not speculative_config:
+        return None
+    try:
+        data = json.loads(speculative_config)
+    except json.JSONDecodeError:
+        return None
+    method = data.get("method") if isinstance(data, dict) else None
+    return str(method) if method else ("draft_model" if isinstance(data, dict)
+                                       and data.get("model") else None)
+
+
+def uses_v2_runner(model: ModelSpec, inputs: PlanInputs) -> bool:
+    """Whether ``inputs.vllm_version`` runs ``model`` on the V2 model runner (rules above)."""
+    v = Release.parse(inputs.vllm_version)
+    if not v.at_least("0.22") or (inputs.runner == "pooling" and not v.at_least("0.29")):
+        return False
+    arch = model.architecture
+    moe = model.moe is not None
+    hybrid = model.linear_state is not None
+    if v.at_least("0.29"):
+        chosen = True
+    elif v.at_least("0.25"):
+        default_moe = _MOE_SET_026 if v.at_least("0.26") else _MOE_SET_025
+        if hybrid and not (v.at_least("0.28") and arch in default_moe):
+            return False
+        chosen = arch in default_moe or not moe
+    elif v.at_least("0.24"):
+        chosen = arch in _SET_024
+    else:
+        dense = _DENSE_SET_023 if v.at_least("0.23") else _DENSE_SET_022
+        chosen = arch in dense and not moe and model.quantization is None and not hybrid
+    if not chosen:
+        return False
+    method = _drafter(inputs.speculative_config)
+    drafters: tuple[str, ...] = _V2_DRAFTERS
+    if v.at_least("0.27"):
+        drafters = (*drafters, "dflash")
+    if v.at_least("0.29"):
+        drafters = (*drafters, "dspark", "extract_hidden_states")
+    return method is None or method in drafters
+
+
+def runner_profile(profile: VersionProfile, model: ModelSpec, inputs: PlanInputs
+                   ) -> VersionProfile:
+    """``profile`` as the runner of this release and model applies it: the V2 sampler and the
+    forward held through it where the V2 runner runs (0.22+), none where V1 runs (a MoE or a
+    hybrid on a 0.28 row). The row's key is kept (its fitted constants)."""
+    if profile.engine != "V1":
+        return profile
+    if uses_v2_runner(model, inputs):
+        return replace(profile, v2_sampler=activation.SAMPLER_V2, sampler_adds_to_forward=True)
+    if profile.v2_sampler is not None:
+        return replace(profile, v2_sampler=None, sampler_adds_to_forward=False)
+    return profile
+
+
+def graphs_outside_budget(profile: VersionProfile, model: ModelSpec, inputs: PlanInputs) -> bool:
+    """Whether, by the release's code, the CUDA graphs are captured from memory the KV budget
+    does not hold: before 0.20 (no estimate), and under the V2 runner before 0.29 (its
+    ``profile_cudagraph_memory`` returns 0). The capture then needs that much memory free
+    beyond the requested budget."""
+    if profile.engine != "V1" or inputs.enforce_eager:
+        return False
+    if not profile.cudagraph_in_budget:
+        return True
+    return uses_v2_runner(model, inputs) and not Release.parse(
+        inputs.vllm_version).at_least("0.29")
