@@ -73,6 +73,8 @@ class CatalogEntry:
     config: dict[str, Any]
     #: first public release (ISO date, ``YYYY-MM`` or ``YYYY-MM-DD``; "" when not recorded)
     release_date: str = ""
+    #: where the release date was read, or the sentence saying no source gave one
+    release_date_source: str = ""
 
     @property
     def base_checkpoint(self) -> CatalogCheckpoint:
@@ -119,6 +121,7 @@ def _as_entry(raw: dict[str, Any]) -> CatalogEntry:
             checkpoints=tuple(_as_checkpoint(c, entry_id) for c in raw["checkpoints"]),
             config=dict(raw["config"]),
             release_date=str(raw.get("release_date") or ""),
+            release_date_source=str(raw.get("release_date_source") or ""),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelSpecError(
