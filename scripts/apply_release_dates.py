@@ -41,7 +41,8 @@ def apply(catalog: dict, dates: dict) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dates", type=Path, default=REPO / "scripts" / "catalog_release_dates.json")
+    parser.add_argument("--dates", type=Path,
+                        default=REPO / "scripts" / "catalog_release_dates.json")
     parser.add_argument("--catalog", type=Path, default=REPO / "resources" / "catalog.json")
     args = parser.parse_args(argv)
     catalog = json.loads(args.catalog.read_text(encoding="utf-8"))
