@@ -105,7 +105,8 @@ def refresh_catalog(
     say = on_progress or (lambda _text: None)
     endpoint = resolve_endpoint()
     target = path or user_catalog_path()
-    failed = (*HUB_ERRORS, *_FINALIZE_NETWORK_ERRORS, RuntimeError)
+    failed: tuple[type[BaseException], ...] = (
+        *HUB_ERRORS, *_FINALIZE_NETWORK_ERRORS, RuntimeError)
     say(f"listing the most downloaded and trending models on {endpoint}")
     try:
         listing = _listed(endpoint, token, limit)
