@@ -88,6 +88,8 @@ class HubSearchDialog(QDialog):
     plan_requested = Signal(str)
     #: emitted when a search finished and the table shows it (tests wait for it)
     results_shown = Signal()
+    #: emitted with the one-line outcome when a catalog refresh finished (tests wait for it)
+    catalog_refreshed = Signal(str)
 
     def __init__(self, search: SearchFn, context_text: str,
                  parent: QWidget | None = None) -> None:
@@ -110,6 +112,12 @@ class HubSearchDialog(QDialog):
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.setToolTip("Ask the Hub again instead of using cached results")
         self.refresh_button.clicked.connect(lambda: self.start_search(refresh=True))
+        self.catalog_button = QPushButton("Refresh catalog")
+        self.catalog_button.setObjectName("catalogRefreshButton")
+        self.catalog_button.setToolTip(
+            "Rebuild your model catalog from the Hub's most downloaded and trending models "
+            "(their quantized uploads, sizes and release dates); the window stays usable")
+        self.catalog_button.clicked.connect(lambda: self.start_catalog_refresh())
         self.context = QLabel(context_text)
         self.context.setWordWrap(True)
         self.status = QLabel("Type a name and press Enter. Nothing is downloaded: sizes come "
@@ -145,6 +153,7 @@ class HubSearchDialog(QDialog):
         row.addWidget(self.sort)
         row.addWidget(self.search_button)
         row.addWidget(self.refresh_button)
+        row.addWidget(self.catalog_button)
         bottom = QHBoxLayout()
         bottom.addWidget(self.detail, 1)
         bottom.addWidget(self.plan_button, 0, Qt.AlignmentFlag.AlignTop)
@@ -175,6 +184,34 @@ class HubSearchDialog(QDialog):
             lambda exc: self._on_error(gen, exc),
             name="kvpilot-hub-search",
         )
+
+    def start_catalog_refresh(self, refresh: Callable[[], object] | None = None) -> None:
+        """Rebuild the user's catalog on a worker thread (``refresh`` replaces the Hub one in
+        tests); the status line says the outcome, or which catalog stays in use offline."""
+        from kvpilot.core.hub.catalog_refresh import RefreshResult, refresh_catalog
+
+        def work() -> object:
+            if refresh is not None:
+                return refresh()
+            from kvpilot.core.hub.search import runtime_filter
+
+            return refresh_catalog(registered=runtime_filter()[0])
+
+        def done(result: object) -> None:
+            self.catalog_button.setEnabled(True)
+            text = result.message if isinstance(result, RefreshResult) else str(result)
+            self.status.setText(text)
+            self.catalog_refreshed.emit(text)
+
+        def failed(exc: BaseException) -> None:
+            self.catalog_button.setEnabled(True)
+            text = f"The catalog refresh failed: {type(exc).__name__}: {exc}"
+            self.status.setText(text)
+            self.catalog_refreshed.emit(text)
+
+        self.catalog_button.setEnabled(False)
+        self.status.setText("Refreshing the catalog from the Hub…")
+        run_in_thread(work, done, failed, name="kvpilot-catalog-refresh")
 
     def _on_result(self, gen: int, result: SearchResult) -> None:
         if gen != self._generation:

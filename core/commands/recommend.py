@@ -130,6 +130,7 @@ def to_json(result: Recommendation) -> dict[str, Any]:
                 if c.decode_tokens_per_s else None,
                 "ttft_s": round(c.ttft_s, 3) if c.ttft_s else None,
                 "score": c.score,
+                "quality": c.quality.to_json(),
                 "reason": c.reason,
                 "gpus": c.gpus_label or result.gpu.name,
                 "gpu_positions": list(c.gpu_positions),

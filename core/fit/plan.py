@@ -20,7 +20,7 @@ from kvpilot.core.vllm.versions import NEWEST_KNOWN
 
 #: what a deployment is for (the recommender's goal), with the words the GUI shows for it
 USE_CASE_LABELS: dict[str, str] = {"chat": "chat", "long-docs": "long documents",
-                                   "batch": "batch"}
+                                   "batch": "batch", "coding": "coding"}
 USE_CASES: tuple[str, ...] = tuple(USE_CASE_LABELS)
 
 #: term sources (``BudgetTerm.source``)

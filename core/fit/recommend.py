@@ -33,6 +33,7 @@ from kvpilot.core.fit.plan import (
     ServingSettings,
 )
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
+from kvpilot.core.models.quality import QualityFigure, figure_for, unrated
 from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.units import GiB
 from kvpilot.core.vllm.versions import supports
@@ -42,7 +43,12 @@ from kvpilot.core.words import estimated_rate, join_clauses, more_kv_text, times
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
 PREFILL_COMPUTE_EFFICIENCY = 0.45
 #: typical prompt per use case (tokens) for the TTFT estimate
-TYPICAL_PROMPT_TOKENS = {"chat": 1000, "long-docs": 16000, "batch": 2000}
+TYPICAL_PROMPT_TOKENS = {"chat": 1000, "long-docs": 16000, "batch": 2000, "coding": 8000}
+#: a rated plan's quality points: this plus its published figure (0-100 scales), so that every
+#: rated plan ranks above every unrated one (whose fallback stays below it)
+RATED_BASE = 100.0
+#: the unrated fallback: this many points per decade of (effective) parameters
+FALLBACK_PER_DECADE = 5.0
 #: utilization when the free memory is unknown: leave room for a desktop
 UNKNOWN_FREE_UTILIZATION = 0.90
 MAX_UTILIZATION = 0.95
@@ -71,7 +77,8 @@ class Candidate:
     gpu_positions: tuple[int, ...] = ()
     gpus_label: str = ""
     parallel_note: str = ""
-
+    #: the published figure the score ranks by (or "unrated"), with its source and date
+    quality: QualityFigure = field(default_factory=lambda: unrated("not looked up"))
 
 
 @dataclass(frozen=True)
@@ -345,7 +352,8 @@ def _evaluate(
     kv_headroom = kv_headroom_bytes(cap, goal.users)
     tight = is_tight(cap, goal.users)
     short_context = cap.max_model_len < goal.context_tokens
-    score = _score(goal, total, active, weight_bits_of(model), cap, tps, ttft)
+    quality = quality_of(model.model_id, goal.use_case)
+    score = _score(goal, total, active, weight_bits_of(model), cap, tps, ttft, quality)
     if short_context:
         score -= 5
     kv_note = "fp8 KV" if inputs.kv_cache_dtype == "fp8" else "16-bit KV"
@@ -369,26 +377,45 @@ def _evaluate(
         reason=reason,
         tight=tight,
         kv_headroom_bytes=kv_headroom,
+        quality=quality,
     )
+
+
+def quality_of(repo: str, use_case: str) -> QualityFigure:
+    """The published figure of checkpoint ``repo`` in ``use_case``'s benchmark (its catalog
+    entry is its base model), or unrated."""
+    from kvpilot.core.models.catalog import find
+
+    found = find(repo)
+    return figure_for(repo, use_case, found[0].id if found else None)
+
+
+def quality_points(quality: QualityFigure, params: int, active: int, bits: int) -> float:
+    """The quality part of a score: :data:`RATED_BASE` plus the published figure when rated;
+    else the fallback, :data:`FALLBACK_PER_DECADE` points per decade of effective parameters
+    (a mixture of experts counts as the geometric mean of its total and active parameters)
+    times the quantization factor, which stays below every rated plan."""
+    if quality.score is not None:
+        return RATED_BASE + quality.score
+    effective = math.sqrt(params * active) if active and active < params else params
+    return _quality(int(effective), bits) * FALLBACK_PER_DECADE
 
 
 def _score(
     goal: Goal, params: int, active: int, bits: int, cap: Capacity, tps: float | None,
-    ttft: float | None,
+    ttft: float | None, quality: QualityFigure | None = None,
 ) -> float:
-    """Higher is better: quality first, then what the use case values.
-
-    Quality grows with the log of the parameter count; a mixture of experts counts as the
-    geometric mean of its total and active parameters.
-    """
-    effective = math.sqrt(params * active) if active and active < params else params
-    score = _quality(int(effective), bits) * 10
+    """Higher is better: the published quality figure first (:func:`quality_points`), then
+    what the use case values: chat and coding single-stream tokens/s, batch total tokens/s at
+    the planned concurrency, long documents the concurrency at full context."""
+    score = quality_points(quality or unrated(""), params, active, bits)
     if tps is not None:
-        if goal.use_case == "chat":
+        if goal.use_case in ("chat", "coding"):
             score += min(tps, 60) / 20 - (2 if tps < 15 else 0)
         elif goal.use_case == "batch":
-            score += math.log2(max(cap.max_concurrency_low, 1)) * 0.8
-    if ttft is not None and goal.use_case == "chat" and ttft > 1.0:
+            total_tps = tps * max(cap.max_concurrency_low, 1)
+            score += math.log2(max(total_tps, 1)) * 0.8
+    if ttft is not None and goal.use_case in ("chat", "coding") and ttft > 1.0:
         score -= 1
     if goal.use_case == "long-docs":
         score += math.log2(max(cap.max_concurrency_low, 1)) * 0.3
@@ -437,3 +464,20 @@ def feasibility(
         out[dtype] = row
     return out
 
+
+
+def why_above(first: Candidate, second: Candidate) -> str:
+    """One sentence saying why ``first`` ranks above ``second`` (quality figure, then speed)."""
+    qa, qb = first.quality, second.quality
+    if qa.rated and qb.rated and qa.score != qb.score:
+        return (f"{first.model_id} scores {qa.score:.1f} on {qa.benchmark} against "
+                f"{qb.score:.1f} for {second.model_id}")
+    if qa.rated and not qb.rated:
+        return (f"{first.model_id} has a published {qa.benchmark} figure; "
+                f"{second.model_id} is unrated")
+    speed_a, speed_b = first.decode_tokens_per_s, second.decode_tokens_per_s
+    if speed_a and speed_b and abs(speed_a - speed_b) >= 1:
+        return (f"same quality evidence; {first.model_id} decodes ~{speed_a:.0f} tok/s against "
+                f"~{speed_b:.0f}")
+    return (f"same quality evidence; {first.model_id} leaves more room for the goal "
+            f"(score {first.score:.1f} against {second.score:.1f})")

@@ -14,7 +14,8 @@ release date, an optional pinned revision and how many quantized variants to kee
   ``hub_safetensors.json`` (the Hub API's ``safetensors.parameters`` counts, dtype -> count, as
   quoted publicly) or ``file_sizes.json`` (the checkpoint's file sizes in bytes, as quoted
   publicly: the ``.safetensors`` files are summed, their JSON headers included), for machines
-  that cannot reach the Hub.
+  that cannot reach the Hub. A ModelOpt checkpoint whose config.json holds no
+  ``quantization_config`` takes its ``hf_quant_config.json`` copy's section, as vLLM does.
 
 A checkpoint whose bytes nobody counted carries the byte model's figure
 (:func:`kvpilot.core.models.bytemodel.estimate_weight_bytes`) with ``weights_source``
@@ -61,6 +62,8 @@ INDEX_FILE = "model.safetensors.index.json"
 HUB_SAFETENSORS_FILE = "hub_safetensors.json"
 FILE_SIZES_FILE = "file_sizes.json"
 SOURCE_FILE = "SOURCE.txt"
+#: a ModelOpt checkpoint's quantization, beside config.json
+HF_QUANT_FILE = "hf_quant_config.json"
 #: the Hub's expand fields for a base repo
 INFO_EXPAND = ("sha", "safetensors", "config", "createdAt", "cardData", "gated")
 
@@ -340,6 +343,12 @@ def entry_from_copies(src: BuildSource, root: Path) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise CatalogBuildError(f"{src.id}: no readable config.json copy in {folder} ({err})") \
             from err
+    hf_quant = folder / HF_QUANT_FILE
+    if "quantization_config" not in config and hf_quant.is_file():
+        # a ModelOpt checkpoint states its quantization in hf_quant_config.json (vLLM reads it)
+        section = _read_json(src.id, hf_quant).get("quantization")
+        if isinstance(section, dict):
+            config = {**config, "quantization_config": {"quant_method": "modelopt", **section}}
     source_text = ""
     if (folder / SOURCE_FILE).is_file():
         source_text = " ".join((folder / SOURCE_FILE).read_text(encoding="utf-8").split())

@@ -73,6 +73,8 @@ class CatalogEntry:
     config: dict[str, Any]
     #: first public release (ISO date, ``YYYY-MM`` or ``YYYY-MM-DD``; "" when not recorded)
     release_date: str = ""
+    #: where the release date was read, or the sentence saying no source gave one
+    release_date_source: str = ""
 
     @property
     def base_checkpoint(self) -> CatalogCheckpoint:
@@ -119,6 +121,7 @@ def _as_entry(raw: dict[str, Any]) -> CatalogEntry:
             checkpoints=tuple(_as_checkpoint(c, entry_id) for c in raw["checkpoints"]),
             config=dict(raw["config"]),
             release_date=str(raw.get("release_date") or ""),
+            release_date_source=str(raw.get("release_date_source") or ""),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ModelSpecError(
@@ -127,12 +130,7 @@ def _as_entry(raw: dict[str, Any]) -> CatalogEntry:
 
 
 @cache
-def catalog_entries() -> tuple[CatalogEntry, ...]:
-    """All catalog entries, in catalog order.
-
-    Raises:
-        ModelSpecError: the bundled catalog is missing or malformed (a packaging error).
-    """
+def _shipped_data() -> dict[str, Any]:
     try:
         text = resources.files("kvpilot.resources").joinpath(CATALOG_RESOURCE).read_text("utf-8")
         data = json.loads(text)
@@ -140,7 +138,54 @@ def catalog_entries() -> tuple[CatalogEntry, ...]:
         raise ModelSpecError(
             f"bundled catalog cannot be read ({err}); reinstall kvpilot", path=CATALOG_RESOURCE
         ) from err
-    return tuple(_as_entry(e) for e in data["entries"])
+    return dict(data)
+
+
+def shipped_entries() -> tuple[CatalogEntry, ...]:
+    """The entries kvpilot ships, without the user's refreshed ones.
+
+    Raises:
+        ModelSpecError: the bundled catalog is missing or malformed (a packaging error).
+    """
+    return tuple(_as_entry(e) for e in _shipped_data()["entries"])
+
+
+def shipped_catalog_date() -> str:
+    """The date the shipped catalog was built (ISO)."""
+    return str(_shipped_data().get("catalog_date", ""))
+
+
+def catalog_date() -> str:
+    """The date of the catalog in use: the user's refresh when there is one, else the shipped
+    catalog's."""
+    from kvpilot.core.models.catalog_user import read_user_catalog
+
+    user = read_user_catalog()
+    return str(user.get("refreshed_at", "")) if user else shipped_catalog_date()
+
+
+@cache
+def catalog_entries() -> tuple[CatalogEntry, ...]:
+    """All catalog entries, in catalog order: the shipped ones with the user's refreshed
+    catalog (:mod:`kvpilot.core.models.catalog_user`) layered over them.
+
+    Raises:
+        ModelSpecError: the bundled catalog is missing or malformed (a packaging error).
+    """
+    from kvpilot.core.models.catalog_user import layered, read_user_catalog
+
+    raw = list(_shipped_data()["entries"])
+    user = read_user_catalog()
+    if user is not None:
+        raw = layered(raw, [e for e in user["entries"] if isinstance(e, dict)])
+    return tuple(_as_entry(e) for e in raw)
+
+
+def forget_loaded_catalog() -> None:
+    """Drop what was read of the catalog, so that the next look-up reads it again (after a
+    refresh)."""
+    for fn in (catalog_entries, _index, _split, all_checkpoint_specs):
+        fn.cache_clear()
 
 
 def checkpoint_spec(entry: CatalogEntry, checkpoint: CatalogCheckpoint) -> ModelSpec:

@@ -45,6 +45,8 @@ class ListedModel:
     license: str
     gated: bool
     checkpoints: tuple[ListedCheckpoint, ...]
+    #: where the release date was read ("date unknown: ..." when none was)
+    release_date_source: str = ""
 
 
 def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
@@ -56,7 +58,8 @@ def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
                                      c.weights_source, refusal(scheme, cc) or "",
                                      caveat(scheme, cc)))
     return ListedModel(entry.id, entry.family, entry.release_date, entry.params_total,
-                       entry.context_length, entry.license, entry.gated, tuple(rows))
+                       entry.context_length, entry.license, entry.gated, tuple(rows),
+                       entry.release_date_source)
 
 
 def catalog_listing(
@@ -80,6 +83,7 @@ def listing_to_json(models: tuple[ListedModel, ...]) -> list[dict[str, Any]]:
     return [
         {
             "id": m.id, "family": m.family, "release_date": m.release_date or None,
+            "release_date_source": m.release_date_source or None,
             "params_total": m.params_total, "context_length": m.context_length,
             "license": m.license, "gated": m.gated,
             "checkpoints": [

@@ -92,4 +92,10 @@ def _algo_of(mixed: MixedPrecision, prefixes: tuple[str, ...], submodule: str,
         for key, algo in mixed.layers:
             if key.startswith(dotted):
                 return algo
+    for name in names:  # a child of a listed module (``mlp.experts`` for each expert's proj)
+        parts = name.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            parent = ".".join(parts[:cut])
+            if parent in index:
+                return index[parent]
     return None

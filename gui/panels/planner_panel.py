@@ -631,6 +631,7 @@ class PlannerPanel(QWidget):
         extra = [("verdict", verdict_text(cap))] if hasattr(cap, "verdict") else []
         if row.reason:
             extra.append(("why", row.reason))
+        extra += self._quality_lines(row)
         self.detail.setRowCount(len(terms) + len(extra))
         for r, term in enumerate(terms):
             self.detail.setItem(r, 0, QTableWidgetItem(term.name.replace("_", " ")))
@@ -646,6 +647,26 @@ class PlannerPanel(QWidget):
             note = QTableWidgetItem(text)
             note.setToolTip(text)
             self.detail.setItem(r, 3, note)
+
+    def _quality_lines(self, row: PlanRow) -> list[tuple[str, str]]:
+        """The selected plan's published quality figure with its source, and why it ranks
+        above the next plan (none for a plan the recommender did not rank)."""
+        from kvpilot.core.fit.recommend import Candidate, why_above
+
+        cand = row.source
+        if not isinstance(cand, Candidate):
+            return []
+        q = cand.quality
+        figure = (f"{q.score:.1f} on {q.benchmark} ({q.date or 'date not given'}): {q.source}"
+                  if q.rated else f"unrated: {q.source}")
+        if q.recovery_note:
+            figure += f"; {q.recovery_note}"
+        lines = [("quality", figure)]
+        at = next((i for i, r in enumerate(self.rows) if r is row), -1)
+        below = self.rows[at + 1].source if 0 <= at < len(self.rows) - 1 else None
+        if isinstance(below, Candidate):
+            lines.append(("ranked above the next", why_above(cand, below)))
+        return lines
 
     # ----------------------------------------------------------------- chart
 

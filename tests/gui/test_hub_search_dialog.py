@@ -86,3 +86,30 @@ def test_a_second_search_comes_from_the_cache_and_errors_are_told(make_window, q
         dialog.resize(1100, 600)
         Path(folder).mkdir(parents=True, exist_ok=True)
         dialog.grab().save(str(Path(folder) / "hub-search.png"), "PNG")
+
+
+def test_catalog_refresh_runs_off_the_gui_thread_and_says_its_date(
+    make_window, qtbot, hub, tmp_path, monkeypatch
+):
+    from kvpilot.core.hub.catalog_refresh import refresh_catalog
+    from kvpilot.core.models.catalog import forget_loaded_catalog
+
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "refresh-data"))
+    w = make_window()
+    dialog = w.hub_search_control.open()
+    assert isinstance(dialog, HubSearchDialog)
+    ticks: list[int] = []
+    timer = QTimer(dialog)
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start(10)
+    try:
+        with qtbot.waitSignal(dialog.catalog_refreshed, timeout=60_000) as got:
+            dialog.start_catalog_refresh(lambda: refresh_catalog(limit=3))
+            assert not dialog.catalog_button.isEnabled()
+        timer.stop()
+        assert got.args[0].startswith("catalog refreshed on ")
+        assert dialog.status.text() == got.args[0] and dialog.catalog_button.isEnabled()
+        assert ticks  # the window answered while the Hub was read
+        assert (tmp_path / "refresh-data" / "catalog_user.json").is_file()
+    finally:
+        forget_loaded_catalog()

@@ -55,3 +55,28 @@ def test_memory_bar_includes_the_vision_encoder_profile() -> None:
     assert terms[ENCODER_PROFILE_TERM] > 0
     # weights + overheads + KV fill the request exactly, the encoder's share included
     assert sum(bar.values()) == terms["requested"]
+
+
+def test_detail_shows_the_quality_figure_and_why_it_beat_the_next(qtbot) -> None:
+    from kvpilot.core.fit.goal import Goal
+    from kvpilot.core.fit.plan import GpuTarget
+    from kvpilot.core.fit.recommend import recommend
+    from kvpilot.core.models.catalog import get
+    from kvpilot.core.models.quality import figure_for
+
+    gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24 * 2**30, 22 * 2**30, (8, 9), 1.008e12, 165.2)
+    base = recommend(gpu, Goal("chat", 4096, 1), [get("Qwen/Qwen3-8B-AWQ")]).candidates[0]
+    first = replace(base, model_id="a", quality=figure_for("nvidia/Qwen3.6-27B-NVFP4", "chat"))
+    second = replace(base, model_id="b")  # not looked up: unrated
+    rows = [PlanRow(RankedPlan(c.model_id, c.inputs, c.capacity, True, False, False, "",
+                               candidate=c), c.model_id, "awq", c.model_id)
+            for c in (first, second)]
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.rows = rows
+    panel._show_detail(rows[0])
+    lines = {panel.detail.item(r, 0).text(): panel.detail.item(r, 3).text()
+             for r in range(panel.detail.rowCount()) if panel.detail.item(r, 3) is not None}
+    assert lines["quality"].startswith("46.0 on Artificial Analysis Intelligence Index v4.0")
+    assert "https://" in lines["quality"]
+    assert "b is unrated" in lines["ranked above the next"]

@@ -250,3 +250,21 @@ def test_a_catalog_estimate_is_the_one_a_model_folder_gets(folder: str, repo: st
     assert ckpt.weights_bytes == from_folder.weights_bytes
     if ckpt.method is None:
         assert ckpt.weights_bytes >= 2 * entry.params_total > 0
+
+
+def test_a_modelopt_copy_takes_its_quantization_from_hf_quant_config(tmp_path: Path):
+    folder = tmp_path / "example__Nano-NVFP4"
+    folder.mkdir()
+    shipped = REPO / "scripts" / "catalog_copies" / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"
+    config = json.loads((shipped / "config.json").read_text())
+    assert "quantization_config" not in config  # the ModelOpt section lives beside it
+    (folder / "config.json").write_text(json.dumps(config))
+    bf16 = entry_from_copies(BuildSource("example/Nano-NVFP4", "Nemotron 3"), tmp_path)
+    (folder / "hf_quant_config.json").write_text((shipped / "hf_quant_config.json").read_text())
+    fp4 = entry_from_copies(BuildSource("example/Nano-NVFP4", "Nemotron 3"), tmp_path)
+    line = fp4["checkpoints"][0]
+    assert line["scheme"] == "nvfp4" and line["bits"] == 4 and line["group_size"] == 16
+    assert fp4["config"]["quantization_config"]["quant_method"] == "modelopt"
+    # the excluded attention/Mamba layers stay 16-bit: well above a quarter of the BF16 bytes
+    ratio = line["weights_bytes"] / bf16["checkpoints"][0]["weights_bytes"]
+    assert 0.25 < ratio < 0.35, ratio

@@ -62,8 +62,10 @@ def test_entries_the_planner_cannot_plan_yet_are_rejected_with_the_reason_not_a_
     from kvpilot.core.fit.recommend import Goal, recommend
     from kvpilot.core.hardware.target import from_spec
 
-    # every architecture of this release's entries has its memory rule now
-    assert unplannable() == ()
+    # every architecture of this release's entries has its memory rule, but Gemma 4 12B's
+    # encoder-free Gemma4Unified one: listed, and named rejected with the reason
+    assert [(repo, "Gemma4UnifiedForConditionalGeneration" in why)
+            for repo, why in unplannable()] == [("google/gemma-4-12B-it-qat-w4a16-ct", True)]
     from kvpilot.core.models import catalog
 
     why = "kvpilot has no memory rule for FancyNewForCausalLM yet, so acme/fancy is not ranked"
@@ -72,3 +74,24 @@ def test_entries_the_planner_cannot_plan_yet_are_rejected_with_the_reason_not_a_
     rejected = {r.model_id: r.reason for r in result.rejected}
     assert rejected["acme/fancy"] == why
     assert result.candidates
+
+
+def test_every_model_is_dated_or_says_no_source_gave_a_date() -> None:
+    import re
+
+    from kvpilot.core.models.catalog_list import catalog_listing, listing_to_json
+
+    rows = listing_to_json(catalog_listing())
+    dated = [m for m in rows if m["release_date"]]
+    for m in rows:
+        if m["release_date"]:
+            assert re.fullmatch(r"20\d\d-\d\d(-\d\d)?", m["release_date"]), m["id"]
+            assert "http" in m["release_date_source"], m["id"]
+        else:
+            assert m["release_date_source"].startswith("date unknown"), m["id"]
+    assert len(dated) >= len(rows) // 2
+    # this year's models whose weights fit a 24 GiB card, each checkpoint with its size source
+    fits = [(m["id"], c) for m in rows if (m["release_date"] or "").startswith("2026")
+            for c in m["checkpoints"] if c["weights_bytes"] and c["weights_bytes"] <= 24 * 2**30]
+    assert len(fits) >= 6
+    assert all(c["weights_source"] in ("catalog", "estimate") for _, c in fits)
