@@ -21,11 +21,12 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
-from kvpilot.core import logsetup, startup_gc
+from kvpilot.core import logsetup, native_crash, startup_gc
 from kvpilot.core import settings as st
 from kvpilot.core.vllm.states import SupervisorState
-from kvpilot.gui import crash, theme
+from kvpilot.gui import crash, theme, threadcheck
 from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.collector import GuiCollector
 from kvpilot.gui.first_paint import FirstPaint
 from kvpilot.gui.main_window import MainWindow
 from kvpilot.gui.services import AppServices
@@ -63,6 +64,7 @@ def _shown() -> None:
 
 def ensure_app(argv: Sequence[str] | None = None) -> QApplication:
     """The QApplication (created once, reused by tests)."""
+    threadcheck.install()
     app = QApplication.instance()
     if isinstance(app, QApplication):
         return app
@@ -123,9 +125,13 @@ def _open_profile(window: MainWindow, name: str | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the app with parsed ``kvpilot gui`` options; returns the exit status."""
+    previous_crash = arm_crash_report(logsetup.log_path())
     services = AppServices(CoreBridge(), fake_gpu=args.fake_gpu)
     services.nvml_module()  # a bad --fake-gpu name is a one-line user error (KvpilotError)
     app = ensure_app()
+    # Qt objects in reference cycles are freed on the GUI thread only (gui/collector.py)
+    collector = GuiCollector(parent=app)
+    collector.start()
     window = build_window(services=services)
     _open_profile(window, getattr(args, "profile", None))
     FirstPaint(window, _shown)
@@ -142,15 +148,33 @@ def main(args: argparse.Namespace) -> int:
     from kvpilot.gui.screen_fit import clamp_to_screen
 
     clamp_to_screen(window)  # now that the window manager's frame is known
+    if previous_crash is not None:
+        log.warning("the last run crashed; its report: %s", previous_crash.path)
+        QTimer.singleShot(0, window, lambda: crash.offer_previous(previous_crash, window))
     _offer_desktop_entry_later(window)
     pump = _install_signal_handlers(app)
     try:
-        return int(app.exec())
+        status = int(app.exec())
     finally:
         pump.stop()
         window.services.shutdown()
         wait_for_pool(30_000)
         dispose(window)
+        collector.timer.stop()
+    if threadcheck.violations():
+        print(f"kvpilot: {len(threadcheck.violations())} Qt object(s) used off their thread "
+              f"(see above)", file=sys.stderr)
+        return threadcheck.EXIT_WRONG_THREAD
+    return status
+
+
+def arm_crash_report(log_file: Path | None) -> native_crash.NativeCrash | None:
+    """Take the report a crashed last run left beside ``log_file`` (None: it ended well), then
+    make faulthandler write this run's native crash there (:mod:`kvpilot.core.native_crash`)."""
+    log_dir = log_file.parent if log_file is not None else None
+    previous = native_crash.take_previous(log_dir) if log_dir is not None else None
+    native_crash.arm(log_dir)
+    return previous
 
 
 def _offer_desktop_entry_later(window: MainWindow) -> None:

@@ -86,9 +86,13 @@ class ProfileController(Controller):
     def open_settings(self) -> st.Settings | None:
         """Run the settings dialog; returns the accepted settings (None when cancelled)."""
         dialog = self.make_settings_dialog()
-        if dialog.exec() != dialog.DialogCode.Accepted:
-            return None
-        return self.accept_settings(dialog.result_settings())
+        try:
+            if dialog.exec() != dialog.DialogCode.Accepted:
+                return None
+            return self.accept_settings(dialog.result_settings())
+        finally:
+            # deleted here, on the GUI thread, not whenever a collection frees its cycles
+            dialog.deleteLater()
 
     def make_settings_dialog(self) -> SettingsDialog:
         from kvpilot.gui.settings_dialog import SettingsDialog
