@@ -1,0 +1,169 @@
+"""The real window on a real X server: Xvfb, the ``xcb`` platform, driven with ``xdotool``
+keystrokes and clicks as a user drives it, with Qt warnings fatal (``QT_FATAL_WARNINGS=1``) and
+the thread check on (tests/conftest.py). The app must stay up, write no warning, no traceback
+and no thread-check report, end with exit status 0, and keep its threads and memory flat.
+
+Skipped where Xvfb or xdotool is missing, except under ``CI=true`` (tests/run installs both),
+where their absence fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e.conftest import READY_TIMEOUT_S, scratch_env
+from xwindow import RealApp, Xvfb, missing_programs, wait_for
+
+from kvpilot.core import settings as st
+from kvpilot.core.fit.goal import Goal
+from kvpilot.core.fit.plan import ServingSettings
+from kvpilot.core.vllm.command import find_free_port
+
+MAIN = "^kvpilot$"
+SETTINGS = "^kvpilot settings$"
+#: the header row (the profile selector, the Settings button) at the window's top: its place
+#: does not depend on what the panels below show
+PROFILE_COMBO_XY = (190, 41)
+#: threads and resident memory between the early and the final sample: a few threads may come
+#: and go with the pool; memory may grow by what a launched server's telemetry keeps
+THREADS_TOLERANCE = 4
+RSS_TOLERANCE_BYTES = 48 << 20
+
+_missing = missing_programs()
+if _missing and os.environ.get("CI") != "true":
+    pytestmark = pytest.mark.skip(reason=f"needs {' and '.join(_missing)} (tests/run installs "
+                                  f"them with apt: xvfb, xdotool)")
+
+
+@pytest.fixture
+def xserver() -> Iterator[Xvfb]:
+    assert not _missing, f"CI needs {', '.join(_missing)}"
+    server = Xvfb()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def real_app(xserver: Xvfb, tmp_path: Path) -> Iterator[Callable[..., RealApp]]:
+    """Factory: ``kvpilot gui`` on the private X server with this test's folders."""
+    started: list[RealApp] = []
+
+    def start(*argv: str, extra_env: dict[str, str] | None = None) -> RealApp:
+        env = {**os.environ, **(extra_env or {}),
+               "KVPILOT_CONFIG_DIR": str(tmp_path / "config"),
+               "KVPILOT_DATA_DIR": str(tmp_path / "data"),
+               "KVPILOT_CACHE_DIR": str(tmp_path / "cache"),
+               "KVPILOT_SHOWN_MARK": str(tmp_path / "shown")}
+        app = RealApp(xserver.display, ["--fake-gpu", "rtx4090-desktop", *argv], env,
+                      tmp_path / f"stderr-{len(started)}.txt")
+        started.append(app)
+        wait_for(lambda: app.alive_and((tmp_path / "shown").exists()), 90, "the first paint")
+        return app
+
+    yield start
+    for app in started:
+        app.quit()
+
+
+def _assert_clean_end(app: RealApp) -> None:
+    """Alive until asked to quit, then exit 0 with nothing alarming on stderr."""
+    app.assert_alive()
+    code = app.quit()
+    err = app.stderr()
+    assert code == 0, f"exit {code}:\n{err[-4000:]}"
+    for word in ("Fatal Python error", "Traceback", "kvpilot thread check", "QBasicTimer",
+                 "WARNING", "Warning:"):
+        assert word not in err, err[-4000:]
+
+
+def _settings_ok(app: RealApp, main: str) -> None:
+    app.keys(main, "ctrl+comma")
+    dialog = app.wait_window(SETTINGS)
+    app.press_until_gone(dialog, SETTINGS, "Return")
+
+
+def test_settings_opened_and_confirmed_50_times(real_app) -> None:
+    app = real_app()
+    main = app.wait_window(MAIN)
+    for _ in range(50):
+        _settings_ok(app, main)  # each OK saves, applies the profile and re-plans on the pool
+    _assert_clean_end(app)
+
+
+def _write_profiles(config: Path, model: Path, vllm: str, port: int) -> None:
+    tiny = st.Profile(
+        name="tiny",
+        model_ref=str(model),
+        goal=Goal(context_tokens=1024, concurrent_users=4),
+        plan=ServingSettings(kv_cache_memory_bytes=64 << 20, enforce_eager=True,
+                             dtype="float32"),
+        vllm_runtime=vllm,
+        port=port,
+        sampling_hz=4.0,
+    )
+    other = replace(tiny, name="tiny copy", sampling_hz=2.0)
+    st.SettingsStore(config).save(st.Settings(profiles=(tiny, other), active_profile="tiny"))
+
+
+def _health(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _sample(app: RealApp) -> tuple[int, int]:
+    return app.threads(), app.rss_bytes()
+
+
+@pytest.mark.e2e
+def test_a_soak_of_the_real_window(real_app, tmp_path: Path, vllm_runtime, tiny_model,
+                                   vllm_scratch) -> None:
+    """Dialogs opened, changed, confirmed and cancelled, profiles switched, a launch and a stop
+    on the real vLLM CPU engine, then the same again; the app stays up, threads and memory
+    flat."""
+    port = find_free_port("127.0.0.1", 18700)
+    vllm = str(vllm_runtime.argv_prefix[0])
+    _write_profiles(tmp_path / "config", tiny_model, vllm, port)
+    app = real_app(extra_env={**scratch_env(vllm_scratch), "HF_HUB_OFFLINE": "1"})
+    main = app.wait_window(MAIN)
+
+    def a_round(i: int) -> None:
+        _settings_ok(app, main)
+        app.keys(main, "ctrl+comma")  # change a field, then cancel: nothing is kept
+        dialog = app.wait_window(SETTINGS)
+        app.type_text(dialog, "x")
+        app.press_until_gone(dialog, SETTINGS, "Escape")
+        # the profile selector: open it, pick the other profile (down or up), confirm
+        app.xdotool("mousemove", "--window", main, *map(str, PROFILE_COMBO_XY), "click", "1")
+        app.keys(main, "Down" if i % 2 == 0 else "Up", "Return")
+
+    for i in range(4):
+        a_round(i)
+    early = _sample(app)
+    t0 = time.monotonic()
+
+    # launch the selected plan on the CPU engine (F5), wait until it serves, stop it (Shift+F5)
+    app.keys(main, "F5")
+    wait_for(lambda: app.alive_and(_health(port)), READY_TIMEOUT_S, "the server to serve",
+             poll_s=0.5)
+    for i in range(2):
+        a_round(i)  # while it serves: dialogs and profile switches
+    app.keys(main, "shift+F5")
+    wait_for(lambda: app.alive_and(not _health(port)), 60, "the server to stop", poll_s=0.5)
+
+    while time.monotonic() - t0 < 30:
+        a_round(0)
+        a_round(1)
+    final = _sample(app)
+    print(f"threads {early[0]} -> {final[0]}, RSS {early[1] / 2**20:.1f} -> "
+          f"{final[1] / 2**20:.1f} MiB")
+    assert final[0] <= early[0] + THREADS_TOLERANCE, (early, final)
+    assert final[1] <= early[1] + RSS_TOLERANCE_BYTES, (early, final)
+    _assert_clean_end(app)
