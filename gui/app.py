@@ -201,6 +201,11 @@ def dispose(window: MainWindow) -> None:
     window.services.stop_loops()  # no more samples for widgets about to go
     drain(30_000)  # deliver every pending result (and those of the tasks they start) first
     if Shiboken.isValid(window):
+        # off the screen first, its last repaints done: deleting a shown window (Ctrl+C,
+        # SIGTERM) left an update for its destroyed native window ("QBackingStore::flush()
+        # called for QWidgetWindow ... which does not have a handle")
+        window.hide()
+        QCoreApplication.processEvents()
         Shiboken.delete(window)
     QCoreApplication.processEvents()
     import gc

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from shiboken6 import Shiboken
 
 from kvpilot.gui import threadcheck
 
@@ -40,6 +41,7 @@ class _Job:
     fn: Callable[[], Any]
     on_result: Callable[[Any], None]
     on_error: Callable[[BaseException], None] | None
+    owner: QObject | None = None  # a widget whose deletion drops the outcome
 
 
 class _Dispatcher(QObject):
@@ -56,8 +58,8 @@ class _Dispatcher(QObject):
     def _deliver(self, number: int, result: object, exc: object) -> None:
         threadcheck.require_owner(self, "a worker's result delivered")
         job = self.jobs.pop(number, None)
-        if job is None:
-            return
+        if job is None or (job.owner is not None and not Shiboken.isValid(job.owner)):
+            return  # the widget that asked was closed and deleted meanwhile
         if exc is None:
             job.on_result(result)
         elif job.on_error is not None:
@@ -89,11 +91,12 @@ def _register(
     fn: Callable[[], T],
     on_result: Callable[[T], None],
     on_error: Callable[[BaseException], None] | None,
+    owner: QObject | None = None,
 ) -> int:
     dispatcher = _dispatch()
     threadcheck.require_owner(dispatcher, "a background job started")
     number = next(_numbers)
-    dispatcher.jobs[number] = _Job(fn, on_result, on_error)
+    dispatcher.jobs[number] = _Job(fn, on_result, on_error, owner)
     return number
 
 
@@ -135,13 +138,16 @@ def run_in_pool(
     fn: Callable[[], T],
     on_result: Callable[[T], None],
     on_error: Callable[[BaseException], None] | None = None,
+    *,
+    owner: QObject | None = None,
 ) -> None:
-    """Run ``fn()`` on a pool thread; deliver its result or exception on the GUI thread.
+    """Run ``fn()`` on a pool thread; deliver its result or exception on the GUI thread, unless
+    ``owner`` (the widget whose callbacks these are) has been deleted by then.
 
     Must be called from the GUI thread (raises :class:`~kvpilot.gui.threadcheck.WrongThreadError`
     elsewhere while the thread check is on).
     """
-    number = _register(fn, on_result, on_error)
+    number = _register(fn, on_result, on_error, owner)
     QThreadPool.globalInstance().start(_Task(number, fn))
 
 
@@ -191,6 +197,9 @@ def drain(timeout_ms: int = 30_000) -> bool:
         if idle and not pending() and QThreadPool.globalInstance().activeThreadCount() == 0:
             return True
         if time.monotonic() >= deadline:
+            if not idle or pending():
+                log.warning("%d background job(s) still pending after %d ms", pending(),
+                            timeout_ms)
             return False
 
 

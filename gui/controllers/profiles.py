@@ -91,8 +91,12 @@ class ProfileController(Controller):
                 return None
             return self.accept_settings(dialog.result_settings())
         finally:
-            # deleted here, on the GUI thread, not whenever a collection frees its cycles
-            dialog.deleteLater()
+            # deleted now, on the GUI thread, not whenever a collection frees its cycles; not
+            # deferred either: a quit just after OK closed the window first, and the deferred
+            # deletion then repainted a window that had no native window any more
+            from shiboken6 import Shiboken
+
+            Shiboken.delete(dialog)
 
     def make_settings_dialog(self) -> SettingsDialog:
         from kvpilot.gui.settings_dialog import SettingsDialog
