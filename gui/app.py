@@ -100,6 +100,13 @@ def _install_signal_handlers(app: QApplication) -> QTimer:
     """Ctrl+C / SIGTERM quit through Qt (so aboutToQuit stops the server)."""
 
     def quit_(*_: object) -> None:
+        # closed as a user closes them first (the window saves and stops its loops): quit()
+        # alone closes each top-level QWindow, which destroys its native window, and an update
+        # still posted for the widget then flushed into nothing ("QBackingStore::flush() called
+        # for QWidgetWindow ... which does not have a handle", a fatal warning in the tests)
+        for widget in app.topLevelWidgets():
+            if widget.isVisible():
+                widget.close()
         app.quit()
 
     signal.signal(signal.SIGINT, quit_)
