@@ -100,14 +100,17 @@ def _install_signal_handlers(app: QApplication) -> QTimer:
     """Ctrl+C / SIGTERM quit through Qt (so aboutToQuit stops the server)."""
 
     def quit_(*_: object) -> None:
-        # closed as a user closes them first (the window saves and stops its loops): quit()
-        # alone closes each top-level QWindow, which destroys its native window, and an update
-        # still posted for the widget then flushed into nothing ("QBackingStore::flush() called
-        # for QWidgetWindow ... which does not have a handle", a fatal warning in the tests)
+        # the window saves and stops as when closed, and is hidden; then the loop ends. Not
+        # quit(): it closes each top-level QWindow, which destroys its native window, and an
+        # update still posted for the main window then flushed into nothing ("QBackingStore::
+        # flush() called for QWidgetWindow ... which does not have a handle"; an abort under
+        # QT_FATAL_WARNINGS). A server this session started is stopped by aboutToQuit.
         for widget in app.topLevelWidgets():
+            if isinstance(widget, MainWindow):
+                widget.finish_for_quit()
             if widget.isVisible():
-                widget.close()
-        app.quit()
+                widget.hide()
+        app.exit(0)
 
     signal.signal(signal.SIGINT, quit_)
     signal.signal(signal.SIGTERM, quit_)
