@@ -29,6 +29,9 @@ SETTINGS = "^kvpilot settings$"
 #: the header row (the profile selector, the Settings button) at the window's top: its place
 #: does not depend on what the panels below show
 PROFILE_COMBO_XY = (190, 16)
+#: the server row's "Attach..." button, right below the GPU panel (a fixed height)
+ATTACH_XY = (1305, 133)
+ATTACH = "^Attach to a vLLM server$"
 #: threads and resident memory between the early and the final sample: a few threads may come
 #: and go with the pool; memory may grow by what a launched server's telemetry keeps
 THREADS_TOLERANCE = 4
@@ -117,10 +120,12 @@ def _sample(app: RealApp) -> tuple[int, int]:
 @pytest.mark.e2e
 def test_a_soak_of_the_real_window(real_app, tmp_path: Path, vllm_runtime, tiny_model,
                                    vllm_scratch) -> None:
-    """A minute of Settings opened, changed, confirmed and cancelled and of profile switches
-    (each re-plans on the pool) after a warm-up; the app stays up, threads and memory flat.
-    (Launch and stop on the CPU engine are not driven here yet: the profile's pinned KV size
-    does not reach the plan, and finding the runtime outlasts the warm-up.)"""
+    """A minute of Settings opened, changed, confirmed and cancelled, the Attach dialog filled
+    in and cancelled, and profile switches (each re-plans on the pool) after a warm-up; the app
+    stays up, threads and memory flat. The profiles name the real vLLM CPU runtime and the tiny
+    model (found and planned in the background meanwhile); a launch is not driven here: the
+    profile's pinned KV size does not reach the window's plan, which would ask the CPU engine
+    for the GPU plan's 21 GiB of KV."""
     port = find_free_port("127.0.0.1", 18700)
     vllm = str(vllm_runtime.argv_prefix[0])
     _write_profiles(tmp_path / "config", tiny_model, vllm, port)
@@ -133,6 +138,11 @@ def test_a_soak_of_the_real_window(real_app, tmp_path: Path, vllm_runtime, tiny_
         dialog = app.wait_window(SETTINGS)
         app.type_text(dialog, "x")
         app.press_until_gone(dialog, SETTINGS, "Escape")
+        # Attach...: type a server's address, then cancel (nothing listens there)
+        app.xdotool("mousemove", "--window", main, *map(str, ATTACH_XY), "click", "1")
+        dialog = app.wait_window(ATTACH)
+        app.type_text(dialog, "http://127.0.0.1:9")
+        app.press_until_gone(dialog, ATTACH, "Escape")
         # the profile selector: open it, pick the other profile (down or up), confirm
         app.xdotool("mousemove", "--window", main, *map(str, PROFILE_COMBO_XY), "click", "1")
         app.keys(main, "Down" if i % 2 == 0 else "Up", "Return")
