@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -70,9 +71,11 @@ class RealApp:
     """``kvpilot gui`` on ``display`` (xcb), stderr kept in ``stderr_path``."""
 
     def __init__(self, display: str, argv: list[str], env: Mapping[str, str],
-                 stderr_path: Path) -> None:
+                 stderr_path: Path, crash_file: Path | None = None) -> None:
         self.display = display
         self.stderr_path = stderr_path
+        self.crash_file = crash_file  # where its faulthandler writes (beside kvpilot.log)
+        self.hung_report = ""
         self._stderr = stderr_path.open("w")
         self.env = {**env, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb",
                     "QT_FATAL_WARNINGS": "1"}
@@ -153,13 +156,21 @@ class RealApp:
         return int(self.ps.memory_info().rss)
 
     def quit(self, timeout_s: float = 60) -> int:
-        """SIGTERM (the app quits through Qt and stops its server); returns the exit status."""
+        """SIGTERM (the app quits through Qt and stops its server); returns the exit status.
+        An app that has not ended after ``timeout_s`` gets SIGABRT (its faulthandler writes every
+        thread's stack to its crash file, :attr:`hung_report`), then SIGKILL."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                self.proc.send_signal(signal.SIGABRT)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+                if self.crash_file is not None and self.crash_file.exists():
+                    self.hung_report = self.crash_file.read_text(errors="replace")
         self._stderr.close()
         return int(self.proc.returncode)

@@ -19,6 +19,7 @@ import pytest
 from e2e.conftest import scratch_env
 from xwindow import RealApp, Xvfb, missing_programs, wait_for
 
+from kvpilot.core import native_crash
 from kvpilot.core import settings as st
 from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.plan import ServingSettings
@@ -63,7 +64,8 @@ def real_app(xserver: Xvfb, tmp_path: Path) -> Iterator[Callable[..., RealApp]]:
                "KVPILOT_CACHE_DIR": str(tmp_path / "cache"),
                "KVPILOT_SHOWN_MARK": str(tmp_path / "shown")}
         app = RealApp(xserver.display, ["--fake-gpu", "rtx4090-desktop", *argv], env,
-                      tmp_path / f"stderr-{len(started)}.txt")
+                      tmp_path / f"stderr-{len(started)}.txt",
+                      tmp_path / "data" / "logs" / native_crash.FILE_NAME)
         started.append(app)
         wait_for(lambda: app.alive_and((tmp_path / "shown").exists()), 90, "the first paint")
         return app
@@ -76,9 +78,11 @@ def real_app(xserver: Xvfb, tmp_path: Path) -> Iterator[Callable[..., RealApp]]:
 def _assert_clean_end(app: RealApp) -> None:
     """Alive until asked to quit, then exit 0 with nothing alarming on stderr."""
     app.assert_alive()
-    code = app.quit()
+    # a vLLM lookup in flight (the real runtime imports torch to say its version) may hold the
+    # exit for up to the 30 + 30 s the app waits for its pool
+    code = app.quit(timeout_s=100)
     err = app.stderr()
-    assert code == 0, f"exit {code}:\n{err[-4000:]}"
+    assert code == 0, f"exit {code}:\n{err[-4000:]}\n{app.hung_report[-6000:]}"
     for word in ("Fatal Python error", "Traceback", "kvpilot thread check", "QBasicTimer",
                  "WARNING", "Warning:"):
         assert word not in err, err[-4000:]
