@@ -36,7 +36,7 @@ ATTACH = "^Attach to a vLLM server$"
 #: threads and resident memory between the early and the final sample: a few threads may come
 #: and go with the pool; memory may grow by what a launched server's telemetry keeps
 THREADS_TOLERANCE = 4
-RSS_TOLERANCE_BYTES = 48 << 20
+RSS_TOLERANCE_BYTES = 32 << 20
 
 _missing = missing_programs()
 if _missing and os.environ.get("CI") != "true":
