@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     from kvpilot.core.vllm.runtime import discover
     from kvpilot.gui import app as gui_app
     from kvpilot.gui.bridge import CoreBridge
+    from kvpilot.gui.collector import GuiCollector
     from kvpilot.gui.first_paint import FirstPaint
     from kvpilot.gui.panels.dashboard_panel import pg  # pyqtgraph, on PySide6
     from kvpilot.gui.services import AppServices
@@ -252,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     runtime = discover(str(args.vllm))
     model = tiny_model(args.vllm)
     app = gui_app.ensure_app()
+    collector = GuiCollector(parent=app)  # as `kvpilot gui`: cycles freed on the GUI thread
+    collector.start()
     services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop")
     window = gui_app.build_window(store=st.SettingsStore(scratch / "config"), services=services)
     FirstPaint(window, startup_gc.settle_after_start)

@@ -12,7 +12,14 @@ them again, about 40 ms each time on the GUI thread. So ``kvpilot gui``:
    generation (``gc.freeze()``) and enables it again (:func:`settle_after_start`). Later
    collections look only at objects made after the start.
 
-Reference counting frees everything as usual in between; only cycles wait. Measured (2 cores):
+Reference counting frees everything as usual in between; only cycles wait.
+
+A desktop app must also choose the thread that collects: Python runs an automatic collection
+on whichever thread happens to allocate when a threshold trips, a planning thread as often as
+any, and a Qt object that sits in a reference cycle (a dialog whose slots refer back to it) is
+then destroyed on that thread, which Qt does not allow (it crashed the window). So the window
+calls :func:`collect_by_hand` and collects on its GUI thread only (``gui/collector.py``); the
+automatic collector then stays off, also after :func:`settle_after_start`. Measured (2 cores):
 
 - frozen builds with and without this, taking turns with a bare PySide6 + pyqtgraph window, 11
   starts each: first shown window 0.683 → 0.617 s (median; the bare window 0.542 s), so what
@@ -34,6 +41,7 @@ log = logging.getLogger("kvpilot.startup_gc")
 
 _lock = threading.Lock()
 _held_since: float | None = None  # time.monotonic() when this module disabled the collector
+_by_hand = False  # the owner runs every collection itself (collect_by_hand)
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,8 @@ def holding() -> bool:
 
 
 def settle_after_start() -> StartSettled | None:
-    """Freeze every object alive now (``gc.freeze()``) and enable the collector again.
+    """Freeze every object alive now (``gc.freeze()``) and enable the collector again (unless
+    :func:`collect_by_hand` was called: then it stays off).
 
     Does nothing and returns None unless :func:`hold_during_start` disabled the collector, so
     it is safe to call from several places (the first paint, a fallback timer, the exit path).
@@ -79,8 +88,35 @@ def settle_after_start() -> StartSettled | None:
         held_s = time.monotonic() - _held_since
         _held_since = None
         gc.freeze()
-        gc.enable()
+        if not _by_hand:
+            gc.enable()
         settled = StartSettled(held_s=held_s, frozen_objects=gc.get_freeze_count())
     log.info("start-up: cyclic collection held for %.2f s; %d objects frozen",
               settled.held_s, settled.frozen_objects)
     return settled
+
+
+def collect_by_hand() -> None:
+    """From now on the caller runs every cyclic collection itself (``gc.collect`` on the one
+    thread allowed to free what cycles hold); the automatic collector is off, and
+    :func:`settle_after_start` leaves it off."""
+    global _by_hand
+    with _lock:
+        _by_hand = True
+        gc.disable()
+
+
+def collect_automatically() -> None:
+    """Undo :func:`collect_by_hand`: the automatic collector runs again (unless the start-up
+    still holds it)."""
+    global _by_hand
+    with _lock:
+        _by_hand = False
+        if _held_since is None:
+            gc.enable()
+
+
+def by_hand() -> bool:
+    """True between :func:`collect_by_hand` and :func:`collect_automatically`."""
+    with _lock:
+        return _by_hand

@@ -21,11 +21,12 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
-from kvpilot.core import logsetup, startup_gc
+from kvpilot.core import logsetup, native_crash, startup_gc
 from kvpilot.core import settings as st
 from kvpilot.core.vllm.states import SupervisorState
-from kvpilot.gui import crash, theme
+from kvpilot.gui import crash, theme, threadcheck
 from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.collector import GuiCollector
 from kvpilot.gui.first_paint import FirstPaint
 from kvpilot.gui.main_window import MainWindow
 from kvpilot.gui.services import AppServices
@@ -63,6 +64,7 @@ def _shown() -> None:
 
 def ensure_app(argv: Sequence[str] | None = None) -> QApplication:
     """The QApplication (created once, reused by tests)."""
+    threadcheck.install()
     app = QApplication.instance()
     if isinstance(app, QApplication):
         return app
@@ -98,7 +100,17 @@ def _install_signal_handlers(app: QApplication) -> QTimer:
     """Ctrl+C / SIGTERM quit through Qt (so aboutToQuit stops the server)."""
 
     def quit_(*_: object) -> None:
-        app.quit()
+        # the window saves and stops as when closed, and is hidden; then the loop ends. Not
+        # quit(): it closes each top-level QWindow, which destroys its native window, and an
+        # update still posted for the main window then flushed into nothing ("QBackingStore::
+        # flush() called for QWidgetWindow ... which does not have a handle"; an abort under
+        # QT_FATAL_WARNINGS). A server this session started is stopped by aboutToQuit.
+        for widget in app.topLevelWidgets():
+            if isinstance(widget, MainWindow):
+                widget.finish_for_quit()
+            if widget.isVisible():
+                widget.hide()
+        app.exit(0)
 
     signal.signal(signal.SIGINT, quit_)
     signal.signal(signal.SIGTERM, quit_)
@@ -123,9 +135,13 @@ def _open_profile(window: MainWindow, name: str | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the app with parsed ``kvpilot gui`` options; returns the exit status."""
+    previous_crash = arm_crash_report(logsetup.log_path())
     services = AppServices(CoreBridge(), fake_gpu=args.fake_gpu)
     services.nvml_module()  # a bad --fake-gpu name is a one-line user error (KvpilotError)
     app = ensure_app()
+    # Qt objects in reference cycles are freed on the GUI thread only (gui/collector.py)
+    collector = GuiCollector(parent=app)
+    collector.start()
     window = build_window(services=services)
     _open_profile(window, getattr(args, "profile", None))
     FirstPaint(window, _shown)
@@ -143,15 +159,33 @@ def main(args: argparse.Namespace) -> int:
     from kvpilot.gui.screen_fit import clamp_to_screen
 
     clamp_to_screen(window)  # now that the window manager's frame is known
+    if previous_crash is not None:
+        log.warning("the last run crashed; its report: %s", previous_crash.path)
+        QTimer.singleShot(0, window, lambda: crash.offer_previous(previous_crash, window))
     _offer_desktop_entry_later(window)
     pump = _install_signal_handlers(app)
     try:
-        return int(app.exec())
+        status = int(app.exec())
     finally:
         pump.stop()
         window.services.shutdown()
         wait_for_pool(30_000)
         dispose(window)
+        collector.timer.stop()
+    if threadcheck.violations():
+        print(f"kvpilot: {len(threadcheck.violations())} Qt object(s) used off their thread "
+              f"(see above)", file=sys.stderr)
+        return threadcheck.EXIT_WRONG_THREAD
+    return status
+
+
+def arm_crash_report(log_file: Path | None) -> native_crash.NativeCrash | None:
+    """Take the report a crashed last run left beside ``log_file`` (None: it ended well), then
+    make faulthandler write this run's native crash there (:mod:`kvpilot.core.native_crash`)."""
+    log_dir = log_file.parent if log_file is not None else None
+    previous = native_crash.take_previous(log_dir) if log_dir is not None else None
+    native_crash.arm(log_dir)
+    return previous
 
 
 def _offer_desktop_entry_later(window: MainWindow) -> None:
@@ -178,6 +212,11 @@ def dispose(window: MainWindow) -> None:
     window.services.stop_loops()  # no more samples for widgets about to go
     drain(30_000)  # deliver every pending result (and those of the tasks they start) first
     if Shiboken.isValid(window):
+        # off the screen first, its last repaints done: deleting a shown window (Ctrl+C,
+        # SIGTERM) left an update for its destroyed native window ("QBackingStore::flush()
+        # called for QWidgetWindow ... which does not have a handle")
+        window.hide()
+        QCoreApplication.processEvents()
         Shiboken.delete(window)
     QCoreApplication.processEvents()
     import gc

@@ -75,7 +75,7 @@ class AutostartSection(QGroupBox):
     def _run(self, fn: Callable[[], autostart.AutostartStatus]) -> None:
         self.busy = True
         self.apply_button.setEnabled(False)
-        run_in_pool(fn, self._show, self._failed)
+        run_in_pool(fn, self._show, self._failed, owner=self)
 
     def _show(self, found: autostart.AutostartStatus) -> None:
         self.busy = False

@@ -205,7 +205,7 @@ class BenchmarkDialog(QDialog):
         self._set_status("running…", theme.INFO)
         emit = self._emit
         runner = self._runner
-        run_in_pool(lambda: runner(config, emit, cancel), self._on_done, self._on_error)
+        run_in_pool(lambda: runner(config, emit, cancel), self._on_done, self._on_error, owner=self)
         return True
 
     def cancel(self) -> None:

@@ -1,6 +1,9 @@
 """A bug in kvpilot is shown, not swallowed: unhandled exceptions (GUI thread or any other)
 are written to kvpilot's log with their traceback and shown once in a dialog that names the log
-file. The app keeps running; a server it supervises is left alone."""
+file. The app keeps running; a server it supervises is left alone.
+
+A crash below Python cannot be shown while it happens: :mod:`kvpilot.core.native_crash` has
+faulthandler write it beside the log, and :func:`offer_previous` shows it at the next start."""
 
 from __future__ import annotations
 
@@ -12,8 +15,10 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QMessageBox, QWidget
+
+from kvpilot.core.native_crash import NativeCrash
 
 log = logging.getLogger("kvpilot.gui.crash")
 
@@ -85,3 +90,23 @@ def install(reporter: CrashReporter) -> None:
 
     sys.excepthook = hook
     threading.excepthook = thread_hook
+
+
+def offer_previous(crash: NativeCrash, parent: QWidget | None) -> QMessageBox:
+    """Show (not modal) that the last run crashed: its headline, where the report is kept, and
+    the report itself under "Show Details"; returns the dialog."""
+    box = QMessageBox(parent)
+    box.setObjectName("previousCrash")
+    box.setIcon(QMessageBox.Icon.Warning)
+    box.setWindowTitle("kvpilot ended unexpectedly last time")
+    box.setText("kvpilot crashed the last time it ran.")
+    box.setInformativeText(
+        f"{crash.headline}\n\nThe report is kept in {crash.path}. Please include that file "
+        f"when you report this; a server that run started was left running if it still is."
+    )
+    box.setDetailedText(crash.text)
+    box.setStandardButtons(QMessageBox.StandardButton.Close)
+    box.setModal(False)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.show()
+    return box

@@ -247,6 +247,12 @@ class MainWindow(WindowWidgets):
         self._finish_close()
         event.accept()
 
+    def finish_for_quit(self) -> None:
+        """What closing does (save the goal and geometry, stop the loops), without closing:
+        for a quit by Ctrl+C or SIGTERM, which asks nothing."""
+        self._closing = True
+        self._finish_close()
+
     def _finish_close(self) -> None:
         self.planner._debounce.stop()
         self.profile_control.remember_goal(self.planner.request())  # an edit just before closing

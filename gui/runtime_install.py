@@ -243,7 +243,7 @@ class InstallRuntimeDialog(QDialog):
         self.setMinimumWidth(520)
         self.resize(620, 420)
         self.refresh_installed()
-        run_in_pool(self._choose, self._on_choice, self._on_choice_error)
+        run_in_pool(self._choose, self._on_choice, self._on_choice_error, owner=self)
 
     # ---------------------------------------------------------------- choice
 
@@ -415,7 +415,7 @@ class InstallRuntimeDialog(QDialog):
             self.status.setText(exc.message if isinstance(exc, KvpilotError) else str(exc))
             self.refresh_installed()
 
-        run_in_pool(work, done, failed)
+        run_in_pool(work, done, failed, owner=self)
 
     def _confirm_box(self, title: str, text: str) -> bool:
         answer = QMessageBox.question(self, title, text)

@@ -498,7 +498,8 @@ class SettingsDialog(QDialog):
         configured = self._settings.profile(self._current).vllm_runtime
         self.runtime_status.setText("looking for vLLM installations…")
         lister = self._list_runtimes
-        run_in_pool(lambda: lister(configured), self._on_runtimes, self._on_runtimes_error)
+        run_in_pool(lambda: lister(configured), self._on_runtimes, self._on_runtimes_error,
+                    owner=self)
 
     def _on_runtimes(self, runtimes: list[Any]) -> None:
         from kvpilot.core.vllm import versions

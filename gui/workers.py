@@ -4,78 +4,151 @@
 file read) to the global ``QThreadPool``; :func:`run_in_thread` runs a long one (a model
 download followed by a launch) on its own thread so that it never holds a pool thread that
 planning needs. Both call ``on_result`` or ``on_error`` on the GUI thread when the function
-finishes. Results arrive through a queued signal of a small carrier object, never by touching
-widgets from the worker thread.
+finishes.
+
+A worker thread holds no Qt object: it emits the outcome with a job number on one dispatcher
+that lives on the GUI thread for the whole run (a queued signal), and the callbacks, the
+function and everything they hold stay in a table that only the GUI thread reads and empties.
+So no Qt object (a dialog a callback refers to, a carrier) can lose its last reference, and be
+destroyed, on a worker thread. :mod:`kvpilot.gui.threadcheck` checks the delivery.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from shiboken6 import Shiboken
+
+from kvpilot.gui import threadcheck
 
 log = logging.getLogger("kvpilot.gui")
 
 T = TypeVar("T")
 
-_live: set[_Carrier] = set()  # keeps carriers alive until their signal has been delivered
+
+@dataclass(frozen=True)
+class _Job:
+    """What the GUI thread keeps of a job until its outcome is delivered."""
+
+    fn: Callable[[], Any]
+    on_result: Callable[[Any], None]
+    on_error: Callable[[BaseException], None] | None
+    owner: QObject | None = None  # a widget whose deletion drops the outcome
 
 
-class _Carrier(QObject):
-    done = Signal(object, object)  # (result, exception)
+class _Dispatcher(QObject):
+    """Lives on the GUI thread; worker threads emit ``done`` on it (queued to the GUI thread)."""
+
+    done = Signal(int, object, object)  # (job number, result, exception)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[int, _Job] = {}
+        self.done.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(int, object, object)
+    def _deliver(self, number: int, result: object, exc: object) -> None:
+        threadcheck.require_owner(self, "a worker's result delivered")
+        job = self.jobs.pop(number, None)
+        if job is None or (job.owner is not None and not Shiboken.isValid(job.owner)):
+            return  # the widget that asked was closed and deleted meanwhile
+        if exc is None:
+            job.on_result(result)
+        elif job.on_error is not None:
+            assert isinstance(exc, BaseException)
+            job.on_error(exc)
+        else:
+            assert isinstance(exc, BaseException)
+            log.error("background task failed", exc_info=exc)
+
+
+_dispatcher: _Dispatcher | None = None
+_numbers = itertools.count(1)
+
+
+def _dispatch() -> _Dispatcher:
+    """The dispatcher (made on first use, which must be on the GUI thread)."""
+    global _dispatcher
+    if _dispatcher is None:
+        app = QCoreApplication.instance()
+        if app is not None and threading.current_thread() is not threading.main_thread():
+            raise threadcheck.WrongThreadError(
+                "run_in_pool/run_in_thread was first called off the GUI thread"
+            )
+        _dispatcher = _Dispatcher()
+    return _dispatcher
+
+
+def _register(
+    fn: Callable[[], T],
+    on_result: Callable[[T], None],
+    on_error: Callable[[BaseException], None] | None,
+    owner: QObject | None = None,
+) -> int:
+    dispatcher = _dispatch()
+    threadcheck.require_owner(dispatcher, "a background job started")
+    number = next(_numbers)
+    dispatcher.jobs[number] = _Job(fn, on_result, on_error, owner)
+    return number
+
+
+def _work(number: int, fn: Callable[[], Any]) -> None:
+    """Run ``fn`` on the calling (worker) thread and emit its outcome; holds nothing after."""
+    try:
+        result = fn()
+    except BaseException as exc:  # noqa: BLE001 - delivered to on_error on the GUI thread
+        del fn
+        _emit(number, None, exc)
+    else:
+        del fn
+        _emit(number, result, None)
+
+
+def _emit(number: int, result: object, exc: BaseException | None) -> None:
+    dispatcher = _dispatcher
+    if dispatcher is None:
+        return
+    with contextlib.suppress(RuntimeError):  # the dispatcher was deleted (the app is ending)
+        dispatcher.done.emit(number, result, exc)
 
 
 class _Task(QRunnable):
-    def __init__(self, fn: Callable[[], Any], carrier: _Carrier) -> None:
+    """A pool task that knows only its job number and function (dropped before it reports)."""
+
+    def __init__(self, number: int, fn: Callable[[], Any]) -> None:
         super().__init__()
-        self._fn = fn
-        self._carrier = carrier
+        self._number = number
+        self._fn: Callable[[], Any] | None = fn
 
     def run(self) -> None:
-        try:
-            result = self._fn()
-        except BaseException as exc:  # noqa: BLE001 - delivered to on_error on the GUI thread
-            self._carrier.done.emit(None, exc)
-        else:
-            self._carrier.done.emit(result, None)
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            _work(self._number, fn)
 
 
 def run_in_pool(
     fn: Callable[[], T],
     on_result: Callable[[T], None],
     on_error: Callable[[BaseException], None] | None = None,
+    *,
+    owner: QObject | None = None,
 ) -> None:
-    """Run ``fn()`` on a pool thread; deliver its result or exception on the GUI thread.
+    """Run ``fn()`` on a pool thread; deliver its result or exception on the GUI thread, unless
+    ``owner`` (the widget whose callbacks these are) has been deleted by then.
 
-    Must be called from the GUI thread (the carrier is created there so that the delivery is
-    queued onto it).
+    Must be called from the GUI thread (raises :class:`~kvpilot.gui.threadcheck.WrongThreadError`
+    elsewhere while the thread check is on).
     """
-    carrier = _carrier_for(on_result, on_error)
-    QThreadPool.globalInstance().start(_Task(fn, carrier))
-
-
-def _carrier_for(
-    on_result: Callable[[T], None], on_error: Callable[[BaseException], None] | None
-) -> _Carrier:
-    carrier = _Carrier()
-    _live.add(carrier)
-
-    def deliver(result: T, exc: BaseException | None) -> None:
-        _live.discard(carrier)
-        carrier.deleteLater()
-        if exc is None:
-            on_result(result)
-        elif on_error is not None:
-            on_error(exc)
-        else:
-            log.error("background task failed", exc_info=exc)
-
-    carrier.done.connect(deliver)
-    return carrier
+    number = _register(fn, on_result, on_error, owner)
+    QThreadPool.globalInstance().start(_Task(number, fn))
 
 
 _threads: set[threading.Thread] = set()
@@ -92,12 +165,12 @@ def run_in_thread(
 
     Must be called from the GUI thread. Returns the (daemon) thread, already started.
     """
-    carrier = _carrier_for(on_result, on_error)
-    task = _Task(fn, carrier)
+    number = _register(fn, on_result, on_error)
+    box: list[Callable[[], Any]] = [fn]
 
     def run() -> None:
         try:
-            task.run()
+            _work(number, box.pop())
         finally:
             _threads.discard(threading.current_thread())
 
@@ -107,22 +180,26 @@ def run_in_thread(
     return t
 
 
+def pending() -> int:
+    """How many jobs have not had their outcome delivered yet."""
+    return len(_dispatcher.jobs) if _dispatcher is not None else 0
+
+
 def drain(timeout_ms: int = 30_000) -> bool:
     """Run the pool dry: wait for the tasks, deliver their results, and repeat while delivered
     results started new tasks. True when nothing is pending any more (then no result can reach
     a widget that is deleted next)."""
-    from time import monotonic
-
-    from PySide6.QtCore import QCoreApplication
-
-    deadline = monotonic() + timeout_ms / 1000
+    deadline = time.monotonic() + timeout_ms / 1000
     while True:
-        left_ms = max(0, int((deadline - monotonic()) * 1000))
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
         idle = QThreadPool.globalInstance().waitForDone(left_ms)
         QCoreApplication.processEvents()
-        if idle and not _live and QThreadPool.globalInstance().activeThreadCount() == 0:
+        if idle and not pending() and QThreadPool.globalInstance().activeThreadCount() == 0:
             return True
-        if monotonic() >= deadline:
+        if time.monotonic() >= deadline:
+            if not idle or pending():
+                log.warning("%d background job(s) still pending after %d ms", pending(),
+                            timeout_ms)
             return False
 
 

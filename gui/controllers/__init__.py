@@ -52,10 +52,13 @@ class Controller:
 
     @staticmethod
     def show_dialog(dialog: _Dialog, *, modal: bool) -> _Dialog:
-        """Open ``dialog``: ``modal`` runs it until it closes, else it stays open beside the
-        window and this returns at once. Returns the dialog."""
+        """Open ``dialog``: ``modal`` runs it until it closes (then it is deleted on the GUI
+        thread once control returns to the event loop; its connections held it, and so the
+        window, for good), else it stays open beside the window and this returns at once.
+        Returns the dialog."""
         if modal:
             dialog.exec()
+            dialog.deleteLater()
         else:
             dialog.show()
         return dialog

@@ -86,9 +86,17 @@ class ProfileController(Controller):
     def open_settings(self) -> st.Settings | None:
         """Run the settings dialog; returns the accepted settings (None when cancelled)."""
         dialog = self.make_settings_dialog()
-        if dialog.exec() != dialog.DialogCode.Accepted:
-            return None
-        return self.accept_settings(dialog.result_settings())
+        try:
+            if dialog.exec() != dialog.DialogCode.Accepted:
+                return None
+            return self.accept_settings(dialog.result_settings())
+        finally:
+            # deleted now, on the GUI thread, not whenever a collection frees its cycles; not
+            # deferred either: a quit just after OK closed the window first, and the deferred
+            # deletion then repainted a window that had no native window any more
+            from shiboken6 import Shiboken
+
+            Shiboken.delete(dialog)
 
     def make_settings_dialog(self) -> SettingsDialog:
         from kvpilot.gui.settings_dialog import SettingsDialog
