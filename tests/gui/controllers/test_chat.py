@@ -20,7 +20,7 @@ def _open_chat(window, qtbot) -> None:
 def test_the_chat_tab_says_there_is_no_server(make_window, qtbot) -> None:
     w = make_window()
     names = [w.tabs.tabText(i) for i in range(w.tabs.count())]
-    assert names == ["Plan", "Dashboard", "Chat", "Log", "Runs"]
+    assert names == ["Plan", "Dashboard", "Chat", "Log", "Runs", "Front"]
     _open_chat(w, qtbot)
     panel = w.chat_panel
     assert panel.target.text().startswith("No server to talk to")
