@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 from fakes import pynvml_stub
+from fakes.fake_hub import FakeHub, isolate_hf
+from fakes.hub_catalog import add_catalog
 from fitkit import fixture_spec
 from runtimes_kit import fake_vllm_wheel, make_wheel
 from testpaths import DATA
@@ -565,3 +567,14 @@ def _call_count(script: Path, prefix: str) -> int:
 def call_count() -> Callable[[Path, str], int]:
     """``call_count(script, prefix)``: runs of a fake vllm whose arguments start with prefix."""
     return _call_count
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """The local Hub stand-in holding every catalog model, with kvpilot's cache in the test's
+    folder (the Hub tests and the search tests, wherever the search module sits)."""
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "kvpilot-cache"))
+    with FakeHub(cdn=False) as fake:
+        isolate_hf(monkeypatch, tmp_path, fake.endpoint)
+        add_catalog(fake)
+        yield fake
