@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fit_accuracy import ARCH_FILES, CASE_FILES, DROPPED, Case, fit_constants, load_cases
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-from kvpilot.core.measurements import SOURCE_LAUNCH, Measured, MeasurementRecord
-from kvpilot.core.units import GiB
+from kvpilot.core.fit.measurements import SOURCE_LAUNCH, Measured, MeasurementRecord
 
 SAME_GOAL_PCT = 0.5
 NEIGHBOUR_GOAL_PCT = 2.0

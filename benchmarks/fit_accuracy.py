@@ -40,14 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvpilot.core import failures
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.plan import Capacity, PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import activation, multimodal, mxfp4_padding
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
-from kvpilot.core.fit.plan import Capacity, PlanInputs
 from kvpilot.core.models.local import load_local_model
-from kvpilot.core.units import GiB
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -885,7 +885,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _is_recent(version: str) -> bool:
-    from kvpilot.core.vllm import versions
+    from kvpilot.core.base import versions
 
     return versions.at_least(version, RECENT_SINCE)
 

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import httpx
 
-from kvpilot.core.fit.plan import ServingSettings, settings_dict
+from kvpilot.core.app.settings import Profile
+from kvpilot.core.base.plan import ServingSettings, settings_dict
 from kvpilot.core.front.members import prepare_member, this_device
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.server import FrontServer
-from kvpilot.core.settings import Profile
+from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm.command import find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]

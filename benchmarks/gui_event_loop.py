@@ -31,7 +31,7 @@ from PySide6.QtWidgets import QApplication
 import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6
 from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
-from kvpilot.core.telemetry import Telemetry, TelemetryConfig
+from kvpilot.core.telemetry.live import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper, parse_metrics
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
 

@@ -129,9 +129,9 @@ def scene_hung_metrics(probe: Probe) -> list[float]:
 
 
 def scene_download(probe: Probe) -> list[float]:
-    from kvpilot.core import launch
+    from kvpilot.core.app import launch
     from kvpilot.core.hub import download, download_errors
-    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.runtimes.discovery import VllmRuntime
 
     started, release = threading.Event(), threading.Event()
 

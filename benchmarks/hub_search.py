@@ -74,9 +74,9 @@ def run() -> dict[str, Any]:
     from fakes.fake_hub import FakeHub, RequestRecord
     from fakes.hub_catalog import add_catalog
 
+    from kvpilot.core.app.search import search_hub
     from kvpilot.core.fit.recommend import Goal
     from kvpilot.core.hardware.target import from_spec
-    from kvpilot.core.hub.search import search_hub
 
     device = from_spec("RTX 4090", "linux")
     goal = Goal(context_tokens=8192, users=4)
@@ -140,7 +140,7 @@ def run() -> dict[str, Any]:
 
 def time_runtime_filter() -> dict[str, Any]:
     """The architecture filter asked of the installed vLLM, then read back (seconds)."""
-    from kvpilot.core.hub.search import runtime_filter
+    from kvpilot.core.app.search import runtime_filter
 
     start = time.perf_counter()
     registered, note = runtime_filter()

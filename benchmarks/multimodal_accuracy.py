@@ -22,10 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, compute_capacity
-from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models.local import load_local_model
-from kvpilot.core.units import GiB
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

@@ -13,9 +13,9 @@ import argparse
 import statistics
 import time
 
+from kvpilot.core.base.units import MiB
 from kvpilot.core.fit.recommend import Goal, recommend
 from kvpilot.core.models.catalog import all_checkpoint_specs
-from kvpilot.core.units import MiB
 
 
 def main() -> int:

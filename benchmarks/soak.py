@@ -138,9 +138,9 @@ def mappings_rss() -> dict[str, float]:
 
 def trimmed_rss(me: psutil.Process) -> int:
     """RSS after glibc returns its free heap pages to the system (malloc_trim, through the
-    app's own :func:`kvpilot.core.heap.release_free_heap`); the same RSS where that call does
+    app's own :func:`kvpilot.core.app.heap.release_free_heap`); the same RSS where that call does
     not exist. The difference is memory freed but kept by malloc."""
-    from kvpilot.core.heap import release_free_heap
+    from kvpilot.core.app.heap import release_free_heap
 
     done = release_free_heap()
     return done.rss_after_bytes if done is not None else me.memory_info().rss
@@ -210,16 +210,16 @@ def main(argv: list[str] | None = None) -> int:
                       ("KVPILOT_CONFIG_DIR", "config")):
         os.environ[name] = str(scratch / sub)
 
-    from kvpilot.core import startup_gc
+    from kvpilot.core.app import startup_gc
 
     startup_gc.hold_during_start()  # as `kvpilot gui` starts: settled at the first paint
     from PySide6.QtCore import QCoreApplication, Qt, QTimer
 
     import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
+    from kvpilot.core.runtimes.discovery import discover
     from kvpilot.core.vllm.client import LoadTestError, run_load_test
     from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-    from kvpilot.core.vllm.runtime import discover
     from kvpilot.gui import app as gui_app
     from kvpilot.gui.bridge import CoreBridge
     from kvpilot.gui.collector import GuiCollector
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace:
         heap = heap_report(heap0, tracemalloc.take_snapshot())
         tracemalloc.stop()
-    releaser = services.heap_releaser  # the app's own, once a minute (kvpilot.core.heap)
+    releaser = services.heap_releaser  # the app's own, once a minute (kvpilot.core.app.heap)
     released = None
     if releaser is not None:
         released = (releaser.releases, releaser.released_bytes, releaser.longest_s)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psutil
 
+from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import FAILED, READY, StateEvent, Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]

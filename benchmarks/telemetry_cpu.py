@@ -22,7 +22,7 @@ import psutil
 
 from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.sampler import GpuSampler
-from kvpilot.core.telemetry import Telemetry
+from kvpilot.core.telemetry.live import Telemetry
 from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper
 
 PAYLOAD = Path(__file__).resolve().parents[1] / "tests" / "data" / "metrics" / "metrics_after.txt"

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import psutil
 
-from kvpilot.core.telemetry import Telemetry, TelemetryConfig
+from kvpilot.core.telemetry.live import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.metrics import HistogramSnapshot, parse_metrics
 
 PAYLOAD = Path(__file__).resolve().parents[1] / "tests" / "data" / "metrics" / "metrics_after.txt"

@@ -4,10 +4,10 @@ Subcommands live in :mod:`kvpilot.core.commands`, one module each, imported lazi
 ``kvpilot gpu`` never pays for Qt and ``kvpilot gui`` never pays for the fit tables it does not
 use. Every module exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
 
-User errors (:class:`~kvpilot.core.errors.KvpilotError`) end the process with status 2 and a
+User errors (:class:`~kvpilot.core.base.errors.KvpilotError`) end the process with status 2 and a
 single line on stderr, never a traceback; so does an ``OSError`` met in one of kvpilot's own
 folders (a read-only data folder) or in an unreadable ``/proc``
-(:func:`kvpilot.core.environment.environment_problem`).
+(:func:`kvpilot.core.app.environment.environment_problem`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kvpilot.core import logsetup
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.app import logsetup
+from kvpilot.core.base.errors import KvpilotError
 
 #: subcommand name -> (module under kvpilot.core.commands, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:
-        from kvpilot.core.environment import environment_problem
+        from kvpilot.core.app.environment import environment_problem
 
         problem = environment_problem(exc)
         if problem is None:

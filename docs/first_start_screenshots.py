@@ -42,9 +42,9 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from runtimes_kit import fake_vllm_wheel, local_index, make_wheel  # noqa: E402
 
 import kvpilot.gui  # noqa: E402, F401
-from kvpilot.core import settings as st  # noqa: E402
+from kvpilot.core.app import settings as st  # noqa: E402
+from kvpilot.core.runtimes.discovery import VllmRuntime  # noqa: E402
 from kvpilot.core.vllm.command import find_free_port  # noqa: E402
-from kvpilot.core.vllm.runtime import VllmRuntime  # noqa: E402
 from kvpilot.gui import app as gui_app  # noqa: E402
 from kvpilot.gui.bridge import CoreBridge  # noqa: E402
 from kvpilot.gui.services import AppServices  # noqa: E402

@@ -21,12 +21,13 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
-from kvpilot.core import logsetup, native_crash, startup_gc
-from kvpilot.core import settings as st
+from kvpilot.core.app import logsetup, native_crash, startup_gc
+from kvpilot.core.app import settings as st
 from kvpilot.core.vllm.states import SupervisorState
-from kvpilot.gui import crash, theme, threadcheck
+from kvpilot.gui import theme, threadcheck
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.collector import GuiCollector
+from kvpilot.gui.dialogs import crash
 from kvpilot.gui.first_paint import FirstPaint
 from kvpilot.gui.main_window import MainWindow
 from kvpilot.gui.services import AppServices
@@ -57,7 +58,7 @@ def _mark_shown() -> None:
 
 def _shown() -> None:
     """The window's first paint: mark it, then let the collector run again (start-up objects
-    frozen, :mod:`kvpilot.core.startup_gc`)."""
+    frozen, :mod:`kvpilot.core.app.startup_gc`)."""
     _mark_shown()
     startup_gc.settle_after_start()
 
@@ -181,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
 
 def arm_crash_report(log_file: Path | None) -> native_crash.NativeCrash | None:
     """Take the report a crashed last run left beside ``log_file`` (None: it ended well), then
-    make faulthandler write this run's native crash there (:mod:`kvpilot.core.native_crash`)."""
+    make faulthandler write this run's native crash there (:mod:`kvpilot.core.app.native_crash`)."""
     log_dir = log_file.parent if log_file is not None else None
     previous = native_crash.take_previous(log_dir) if log_dir is not None else None
     native_crash.arm(log_dir)
@@ -190,7 +191,7 @@ def arm_crash_report(log_file: Path | None) -> native_crash.NativeCrash | None:
 
 def _offer_desktop_entry_later(window: MainWindow) -> None:
     """First start of a frozen build: offer the application-menu entry once, after showing."""
-    from kvpilot.gui.desktop_offer import offer_desktop_entry
+    from kvpilot.gui.dialogs.desktop_offer import offer_desktop_entry
 
     def offer() -> None:
         said = offer_desktop_entry(window)

@@ -5,7 +5,7 @@ whichever thread allocates when a threshold trips (in kvpilot most often a pool 
 plans), and a widget held in a reference cycle (a dialog whose connected lambdas refer to it)
 is destroyed by the collection that frees the cycle: "QBasicTimer::stop: Failed. Possibly
 trying to stop from a different thread", then a crash in QtCore. :class:`GuiCollector` turns the
-automatic collector off (:func:`kvpilot.core.startup_gc.collect_by_hand`) and runs the same
+automatic collector off (:func:`kvpilot.core.app.startup_gc.collect_by_hand`) and runs the same
 generational collection from a timer on the GUI thread, when the counts pass the thresholds
 Python would have used; cycles wait at most :data:`INTERVAL_MS` longer than before.
 """
@@ -16,7 +16,7 @@ import gc
 
 from PySide6.QtCore import QObject, QTimer
 
-from kvpilot.core import startup_gc
+from kvpilot.core.app import startup_gc
 from kvpilot.gui import threadcheck
 
 #: how often the GUI thread checks whether a collection is due (milliseconds)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kvpilot.core.units import GiB, gib_text
+from kvpilot.core.base.units import GiB, gib_text
 
 GIB = float(GiB)
 

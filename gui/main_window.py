@@ -19,7 +19,7 @@ from PySide6.QtCore import QByteArray, QTimer
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QMessageBox
 
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
 from kvpilot.gui.controllers.attach import AttachController
 from kvpilot.gui.controllers.benchmark import BenchmarkController
 from kvpilot.gui.controllers.chat import ChatController
@@ -35,7 +35,7 @@ from kvpilot.gui.controllers.server import ServerController
 from kvpilot.gui.first_paint import FirstPaint
 from kvpilot.gui.panels.chat_panel import ChatPanel
 from kvpilot.gui.services import AppServices
-from kvpilot.gui.window_widgets import WindowWidgets
+from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
 class MainWindow(WindowWidgets):
@@ -159,7 +159,7 @@ class MainWindow(WindowWidgets):
     def _add_runs_tab(self) -> None:
         """The Runs tab: every server run kept, compared side by side, relaunched."""
         from kvpilot.gui.controllers.runs import RunsController
-        from kvpilot.gui.runs_view import RunsView
+        from kvpilot.gui.panels.runs_view import RunsView
 
         self.runs_view = RunsView()
         self.tabs.addTab(self.runs_view, "Runs")
@@ -193,7 +193,7 @@ class MainWindow(WindowWidgets):
         """Kick off the background work: kvpilot's own folders checked (one that cannot be
         written is said in the banner), GPU probe, vLLM discovery, orphaned servers, and giving
         freed memory back to the system once a minute."""
-        from kvpilot.core.paths import folder_problems
+        from kvpilot.core.base.paths import folder_problems
         from kvpilot.gui.workers import run_in_pool
 
         run_in_pool(folder_problems, self.server_control.show_folder_problems, _ignore)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.fit.goal import Goal
-from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity, PlanInputs
+    from kvpilot.core.base.plan import Capacity, PlanInputs
     from kvpilot.core.fit.recommend import Candidate, Rejection
     from kvpilot.core.fit.replan import RankedPlan
 

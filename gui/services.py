@@ -18,26 +18,29 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from kvpilot.core import paths
-from kvpilot.core.fit.plan import USE_CASE_LABELS
-from kvpilot.core.settings import Profile
-from kvpilot.core.telemetry import Telemetry
-from kvpilot.core.vllm.versions import release_number
-from kvpilot.core.words import counted
+from kvpilot.core.app.settings import Profile
+from kvpilot.core.base import paths
+from kvpilot.core.base.plan import USE_CASE_LABELS
+from kvpilot.core.base.versions import release_number
+from kvpilot.core.base.words import counted
+from kvpilot.core.telemetry.live import Telemetry
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
 
 if TYPE_CHECKING:
-    from kvpilot.core.background import BackgroundLoop
-    from kvpilot.core.failures import Failure
-    from kvpilot.core.fit.plan import Capacity, PlanInputs, ServingSettings
+    from kvpilot.core.app.heap import HeapReleaser
+    from kvpilot.core.app.launch import FallbackChoice, LaunchSession
+    from kvpilot.core.app.watch import WatchSample
+    from kvpilot.core.base.background import BackgroundLoop
+    from kvpilot.core.base.failures import Failure
+    from kvpilot.core.base.model_spec import ModelSpec
+    from kvpilot.core.base.plan import Capacity, PlanInputs, ServingSettings
+    from kvpilot.core.fit.measurements import Measured, MeasurementKey, MeasurementStore
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
+    from kvpilot.core.hardware.proctree import StopReport
     from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
     from kvpilot.core.hardware.target import DeviceTarget
-    from kvpilot.core.heap import HeapReleaser
-    from kvpilot.core.launch import FallbackChoice, LaunchSession
-    from kvpilot.core.measurements import Measured, MeasurementKey, MeasurementStore
-    from kvpilot.core.models.spec import ModelSpec
+    from kvpilot.core.runtimes.discovery import VllmRuntime
     from kvpilot.core.runtimes.installer import RuntimeInstaller
     from kvpilot.core.vllm.command import LaunchSpec
     from kvpilot.core.vllm.metrics import (
@@ -47,10 +50,7 @@ if TYPE_CHECKING:
         ScrapeError,
     )
     from kvpilot.core.vllm.orphans import OrphanServer
-    from kvpilot.core.vllm.proctree import StopReport
-    from kvpilot.core.vllm.runtime import VllmRuntime
     from kvpilot.core.vllm.supervisor import LogLineEvent, Supervisor, SupervisorEvent
-    from kvpilot.core.vllm.watch import WatchSample
 
 log = logging.getLogger("kvpilot.gui")
 
@@ -133,7 +133,8 @@ class AppServices:
         bridge: the signal bridge (GUI thread).
         fake_gpu: a recorded NVML snapshot name (``rtx4090-desktop``) or path, or None for the
             real NVML.
-        data_dir: logs, pidfiles and measurements (default :func:`kvpilot.core.paths.data_dir`).
+        data_dir: logs, pidfiles and measurements (default
+            :func:`kvpilot.core.base.paths.data_dir`).
         nvml_module: an NVML module object to use directly (tests).
     """
 
@@ -229,7 +230,7 @@ class AppServices:
         Raises:
             KeyError: a name the spec table does not know.
         """
-        from kvpilot.core.errors import FitError
+        from kvpilot.core.base.errors import FitError
         from kvpilot.core.hardware.target import from_spec
 
         try:
@@ -287,8 +288,8 @@ class AppServices:
 
     def start_heap_releaser(self) -> None:
         """Give freed heap pages back to the system once a minute, on its own thread, for as
-        long as the app runs (see :mod:`kvpilot.core.heap`; nothing where there is no glibc)."""
-        from kvpilot.core.heap import HeapReleaser
+        long as the app runs (see :mod:`kvpilot.core.app.heap`; nothing where there is no glibc)."""
+        from kvpilot.core.app.heap import HeapReleaser
 
         if self.heap_releaser is None:
             self.heap_releaser = HeapReleaser()
@@ -358,13 +359,13 @@ class AppServices:
 
     def discover_runtime(self, configured: str) -> VllmRuntime:
         """Blocking: find vLLM (profile path, env, PATH, managed). Raises RuntimeNotFoundError."""
-        from kvpilot.core.vllm.runtime import discover
+        from kvpilot.core.runtimes.discovery import discover
 
         return discover(configured or None, data_dir=self.data_dir)
 
     def list_runtimes(self, configured: str) -> list[VllmRuntime]:
         """Blocking: every working vLLM (for the settings dialog)."""
-        from kvpilot.core.vllm.runtime import list_runtimes
+        from kvpilot.core.runtimes.discovery import list_runtimes
 
         return list_runtimes(configured or None, data_dir=self.data_dir)
 
@@ -382,7 +383,7 @@ class AppServices:
     @staticmethod
     def load_model(ref: str) -> ModelSpec:
         """Blocking: the ModelSpec of a local directory, catalog id or cached repo id."""
-        from kvpilot.core.models.resolve import load_model_spec
+        from kvpilot.core.hub.resolve import load_model_spec
 
         return load_model_spec(ref)
 
@@ -446,7 +447,7 @@ class AppServices:
     def fixed_settings(self, request: PlanRequest) -> ServingSettings:
         """The serving settings the user fixed (the request's and :attr:`plan_overrides`): the
         recommender keeps them in every plan it ranks."""
-        from kvpilot.core.fit.plan import ServingSettings
+        from kvpilot.core.base.plan import ServingSettings
         from kvpilot.core.fit.replan import fixed_settings
 
         chosen = ServingSettings().settings_changes(request.pinned)
@@ -454,9 +455,9 @@ class AppServices:
 
     def planned_capacity(self, inputs: PlanInputs) -> Capacity:
         """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""
-        from kvpilot.core.errors import SettingsError
+        from kvpilot.core.base.errors import SettingsError
         from kvpilot.core.fit.calibrate import planned_capacity
-        from kvpilot.core.measurements import MeasurementStore
+        from kvpilot.core.fit.measurements import MeasurementStore
 
         store = MeasurementStore(self.data_dir / "measurements.json")
         try:
@@ -503,7 +504,7 @@ class AppServices:
             CommandError: an unknown format or a plan that cannot become a command.
         """
         from kvpilot.core.app.export import export_plan
-        from kvpilot.core.measurements import MeasurementStore
+        from kvpilot.core.fit.measurements import MeasurementStore
         from kvpilot.core.vllm.command import LaunchSpec, profile_launch_fields
 
         spec = LaunchSpec.from_plan(inputs, model, **profile_launch_fields(profile))
@@ -515,7 +516,7 @@ class AppServices:
 
     def launch_spec(self, request: LaunchRequest) -> LaunchSpec:
         """The LaunchSpec for a request (profile host/port/key/HF settings, extra args)."""
-        from kvpilot.core.profile_launch import profile_spec
+        from kvpilot.core.app.profile_launch import profile_spec
 
         overrides = {**self.launch_overrides, **request.overrides}
         return profile_spec(request.profile, request.model, request.inputs, overrides)
@@ -523,8 +524,8 @@ class AppServices:
     def begin_launches(self, profile: Profile | None) -> LaunchSession:
         """A new server run (a launch the user asked for): a fresh launch session with the
         profile's fallback policy; the fallbacks after it reuse the session (and its count)."""
-        from kvpilot.core.launch import LaunchSession
-        from kvpilot.core.profile_launch import fallback_policy
+        from kvpilot.core.app.launch import LaunchSession
+        from kvpilot.core.app.profile_launch import fallback_policy
 
         self.session = LaunchSession(
             self.runtime,  # type: ignore[arg-type]  # set by start_server before any launch
@@ -589,9 +590,9 @@ class AppServices:
 
     def expected_dry_run_s(self, inputs: PlanInputs) -> tuple[float, float, str]:
         """(low, high, basis) seconds the measured dry run of ``inputs`` should take."""
-        from kvpilot.core.errors import SettingsError
-        from kvpilot.core.launch import expected_dry_run_s
-        from kvpilot.core.measurements import MeasurementStore
+        from kvpilot.core.app.launch import expected_dry_run_s
+        from kvpilot.core.base.errors import SettingsError
+        from kvpilot.core.fit.measurements import MeasurementStore
 
         try:
             return expected_dry_run_s(inputs, MeasurementStore(self.data_dir / "measurements.json"))
@@ -610,7 +611,7 @@ class AppServices:
             MeasurementError: vLLM failed, timed out or ``cancel`` was set.
             CommandError: a server an earlier kvpilot left runs, or the spec is not a command.
         """
-        from kvpilot.core.launch import LaunchSession, measure_plan
+        from kvpilot.core.app.launch import LaunchSession, measure_plan
         from kvpilot.core.vllm.command import find_free_port
 
         spec = replace(self.launch_spec(request), load_format="dummy")
@@ -692,13 +693,13 @@ class AppServices:
     ) -> WatchSample:
         """Blocking (one or two HTTP requests): who serves at ``url`` and its first sample.
 
-        Returns the :class:`~kvpilot.core.vllm.watch.WatchSample` (its ``identity`` names the
+        Returns the :class:`~kvpilot.core.app.watch.WatchSample` (its ``identity`` names the
         server). The GPU for the full prediction is the sampled one when the server is local.
 
         Raises:
             WatchError: the URL is not usable or the server does not answer.
         """
-        from kvpilot.core.vllm.watch import ServerWatch, is_local_url, normalize_url
+        from kvpilot.core.app.watch import ServerWatch, is_local_url, normalize_url
 
         base_url = normalize_url(url)
         total, name = self.attach_gpu if is_local_url(base_url) else (None, "")

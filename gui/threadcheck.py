@@ -37,7 +37,7 @@ from PySide6.QtCore import (
     qInstallMessageHandler,
 )
 
-from kvpilot.core import startup_gc
+from kvpilot.core.app import startup_gc
 
 log = logging.getLogger("kvpilot.gui.threadcheck")
 

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kvpilot.core.base.paths import atomic_write_text
     from kvpilot.core.hub.catalog_build import (
         CatalogBuildError,
         entry_from_copies,
@@ -29,7 +30,6 @@ def main(argv: list[str] | None = None) -> int:
         load_sources,
         merge,
     )
-    from kvpilot.core.paths import atomic_write_text
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sources", type=Path)

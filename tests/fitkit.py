@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.models.local import spec_from_config
-from kvpilot.core.models.spec import ModelSpec
 
 MODELS = Path(__file__).resolve().parent / "data" / "models"
 

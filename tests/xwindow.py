@@ -1,5 +1,5 @@
 """The real window on a real X server, driven as a user drives it: Xvfb, the ``xcb`` platform,
-``xdotool`` keystrokes and clicks (tests/gui/test_real_window.py).
+``xdotool`` keystrokes and clicks (tests/gui/test_main_window_real_window.py).
 
 :class:`Xvfb` starts a private X server (1366 x 768, its display number chosen by Xvfb);
 :class:`RealApp` starts ``kvpilot gui`` on it as a subprocess with Qt warnings fatal, finds its

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from kvpilot.core.base.plan import Capacity, PlanInputs, Verdict
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
-from kvpilot.core.fit.plan import Capacity, PlanInputs, Verdict
 from kvpilot.core.vllm.export import build_export_plan, render
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from kvpilot.core.measurements import MeasurementStore
+    from kvpilot.core.fit.measurements import MeasurementStore
     from kvpilot.core.vllm.command import LaunchSpec
 
 

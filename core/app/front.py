@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvpilot.core.errors import CommandError, SettingsError
+from kvpilot.core.base.errors import CommandError, SettingsError
+from kvpilot.core.base.hosts import is_loopback_host
 from kvpilot.core.front.members import Member, prepare_member, this_device
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.server import FrontServer
-from kvpilot.core.hosts import is_loopback_host
 
 #: the port a front listens on unless told otherwise (the port clients of vLLM expect)
 DEFAULT_PORT = 8000
@@ -87,9 +87,9 @@ def prepare_members(req: FrontRequest) -> list[Member]:
         RuntimeNotFoundError: no vLLM for a profile.
         FitError: no device to run on.
     """
-    from kvpilot.core import paths
-    from kvpilot.core.profile_launch import load_profile
-    from kvpilot.core.vllm.runtime import discover
+    from kvpilot.core.app.profile_launch import load_profile
+    from kvpilot.core.base import paths
+    from kvpilot.core.runtimes.discovery import discover
 
     data_dir = req.data_dir or paths.data_dir()
     members: list[Member] = []
@@ -117,7 +117,7 @@ def build_front(req: FrontRequest) -> FrontServer:
         CommandError: see :func:`check_request`; also the port is in use.
         SettingsError, RuntimeNotFoundError, FitError: see :func:`prepare_members`.
     """
-    from kvpilot.core import paths
+    from kvpilot.core.base import paths
     from kvpilot.core.vllm.command import port_is_free
 
     check_request(req)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvpilot.core.base import versions
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.base.units import gib_text
 from kvpilot.core.fit import budget
-from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.core.fit.recommend import MAX_UTILIZATION, utilization_for
 from kvpilot.core.hardware.target import DeviceTarget
-from kvpilot.core.units import gib_text
-from kvpilot.core.vllm import versions
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from kvpilot.core.base.hosts import is_loopback_host, server_root
 from kvpilot.core.chat import errors
 from kvpilot.core.chat.conversation import (
     ROLE_ASSISTANT,
@@ -35,7 +36,6 @@ from kvpilot.core.chat.conversation import (
 )
 from kvpilot.core.chat.errors import ChatError
 from kvpilot.core.chat.sse import StreamParser
-from kvpilot.core.hosts import is_loopback_host, server_root
 
 log = logging.getLogger("kvpilot.chat")
 

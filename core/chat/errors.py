@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
 
 KIND_CONTEXT = "context"  # the prompt does not fit the model's context length
 KIND_AUTH = "auth"  # 401: the API key is missing or wrong

@@ -27,10 +27,10 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 def model_takes_images(model_ref: str) -> bool:
     """True when the checkpoint ``model_ref`` (a local folder or a repo id in the Hugging Face
     cache; nothing is downloaded) is a vision-language model kvpilot knows: its
-    :class:`~kvpilot.core.models.spec.ModelSpec` has a vision encoder. False when it has none
+    :class:`~kvpilot.core.base.model_spec.ModelSpec` has a vision encoder. False when it has none
     or cannot be read here (an attached server's model that is not on this machine)."""
-    from kvpilot.core.errors import KvpilotError
-    from kvpilot.core.models.resolve import load_model_spec
+    from kvpilot.core.base.errors import KvpilotError
+    from kvpilot.core.hub.resolve import load_model_spec
 
     if not model_ref.strip():
         return False

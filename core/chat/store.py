@@ -2,7 +2,7 @@
 
 One JSON file per profile under ``<data dir>/chats/`` (the file name is the profile's name made
 safe for any file system, plus a short hash so that two names never share a file), written
-atomically (:func:`~kvpilot.core.paths.atomic_write_text`, mode 0600: messages may be private).
+atomically (:func:`~kvpilot.core.base.paths.atomic_write_text`, mode 0600: messages may be private).
 A file that cannot be read (bad JSON, a wrong shape) is set aside as ``<name>.damaged`` (nothing
 is lost) and the profile starts a new conversation, with a warning to show; it never raises.
 """
@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.paths import atomic_write_text, data_dir, write_failure
 from kvpilot.core.chat.conversation import ChatMessage, ChatSettings, Conversation
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.paths import atomic_write_text, data_dir, write_failure
 
 log = logging.getLogger("kvpilot.chat")
 

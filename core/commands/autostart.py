@@ -7,7 +7,7 @@
 
 ``enable`` writes the XDG autostart entry that opens the window with the profile, or with
 ``--headless`` the systemd user unit that runs ``kvpilot serve --profile NAME`` and restarts it
-after a failure (:mod:`kvpilot.core.autostart`). The profile must exist in the settings file;
+after a failure (:mod:`kvpilot.core.app.autostart`). The profile must exist in the settings file;
 its API key stays in the keyring and is never written to either file. ``--front`` (repeated)
 serves several profiles behind one address at login (``kvpilot front``), headless only.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kvpilot.core import autostart
+from kvpilot.core.app import autostart
 from kvpilot.core.commands import Subparsers
 
 
@@ -57,7 +57,7 @@ def _json(found: autostart.AutostartStatus) -> str:
 def run(args: argparse.Namespace) -> int:
     """Enable, disable or show; user errors raise KvpilotError (exit 2)."""
     if args.action == "enable":
-        from kvpilot.core.profile_launch import load_profile
+        from kvpilot.core.app.profile_launch import load_profile
 
         # an unknown profile is refused now, not at the next login
         names = tuple(args.front or (args.profile,))

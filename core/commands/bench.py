@@ -23,9 +23,9 @@ import json
 import os
 import sys
 
-from kvpilot.core import paths
+from kvpilot.core.base import paths
+from kvpilot.core.base.hosts import URL_HELP
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.hosts import URL_HELP
 from kvpilot.core.runs.loadtests import run_recorded_load_test
 from kvpilot.core.vllm.client import (
     LoadTestConfig,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.units import GiB
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -41,8 +41,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def _refresh(args: argparse.Namespace) -> int:
     import sys
 
+    from kvpilot.core.app.search import runtime_filter
     from kvpilot.core.hub.catalog_refresh import refresh_catalog
-    from kvpilot.core.hub.search import runtime_filter
 
     if args.limit < 1:
         print("catalog refresh: --limit must be 1 or more", file=sys.stderr)

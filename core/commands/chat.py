@@ -21,8 +21,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.errors import KvpilotError
 
 #: the JSON keys of ``--json`` (beside ``text``): the reply's figures
 FIGURE_KEYS = (
@@ -33,8 +33,8 @@ FIGURE_KEYS = (
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``chat`` on the top-level parser."""
+    from kvpilot.core.base.hosts import URL_HELP
     from kvpilot.core.chat.conversation import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
-    from kvpilot.core.hosts import URL_HELP
 
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "chat",
@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
+    from kvpilot.core.base.hosts import server_root
     from kvpilot.core.chat.client import ChatCall, ChatTarget, Reply
     from kvpilot.core.chat.conversation import (
         ROLE_USER,
@@ -98,7 +99,6 @@ def _run(args: argparse.Namespace) -> int:
     )
     from kvpilot.core.chat.images import image_data_url
     from kvpilot.core.chat.store import ConversationStore
-    from kvpilot.core.hosts import server_root
     from kvpilot.core.vllm.client import detect_model
 
     loaded = st.SettingsStore().load().settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvpilot.core import desktop
+from kvpilot.core.app import desktop
 from kvpilot.core.commands import Subparsers
 
 

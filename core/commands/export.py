@@ -23,7 +23,9 @@ import os
 import sys
 from dataclasses import replace
 
-from kvpilot.core import paths
+from kvpilot.core.base import paths
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.plan import PlanInputs, settings_dict
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments, plan_inputs_and_choice
 from kvpilot.core.commands.serving_args import (
@@ -31,9 +33,7 @@ from kvpilot.core.commands.serving_args import (
     selected_indices,
     settings_from_args,
 )
-from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import PlanInputs, settings_dict
-from kvpilot.core.measurements import MeasurementStore
+from kvpilot.core.fit.measurements import MeasurementStore
 from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
 from kvpilot.core.vllm.export import FORMATS
 
@@ -61,7 +61,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Print the export (0); a plan predicted not to start is refused (1) unless ``--force``."""
     from kvpilot.core.app.export import export_plan
-    from kvpilot.core.models.resolve import load_model_spec
+    from kvpilot.core.hub.resolve import load_model_spec
 
     store = MeasurementStore(paths.measurements_path())
     inputs: PlanInputs | None

@@ -21,8 +21,8 @@ import json
 import os
 from pathlib import Path
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.units import GiB
 
 API_KEY_ENV = "KVPILOT_API_KEY"
 

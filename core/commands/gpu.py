@@ -13,8 +13,9 @@ import json
 import os
 from typing import Any
 
+from kvpilot.core.base.errors import HardwareError
+from kvpilot.core.base.units import MiB, gib_text
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.errors import HardwareError
 from kvpilot.core.fit.budget_now import (
     CUDA_CONTEXT_BYTES,
     SAFETY_BYTES,
@@ -27,7 +28,6 @@ from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.hardware.throttle import is_throttled, reason_words, throttle_text
-from kvpilot.core.units import MiB, gib_text
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:

@@ -80,8 +80,8 @@ def _size(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the app; returns its exit status."""
-    from kvpilot.core import startup_gc
-    from kvpilot.core.secrets import prefetch_keyring
+    from kvpilot.core.app import startup_gc
+    from kvpilot.core.app.secrets import prefetch_keyring
 
     startup_gc.hold_during_start()  # until the window has painted (see the module)
     try:

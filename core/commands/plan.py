@@ -19,8 +19,17 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from kvpilot.core import paths
 from kvpilot.core.app.launch_settings import UtilizationChoice, with_chosen_utilization
+from kvpilot.core.base import paths, versions
+from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.base.plan import (
+    VERDICT_BORDERLINE,
+    Capacity,
+    PlanInputs,
+    Verdict,
+)
+from kvpilot.core.base.units import GiB, gib_text
+from kvpilot.core.base.versions import NEWEST_KNOWN
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
@@ -31,22 +40,12 @@ from kvpilot.core.commands.serving_args import (
 )
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import (
-    VERDICT_BORDERLINE,
-    Capacity,
-    PlanInputs,
-    Verdict,
-)
-from kvpilot.core.measurements import MeasurementStore
-from kvpilot.core.models.identity import launch_reference
-from kvpilot.core.models.resolve import load_model_spec
-from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
-from kvpilot.core.units import GiB, gib_text
-from kvpilot.core.vllm import versions
-from kvpilot.core.vllm.versions import NEWEST_KNOWN
+from kvpilot.core.fit.measurements import MeasurementStore
+from kvpilot.core.hub.identity import launch_reference
+from kvpilot.core.hub.resolve import load_model_spec
 
 if TYPE_CHECKING:
-    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.runtimes.discovery import VllmRuntime
 
 #: the release planned for when none is given and none is installed
 DEFAULT_VLLM_VERSION = NEWEST_KNOWN
@@ -79,8 +78,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def detected_vllm_version(configured: str | None = None) -> str | None:
     """The version of the vLLM kvpilot would launch, or None when none is installed."""
-    from kvpilot.core.errors import RuntimeNotFoundError
-    from kvpilot.core.vllm import runtime as vllm_runtime
+    from kvpilot.core.base.errors import RuntimeNotFoundError
+    from kvpilot.core.runtimes import discovery as vllm_runtime
 
     try:
         return vllm_runtime.discover(configured).version
@@ -144,7 +143,7 @@ def measured_startup_s(inputs: PlanInputs, store: MeasurementStore) -> float | N
 def run(args: argparse.Namespace) -> int:
     store = MeasurementStore(paths.measurements_path())
     if args.measure:
-        from kvpilot.core.vllm import runtime as vllm_runtime
+        from kvpilot.core.runtimes import discovery as vllm_runtime
 
         rt = vllm_runtime.discover(args.vllm)
         inputs, choice = plan_inputs_and_choice(args, vllm_version=rt.version)
@@ -166,7 +165,7 @@ def _measure(
     args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore, rt: VllmRuntime
 ) -> None:
     """Launch with dummy weights and store what vLLM reported (needs a vLLM runtime)."""
-    from kvpilot.core.launch import LaunchSession, expected_dry_run_s, measure_plan
+    from kvpilot.core.app.launch import LaunchSession, expected_dry_run_s, measure_plan
     from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 
     low, high, basis = expected_dry_run_s(inputs, store)

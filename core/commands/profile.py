@@ -13,9 +13,9 @@ The serving flags are ``kvpilot plan``'s, spelled as vLLM spells them (``--max-m
 plan the profile as ``kvpilot plan`` plans it (this machine's GPU unless ``--gpu`` names one, the
 profile's vLLM, this GPU's measurements) and refuse to save a plan that does not fit, with the
 reason, unless ``--force``. The records are the settings file's, the ones the window edits
-(:mod:`kvpilot.core.settings`); the API key goes to the keyring (or the 0600 settings file) and is
-read from ``KVPILOT_API_KEY`` with ``--api-key-from-env``, never from the command line. ``--json``
-prints the records with the secrets replaced by whether they are set.
+(:mod:`kvpilot.core.app.settings`); the API key goes to the keyring (or the 0600 settings file) and
+is read from ``KVPILOT_API_KEY`` with ``--api-key-from-env``, never from the command line.
+``--json`` prints the records with the secrets replaced by whether they are set.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from kvpilot.core.base.errors import CommandError, KvpilotError, SettingsError
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
@@ -34,11 +35,10 @@ from kvpilot.core.commands.serving_args import (
     settings_for_device,
     settings_from_args,
 )
-from kvpilot.core.errors import CommandError, KvpilotError, SettingsError
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity, ServingSettings
-    from kvpilot.core.settings import Profile, Settings, SettingsStore
+    from kvpilot.core.app.settings import Profile, Settings, SettingsStore
+    from kvpilot.core.base.plan import Capacity, ServingSettings
 
 API_KEY_ENV = "KVPILOT_API_KEY"
 #: the ServingSettings fields the serving flags set (the others stay as the profile has them)
@@ -104,7 +104,7 @@ def _profile_flags(parser: argparse.ArgumentParser, *, editing: bool) -> None:
 
 def public_json(profile: Profile, active: bool = False) -> dict[str, Any]:
     """A profile's record without its secrets (``api_key_set``, ``hf_token_set`` instead)."""
-    from kvpilot.core.settings import profile_to_json
+    from kvpilot.core.app.settings import profile_to_json
 
     out = profile_to_json(profile)
     out.pop("api_key", None)
@@ -116,7 +116,7 @@ def public_json(profile: Profile, active: bool = False) -> dict[str, Any]:
 
 
 def _store() -> SettingsStore:
-    from kvpilot.core.settings import SettingsStore
+    from kvpilot.core.app.settings import SettingsStore
 
     return SettingsStore()
 
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             print(render_profile(profile))
         return 0
     if args.action == "remove":
-        from kvpilot.core.settings import delete_profile
+        from kvpilot.core.app.settings import delete_profile
 
         store.save(delete_profile(settings, args.name))
         print(f"kvpilot: profile {args.name!r} removed")
@@ -186,14 +186,14 @@ def render_profile(profile: Profile) -> str:
 
 
 def _add_or_edit(args: argparse.Namespace, store: SettingsStore, settings: Settings) -> int:
-    from kvpilot.core.fit.plan import ServingSettings
-    from kvpilot.core.settings import Profile, update_profile
+    from kvpilot.core.app.settings import Profile, update_profile
+    from kvpilot.core.base.plan import ServingSettings
 
     editing = args.action == "edit"
     if editing:
         old = settings.profile(args.name)
     else:
-        from kvpilot.core.settings import create_profile
+        from kvpilot.core.app.settings import create_profile
 
         settings = create_profile(settings, args.name, activate=False)
         old = Profile(name=args.name.strip())
@@ -272,12 +272,12 @@ def plan_profile(args: argparse.Namespace, profile: Profile) -> Capacity | None:
     Raises:
         KvpilotError: the model cannot be read (without ``--force``), or no device to plan for.
     """
-    from kvpilot.core import paths
+    from kvpilot.core.app.profile_launch import auto_utilization, profile_settings
+    from kvpilot.core.base import paths
     from kvpilot.core.commands.plan import DEFAULT_VLLM_VERSION, detected_vllm_version
     from kvpilot.core.commands.plan import plan as plan_capacity
-    from kvpilot.core.measurements import MeasurementStore
-    from kvpilot.core.models.resolve import load_model_spec
-    from kvpilot.core.profile_launch import auto_utilization, profile_settings
+    from kvpilot.core.fit.measurements import MeasurementStore
+    from kvpilot.core.hub.resolve import load_model_spec
 
     version = (getattr(args, "vllm_version", None)
                or detected_vllm_version(profile.vllm_runtime or None) or DEFAULT_VLLM_VERSION)

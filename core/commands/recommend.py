@@ -23,7 +23,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from kvpilot.core import paths
+from kvpilot.core.base import paths
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.units import GiB
+from kvpilot.core.base.versions import NEWEST_KNOWN
+from kvpilot.core.base.words import counted, significant, times_text
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
@@ -32,7 +36,6 @@ from kvpilot.core.commands.serving_args import (
     device_from_args,
     settings_from_args,
 )
-from kvpilot.core.errors import FitError
 from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.goal import (
     DEFAULT_CONTEXT_TOKENS,
@@ -41,11 +44,8 @@ from kvpilot.core.fit.goal import (
     Goal,
     min_weight_bits_for,
 )
+from kvpilot.core.fit.measurements import MeasurementStore
 from kvpilot.core.fit.recommend import USE_CASES, Recommendation, recommend, target_of
-from kvpilot.core.measurements import MeasurementStore
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import NEWEST_KNOWN
-from kvpilot.core.words import counted, significant, times_text
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:

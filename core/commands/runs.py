@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from kvpilot.core import paths
+from kvpilot.core.base import paths
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.runs.compare import compare, format_cell, format_comparison
 from kvpilot.core.runs.record import RunRecord

@@ -19,14 +19,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvpilot.core.base.errors import RuntimeInstallCancelled, RuntimeInstallError, SettingsError
+from kvpilot.core.base.units import size_text
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.errors import RuntimeInstallCancelled, RuntimeInstallError, SettingsError
 from kvpilot.core.runtimes import store
 from kvpilot.core.runtimes.progress import InstallProgress
-from kvpilot.core.units import size_text
 
 if TYPE_CHECKING:
-    from kvpilot.core.settings import Settings
+    from kvpilot.core.app.settings import Settings
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_settings() -> Settings | None:
-    from kvpilot.core.settings import SettingsStore
+    from kvpilot.core.app.settings import SettingsStore
 
     try:
         return SettingsStore().load().settings
@@ -91,7 +91,7 @@ def _load_settings() -> Settings | None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from kvpilot.core.vllm.runtime import SOURCE_MANAGED, list_runtimes
+    from kvpilot.core.runtimes.discovery import SOURCE_MANAGED, list_runtimes
 
     installed = store.list_installed()
     settings = _load_settings()
@@ -248,7 +248,7 @@ def _install(args: argparse.Namespace) -> int:
 def _remove(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from kvpilot.core.settings import SettingsStore, update_profile
+    from kvpilot.core.app.settings import SettingsStore, update_profile
 
     rt = store.resolve_id(args.version)
     settings_store = SettingsStore()

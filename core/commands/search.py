@@ -20,19 +20,19 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.versions import NEWEST_KNOWN
+from kvpilot.core.base.words import counted
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     context_arg,
     device_from_args,
 )
-from kvpilot.core.errors import FitError
 from kvpilot.core.fit.recommend import USE_CASES, Goal
-from kvpilot.core.vllm.versions import NEWEST_KNOWN
-from kvpilot.core.words import counted
 
 if TYPE_CHECKING:
-    from kvpilot.core.hub.search import SearchHit, SearchResult
+    from kvpilot.core.app.search import SearchHit, SearchResult
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -61,8 +61,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvpilot.core.app.search import runtime_filter, search_hub
     from kvpilot.core.commands.plan import detected_vllm_version
-    from kvpilot.core.hub.search import runtime_filter, search_hub
 
     if args.context <= 0 or args.users <= 0 or args.limit <= 0:
         raise FitError("--context, --users and --limit must be positive")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def to_json(result: SearchResult) -> dict[str, Any]:
     """The JSON form: query, GPU, goal, where the results came from, hits, left-out repos."""
-    from kvpilot.core.hub.search import hit_to_json
+    from kvpilot.core.app.search import hit_to_json
 
     g = result.goal
     return {
@@ -118,7 +118,7 @@ _MARKS = {"fits": "✓", "borderline": "~", "does_not_fit": "✗", "cannot_plan"
 
 
 def render(result: SearchResult) -> str:
-    from kvpilot.core.hub.search import size_label
+    from kvpilot.core.app.search import size_label
 
     g = result.goal
     age = time.time() - result.fetched_at_s

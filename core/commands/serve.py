@@ -5,9 +5,9 @@
     kvpilot serve --profile NAME [--port P] [--vllm V] [--json-events] [--data-dir D]
 
 On a signal the server tree is stopped cleanly and the exit status is 0. A failure to start is
-classified (``kvpilot.core.failures``); ``--auto-fallback`` relaunches with the best proposed
+classified (``kvpilot.core.base.failures``); ``--auto-fallback`` relaunches with the best proposed
 fallback, then the next ones of that ranking in turn until one starts (never the same launch
-twice; at most :data:`kvpilot.core.launch.MAX_AUTO_FALLBACKS` in a row). Without
+twice; at most :data:`kvpilot.core.app.launch.MAX_AUTO_FALLBACKS` in a row). Without
 ``--gpu-memory-utilization`` on this machine's GPU, the utilization is the one the window plans
 with (:mod:`kvpilot.core.app.launch_settings`), said once as a ``utilization`` event.
 ``--json-events`` prints one JSON object per line for every state
@@ -18,7 +18,7 @@ from ``KVPILOT_API_KEY`` (never from the command line, never printed).
 ``--profile NAME`` serves a profile of the settings dialog as the window does, without one: its
 model, serving settings, host and port, extra arguments, vLLM runtime, fallback policy, and its
 API key and Hugging Face token from the keyring (or the 0600 settings file), never from argv or
-the environment (:mod:`kvpilot.core.profile_launch`). This is what ``kvpilot autostart enable
+the environment (:mod:`kvpilot.core.app.profile_launch`). This is what ``kvpilot autostart enable
 --headless`` runs at login. An unknown profile or a damaged settings file is an error (exit 2).
 """
 
@@ -38,8 +38,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kvpilot.core import failures, paths
+from kvpilot.core.app.launch import FallbackChoice, FallbackPolicy, LaunchSession
 from kvpilot.core.app.launch_settings import choose_utilization
+from kvpilot.core.app.profile_launch import fallback_policy
+from kvpilot.core.base import failures, paths, versions
+from kvpilot.core.base.errors import CommandError, KvpilotError
+from kvpilot.core.base.plan import PlanInputs, settings_dict
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.commands.serving_args import (
@@ -48,17 +52,13 @@ from kvpilot.core.commands.serving_args import (
     settings_for_device,
     settings_from_args,
 )
-from kvpilot.core.errors import CommandError, KvpilotError
-from kvpilot.core.fit.plan import PlanInputs, settings_dict
 from kvpilot.core.hardware.target import DeviceTarget
-from kvpilot.core.launch import FallbackChoice, FallbackPolicy, LaunchSession
-from kvpilot.core.models.identity import model_identity
-from kvpilot.core.profile_launch import fallback_policy
-from kvpilot.core.vllm import logparse, versions
+from kvpilot.core.hub.identity import model_identity
+from kvpilot.core.runtimes.discovery import VllmRuntime, discover
+from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
 from kvpilot.core.vllm.phases import phase_words
-from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import (
     FAILED,
     READY,
@@ -70,7 +70,7 @@ from kvpilot.core.vllm.supervisor import (
 )
 
 if TYPE_CHECKING:
-    from kvpilot.core.settings import Profile
+    from kvpilot.core.app.settings import Profile
 
 API_KEY_ENV = "KVPILOT_API_KEY"
 DEFAULT_PORT = 8000
@@ -182,7 +182,7 @@ def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = No
         model = str(local.resolve())
     extra = [a for a in (args.extra or []) if a != "--"]
     if profile is not None:
-        from kvpilot.core.profile_launch import profile_settings, profile_spec
+        from kvpilot.core.app.profile_launch import profile_settings, profile_spec
         from kvpilot.core.vllm.command import parse_extra_args
 
         spec = profile_spec(profile, model, profile_settings(profile), {
@@ -325,8 +325,8 @@ def args_for_profile(args: argparse.Namespace) -> tuple[argparse.Namespace, Prof
     Raises:
         SettingsError: an unknown profile, a damaged settings file, a profile without model.
     """
+    from kvpilot.core.app.profile_launch import load_profile
     from kvpilot.core.models import catalog
-    from kvpilot.core.profile_launch import load_profile
 
     profile = load_profile(args.profile).profile
     ref = profile.model_ref.strip()

@@ -2,7 +2,7 @@
 
 Every command that plans or launches takes the same ``vllm serve`` settings
 (:func:`add_serving_arguments` -> :func:`settings_from_args`, one
-:class:`~kvpilot.core.fit.plan.ServingSettings`) and plans for the same device by default
+:class:`~kvpilot.core.base.plan.ServingSettings`) and plans for the same device by default
 (:func:`device_from_args`): the GPU named on the command line; else the NVIDIA GPU NVML reports;
 else, when the vLLM that would run is its CPU build, vLLM's CPU backend with the RAM as its memory.
 """
@@ -13,12 +13,12 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.base.units import MiB
+from kvpilot.core.base.versions import Release
 from kvpilot.core.hardware import target
 from kvpilot.core.hardware.target import DeviceTarget
-from kvpilot.core.units import MiB
-from kvpilot.core.vllm.versions import Release
 
 
 def parse_size(text: str) -> int:
@@ -247,7 +247,7 @@ def detected_gpu(indices: tuple[int, ...] | None = None,
         HardwareError: ``indices`` names a GPU NVML does not report.
         ProcUnreadableError: ``/proc`` cannot be read (a container or chroot).
     """
-    from kvpilot.core.errors import HardwareError, ProcUnreadableError
+    from kvpilot.core.base.errors import HardwareError, ProcUnreadableError
     from kvpilot.core.hardware.probe import probe
     from kvpilot.core.hardware.selection import select_gpus
 
@@ -275,7 +275,7 @@ def selected_indices(args: argparse.Namespace) -> tuple[int, ...] | None:
     Raises:
         HardwareError: a malformed ``--gpus`` list or a negative index.
     """
-    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.base.errors import HardwareError
     from kvpilot.core.hardware.selection import parse_gpu_indices
 
     index = getattr(args, "gpu_index", None)

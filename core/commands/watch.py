@@ -21,11 +21,11 @@ import os
 import sys
 import time
 
+from kvpilot.core.app.watch import ServerWatch, WatchSample, is_local_url, normalize_url
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.hosts import URL_HELP
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.errors import FitError
-from kvpilot.core.hosts import URL_HELP
-from kvpilot.core.units import GiB, MiB
-from kvpilot.core.vllm.watch import ServerWatch, WatchSample, is_local_url, normalize_url
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -61,8 +61,8 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _gpu(args: argparse.Namespace, base_url: str) -> tuple[int | None, str]:
     """The server's GPU, (CUDA total bytes, name): the flags, else the local GPU for a server
     on this machine (the one target every command plans against)."""
+    from kvpilot.core.base.errors import HardwareError
     from kvpilot.core.commands.serving_args import detected_gpu
-    from kvpilot.core.errors import HardwareError
     from kvpilot.core.hardware import target
 
     if args.gpu_total_mib:

@@ -24,10 +24,10 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm import versions
-from kvpilot.core.vllm.versions import Release
+from kvpilot.core.base import versions
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.units import GiB
+from kvpilot.core.base.versions import Release
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class VersionProfile:
 
     Attributes:
         since: first release the row applies to, as written (``"0.10.2"``, ``"0.28"``,
-            ``"0"``; compared as a :class:`~kvpilot.core.vllm.versions.Release`).
+            ``"0"``; compared as a :class:`~kvpilot.core.base.versions.Release`).
         engine: ``V0`` or ``V1``.
         sampler: the tensors alive at the dummy sampler's peak (logit units).
         sampler_adds_to_forward: True when the forward's activations are still alive while the

@@ -19,18 +19,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kvpilot.core.errors import FitError
-from kvpilot.core.failures import Failure
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import PlanInputs, ServingSettings
+from kvpilot.core.base.versions import supports
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.lora import LoraBudget, lora_budget
-from kvpilot.core.fit.plan import PlanInputs, ServingSettings
 from kvpilot.core.fit.speculative import (
     SpeculativeBudget,
     parse_speculative_config,
     speculative_budget,
 )
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.vllm.versions import supports
 
 RUNNER_POOLING = "pooling"
 RUNNERS = ("auto", "generate", "pooling", "draft")
@@ -180,7 +180,7 @@ def adapter_settings(
     *, lora_slots: int = 0, lora_rank: int = 16, speculative_method: str = "",
     speculative_tokens: int = 1,
 ) -> dict[str, Any]:
-    """The :class:`~kvpilot.core.fit.plan.ServingSettings` fields for the planner's adapter
+    """The :class:`~kvpilot.core.base.plan.ServingSettings` fields for the planner's adapter
     inputs: ``lora_slots`` adapters per batch (0: LoRA off) at ``lora_rank``, and a drafter
     (``""``: off; ``ngram``: prompt lookup up to 4 tokens; ``mtp``: the checkpoint's MTP
     layers) proposing ``speculative_tokens`` tokens per step.

@@ -14,7 +14,7 @@ with ``resident = weights + non_torch + the captured graph pool``, the utilizati
 default block is 64 tokens (``versions.default_block_size``).
 
 Every term is returned separately with its source so that the GUI can explain it, and a
-measurement taken on this GPU (see :mod:`kvpilot.core.measurements`) replaces the modelled
+measurement taken on this GPU (see :mod:`kvpilot.core.fit.measurements`) replaces the modelled
 terms when one matches.
 """
 
@@ -23,23 +23,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvpilot.core import failures
-from kvpilot.core.errors import FitError
-from kvpilot.core.failures import Failure
-from kvpilot.core.fit import (
-    activation,
-    adapters,
-    budget_now,
-    extensible_kv,
-    kv,
-    linear_state,
-    multimodal,
-    mxfp4_padding,
-    offload,
-    parallel,
-    runner,
-)
-from kvpilot.core.fit.plan import (
+from kvpilot.core.base import failures, model_spec
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import (
     CPU_DEVICE_NAME,
     FROM_CATALOG,
     FROM_DEFAULT,
@@ -56,9 +43,21 @@ from kvpilot.core.fit.plan import (
     PlanInputs,
     Verdict,
 )
-from kvpilot.core.models import spec as model_spec
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import Release, default_block_size, default_utilization, supports
+from kvpilot.core.base.units import GiB
+from kvpilot.core.base.versions import Release, default_block_size, default_utilization, supports
+from kvpilot.core.fit import (
+    activation,
+    adapters,
+    budget_now,
+    extensible_kv,
+    kv,
+    linear_state,
+    multimodal,
+    mxfp4_padding,
+    offload,
+    parallel,
+    runner,
+)
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
 _LARGE_GPU_BYTES = 70 * GiB
@@ -555,7 +554,7 @@ def compute_capacity(
 def band_verdict(
     inputs: PlanInputs, band: tuple[int, int], failure: Failure | None
 ) -> Verdict:
-    """The :class:`~kvpilot.core.fit.plan.Verdict` for an available-KV band (low, high) in bytes.
+    """The :class:`~kvpilot.core.base.plan.Verdict` for an available-KV band (low, high) in bytes.
 
     The free-memory and model-length checks do not depend on the band: they fail outright.
     Otherwise the low edge passing means "fits", the high edge failing "does_not_fit".

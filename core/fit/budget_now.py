@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvpilot.core.errors import FitError
-from kvpilot.core.units import GiB, MiB, gib_text
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.units import GiB, MiB, gib_text
 
 #: memory vLLM's own process holds before its free-memory check (CUDA context, cuBLAS, NCCL)
 CUDA_CONTEXT_BYTES = 512 * MiB

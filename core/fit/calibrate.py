@@ -2,7 +2,7 @@
 
 Every measured dry run and every launch that reached *ready* stores vLLM's reported capacity,
 keyed by GPU, model, vLLM version and the settings that change memory
-(:mod:`kvpilot.core.measurements`). For a later plan:
+(:mod:`kvpilot.core.fit.measurements`). For a later plan:
 
 * the same key -> the measured KV memory and token count are used as they are
   (``source: measured`` with the date);
@@ -17,17 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
-from kvpilot.core.fit import adapters, kv
-from kvpilot.core.fit.activation import FittedConstants, in_flight_batches, profile_for
-from kvpilot.core.fit.budget import (
-    CUDA_CONTEXT_BYTES,
-    ENCODER_PROFILE_TERM,
-    band_verdict,
-    compute_capacity,
-)
-from kvpilot.core.fit.plan import (
+from kvpilot.core.base import failures, versions
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import (
     FROM_CALIBRATED,
     FROM_MEASURED,
     FROM_USER,
@@ -37,17 +29,24 @@ from kvpilot.core.fit.plan import (
     Capacity,
     PlanInputs,
 )
-from kvpilot.core.fit.support import check_support
-from kvpilot.core.measurements import (
+from kvpilot.core.base.units import GiB
+from kvpilot.core.fit import adapters, kv
+from kvpilot.core.fit.activation import FittedConstants, in_flight_batches, profile_for
+from kvpilot.core.fit.budget import (
+    CUDA_CONTEXT_BYTES,
+    ENCODER_PROFILE_TERM,
+    band_verdict,
+    compute_capacity,
+)
+from kvpilot.core.fit.measurements import (
     Measured,
     MeasurementKey,
     MeasurementRecord,
     MeasurementStore,
     measurement_key,
 )
-from kvpilot.core.models.identity import spec_identity
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm import versions
+from kvpilot.core.fit.support import check_support
+from kvpilot.core.hub.identity import spec_identity
 
 
 def key_for(inputs: PlanInputs) -> MeasurementKey:

@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvpilot.core.base.units import GiB, MiB
+from kvpilot.core.base.versions import Release, supports
 from kvpilot.core.fit import budget_now
-from kvpilot.core.units import GiB, MiB
-from kvpilot.core.vllm.versions import Release, supports
 
 #: v1/worker/extensible_kv_cache.py KV_CACHE_MARGIN_FLOOR_BYTES on CUDA (3 GiB on ROCm)
 MARGIN_FLOOR_BYTES = 1 * GiB

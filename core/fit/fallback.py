@@ -14,15 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures, versions
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import CPU_DEVICE_NAME, Capacity, PlanInputs
+from kvpilot.core.base.units import GiB
+from kvpilot.core.base.versions import default_block_size
 from kvpilot.core.fit import activation, budget, budget_now, fallback_adapters, linear_state
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME, Capacity, PlanInputs
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm import versions
-from kvpilot.core.vllm.versions import default_block_size
 
 #: option kinds (stable strings, shown in --json-events)
 SHORTER_CONTEXT = "shorter_context"
@@ -555,7 +554,7 @@ def describe(option: FallbackOption) -> str:
     )
 
 
-#: telemetry pressure-signal kinds that have a configuration fix (kvpilot.core.telemetry)
+#: telemetry pressure-signal kinds that have a configuration fix (kvpilot.core.telemetry.live)
 PRESSURE_KV_FULL = "kv_full"
 PRESSURE_PREEMPTIONS = "preemptions"
 PRESSURE_VRAM_FULL = "vram_full"

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import Capacity, PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import lora
-from kvpilot.core.fit.plan import Capacity, PlanInputs
-from kvpilot.core.units import GiB
 
 FEWER_LORA_SLOTS = "fewer_lora_slots"
 LOWER_LORA_RANK = "lower_lora_rank"

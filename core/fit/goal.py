@@ -1,7 +1,7 @@
 """What the user wants from a deployment: the recommender's goal, and how a context is written.
 
 :class:`Goal` is the one goal type: ``kvpilot recommend`` builds it from its flags, the planner
-panel from its inputs, and a settings profile stores it (:mod:`kvpilot.core.settings`).
+panel from its inputs, and a settings profile stores it (:mod:`kvpilot.core.app.settings`).
 :func:`parse_context_tokens` reads a context as people write it ("8192", "32,768", "32k") for
 both faces.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvpilot.core.errors import FitError
-from kvpilot.core.fit.plan import USE_CASES
-from kvpilot.core.vllm.versions import NEWEST_KNOWN
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.plan import USE_CASES
+from kvpilot.core.base.versions import NEWEST_KNOWN
 
 #: a goal's context (tokens) when nothing else is asked for
 DEFAULT_CONTEXT_TOKENS = 8192

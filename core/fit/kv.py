@@ -21,15 +21,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvpilot.core.errors import FitError
-from kvpilot.core.fit import kv_quant
-from kvpilot.core.models.spec import (
+from kvpilot.core.base import versions
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
     ModelSpec,
 )
-from kvpilot.core.vllm import versions
+from kvpilot.core.fit import kv_quant
 
 #: vLLM's kernel block alignment for the attention backends of CUDA GPUs (tokens)
 KERNEL_BLOCK_ALIGNMENT = 16
@@ -383,7 +383,7 @@ def with_draft_layers(layout: KvLayout, draft_kv_bytes_per_token: int) -> KvLayo
 class KvCapacity:
     """The KV part of a planned capacity: the blocks, tokens and concurrency vLLM would log
     for a KV budget (computed here; what a server reported is
-    :class:`kvpilot.core.measurements.ReportedCapacity`)."""
+    :class:`kvpilot.core.fit.measurements.ReportedCapacity`)."""
 
     num_blocks: int
     kv_cache_tokens: int

@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures, versions
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import Capacity, PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.kv import KvLayout
-from kvpilot.core.fit.plan import Capacity, PlanInputs
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm import versions
 
 #: fallback kinds (stable strings)
 FEWER_SEQUENCES = "fewer_sequences"

@@ -39,13 +39,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvpilot.core import failures
-from kvpilot.core.errors import FitError
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.units import GiB
+from kvpilot.core.base.versions import supports
 from kvpilot.core.fit import kv
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import supports
 
 #: vLLM's defaults (config/lora.py LoRAConfig): one slot, rank 16
 DEFAULT_MAX_LORAS = 1

@@ -44,11 +44,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from kvpilot.core.base import versions
+from kvpilot.core.base.model_spec import ModelSpec, VisionSpec
+from kvpilot.core.base.versions import Release
 from kvpilot.core.fit import activation
-from kvpilot.core.models.spec import ModelSpec, VisionSpec
 from kvpilot.core.models.vision import vision_weight_bytes
-from kvpilot.core.vllm import versions
-from kvpilot.core.vllm.versions import Release
 
 #: items per prompt when ``--limit-mm-per-prompt`` is not given (V1 engine; V0 allowed 1)
 DEFAULT_LIMIT_V1 = 999

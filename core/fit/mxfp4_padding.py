@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from kvpilot.core.models.spec import ModelSpec
+from kvpilot.core.base.model_spec import ModelSpec
 
 #: bytes per MXFP4 weight: 4 bits plus one 8-bit scale per 32 values
 _BYTES_PER_WEIGHT = 0.5 + 1 / 32

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.activation import activation_bytes_per_element
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
 
 
 def decoder_layer_bytes(model: ModelSpec, weights_per_rank_bytes: int,

@@ -27,11 +27,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import GpuTarget
+from kvpilot.core.base.units import MiB
 from kvpilot.core.fit import activation
-from kvpilot.core.fit.plan import GpuTarget
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import MiB
 
 #: custom all-reduce buffers per rank (meta + max_size scratch, IPC buffer, rank_data), bytes
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * MiB

@@ -19,11 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvpilot.core.errors import FitError
-from kvpilot.core.fit import budget, extensible_kv, parallel
-from kvpilot.core.fit.budget import borderline_note
-from kvpilot.core.fit.goal import Goal
-from kvpilot.core.fit.plan import (
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import (
     CPU_DEVICE_NAME,
     USE_CASES,
     VERDICT_BORDERLINE,
@@ -32,12 +30,14 @@ from kvpilot.core.fit.plan import (
     PlanInputs,
     ServingSettings,
 )
+from kvpilot.core.base.units import GiB
+from kvpilot.core.base.versions import supports
+from kvpilot.core.base.words import estimated_rate, join_clauses, more_kv_text, times_text
+from kvpilot.core.fit import budget, extensible_kv, parallel
+from kvpilot.core.fit.budget import borderline_note
+from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.quality import QualityFigure, figure_for, unrated
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm.versions import supports
-from kvpilot.core.words import estimated_rate, join_clauses, more_kv_text, times_text
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -192,7 +192,7 @@ def _plan_one(
     if fixed is not None:
         inputs = replace(inputs, **_fixed_changes(fixed))
         if fixed.speculative_config:
-            from kvpilot.core.models.draft import draft_spec
+            from kvpilot.core.hub.draft import draft_spec
 
             inputs = replace(inputs, draft_model=draft_spec(fixed.speculative_config))
     if layout is not None and layout.world_size > 1:
@@ -447,7 +447,7 @@ def feasibility(
 ) -> dict[str, list[float]]:
     """Maximum concurrency of ``inputs`` at each context, per KV dtype (NaN where the engine
     cannot say, 0 where nothing fits): the planner's context x users chart."""
-    from kvpilot.core.errors import KvpilotError
+    from kvpilot.core.base.errors import KvpilotError
 
     out: dict[str, list[float]] = {}
     for dtype in kv_dtypes:

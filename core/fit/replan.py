@@ -3,7 +3,7 @@
 The recommender (:func:`kvpilot.core.fit.recommend.recommend`) chooses the KV dtype and the
 utilization itself; a user interface lets the user fix some settings (a KV dtype, a utilization,
 eager mode, a KV size the backend needs). :func:`fixed_settings` turns those choices into the
-:class:`~kvpilot.core.fit.plan.ServingSettings` the recommender keeps in every plan, and
+:class:`~kvpilot.core.base.plan.ServingSettings` the recommender keeps in every plan, and
 :func:`replan` runs it and returns one ordered list: the plans that fit, then the borderline ones
 (vLLM may or may not start them), then the rest, each with its verdict, the one "tight" rule
 (:func:`~kvpilot.core.fit.recommend.is_tight`) and the reason to show.
@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.core.fit.budget import borderline_note, compute_capacity
-from kvpilot.core.fit.plan import (
+from kvpilot.core.base.plan import (
     VERDICT_BORDERLINE,
     Capacity,
     GpuTarget,
@@ -24,6 +23,8 @@ from kvpilot.core.fit.plan import (
     ServingSettings,
     serving_field_names,
 )
+from kvpilot.core.base.words import counted, times_text
+from kvpilot.core.fit.budget import borderline_note, compute_capacity
 from kvpilot.core.fit.recommend import (
     Candidate,
     CapacityOf,
@@ -34,11 +35,10 @@ from kvpilot.core.fit.recommend import (
     kv_headroom_bytes,
     recommend,
 )
-from kvpilot.core.words import counted, times_text
 
 if TYPE_CHECKING:
+    from kvpilot.core.base.model_spec import ModelSpec
     from kvpilot.core.fit.parallel import GpuSet
-    from kvpilot.core.models.spec import ModelSpec
 
 
 def fixed_settings(

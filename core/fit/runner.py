@@ -33,11 +33,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.versions import Release
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.activation import VersionProfile
-from kvpilot.core.fit.plan import PlanInputs
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.vllm.versions import Release
 
 _DENSE_SET_022 = frozenset({"Qwen3ForCausalLM"})
 _DENSE_SET_023 = _DENSE_SET_022 | {"LlamaForCausalLM", "MistralForCausalLM"}

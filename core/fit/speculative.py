@@ -26,11 +26,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from kvpilot.core import failures
-from kvpilot.core.errors import FitError
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.fit import kv
-from kvpilot.core.models.spec import ModelSpec
 
 METHOD_MTP = "mtp"
 METHOD_EAGLE = "eagle"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvpilot.core import failures
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import PlanInputs
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,10 @@ vLLM refuses these at start-up; kvpilot refuses them before launch, in the same 
 
 from __future__ import annotations
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures, versions
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.fit.kv import FP8_KV_DTYPES
-from kvpilot.core.fit.plan import PlanInputs
-from kvpilot.core.vllm import versions
 
 #: head sizes FlashInfer's FP8 KV kernels accept (vLLM >= 0.12 picks FlashInfer for FP8 on SM8x)
 FLASHINFER_HEAD_SIZES = frozenset({64, 128, 256, 512})

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from kvpilot.core.fit.plan import Capacity
+from kvpilot.core.base.plan import Capacity
 
 #: parts smaller than this would read "0.0 GiB": unattributed memory below it is left out of the
 #: split and a legend leaves such parts out

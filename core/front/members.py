@@ -1,7 +1,7 @@
 """The profiles a front serves, each planned as the planner plans it, ready to launch.
 
-:func:`prepare_member` reads one profile (:class:`~kvpilot.core.settings.Profile`), finds the vLLM
-it names, plans it for this machine's device (:func:`this_device`) and keeps what a launch
+:func:`prepare_member` reads one profile (:class:`~kvpilot.core.app.settings.Profile`), finds the
+vLLM it names, plans it for this machine's device (:func:`this_device`) and keeps what a launch
 needs: the model to start (a catalog id becomes its checkpoint's repo), the plan inputs and the
 capacity, and the profile's :class:`~kvpilot.core.front.placement.ProfileNeed`. A profile that
 cannot be planned (its model cannot be read) is still served: it has no need, so it runs alone.
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.front.placement import ProfileNeed, need_of
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity, PlanInputs
+    from kvpilot.core.app.settings import Profile
+    from kvpilot.core.base.plan import Capacity, PlanInputs
     from kvpilot.core.hardware.target import DeviceTarget
-    from kvpilot.core.settings import Profile
-    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.runtimes.discovery import VllmRuntime
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,10 @@ def this_device(runtime_version: str) -> DeviceTarget:
     Raises:
         FitError: no NVIDIA GPU and a vLLM that is not its CPU build.
     """
-    from kvpilot.core.errors import FitError, HardwareError
+    from kvpilot.core.base.errors import FitError, HardwareError
+    from kvpilot.core.base.versions import Release
     from kvpilot.core.hardware import target
     from kvpilot.core.hardware.probe import probe
-    from kvpilot.core.vllm.versions import Release
 
     if Release.parse(runtime_version).is_cpu_build:
         return target.cpu_target()
@@ -99,11 +99,11 @@ def prepare_member(
     Raises:
         SettingsError: the profile names no model.
     """
-    from kvpilot.core.errors import SettingsError
+    from kvpilot.core.app.profile_launch import auto_utilization, profile_settings
+    from kvpilot.core.base.errors import SettingsError
     from kvpilot.core.fit.calibrate import planned_capacity
-    from kvpilot.core.measurements import MeasurementStore
-    from kvpilot.core.models.resolve import load_model_spec
-    from kvpilot.core.profile_launch import auto_utilization, profile_settings
+    from kvpilot.core.fit.measurements import MeasurementStore
+    from kvpilot.core.hub.resolve import load_model_spec
 
     if not profile.model_ref.strip():
         raise SettingsError(f"profile {profile.name!r} names no model; give it one with "

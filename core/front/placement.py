@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvpilot.core.units import GiB
+from kvpilot.core.base.units import GiB
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity
+    from kvpilot.core.base.plan import Capacity
 
 #: terms of a capacity that are not memory held by the server (the budget and the KV pool)
 _NOT_HELD = ("requested", "kv_cache")

@@ -7,7 +7,7 @@ queue while one task at a time brings the profile up. Bringing up asks the plann
 when it does not, the least recently used profiles make room (each waits for its requests in
 flight to finish first), by sleeping where vLLM's sleep mode is allowed
 (:func:`~kvpilot.core.front.sleep.sleep_support`) and by stopping otherwise. Each launch is a
-:class:`~kvpilot.core.launch.LaunchSession` launch (run record, measurements, the supervisor's
+:class:`~kvpilot.core.app.launch.LaunchSession` launch (run record, measurements, the supervisor's
 clean stop); each swap adds its reason, the wait of the first request and the load time to that
 run's record (``swaps``). A profile that fails to start leaves its classified failure for the
 waiting requests and the pool goes on. Idle profiles are stopped after ``idle_unload_s``.
@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.front import sleep as sleepmode
 from kvpilot.core.front.placement import ProfileNeed, Split, split
 from kvpilot.core.runs.store import utc_now
 
 if TYPE_CHECKING:
-    from kvpilot.core.failures import Failure
+    from kvpilot.core.app.launch import LaunchSession
+    from kvpilot.core.base.failures import Failure
     from kvpilot.core.front.members import Member
-    from kvpilot.core.launch import LaunchSession
     from kvpilot.core.runs.recorder import RunRecorder
     from kvpilot.core.vllm.supervisor import Supervisor
 
@@ -208,8 +208,8 @@ class Pool:
         return int(device.total_bytes * (util if util is not None else 1.0))
 
     def _default_session(self, member: Member) -> LaunchSession:
-        from kvpilot.core.launch import LaunchSession
-        from kvpilot.core.profile_launch import fallback_policy
+        from kvpilot.core.app.launch import LaunchSession
+        from kvpilot.core.app.profile_launch import fallback_policy
 
         return LaunchSession(
             member.runtime, self.data_dir, policy=fallback_policy(None),
@@ -447,7 +447,7 @@ class Pool:
 
     def _launch(self, slot: Slot, share: int | None) -> Supervisor:
         """Start the profile's server (blocking: download, flag check, spawn)."""
-        from kvpilot.core.profile_launch import profile_settings, profile_spec
+        from kvpilot.core.app.profile_launch import profile_settings, profile_spec
 
         member = slot.member
         session = self._session_factory(member)
@@ -515,7 +515,7 @@ class Pool:
         self._record(slot, "wake", reason, wait_from, loaded_at, made)
 
     def _fail(self, slot: Slot, kind: str, message: str) -> None:
-        from kvpilot.core.failures import Failure
+        from kvpilot.core.base.failures import Failure
 
         slot.state = FAILED
         slot.failure = Failure(kind, message)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.vllm.versions import Release
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.versions import Release
 
 #: the oldest vLLM release whose documentation describes ``--enable-sleep-mode`` with the
 #: ``/sleep``, ``/wake_up`` and ``/is_sleeping`` endpoints (docs.vllm.ai/en/v0.10.2)

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kvpilot.core.errors import HardwareError
+from kvpilot.core.base.errors import HardwareError
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml, load_recorded
 

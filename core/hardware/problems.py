@@ -2,7 +2,7 @@
 
 A :class:`HardwareProblem` is returned (never raised) by :func:`kvpilot.core.hardware.probe.probe`
 and carried by sampler samples; :meth:`HardwareProblem.to_error` turns it into the
-:class:`~kvpilot.core.errors.HardwareError` that the CLI prints as one line.
+:class:`~kvpilot.core.base.errors.HardwareError` that the CLI prints as one line.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from kvpilot.core.errors import HardwareError
+from kvpilot.core.base.errors import HardwareError
 
 
 class ProblemKind(str, enum.Enum):

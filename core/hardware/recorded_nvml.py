@@ -576,7 +576,7 @@ def load_recorded(path_or_name: str | Path) -> RecordedNvml:
         HardwareError: the file does not exist, is not JSON, or the name is unknown (the message
             lists the shipped names).
     """
-    from kvpilot.core.errors import HardwareError
+    from kvpilot.core.base.errors import HardwareError
 
     text: str
     source = str(path_or_name)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kvpilot.core.background import BackgroundLoop, notify
-from kvpilot.core.errors import HardwareError
+from kvpilot.core.base.background import BackgroundLoop, notify
+from kvpilot.core.base.errors import HardwareError
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.probe import read_dynamic, read_memory, running_processes
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind

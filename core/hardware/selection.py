@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvpilot.core.errors import HardwareError
+from kvpilot.core.base.errors import HardwareError
 from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from kvpilot.core.units import MiB
+from kvpilot.core.base.units import MiB
 
 #: FP8 KV cache needs SM 8.9+: below it, vLLM's Triton fallback rejects FP8 KV (reference §6)
 FP8_KV_MIN_CAPABILITY = (8, 9)

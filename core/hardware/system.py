@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from kvpilot.core.errors import ProcUnreadableError
+from kvpilot.core.base.errors import ProcUnreadableError
 from kvpilot.core.hub.cache import hub_cache_dir
 
 

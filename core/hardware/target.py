@@ -21,16 +21,16 @@ from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.plan import CPU_DEVICE_NAME, GpuTarget, PlanInputs
 from kvpilot.core.fit.parallel import GpuSet, is_consumer, parse_gpu_names, per_gpu
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME, GpuTarget, PlanInputs
 from kvpilot.core.hardware import specs
 from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, memory_holders
 from kvpilot.core.hardware.specs import PLATFORM_LINUX, PLATFORM_WSL2, GpuSpec
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import ServingSettings
-    from kvpilot.core.models.spec import ModelSpec
+    from kvpilot.core.base.model_spec import ModelSpec
+    from kvpilot.core.base.plan import ServingSettings
 
 #: where ``total_bytes`` came from, for a target read from NVML
 TOTAL_FROM_NVML = "CUDA total: NVML's total less its reserved memory"
@@ -115,8 +115,8 @@ class DeviceTarget:
         """The fit engine's inputs for ``model`` served with ``settings`` by ``vllm_version``
         on this target (its CUDA total, free memory now, what holds it, how its GPUs
         all-reduce)."""
-        from kvpilot.core.fit.plan import settings_dict
-        from kvpilot.core.models.draft import draft_spec
+        from kvpilot.core.base.plan import settings_dict
+        from kvpilot.core.hub.draft import draft_spec
 
         return PlanInputs.on_gpu(
             model, self, vllm_version=vllm_version, gpu_allreduce=self.allreduce,

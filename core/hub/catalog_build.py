@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.core.errors import KvpilotError, ModelSpecError
+from kvpilot.core.base.errors import KvpilotError, ModelSpecError
+from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.hub.model_tree import (
     HubCheckpoint,
     checkpoint_from_info,
@@ -51,7 +52,6 @@ from kvpilot.core.models.checkpoint_rules import (
     scheme_of,
 )
 from kvpilot.core.models.local import parse_quantization, spec_from_config
-from kvpilot.core.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

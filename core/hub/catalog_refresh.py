@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvpilot.core.base.paths import atomic_write_text
 from kvpilot.core.hub.catalog_build import BuildSource, CatalogBuildError, entry_from_hub
 from kvpilot.core.models.catalog_user import read_user_catalog, user_catalog_path
-from kvpilot.core.paths import atomic_write_text
 
 #: the listings asked: (pipeline tag, Hub sort)
 LISTINGS = (("text-generation", "downloads"), ("text-generation", "trendingScore"),

@@ -54,6 +54,8 @@ from huggingface_hub import (
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
+from kvpilot.core.base.paths import mount_point
+from kvpilot.core.base.units import size_text
 from kvpilot.core.hub.cache import complete_snapshot, hub_cache_dir, repo_folder
 from kvpilot.core.hub.download_errors import (
     DiskFullError,
@@ -68,8 +70,6 @@ from kvpilot.core.hub.download_errors import (
     not_a_hub,
     short_error,
 )
-from kvpilot.core.paths import mount_point
-from kvpilot.core.units import size_text
 
 try:  # huggingface_hub >= 1.0 talks through httpx2; older releases through requests
     import httpx2 as _httpx2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from huggingface_hub import errors as hf_errors
 
-from kvpilot.core import failures
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import KvpilotError
 
 #: error kinds (``DownloadError.kind``); the first two are shared with the supervisor
 KIND_GATED = failures.GATED_REPO

@@ -19,7 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import SOURCE_HUB, ModelSpec
+from kvpilot.core.base.paths import atomic_write_text
 from kvpilot.core.hub.cache import cached_snapshot
 from kvpilot.core.models.local import (
     CONFIG_FILE,
@@ -28,10 +30,8 @@ from kvpilot.core.models.local import (
     spec_from_config,
 )
 from kvpilot.core.models.mtp_weights import mtp_bytes_from_headers, mtp_rule
-from kvpilot.core.models.spec import SOURCE_HUB, ModelSpec
 from kvpilot.core.models.vision import VISION_ARCHITECTURES
 from kvpilot.core.models.weights import DTYPE_BITS
-from kvpilot.core.paths import atomic_write_text
 
 
 def load_cached_model(
@@ -50,7 +50,7 @@ def load_cached_model(
 
 
 def _user_cache_file(repo_id: str, revision: str | None) -> Path:
-    from kvpilot.core.paths import cache_dir
+    from kvpilot.core.base.paths import cache_dir
 
     safe = repo_id.replace("/", "--") + (f"@{revision}" if revision else "")
     return cache_dir() / "hub-metadata" / f"{safe}.json"

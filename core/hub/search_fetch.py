@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.paths import atomic_write_text
 from kvpilot.core.hub.model_tree import (
     LISTING_EXPAND,
     HubCheckpoint,
@@ -34,7 +35,6 @@ from kvpilot.core.hub.model_tree import (
     quantized_variants,
 )
 from kvpilot.core.models.checkpoint_rules import SCHEME_16BIT
-from kvpilot.core.paths import atomic_write_text
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -110,7 +110,7 @@ class RawSearch:
 
 def cache_file(query: str, sort: str, limit: int, root: Path | None = None) -> Path:
     """The cache file of one search (query case and spaces do not matter)."""
-    from kvpilot.core.paths import cache_dir
+    from kvpilot.core.base.paths import cache_dir
 
     key = json.dumps([" ".join(query.lower().split()), sort, limit])
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -38,12 +38,12 @@ from dataclasses import replace
 from math import ceil
 from typing import Any
 
+from kvpilot.core.base.model_spec import ModelSpec, Quantization
+from kvpilot.core.base.quant_ignore import checkpoint_dtype_bytes
+from kvpilot.core.base.quant_mixed import ALGO_FP8, NVFP4_ALGOS, MixedPrecision
 from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown  # rules of 2026 models
 from kvpilot.core.models.checkpoint_rules import NVFP4_GROUP_SIZE
 from kvpilot.core.models.params import Linear, ParamBreakdown, named_linears
-from kvpilot.core.models.quant_ignore import checkpoint_dtype_bytes
-from kvpilot.core.models.quant_mixed import ALGO_FP8, NVFP4_ALGOS, MixedPrecision
-from kvpilot.core.models.spec import ModelSpec, Quantization
 
 __all__ = ["Linear", "ParamBreakdown", "estimate_weight_bytes", "param_breakdown"]
 

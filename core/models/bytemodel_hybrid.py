@@ -32,13 +32,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvpilot.core.models.params import Linear, ParamBreakdown, named_linears
-from kvpilot.core.models.spec import (
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
     ModelSpec,
 )
+from kvpilot.core.models.params import Linear, ParamBreakdown, named_linears
 
 _GDN_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"})
 _MAMBA_TYPES = frozenset({"nemotron_h", "granitemoehybrid"})

@@ -19,9 +19,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import SOURCE_CATALOG, SOURCE_ESTIMATE, ModelSpec, Quantization
 from kvpilot.core.models.local import spec_from_config
-from kvpilot.core.models.spec import SOURCE_CATALOG, SOURCE_ESTIMATE, ModelSpec, Quantization
 
 CATALOG_RESOURCE = "catalog.json"
 

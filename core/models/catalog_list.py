@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvpilot.core.base.model_spec import Quantization
 from kvpilot.core.models.catalog import CatalogEntry, catalog_entries
 from kvpilot.core.models.checkpoint_rules import caveat, refusal, scheme_of_quantization
-from kvpilot.core.models.spec import Quantization
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kvpilot.core.paths import data_dir
+from kvpilot.core.base.paths import data_dir
 
 USER_CATALOG_FILE = "catalog_user.json"
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvpilot.core.models.quant_mixed import (
+from kvpilot.core.base import versions
+from kvpilot.core.base.model_spec import Quantization
+from kvpilot.core.base.quant_mixed import (
     ALGO_FP8,
     NVFP4_ALGOS,
     MixedPrecision,
     mixed_from_config,
 )
-from kvpilot.core.models.spec import Quantization
-from kvpilot.core.vllm import versions
 
 SCHEME_16BIT = "16-bit"
 SCHEME_AWQ = "awq"

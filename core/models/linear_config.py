@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models.spec import GATED_DELTA_NET, LINEAR_ATTENTION, MAMBA2, LinearState
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import GATED_DELTA_NET, LINEAR_ATTENTION, MAMBA2, LinearState
 
 
 def linear_state_from_config(

@@ -19,15 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models.bytemodel import estimate_weight_bytes
-from kvpilot.core.models.bytemodel_hybrid import gemma4_audio_params, tower_params
-from kvpilot.core.models.linear_config import linear_state_from_config
-from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
-from kvpilot.core.models.quant_ignore import ignore_from_config
-from kvpilot.core.models.quant_mixed import mixed_from_config
-from kvpilot.core.models.rope_cache import model_rope_bytes
-from kvpilot.core.models.spec import (
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     MLA,
@@ -40,6 +33,13 @@ from kvpilot.core.models.spec import (
     MoE,
     Quantization,
 )
+from kvpilot.core.base.quant_ignore import ignore_from_config
+from kvpilot.core.base.quant_mixed import mixed_from_config
+from kvpilot.core.models.bytemodel import estimate_weight_bytes
+from kvpilot.core.models.bytemodel_hybrid import gemma4_audio_params, tower_params
+from kvpilot.core.models.linear_config import linear_state_from_config
+from kvpilot.core.models.mistral_params import PARAMS_FILE, config_from_mistral_params
+from kvpilot.core.models.rope_cache import model_rope_bytes
 from kvpilot.core.models.vision import (
     VISION_ARCHITECTURES,
     vision_spec_from_config,

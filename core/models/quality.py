@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
 
 QUALITY_RESOURCE = "quality.json"
 UNRATED = "unrated"

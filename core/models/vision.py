@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models.spec import VisionSpec
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import VisionSpec
 
 #: ``architectures[0]`` -> the rule set of this module
 VISION_ARCHITECTURES: Mapping[str, str] = {

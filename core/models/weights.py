@@ -22,14 +22,14 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import SOURCE_FILE, SOURCE_INDEX
 from kvpilot.core.models.mtp_weights import (
     MtpRule,
     mtp_bytes_from_headers,
     mtp_rule,
     mtp_share_of_index,
 )
-from kvpilot.core.models.spec import SOURCE_FILE, SOURCE_INDEX
 
 INDEX_FILE = "model.safetensors.index.json"
 

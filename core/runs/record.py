@@ -7,7 +7,7 @@ A record left ``running`` by a kvpilot that was killed reads as ``lost`` once it
 gone. Times are ISO-8601 UTC; sizes in bytes; rates in tokens per second; latencies in seconds.
 
 No secret is ever part of a record: the settings are the ``vllm serve`` settings
-(:class:`~kvpilot.core.fit.plan.ServingSettings`), the extra arguments are those kvpilot accepts
+(:class:`~kvpilot.core.base.plan.ServingSettings`), the extra arguments are those kvpilot accepts
 (a key flag is refused there), and the API key and token are not fields of anything here.
 """
 
@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.fit.plan import ServingSettings, settings_from_dict
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.plan import ServingSettings, settings_from_dict
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity
-    from kvpilot.core.measurements import ReportedCapacity
+    from kvpilot.core.base.plan import Capacity
+    from kvpilot.core.fit.measurements import ReportedCapacity
     from kvpilot.core.vllm.client import LoadTestReport
 
 _T = TypeVar("_T")

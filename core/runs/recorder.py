@@ -1,7 +1,7 @@
 """Keeps the record of one server run as its supervisor reports it.
 
 A :class:`RunRecorder` is the supervisor's second listener (the launch session chains it after
-the face's own, :meth:`kvpilot.core.launch.LaunchSession.supervisor`): the record is written
+the face's own, :meth:`kvpilot.core.app.launch.LaunchSession.supervisor`): the record is written
 when the launch starts, when vLLM reports its capacity, and when the run ends, with how it ended
 and a downsampled summary of the telemetry (:func:`telemetry_summary`) when the face keeps one.
 Nothing here may break supervision: a write that fails (a full disk) is logged and skipped.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvpilot.core.fit.plan import settings_dict
+from kvpilot.core.base.plan import settings_dict
 from kvpilot.core.runs.record import (
     CAPACITY_FIELDS,
     FAILED,
@@ -32,12 +32,12 @@ from kvpilot.core.runs.record import (
 from kvpilot.core.runs.store import RunStore, new_run_id, utc_now
 
 if TYPE_CHECKING:
-    from kvpilot.core.failures import Failure
-    from kvpilot.core.fit.plan import Capacity
-    from kvpilot.core.measurements import ReportedCapacity
-    from kvpilot.core.telemetry import Telemetry
+    from kvpilot.core.base.failures import Failure
+    from kvpilot.core.base.plan import Capacity
+    from kvpilot.core.fit.measurements import ReportedCapacity
+    from kvpilot.core.runtimes.discovery import VllmRuntime
+    from kvpilot.core.telemetry.live import Telemetry
     from kvpilot.core.vllm.command import LaunchSpec
-    from kvpilot.core.vllm.runtime import VllmRuntime
     from kvpilot.core.vllm.supervisor import Supervisor, SupervisorEvent
 
 log = logging.getLogger("kvpilot.runs")
@@ -80,10 +80,10 @@ def downsample(t: np.ndarray, y: np.ndarray, points: int = SUMMARY_POINTS
 def telemetry_summary(
     telemetry: Telemetry, points: int = SUMMARY_POINTS
 ) -> dict[str, SeriesSummary]:
-    """The run's telemetry (a :class:`~kvpilot.core.telemetry.Telemetry`) as
+    """The run's telemetry (a :class:`~kvpilot.core.telemetry.live.Telemetry`) as
     :data:`SUMMARY_SERIES`, each downsampled to ``points`` with its mean, min and max; series
     without a finite value are left out."""
-    from kvpilot.core.telemetry import SERIES
+    from kvpilot.core.telemetry.live import SERIES
 
     out: dict[str, SeriesSummary] = {}
     for name in SUMMARY_SERIES:

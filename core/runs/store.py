@@ -1,6 +1,6 @@
 """Run records on disk: ``<data dir>/runs/<id>.json``, written atomically, pruned, read safely.
 
-* every write is atomic (:func:`kvpilot.core.paths.atomic_write_text`, mode 0600): a reader
+* every write is atomic (:func:`kvpilot.core.base.paths.atomic_write_text`, mode 0600): a reader
   sees the old record or the new one, never a part;
 * :meth:`RunStore.prune` (run after each new record) removes finished records older than
   :data:`MAX_AGE_DAYS` and then the oldest finished ones until the folder is under
@@ -25,8 +25,8 @@ from typing import Any
 
 import psutil
 
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.paths import atomic_write_text
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.paths import atomic_write_text
 from kvpilot.core.runs.record import (
     LOST,
     RUNNING,

@@ -6,5 +6,5 @@
 * :mod:`~kvpilot.core.runtimes.progress`: pip / uv output -> packages and bytes.
 * :mod:`~kvpilot.core.runtimes.store`: the runtimes on disk, the default, removal.
 
-Discovery (:func:`kvpilot.core.vllm.runtime.discover`) finds them with no setting.
+Discovery (:func:`kvpilot.core.runtimes.discovery.discover`) finds them with no setting.
 """

@@ -14,7 +14,7 @@ into ``<data_dir>/runtimes/<version>-<variant>/``:
 3. the release's fix-ups (CPU build: uninstall CUDA-only companions, add the ``vllm`` dist-info
    alias);
 4. verification: ``vllm --version`` must print the release, ``vllm serve --help=all`` must give a
-   flag table (both through :mod:`kvpilot.core.vllm.runtime`, which caches them), and a CUDA
+   flag table (both through :mod:`kvpilot.core.runtimes.discovery`, which caches them), and a CUDA
    build's torch must see the GPU;
 5. the manifest is written (the runtime becomes selectable) and, when asked or when there is no
    usable default yet, it becomes the default.
@@ -40,17 +40,17 @@ from pathlib import Path
 
 import httpx
 
-from kvpilot.core.errors import (
+from kvpilot.core.base.errors import (
     RuntimeInstallCancelled,
     RuntimeInstallError,
     RuntimeNotFoundError,
 )
+from kvpilot.core.base.units import size_text
+from kvpilot.core.hardware import proctree
 from kvpilot.core.runtimes import managed_python, store
 from kvpilot.core.runtimes.indexconf import IndexConfig, installer_config
 from kvpilot.core.runtimes.progress import InstallProgress, OutputParser
 from kvpilot.core.runtimes.releases import RuntimeBuild
-from kvpilot.core.units import size_text
-from kvpilot.core.vllm import proctree
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 #: the index with PyTorch's ``+cpu`` builds (not on PyPI), tried for the CPU variant
@@ -179,8 +179,8 @@ class RuntimeInstaller:
 
     Args:
         release: what to install.
-        data_dir: kvpilot's data directory (default :func:`kvpilot.core.paths.data_dir`).
-        cache_dir: where :mod:`kvpilot.core.vllm.runtime` caches versions and flag tables.
+        data_dir: kvpilot's data directory (default :func:`kvpilot.core.base.paths.data_dir`).
+        cache_dir: where :mod:`kvpilot.core.runtimes.discovery` caches versions and flag tables.
         installer: ``auto`` (uv when found, else pip), ``uv`` or ``pip``.
         index_url: the package index (None: the installer's own configuration, which the
             reachability check reads too: pip's or uv's, see :mod:`.indexconf`; else PyPI).
@@ -588,12 +588,12 @@ class RuntimeInstaller:
             self._say(f"added the {self.release.dist_alias} {self.release.local_version} alias")
 
     def _verify(self, py_env: Path) -> store.InstalledRuntime:
-        from kvpilot.core.vllm.runtime import (
+        from kvpilot.core.base.versions import release_number
+        from kvpilot.core.runtimes.discovery import (
             VllmRuntime,
             learn_flags,
             read_version,
         )
-        from kvpilot.core.vllm.versions import release_number
 
         exe = self.target / "bin" / "vllm"
         if not exe.exists():

@@ -77,7 +77,7 @@ class InstallProgress:
 
     def describe(self) -> str:
         """``"downloading: 12/57 packages, 420.1 of 980.3 MB"`` (one line for a status bar)."""
-        from kvpilot.core.units import size_text
+        from kvpilot.core.base.units import size_text
 
         pk = (
             f"{self.packages_done}/{self.packages_total} packages"

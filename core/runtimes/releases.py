@@ -8,7 +8,7 @@ built against and the Python versions it installs on.
 :func:`choose_release` picks from what :func:`kvpilot.core.hardware.probe.probe` detected: with
 an NVIDIA GPU, the newest ``cuda`` build whose CUDA version the driver supports (NVML's CUDA driver
 version, ``"12.8"``); without one, the newest ``cpu`` build. Nothing that fits raises
-:class:`~kvpilot.core.errors.RuntimeInstallError` naming the driver that is needed.
+:class:`~kvpilot.core.base.errors.RuntimeInstallError` naming the driver that is needed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from kvpilot.core.errors import RuntimeInstallError
+from kvpilot.core.base.errors import RuntimeInstallError
 
 VARIANTS: tuple[str, ...] = ("cuda", "cpu")
 TABLE_NAME = "vllm_runtimes.json"

@@ -1,6 +1,6 @@
 """Managed vLLM runtimes on disk: what is installed, which one is the default, removal.
 
-Layout under kvpilot's data directory (:func:`kvpilot.core.paths.data_dir`, moved by
+Layout under kvpilot's data directory (:func:`kvpilot.core.base.paths.data_dir`, moved by
 ``KVPILOT_DATA_DIR``)::
 
     runtimes/
@@ -28,8 +28,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kvpilot.core import paths
-from kvpilot.core.errors import RuntimeInstallError
+from kvpilot.core.base import paths
+from kvpilot.core.base.errors import RuntimeInstallError
 
 MANIFEST = "kvpilot-runtime.json"
 INSTALLING_MARKER = ".kvpilot-installing"

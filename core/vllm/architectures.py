@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvpilot.core.errors import RuntimeNotFoundError
-from kvpilot.core.vllm import runtime as vllm_runtime
+from kvpilot.core.base.errors import RuntimeNotFoundError
+from kvpilot.core.runtimes import discovery as vllm_runtime
 
 #: what the runtime's Python runs (vLLM's import alone takes seconds on a CPU build)
 _QUERY = (

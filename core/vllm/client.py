@@ -31,9 +31,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from kvpilot.core.energy import GpuEnergy, gpu_energy, throttle_note
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.hosts import is_loopback_host, server_root
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.hosts import is_loopback_host, server_root
+from kvpilot.core.hardware.energy import GpuEnergy, gpu_energy, throttle_note
 
 __all__ = [
     "LevelResult",
@@ -170,7 +170,7 @@ class LevelResult:
     requests; ``output_tokens_total`` also counts tokens that failed streams produced (the
     server generated them). Rates divide by ``duration_s``, the level's first start to its
     last finish. ``gpu`` is the GPU's energy, J per generated token and throttling during the
-    level (None without GPU samples; see :mod:`kvpilot.core.energy`).
+    level (None without GPU samples; see :mod:`kvpilot.core.hardware.energy`).
     """
 
     concurrency: int
@@ -249,7 +249,7 @@ class LoadTestReport:
 
 
 def check_target(base_url: str, *, allow_remote: bool = False) -> str:
-    """The server's root URL (read as :func:`~kvpilot.core.hosts.server_root` reads it: a
+    """The server's root URL (read as :func:`~kvpilot.core.base.hosts.server_root` reads it: a
     ``/v1`` or a missing scheme is fine); a host other than this machine is refused.
 
     Raises:

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from kvpilot.core.errors import CommandError
-from kvpilot.core.fit.plan import PlanInputs, ServingSettings, settings_dict
-from kvpilot.core.hosts import is_loopback_host
-from kvpilot.core.vllm import versions
-from kvpilot.core.vllm.runtime import (
+from kvpilot.core.base import versions
+from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.hosts import is_loopback_host
+from kvpilot.core.base.plan import PlanInputs, ServingSettings, settings_dict
+from kvpilot.core.base.versions import supports
+from kvpilot.core.runtimes.discovery import (
     FlagSet,
     VllmRuntime,
     check_flags,
@@ -35,12 +36,11 @@ from kvpilot.core.vllm.runtime import (
     normalize_flag,
     supports_max_model_len_auto,
 )
-from kvpilot.core.vllm.versions import supports
 
 REDACTED = "***"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-#: the flags that cap the CUDA-graph capture sizes, newest first (see kvpilot.core.vllm.versions)
+#: the flags that cap the CUDA-graph capture sizes, newest first (see kvpilot.core.base.versions)
 CAPTURE_SIZE_FLAGS = ("--max-cudagraph-capture-size", "--cuda-graph-sizes")
 
 #: flags kvpilot sets itself -> the setting to change instead of passing them as extra args
@@ -318,7 +318,7 @@ def validate_extra_args(args: Iterable[str], *, flags: FlagSet | None = None) ->
 
 
 class LaunchProfile(Protocol):
-    """What a launch reads from a settings profile (:class:`kvpilot.core.settings.Profile`
+    """What a launch reads from a settings profile (:class:`kvpilot.core.app.settings.Profile`
     has these; named here so that this module does not import the settings)."""
 
     @property

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.vllm.logformats import (
     CPU32_RUN,
     FailureBuilder,

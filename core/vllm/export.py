@@ -30,11 +30,11 @@ from typing import Any
 
 import yaml
 
-from kvpilot.core.errors import CommandError
-from kvpilot.core.fit.plan import Capacity, PlanInputs
+from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.plan import Capacity, PlanInputs
+from kvpilot.core.base.units import GiB, gib_text
+from kvpilot.core.fit.measurements import Measured
 from kvpilot.core.hub.cache import is_repo_id
-from kvpilot.core.measurements import Measured
-from kvpilot.core.units import GiB, gib_text
 from kvpilot.core.vllm.command import (
     SECRET_ENV,
     LaunchSpec,

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.core import failures
-from kvpilot.core.vllm.versions import supports
+from kvpilot.core.base import failures
+from kvpilot.core.base.versions import supports
 
 if TYPE_CHECKING:
     import httpx

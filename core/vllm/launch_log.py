@@ -12,7 +12,7 @@ import logging.handlers
 import sys
 from pathlib import Path
 
-from kvpilot.core.paths import DATA_DIR_ENV, ensure_folder
+from kvpilot.core.base.paths import DATA_DIR_ENV, ensure_folder
 
 log = logging.getLogger("kvpilot.core.vllm.supervisor")
 

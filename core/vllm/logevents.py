@@ -1,13 +1,13 @@
 """The events the log scanner emits (:mod:`kvpilot.core.vllm.logparse`): a start-up phase,
 capacity figures, a stats line, a readiness hint, a shutdown; failures are
-:class:`kvpilot.core.failures.Failure`."""
+:class:`kvpilot.core.base.failures.Failure`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from kvpilot.core.failures import Failure
+from kvpilot.core.base.failures import Failure
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Failure classification of vLLM log lines: every wording of the failures kvpilot names,
-what each becomes (a :class:`kvpilot.core.failures.Failure` with its figures). The scanner
+what each becomes (a :class:`kvpilot.core.base.failures.Failure` with its figures). The scanner
 (:mod:`kvpilot.core.vllm.logparse`) feeds it lines with what it knows (:class:`ScanContext`).
 
 :data:`FAILURE_FORMATS` holds the failures the fallback engine answers, each row with the
@@ -31,8 +31,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.runtimes.discovery import normalize_flag, removed_flag_message
 from kvpilot.core.vllm.cpu_kv_failures import CPU_KV_FORMATS
 from kvpilot.core.vllm.logformats import (
     CPU32_RUN,
@@ -47,7 +48,6 @@ from kvpilot.core.vllm.logformats import (
     tokens_text,
 )
 from kvpilot.core.vllm.phases import COMPILING, LOADING_WEIGHTS, PROFILING
-from kvpilot.core.vllm.runtime import normalize_flag, removed_flag_message
 
 # ------------------------------------------------------------------------------ failures
 #: how much a kind outranks others: a later failure replaces the current one only when higher

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpilot.core.failures import Failure
-from kvpilot.core.units import GiB, MiB
-from kvpilot.core.vllm import versions
+from kvpilot.core.base import versions
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.vllm.logevents import CapacityEvent, StatsEvent
 from kvpilot.core.vllm.phases import (
     CAPTURING_CUDA_GRAPHS,

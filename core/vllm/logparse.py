@@ -1,6 +1,6 @@
 """vLLM log lines -> events: start-up phases, capacity figures, stats, classified failures.
 
-Works for the releases in :mod:`kvpilot.core.vllm.versions` (``SUPPORTED_MIN`` to
+Works for the releases in :mod:`kvpilot.core.base.versions` (``SUPPORTED_MIN`` to
 ``SUPPORTED_MAX``, the planner's range too). Line prefixes: the 0.33 form
 ``(EngineCore pid=12) INFO 11-29 08:10:34 [file.py:12] message``, the 0.11 form whose
 ``(proc pid=)`` part is an ANSI-coloured decoration on every line, the V0 ``INFO 11-20 ...``
@@ -29,8 +29,8 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.vllm.logevents import (  # re-exported: logparse.PhaseEvent and the others
     CapacityEvent,
     Event,

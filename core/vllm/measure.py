@@ -3,8 +3,8 @@
 ``--load-format dummy`` skips the download and the weight reads but allocates exactly the same
 memory (weights, activation profile, CUDA graphs, KV cache), so the numbers vLLM prints are the
 real ones for that GPU, model, version and settings. They are stored in a
-:class:`~kvpilot.core.measurements.MeasurementStore` under a
-:class:`~kvpilot.core.measurements.MeasurementKey`.
+:class:`~kvpilot.core.fit.measurements.MeasurementStore` under a
+:class:`~kvpilot.core.fit.measurements.MeasurementKey`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.measurements import (
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.fit.measurements import (
     SOURCE_DRY_RUN,
     Measured,
     MeasurementKey,
@@ -33,8 +33,8 @@ from kvpilot.core.vllm.supervisor import (
 )
 
 if TYPE_CHECKING:
+    from kvpilot.core.runtimes.discovery import VllmRuntime
     from kvpilot.core.vllm.command import LaunchSpec
-    from kvpilot.core.vllm.runtime import VllmRuntime
 
 
 #: ``MeasurementError.kind`` of a dry run the user stopped
@@ -44,7 +44,7 @@ CANCELLED = "cancelled"
 class MeasurementError(KvpilotError):
     """The dry run did not produce capacity numbers (vLLM failed or timed out).
 
-    ``kind`` is the classified failure kind (``kvpilot.core.failures``) when there was one.
+    ``kind`` is the classified failure kind (``kvpilot.core.base.failures``) when there was one.
     """
 
     def __init__(self, message: str, *, kind: str | None = None) -> None:

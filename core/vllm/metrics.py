@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from kvpilot.core.background import BackgroundLoop, notify
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.background import BackgroundLoop, notify
+from kvpilot.core.base.errors import KvpilotError
 
 if TYPE_CHECKING:  # httpx loads when first used (not at the app's start)
     import httpx

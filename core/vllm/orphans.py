@@ -21,8 +21,8 @@ from typing import Any
 
 import psutil
 
-from kvpilot.core.paths import atomic_write_text
-from kvpilot.core.vllm.proctree import StopReport, alive, group_members, stop_tree
+from kvpilot.core.base.paths import atomic_write_text
+from kvpilot.core.hardware.proctree import StopReport, alive, group_members, stop_tree
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvpilot.core import failures
-    from kvpilot.core.measurements import ReportedCapacity
+    from kvpilot.core.base import failures
+    from kvpilot.core.fit.measurements import ReportedCapacity
 
 
 class SupervisorState(StrEnum):

@@ -35,9 +35,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import psutil
 
-from kvpilot.core import failures
-from kvpilot.core.background import notify
-from kvpilot.core.measurements import ReportedCapacity
+from kvpilot.core.base import failures
+from kvpilot.core.base.background import notify
+from kvpilot.core.fit.measurements import ReportedCapacity
+from kvpilot.core.hardware.proctree import StopReport, alive, descendants, stop_tree
 from kvpilot.core.vllm import health, logparse, output_lines
 from kvpilot.core.vllm.command import SECRET_ENV, LaunchCommand, LaunchSpec, build_command
 from kvpilot.core.vllm.launch_log import LaunchLog
@@ -49,7 +50,6 @@ from kvpilot.core.vllm.orphans import (
     server_url,
     write_pidfile,
 )
-from kvpilot.core.vllm.proctree import StopReport, alive, descendants, stop_tree
 from kvpilot.core.vllm.states import (
     FAILED,
     READY,
@@ -68,8 +68,8 @@ from kvpilot.core.vllm.states import (
 if TYPE_CHECKING:
     import httpx
 
+    from kvpilot.core.runtimes.discovery import VllmRuntime
     from kvpilot.core.vllm.orphans import OrphanServer
-    from kvpilot.core.vllm.runtime import VllmRuntime
 
 #: the states and events live in :mod:`kvpilot.core.vllm.states`; listeners may name them here
 __all__ = [
@@ -104,7 +104,7 @@ class Supervisor:
             confirm none of ours is left; None on machines without a GPU.
         on_ready_capacity: called once the server is ready with what vLLM reported
             (:class:`ReportedCapacity`) and the start-up time (s, None when unknown), from a
-            supervisor thread; :func:`kvpilot.core.measurements.launch_recorder` stores it under
+            supervisor thread; :func:`kvpilot.core.fit.measurements.launch_recorder` stores it under
             the plan's key. Whatever it raises is logged and goes no further.
         buffer_lines: lines kept in memory (:meth:`lines`).
         keep_launches: launch log files kept in ``<data_dir>/logs``.

@@ -1,6 +1,6 @@
 """The main window's controllers: each turns one part of the window's events into core calls.
 
-:class:`~kvpilot.gui.window_widgets.WindowWidgets` builds the widgets and
+:class:`~kvpilot.gui.widgets.window_widgets.WindowWidgets` builds the widgets and
 :class:`~kvpilot.gui.main_window.MainWindow` wires their signals to these; a controller gets the
 controllers it asks things of in its constructor and tells the others of its events through
 callbacks the window sets, so that imports only go one way (no cycle). A controller asks
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QDialog
 
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 _Dialog = TypeVar("_Dialog", bound="QDialog")
 

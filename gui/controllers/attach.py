@@ -14,8 +14,8 @@ from kvpilot.gui.panels.server_panel import ATTACHED
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
-    from kvpilot.core.vllm.watch import ServerIdentity, WatchSample
-    from kvpilot.gui.attach_dialog import AttachDialog
+    from kvpilot.core.app.watch import ServerIdentity, WatchSample
+    from kvpilot.gui.dialogs.attach_dialog import AttachDialog
 
 
 class AttachController(ServerAware):
@@ -26,7 +26,7 @@ class AttachController(ServerAware):
 
     def open_attach(self, *, modal: bool = True) -> AttachDialog:
         """Ask for a server's URL (and key), then :meth:`attach` to it."""
-        from kvpilot.gui.attach_dialog import AttachDialog
+        from kvpilot.gui.dialogs.attach_dialog import AttachDialog
 
         dialog = AttachDialog(self.window)
         dialog.accepted.connect(lambda: self.attach(*dialog.values()))

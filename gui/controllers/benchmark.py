@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from kvpilot.gui.controllers import Controller
 
 if TYPE_CHECKING:
-    from kvpilot.gui.benchmark_dialog import BenchmarkDialog
     from kvpilot.gui.controllers.attach import AttachController
     from kvpilot.gui.controllers.server import ServerController
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.dialogs.benchmark_dialog import BenchmarkDialog
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
 class BenchmarkController(Controller):
@@ -35,7 +35,7 @@ class BenchmarkController(Controller):
 
         from kvpilot.core.runs.loadtests import run_recorded_load_test
         from kvpilot.core.vllm.client import LoadTestConfig
-        from kvpilot.gui.benchmark_dialog import BenchmarkDialog
+        from kvpilot.gui.dialogs.benchmark_dialog import BenchmarkDialog
 
         attached = self.attach.attached
         if attached is not None:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kvpilot.gui.controllers.attach import AttachController
     from kvpilot.gui.controllers.server import ServerController
     from kvpilot.gui.panels.chat_panel import ChatPanel
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 log = logging.getLogger("kvpilot.gui")
 

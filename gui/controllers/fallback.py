@@ -1,7 +1,7 @@
 """After a failure: what would fit instead, shown on the banner, relaunched in one click.
 
 A failure (vLLM's, or the start-up refusal kvpilot makes before launching) goes to the launch
-session (:meth:`kvpilot.core.launch.LaunchSession.fallbacks`) on the pool with the failed
+session (:meth:`kvpilot.core.app.launch.LaunchSession.fallbacks`) on the pool with the failed
 request; the banner shows the ranked choices with their predicted effect, or, when the profile
 says so, the best one is taken by itself (as ``kvpilot serve --auto-fallback``). A pressure
 signal on the dashboard (KV full, requests waiting) relaunches the running plan with the fix
@@ -17,8 +17,8 @@ from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
-    from kvpilot.core.failures import Failure
-    from kvpilot.core.launch import FallbackChoice
+    from kvpilot.core.app.launch import FallbackChoice
+    from kvpilot.core.base.failures import Failure
 
 STOPPED_TITLE = "the server stopped:"
 

@@ -19,7 +19,7 @@ from kvpilot.gui.workers import run_in_pool
 if TYPE_CHECKING:
     from kvpilot.core.front.server import FrontServer
     from kvpilot.gui.panels.front_panel import FrontPanel
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 #: status refreshes per second
 REFRESH_MS = 1000

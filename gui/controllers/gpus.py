@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 from shiboken6 import Shiboken
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.workers import run_in_pool
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kvpilot.core.hardware.sampler import GpuSample
     from kvpilot.core.hardware.target import DeviceTarget
     from kvpilot.gui.records import PlanRow
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 log = logging.getLogger("kvpilot.gui")
 

@@ -1,8 +1,8 @@
 """Opens the "Find on Hugging Face" dialog for the planner's GPU and goal, and plans a hit.
 
-The search the dialog runs is :func:`kvpilot.core.hub.search.search_hub` for the planner's
+The search the dialog runs is :func:`kvpilot.core.app.search.search_hub` for the planner's
 target and goal, kept to the architectures the selected vLLM registers (asked once per runtime
-and cached: :func:`kvpilot.core.hub.search.runtime_filter`). A picked hit becomes the planner's
+and cached: :func:`kvpilot.core.app.search.runtime_filter`). A picked hit becomes the planner's
 model, and the planner plans it.
 """
 
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from kvpilot.gui.controllers import Controller
 
 if TYPE_CHECKING:
-    from kvpilot.core.hub.search import SearchResult
+    from kvpilot.core.app.search import SearchResult
     from kvpilot.gui.controllers.gpus import GpuController
     from kvpilot.gui.controllers.runtimes import RuntimeController
-    from kvpilot.gui.hub_search_dialog import HubSearchDialog
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.dialogs.hub_search_dialog import HubSearchDialog
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
 class HubSearchController(Controller):
@@ -35,8 +35,8 @@ class HubSearchController(Controller):
         """Show the dialog (None when there is no GPU target to badge for yet)."""
         from dataclasses import replace
 
-        from kvpilot.core.vllm.versions import release_number
-        from kvpilot.gui.hub_search_dialog import HubSearchDialog
+        from kvpilot.core.base.versions import release_number
+        from kvpilot.gui.dialogs.hub_search_dialog import HubSearchDialog
 
         target = self.gpus.target
         if target is None:
@@ -47,7 +47,7 @@ class HubSearchController(Controller):
         fit_goal = replace(goal, vllm_version=release_number(runtime.version)) if runtime else goal
 
         def search(query: str, sort: str, refresh: bool) -> SearchResult:
-            from kvpilot.core.hub.search import runtime_filter, search_hub
+            from kvpilot.core.app.search import runtime_filter, search_hub
 
             registered, note = runtime_filter()
             return search_hub(query, target, fit_goal, sort=sort, registered=registered,

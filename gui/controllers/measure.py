@@ -1,6 +1,6 @@
 """"Measure on this GPU": the selected plan's dry run with dummy weights, with progress and cancel.
 
-The launch session's :func:`~kvpilot.core.launch.measure_plan` runs on a thread of its own (it
+The launch session's :func:`~kvpilot.core.app.launch.measure_plan` runs on a thread of its own (it
 takes minutes); its phases arrive as the bridge's ``measure_event`` and a timer shows the elapsed
 time against the expected one. What vLLM reported is stored under the plan's measurement key, so
 the re-plan that follows shows the plan's terms as "measured" — in the window and in
@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
 
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.units import GiB
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.units import GiB
 from kvpilot.gui import theme
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_thread
 
 if TYPE_CHECKING:
-    from kvpilot.core.measurements import Measured
+    from kvpilot.core.fit.measurements import Measured
     from kvpilot.gui.controllers.planner import PlannerController
     from kvpilot.gui.controllers.runtimes import RuntimeController
     from kvpilot.gui.records import PlanRow
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 #: how often the progress line is redrawn while a dry run runs (ms)
 TICK_MS = 500

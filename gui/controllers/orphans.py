@@ -13,10 +13,10 @@ from kvpilot.gui.controllers import Controller
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
+    from kvpilot.core.hardware.proctree import StopReport
     from kvpilot.core.vllm.orphans import OrphanServer
-    from kvpilot.core.vllm.proctree import StopReport
     from kvpilot.gui.controllers.server import ServerController
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
 class OrphanController(Controller):

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
-from kvpilot.core.errors import KvpilotError
-from kvpilot.core.words import counted
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kvpilot.gui.controllers.profiles import ProfileController
     from kvpilot.gui.controllers.runtimes import RuntimeController
     from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 log = logging.getLogger("kvpilot.gui")
 

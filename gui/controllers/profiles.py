@@ -13,15 +13,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kvpilot.core import settings as st
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.app import settings as st
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.controllers.runtimes import RuntimeController, home_relative
 from kvpilot.gui.records import PlanRequest
 
 if TYPE_CHECKING:
-    from kvpilot.gui.settings_dialog import SettingsDialog
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.dialogs.settings_dialog import SettingsDialog
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
 def request_of(profile: st.Profile) -> PlanRequest:
@@ -99,7 +99,7 @@ class ProfileController(Controller):
             Shiboken.delete(dialog)
 
     def make_settings_dialog(self) -> SettingsDialog:
-        from kvpilot.gui.settings_dialog import SettingsDialog
+        from kvpilot.gui.dialogs.settings_dialog import SettingsDialog
 
         window = self.window
         return SettingsDialog(

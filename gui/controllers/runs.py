@@ -11,20 +11,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import PlanInputs
+    from kvpilot.core.base.plan import PlanInputs
     from kvpilot.core.runs.record import RunRecord
     from kvpilot.core.runs.store import RunList
     from kvpilot.gui.controllers.gpus import GpuController
     from kvpilot.gui.controllers.runtimes import RuntimeController
     from kvpilot.gui.controllers.server import ServerController
-    from kvpilot.gui.runs_view import RunsView
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.panels.runs_view import RunsView
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
 class RunsController(Controller):

@@ -18,9 +18,9 @@ from kvpilot.gui.workers import run_in_pool
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
-    from kvpilot.core.vllm.runtime import VllmRuntime
-    from kvpilot.gui.runtime_install import InstallRuntimeDialog
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.core.runtimes.discovery import VllmRuntime
+    from kvpilot.gui.dialogs.runtime_install import InstallRuntimeDialog
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 LOOKING = "looking for vLLM…"
 
@@ -63,7 +63,7 @@ class RuntimeController(Controller):
 
     def make_install_dialog(self, parent: QWidget | None = None) -> InstallRuntimeDialog:
         """The "Install vLLM" dialog; an install, a new default or a removal rediscovers."""
-        from kvpilot.gui.runtime_install import InstallRuntimeDialog
+        from kvpilot.gui.dialogs.runtime_install import InstallRuntimeDialog
 
         window = self.window
         dialog = InstallRuntimeDialog(

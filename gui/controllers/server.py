@@ -16,24 +16,24 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
 
-from kvpilot.core.errors import FolderError, KvpilotError, ProcUnreadableError
-from kvpilot.core.fit.plan import Verdict
-from kvpilot.core.launch import with_launch_args
+from kvpilot.core.app.launch import with_launch_args
+from kvpilot.core.base.errors import FolderError, KvpilotError, ProcUnreadableError
+from kvpilot.core.base.plan import Verdict
 from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool, run_in_thread
 
 if TYPE_CHECKING:
-    from kvpilot.core.failures import Failure
-    from kvpilot.core.fit.plan import Capacity
+    from kvpilot.core.base.failures import Failure
+    from kvpilot.core.base.plan import Capacity
+    from kvpilot.core.fit.measurements import ReportedCapacity
     from kvpilot.core.hub.download import DownloadProgress
-    from kvpilot.core.measurements import ReportedCapacity
     from kvpilot.core.vllm.supervisor import StateEvent, Supervisor
     from kvpilot.gui.controllers.gpus import GpuController
     from kvpilot.gui.controllers.runtimes import RuntimeController
     from kvpilot.gui.records import PlanRow
-    from kvpilot.gui.window_widgets import WindowWidgets
+    from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 log = logging.getLogger("kvpilot.gui")
 
@@ -141,8 +141,8 @@ class ServerController(Controller):
         """vLLM 0.34 on a desktop or shared GPU: say why the launch is capped, and have the
         dashboard warn when free memory falls under the room the cap leaves
         (:func:`kvpilot.core.fit.extensible_kv.launch_cap`, the rule the planner used)."""
+        from kvpilot.core.base.versions import supports
         from kvpilot.core.fit.extensible_kv import launch_cap
-        from kvpilot.core.vllm.versions import supports
 
         inputs = request.inputs
         cap = None
@@ -175,7 +175,7 @@ class ServerController(Controller):
         self.window.log_view.set_log_path(sup.log_path)
 
     def _on_server_start_error(self, exc: BaseException) -> None:
-        from kvpilot.core.environment import environment_problem
+        from kvpilot.core.app.environment import environment_problem
         from kvpilot.core.fit.startup import StartupRefusedError
 
         problem = exc if isinstance(exc, KvpilotError) else environment_problem(exc)

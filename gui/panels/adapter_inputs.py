@@ -11,9 +11,9 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QSpinBox, QWidget
 
+from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.fit.adapters import adapter_settings, planner_adapters
 from kvpilot.core.fit.lora import ALLOWED_RANKS, DEFAULT_MAX_LORA_RANK
-from kvpilot.core.fit.plan import ServingSettings
 
 
 class AdapterInputs(QObject):

@@ -1,6 +1,6 @@
 """Live dashboard: pyqtgraph plots redrawn by ONE timer from the telemetry ring buffers.
 
-Producers (metrics and hardware samplers) write into :class:`kvpilot.core.telemetry.Telemetry`
+Producers (metrics and hardware samplers) write into :class:`kvpilot.core.telemetry.live.Telemetry`
 on their threads; this panel only reads it, on a single ``QTimer`` at 5 Hz and only while it is
 visible, with ``setData`` on pre-created curves (NaN = gap, ``clipToView`` and peak downsampling
 to about one min/max pair per pixel). Paint cost is kept low on purpose (software rendering
@@ -35,13 +35,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.hardware.throttle import throttle_text
-from kvpilot.core.units import GiB
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
-    from kvpilot.core.telemetry import Telemetry
+    from kvpilot.core.telemetry.live import Telemetry
 
 WINDOWS_MIN: tuple[int, ...] = (1, 5, 15, 60)
 NO_SERVER = "No server running: the plots fill once vLLM is up."

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.units import GiB
+from kvpilot.core.base.units import GiB
 from kvpilot.gui import theme
 
 COLUMNS = ("Profile", "Model", "State", "In flight", "Share", "Note")

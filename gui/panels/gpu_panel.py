@@ -21,10 +21,10 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from kvpilot.core.fit.vram import MIN_SHOWN_BYTES, VramSplit, process_bytes, split_vram
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
-from kvpilot.gui.widgets import Segment, StackedBar
+from kvpilot.gui.widgets.small import Segment, StackedBar
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity
+    from kvpilot.core.base.plan import Capacity
     from kvpilot.core.fit.vram import ReportedMemory
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample

@@ -48,7 +48,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.base.plan import USE_CASE_LABELS, ServingSettings, Verdict
+from kvpilot.core.base.words import significant, times_text
 from kvpilot.core.fit.goal import (
     DEFAULT_CONTEXT_TOKENS,
     USE_CASE_CONTEXT_TOKENS,
@@ -56,17 +59,14 @@ from kvpilot.core.fit.goal import (
     min_weight_bits_for,
     parse_context_tokens,
 )
-from kvpilot.core.fit.plan import USE_CASE_LABELS, ServingSettings, Verdict
-from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
-from kvpilot.core.words import significant, times_text
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
 from kvpilot.gui.records import PlanRequest, PlanRow
-from kvpilot.gui.widgets import Segment, StackedBar
+from kvpilot.gui.widgets.small import Segment, StackedBar
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.plan import Capacity, PlanInputs
+    from kvpilot.core.base.plan import Capacity, PlanInputs
 
 #: the export menu: format -> label (the formats of ``kvpilot export --format``)
 EXPORT_FORMATS = (

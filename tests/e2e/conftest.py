@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from kvpilot.core.errors import RuntimeNotFoundError
+from kvpilot.core.base.errors import RuntimeNotFoundError
+from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.runtimes.store import get_installed
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime, discover
 from kvpilot.core.vllm.supervisor import Supervisor
 
 E2E_DIR = Path(__file__).resolve().parent

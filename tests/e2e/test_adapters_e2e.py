@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
 
 from .conftest import READY_TIMEOUT_S
 from .make_tiny_adapter import write_adapter

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.errors import RuntimeNotFoundError
+from kvpilot.core.base.errors import RuntimeNotFoundError
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.architectures import registered_architectures
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 
 def test_the_runtime_is_asked_once_and_the_answer_is_cached(

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kvpilot.core.cli import main
-from kvpilot.core.telemetry import Telemetry, TelemetryConfig
+from kvpilot.core.telemetry.live import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
 from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper
 

@@ -23,8 +23,8 @@ from kvpilot.core.chat.client import ChatCall, ChatTarget, request_body
 from kvpilot.core.chat.conversation import ChatMessage, ChatSettings, Conversation
 from kvpilot.core.chat.errors import ChatError
 from kvpilot.core.chat.store import ConversationStore
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import Supervisor
 
 from .conftest import READY_TIMEOUT_S

@@ -21,9 +21,9 @@ import httpx
 import psutil
 import pytest
 
-from kvpilot.core.fit.plan import ServingSettings
+from kvpilot.core.app.settings import Profile, Settings, SettingsStore
+from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.runs.store import RunStore
-from kvpilot.core.settings import Profile, Settings, SettingsStore
 from kvpilot.core.vllm.command import find_free_port
 
 from .conftest import KV_CACHE_BYTES, READY_TIMEOUT_S, vllm_executable_for_tests

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.vllm.runtime import VllmRuntime
+from kvpilot.core.runtimes.discovery import VllmRuntime
 
 from .conftest import READY_TIMEOUT_S
 from .servekit import TINY_SERVING_FLAGS, kvpilot_argv, serve_env, start_serve, wait_event

@@ -8,7 +8,7 @@ import time
 import httpx
 from metricskit import parse_with_prometheus_client
 
-from kvpilot.core.telemetry import Telemetry, TelemetryConfig
+from kvpilot.core.telemetry.live import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.client import LoadTestConfig, run_load_test
 from kvpilot.core.vllm.metrics import MetricsSampler, MetricsScraper
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from kvpilot.core.vllm.versions import Release
+from kvpilot.core.base.versions import Release
 
 from .servekit import kvpilot_argv
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvpilot.core.runtimes import store
-from kvpilot.core.vllm.runtime import VllmRuntime, discover
+from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 
 from .conftest import MANAGED_RUNTIME_ID, e2e_data_dir
 from .servekit import kvpilot_argv

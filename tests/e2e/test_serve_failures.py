@@ -18,9 +18,9 @@ import httpx
 import psutil
 import pytest
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, Supervisor
 
 from .conftest import READY_TIMEOUT_S

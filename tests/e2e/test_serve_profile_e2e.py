@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-from kvpilot.core import autostart
-from kvpilot.core.fit.plan import ServingSettings
-from kvpilot.core.settings import Profile, Settings, SettingsStore
+from kvpilot.core.app import autostart
+from kvpilot.core.app.settings import Profile, Settings, SettingsStore
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 from .conftest import KV_CACHE_BYTES, READY_TIMEOUT_S, vllm_executable_for_tests
 from .servekit import kvpilot_argv, serve_env, wait_event

@@ -12,15 +12,15 @@ from pathlib import Path
 import httpx
 import psutil
 
-from kvpilot.core import failures
-from kvpilot.core.measurements import SOURCE_DRY_RUN, MeasurementStore, measurement_key
+from kvpilot.core.base import failures
+from kvpilot.core.base.versions import Release
+from kvpilot.core.fit.measurements import SOURCE_DRY_RUN, MeasurementStore, measurement_key
+from kvpilot.core.hardware.proctree import alive as _alive
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.measure import run_measurement
 from kvpilot.core.vllm.orphans import find_orphans, stop_orphan
-from kvpilot.core.vllm.proctree import alive as _alive
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, StateEvent, Supervisor
-from kvpilot.core.vllm.versions import Release
 
 from .conftest import READY_TIMEOUT_S
 from .servekit import kill_cli, serve_argv, serve_env, start_serve, wait_event

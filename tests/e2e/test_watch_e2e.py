@@ -8,7 +8,7 @@ import subprocess
 import threading
 import time
 
-from kvpilot.core.vllm.watch import ServerWatch
+from kvpilot.core.app.watch import ServerWatch
 
 from .conftest import READY_TIMEOUT_S
 from .servekit import kvpilot_argv

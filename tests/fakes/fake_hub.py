@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from kvpilot.core.background import StartStop
+from kvpilot.core.base.background import StartStop
 
 LFS_MIN_BYTES = 1024 * 1024  # files at least this big are served as LFS (like *.safetensors)
 _SEND_BLOCK_BYTES = 64 * 1024

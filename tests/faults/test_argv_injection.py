@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port, parse_extra_args
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import Supervisor
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_extra_args_text_is_split_like_a_shell_but_never_run() -> None:
 
 @pytest.mark.parametrize("key", ["two words", "line\nbreak", "clé", "tab\there"])
 def test_an_api_key_no_client_could_send_is_refused_before_launch(key: str) -> None:
-    from kvpilot.core.errors import CommandError
+    from kvpilot.core.base.errors import CommandError
     from kvpilot.core.vllm.command import build_command
 
     with pytest.raises(CommandError, match="printable ASCII"):

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core import settings as st
-from kvpilot.core.errors import SettingsError
-from kvpilot.core.fit.plan import ServingSettings
-from kvpilot.core.measurements import (
+from kvpilot.core.app import settings as st
+from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.fit.measurements import (
     SCHEMA_VERSION,
     Measured,
     MeasurementStore,

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core import settings as st
-from kvpilot.core.errors import SettingsError
-from kvpilot.core.fit.plan import ServingSettings
-from kvpilot.core.measurements import Measured, MeasurementStore, measurement_key
+from kvpilot.core.app import settings as st
+from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.fit.measurements import Measured, MeasurementStore, measurement_key
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -128,8 +128,8 @@ def test_a_launch_log_on_a_full_disk_is_reported_once_and_serving_goes_on(
 ) -> None:
     if not disk.real:
         pytest.skip("needs a real small disk (tmpfs mount as root)")
+    from kvpilot.core.runtimes.discovery import VllmRuntime
     from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-    from kvpilot.core.vllm.runtime import VllmRuntime
     from kvpilot.core.vllm.supervisor import READY, Supervisor
 
     fake = TESTS / "fakes" / "fake_vllm.py"

@@ -83,9 +83,9 @@ def test_stop_and_close_with_a_hung_metrics_endpoint_never_block_the_loop(
 def test_a_long_download_before_a_launch_holds_no_pool_thread(
     make_window, qtbot, loop_probe, monkeypatch
 ) -> None:
-    from kvpilot.core import launch
+    from kvpilot.core.app import launch
     from kvpilot.core.hub import download, download_errors
-    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.runtimes.discovery import VllmRuntime
 
     started = threading.Event()
     release = threading.Event()

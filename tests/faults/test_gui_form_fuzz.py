@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from kvpilot.core import settings as st
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.app import settings as st
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.vllm.client import MAX_CONCURRENCY, LoadTestConfig, LoadTestError
 from kvpilot.gui import theme
-from kvpilot.gui.benchmark_dialog import BenchmarkDialog
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.settings_dialog import SettingsDialog
+from kvpilot.gui.dialogs.benchmark_dialog import BenchmarkDialog
+from kvpilot.gui.dialogs.settings_dialog import SettingsDialog
 from kvpilot.gui.workers import wait_for_pool
 
 FUZZ = settings(
@@ -218,7 +218,7 @@ urls = hs.one_of(
 @FUZZ
 @given(url=urls, api_key=typed, log_path=typed)
 def test_attach_fields(window, url: str, api_key: str, log_path: str) -> None:
-    from kvpilot.gui.attach_dialog import AttachDialog
+    from kvpilot.gui.dialogs.attach_dialog import AttachDialog
 
     dlg = AttachDialog(window, url=url)
     dlg.api_key.setText(api_key)

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from guikit import wait_for_state
 
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
+from kvpilot.core.hardware.proctree import alive
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.orphans import find_orphans
-from kvpilot.core.vllm.proctree import alive
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
@@ -37,9 +37,9 @@ import json, os, sys, time
 from dataclasses import replace
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QCoreApplication
-from kvpilot.core import settings as st
-from kvpilot.core import launch
-from kvpilot.core.vllm.runtime import VllmRuntime
+from kvpilot.core.app import settings as st
+from kvpilot.core.app import launch
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.gui import app as gui_app
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.services import AppServices
@@ -80,7 +80,7 @@ pump(lambda: False, 3600)  # until the test kills this process
 def test_a_sigkilled_gui_leaves_an_orphan_the_next_window_offers_and_never_doubles(
     make_window, qtbot, isolated_dirs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvpilot.core import launch
+    from kvpilot.core.app import launch
 
     monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvpilot.core.telemetry import Telemetry
+from kvpilot.core.telemetry.live import Telemetry
 from kvpilot.core.vllm.metrics import (
     MAX_BODY_BYTES,
     MetricsSampler,

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
+from kvpilot.core.hardware.proctree import alive
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.orphans import pidfile_path
-from kvpilot.core.vllm.proctree import alive
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, STARTING, Supervisor
 
 pytestmark = pytest.mark.e2e

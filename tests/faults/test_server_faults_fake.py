@@ -16,11 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
+from kvpilot.core.hardware.proctree import alive as _alive
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 from kvpilot.core.vllm.orphans import pidfile_path
-from kvpilot.core.vllm.proctree import alive as _alive
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.supervisor import FAILED, READY, STARTING, Supervisor
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -22,8 +22,9 @@ import psutil
 import pytest
 from e2e.servekit import kvpilot_argv
 
-from kvpilot.core import cli, paths
-from kvpilot.core.errors import FolderError, ProcUnreadableError
+from kvpilot.core import cli
+from kvpilot.core.base import paths
+from kvpilot.core.base.errors import FolderError, ProcUnreadableError
 from kvpilot.core.hardware import system
 from kvpilot.core.vllm.launch_log import LaunchLog
 
@@ -180,7 +181,7 @@ def test_kvpilots_own_log_in_a_read_only_folder_says_where_and_goes_to_stderr(
     readonly: Path,
 ) -> None:
     code = (
-        "from kvpilot.core import logsetup\n"
+        "from kvpilot.core.app import logsetup\n"
         "print(logsetup.configure())\n"
     )
     env = {"KVPILOT_LOG_DIR": str(readonly / "logs"), "PATH": "/usr/bin:/bin",

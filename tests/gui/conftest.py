@@ -20,7 +20,7 @@ from e2e.conftest import (  # noqa: F401 - re-exported for test_main_window_e2e.
 )
 
 import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6 before it is imported
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
 from kvpilot.gui import app as gui_app
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.main_window import MainWindow

@@ -49,7 +49,7 @@ def test_screenshot_of_a_panel(tmp_path: Path, panel: str, gpu: str) -> None:
     # the settings file was written with the window geometry
     assert (tmp_path / "config" / "settings.json").exists() or panel == "settings"
     # the cyclic collector, held off while the window started, runs again after its first
-    # paint, with the start-up's objects frozen (kvpilot.core.startup_gc)
+    # paint, with the start-up's objects frozen (kvpilot.core.app.startup_gc)
     log_text = (tmp_path / "data" / "logs" / "kvpilot.log").read_text()
     shown = log_text.index("window shown")
     settled = re.search(r"start-up: cyclic collection held for ([\d.]+) s; (\d+) objects frozen",

@@ -96,7 +96,7 @@ def test_no_gpu_opens_in_planner_mode(make_window, qtbot) -> None:
 def test_copy_command_has_the_plan_and_no_secret(make_window, store) -> None:
     from dataclasses import replace
 
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
 
     w = make_window()
     w.settings = st.update_profile(w.settings, replace(w.profile, api_key="sk-topsecret"))
@@ -114,7 +114,7 @@ def test_export_menu_copies_each_format_without_secrets(make_window) -> None:
 
     import yaml
 
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
 
     w = make_window()
     w.settings = st.update_profile(w.settings, replace(w.profile, api_key="sk-topsecret"))
@@ -157,7 +157,7 @@ def test_loaded_predicate_needs_all_three(make_window) -> None:
 def test_a_recorded_failure_log_shows_its_most_specific_failure(make_window, qtbot) -> None:
     """``--panel fallback``: the whole log is classified as during a launch (no guessed API)."""
 
-    from kvpilot.core import failures
+    from kvpilot.core.base import failures
     from kvpilot.core.vllm import logparse
 
     log = DATA / "vllm_logs/cpu_0.32/fail_b1_kvbytes_tiny.log"
@@ -178,7 +178,7 @@ def test_a_recorded_failure_with_no_fallback_returns_once_the_pool_has_answered(
     """A port in use has no automatic fallback: the banner says so, and ``show_recorded_failure``
     waits on the controller's ``proposing`` flag, not on buttons that never come (that wait ran
     out its 10 s for each such log: the 1,366 x 768 sweep took 102 s instead of 2)."""
-    from kvpilot.core import failures
+    from kvpilot.core.base import failures
 
     w = make_window("rtx4090-desktop")
     assert not w.fallback_control.proposing
@@ -196,7 +196,7 @@ def test_a_recorded_failure_with_no_fallback_returns_once_the_pool_has_answered(
 
 
 def test_the_started_window_gives_freed_memory_back_until_it_closes(make_window, qtbot) -> None:
-    from kvpilot.core import heap
+    from kvpilot.core.app import heap
 
     w = make_window()
     releaser = w.services.heap_releaser

@@ -24,14 +24,14 @@ from e2e.servekit import kvpilot_argv, serve_env, start_serve, wait_event
 from fitkit import cli_flags
 from guikit import plan_tiny_model, wait_for_state
 
-from kvpilot.core import failures
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
+from kvpilot.core.base import failures
 from kvpilot.core.cli import main
+from kvpilot.core.hardware.proctree import alive as _alive
 from kvpilot.core.runs.store import RunStore
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import find_free_port
-from kvpilot.core.vllm.proctree import alive as _alive
-from kvpilot.gui.benchmark_dialog import RESULT_COLUMNS
+from kvpilot.gui.dialogs.benchmark_dialog import RESULT_COLUMNS
 
 pytestmark = pytest.mark.e2e
 

@@ -54,7 +54,7 @@ def test_download_progress_reaches_the_gui_thread(qtbot, hub, tmp_path):
 
 
 def test_stop_cancels_a_running_download(qtbot, tmp_path, monkeypatch):
-    from kvpilot.core import launch as launch_session
+    from kvpilot.core.app import launch as launch_session
 
     def slow_download(spec, *, on_progress=None, cancel_event=None):
         assert cancel_event is not None

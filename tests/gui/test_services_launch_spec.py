@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core.settings import Profile
+from kvpilot.core.app.settings import Profile
 from kvpilot.core.vllm.command import build_command
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.services import AppServices, LaunchRequest

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
-from kvpilot.core import startup_gc
+from kvpilot.core.app import startup_gc
 from kvpilot.gui import threadcheck, workers
 from kvpilot.gui.collector import GuiCollector, due_generation
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QLineEdit, QWidget
 
-from kvpilot.core import startup_gc
+from kvpilot.core.app import startup_gc
 from kvpilot.gui import threadcheck
 from kvpilot.gui.collector import GuiCollector
 

@@ -129,7 +129,7 @@ def _kvpilot(
         from pathlib import Path
         from dataclasses import replace
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
-        from kvpilot.core import settings as st
+        from kvpilot.core.app import settings as st
         store = st.SettingsStore(Path(sys.argv[1]))
         """
     ) + textwrap.dedent(body)
@@ -172,8 +172,8 @@ def _lock(service: SecretService) -> None:
 
 def _old_settings_file(config_dir: Path) -> Path:
     """A settings file as an earlier kvpilot wrote it: both secrets in the file (0600)."""
-    from kvpilot.core import secrets as sec
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import secrets as sec
+    from kvpilot.core.app import settings as st
 
     old = st.SettingsStore(config_dir, secrets=sec.SecretStore(sec.KIND_SETTINGS_FILE))
     settings = st.Settings()

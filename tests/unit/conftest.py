@@ -32,12 +32,12 @@ from fitkit import fixture_spec
 from runtimes_kit import fake_vllm_wheel, make_wheel
 from testpaths import DATA
 
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.units import GiB
 from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot
-from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.runtimes.releases import RuntimeBuild, find_release, load_releases
-from kvpilot.core.units import GiB
 
 # ---- Fixtures for fit-engine tests
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from testpaths import DATA
 
+from kvpilot.core.app.watch import ServerIdentity
 from kvpilot.core.chat.conversation import ChatMessage, ReplyStats
 from kvpilot.core.chat.store import ConversationStore
-from kvpilot.core.vllm.watch import ServerIdentity
 
 
 def _open_chat(window, qtbot) -> None:

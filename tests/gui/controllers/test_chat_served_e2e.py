@@ -12,7 +12,7 @@ import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
 from guikit import plan_tiny_model, wait_for_state
 
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
 from kvpilot.core.chat.store import ConversationStore
 from kvpilot.core.vllm.command import find_free_port
 

@@ -16,16 +16,16 @@ import pytest
 from PySide6.QtCore import Qt
 
 from kvpilot.core.app import front as app_front
-from kvpilot.core.fit.plan import ServingSettings
+from kvpilot.core.app.launch import LaunchSession
+from kvpilot.core.app.settings import Profile
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.base.units import GiB
 from kvpilot.core.front.members import Member
 from kvpilot.core.front.placement import ProfileNeed
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.server import FrontServer
 from kvpilot.core.hardware.target import from_spec
-from kvpilot.core.launch import LaunchSession
-from kvpilot.core.settings import Profile
-from kvpilot.core.units import GiB
-from kvpilot.core.vllm.runtime import VllmRuntime
+from kvpilot.core.runtimes.discovery import VllmRuntime
 
 FAKE = Path(__file__).resolve().parents[2] / "fakes" / "fake_vllm.py"
 

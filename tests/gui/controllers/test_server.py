@@ -17,12 +17,12 @@ from guikit import wait_for_state
 from PySide6.QtWidgets import QApplication
 from testpaths import TESTS as TESTS_DIR
 
-from kvpilot.core import failures
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
+from kvpilot.core.base import failures
+from kvpilot.core.hardware.proctree import alive as _alive
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm import logparse, phases
 from kvpilot.core.vllm.command import find_free_port
-from kvpilot.core.vllm.proctree import alive as _alive
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 TESTS = TESTS_DIR
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
@@ -34,7 +34,7 @@ FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
 def _catalog_models_need_no_download(monkeypatch):
     """The stand-in vllm serves catalog plans without weights: skip kvpilot's Hub download
     (tests/gui/test_download_gui.py covers it against a local stand-in Hub)."""
-    from kvpilot.core import launch
+    from kvpilot.core.app import launch
 
     monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
 
@@ -89,7 +89,7 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     assert "Predicted KV" in w.server_panel.capacity.text()
     # what vLLM reported is kept for the fit engine (keyed by GPU, model, version, settings)
     from kvpilot.core.fit.calibrate import key_for
-    from kvpilot.core.measurements import SOURCE_LAUNCH, MeasurementStore
+    from kvpilot.core.fit.measurements import SOURCE_LAUNCH, MeasurementStore
 
     store = MeasurementStore(w.services.data_dir / "measurements.json")
     key = key_for(w.server_control.current_request.inputs)
@@ -367,7 +367,7 @@ def test_free_memory_checked_again_at_launch_names_the_desktop(server_window, qt
     """The plan was made when more memory was free; at launch NVML says 22.15 GiB free (Xorg,
     gnome-shell and Firefox hold 1.5 GiB), so vLLM would refuse utilization 0.95: nothing is
     started, the banner names the programs and offers a utilization that fits."""
-    from kvpilot.core.units import GiB
+    from kvpilot.core.base.units import GiB
     from kvpilot.gui.services import LaunchRequest
 
     w = server_window()

@@ -14,8 +14,8 @@ from guikit import wait_for_state
 from testpaths import TESTS
 
 from kvpilot.core.fit.extensible_kv import launch_cap
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
 FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
@@ -31,8 +31,8 @@ def test_034_on_the_desktop_gpu_launches_capped_and_says_why(
         make_window, qtbot, monkeypatch, tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from kvpilot.core import launch
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import launch
+    from kvpilot.core.app import settings as st
 
     monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
     log = tmp_path / "fail.log"

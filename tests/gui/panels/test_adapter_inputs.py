@@ -8,7 +8,7 @@ from dataclasses import replace
 
 
 def test_lora_and_drafter_inputs_reach_the_pinned_settings(qtbot) -> None:
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
     from kvpilot.gui.controllers.profiles import request_of, with_request
     from kvpilot.gui.panels.planner_panel import PlannerPanel
 
@@ -37,7 +37,7 @@ def test_lora_and_drafter_inputs_reach_the_pinned_settings(qtbot) -> None:
 
 
 def test_a_command_line_drafter_survives_the_planner(qtbot) -> None:
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
     from kvpilot.gui.controllers.profiles import request_of
     from kvpilot.gui.panels.planner_panel import PlannerPanel
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 from testpaths import DATA
 
-from kvpilot.core.telemetry import Telemetry, TelemetryConfig
+from kvpilot.core.telemetry.live import Telemetry, TelemetryConfig
 from kvpilot.core.vllm.metrics import ScrapeError, ScrapeErrorKind, parse_metrics
 from kvpilot.gui.panels.dashboard_panel import DashboardPanel
 

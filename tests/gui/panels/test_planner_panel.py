@@ -8,10 +8,10 @@ from dataclasses import replace
 from fitkit import rtx4090
 from testpaths import DATA
 
+from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.replan import RankedPlan
 from kvpilot.core.models.local import spec_from_config
-from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.gui.panels.planner_panel import PlannerPanel
 from kvpilot.gui.records import PlanRow
 
@@ -58,8 +58,8 @@ def test_memory_bar_includes_the_vision_encoder_profile() -> None:
 
 
 def test_detail_shows_the_quality_figure_and_why_it_beat_the_next(qtbot) -> None:
+    from kvpilot.core.base.plan import GpuTarget
     from kvpilot.core.fit.goal import Goal
-    from kvpilot.core.fit.plan import GpuTarget
     from kvpilot.core.fit.recommend import recommend
     from kvpilot.core.models.catalog import get
     from kvpilot.core.models.quality import figure_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def test_text_only_and_nvfp4_reach_the_pinned_settings_and_come_back(qtbot) -> None:
-    from kvpilot.core import settings as st
+    from kvpilot.core.app import settings as st
     from kvpilot.gui.controllers.profiles import request_of, with_request
     from kvpilot.gui.panels.planner_panel import PlannerPanel
 

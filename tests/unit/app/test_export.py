@@ -9,11 +9,11 @@ from pathlib import Path
 from fitkit import rtx4090
 
 from kvpilot.core.app.export import export_plan, refusal_of
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import FROM_MEASURED
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.fit.calibrate import key_for
-from kvpilot.core.fit.plan import FROM_MEASURED
-from kvpilot.core.measurements import Measured, MeasurementStore
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB, MiB
+from kvpilot.core.fit.measurements import Measured, MeasurementStore
 from kvpilot.core.vllm.command import LaunchSpec
 
 

@@ -10,11 +10,11 @@ from kvpilot.core.app.launch_settings import (
     planned_settings,
     with_chosen_utilization,
 )
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import budget
-from kvpilot.core.fit.plan import ServingSettings
 from kvpilot.core.fit.recommend import MAX_UTILIZATION, utilization_for
 from kvpilot.core.hardware.target import cpu_target, from_size
-from kvpilot.core.units import GiB
 
 #: a 24 GiB card with 22 GiB free: a desktop holds 2 GiB
 DESKTOP = from_size(24 * GiB, 22 * GiB, name="RTX 4090")

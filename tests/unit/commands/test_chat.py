@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from chatkit import PostServer, json_reply, piece, sse_reply
 
-from kvpilot.core import settings as st
+from kvpilot.core.app import settings as st
 from kvpilot.core.chat.store import ConversationStore
 from kvpilot.core.cli import main
 from kvpilot.core.commands.chat import profile_url

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kvpilot.core.app.settings import Profile, Settings, SettingsStore
+from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.cli import main
-from kvpilot.core.fit.plan import ServingSettings
-from kvpilot.core.settings import Profile, Settings, SettingsStore
 
 SMALL = "Qwen/Qwen2.5-1.5B-Instruct"  # catalog ids: planned without files
 MID = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -115,7 +115,7 @@ def test_a_profile_the_planner_cannot_read_is_served_alone(tmp_path: Path) -> No
 
     from kvpilot.core.front.members import prepare_member, served_name
     from kvpilot.core.hardware.target import from_spec
-    from kvpilot.core.vllm.runtime import VllmRuntime
+    from kvpilot.core.runtimes.discovery import VllmRuntime
 
     card = from_spec("RTX 4090")
     assert card is not None
@@ -133,7 +133,7 @@ def test_a_profile_the_planner_cannot_read_is_served_alone(tmp_path: Path) -> No
 
 def test_the_address_rules_are_a_single_servers() -> None:
     from kvpilot.core.app.front import FrontRequest, check_request
-    from kvpilot.core.errors import CommandError
+    from kvpilot.core.base.errors import CommandError
 
     check_request(FrontRequest(profiles=("a",), host="::1"))
     check_request(FrontRequest(profiles=("a",), host="10.0.0.2", api_key="sk-lan-0123"))

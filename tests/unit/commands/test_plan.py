@@ -67,8 +67,8 @@ def test_plan_text_table_names_each_term(tmp_path, capsys):
 
 
 def test_plan_of_a_newer_vllm_says_which_rules_it_uses(tmp_path, capsys):
+    from kvpilot.core.base import versions
     from kvpilot.core.fit.activation import PROFILES, profile_for
-    from kvpilot.core.vllm import versions
 
     model = str(_model_dir(tmp_path))
     main(["plan", "--model", model, "--gpu", "RTX 4090", "--vllm-version", "0.41.0"])
@@ -80,8 +80,8 @@ def test_plan_of_a_newer_vllm_says_which_rules_it_uses(tmp_path, capsys):
     assert "newer than the newest release" not in capsys.readouterr().out
     # with no release named the planner assumes NEWEST_KNOWN (0.33): 0.34's KV follows the
     # free memory at launch, so it is planned only when named or installed
+    from kvpilot.core.base.plan import PlanInputs
     from kvpilot.core.commands.plan import DEFAULT_VLLM_VERSION
-    from kvpilot.core.fit.plan import PlanInputs
 
     assert DEFAULT_VLLM_VERSION == versions.NEWEST_KNOWN
     assert PlanInputs.__dataclass_fields__["vllm_version"].default == versions.NEWEST_KNOWN

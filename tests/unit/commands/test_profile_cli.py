@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from kvpilot.core.app.settings import SettingsStore
 from kvpilot.core.cli import main
-from kvpilot.core.settings import SettingsStore
 
 pytestmark = pytest.mark.usefixtures("isolated_cli")
 AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"  # a catalog id: planned without files

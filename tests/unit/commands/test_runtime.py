@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kvpilot.core.app.settings import Settings, SettingsStore, create_profile, update_profile
 from kvpilot.core.cli import main
 from kvpilot.core.runtimes import store
-from kvpilot.core.settings import Settings, SettingsStore, create_profile, update_profile
 
 
 def _install(wheels: Path, *extra: str) -> int:

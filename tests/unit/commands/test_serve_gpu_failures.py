@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from testpaths import DATA, TESTS
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
 from kvpilot.core.vllm.command import find_free_port
 
 FAKE = TESTS / "fakes" / "fake_vllm.py"

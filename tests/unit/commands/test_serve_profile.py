@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from kvpilot.core import cli
+from kvpilot.core.app.profile_launch import fallback_policy, load_profile, profile_spec
+from kvpilot.core.app.settings import Profile, Settings, SettingsStore
+from kvpilot.core.base.plan import PlanInputs, ServingSettings
 from kvpilot.core.commands import serve
-from kvpilot.core.fit.plan import PlanInputs, ServingSettings
-from kvpilot.core.profile_launch import fallback_policy, load_profile, profile_spec
-from kvpilot.core.settings import Profile, Settings, SettingsStore
 from kvpilot.core.vllm.command import build_command
 
 KEY = "sk-profile-secret-0123"
@@ -94,8 +94,8 @@ def test_a_context_the_profile_leaves_open_is_its_goals(config_dir: Path, tmp_pa
     users, as the window's plans of that goal do."""
     from dataclasses import replace as dc_replace
 
+    from kvpilot.core.app.profile_launch import profile_settings
     from kvpilot.core.fit.goal import Goal
-    from kvpilot.core.profile_launch import profile_settings
 
     model = tmp_path / "model"
     model.mkdir()
@@ -134,10 +134,10 @@ def test_auto_utilization_is_the_planners(config_dir: Path) -> None:
     the memory free now; a fixed one, a fixed KV size and the CPU backend keep theirs."""
     from dataclasses import replace as dc_replace
 
-    from kvpilot.core.fit.plan import ServingSettings as Plan
+    from kvpilot.core.app.profile_launch import auto_utilization
+    from kvpilot.core.base.plan import ServingSettings as Plan
     from kvpilot.core.fit.recommend import utilization_for
     from kvpilot.core.hardware.target import cpu_target, from_size
-    from kvpilot.core.profile_launch import auto_utilization
 
     gpu = from_size(24 << 30, 20 << 30, name="RTX 4090")
     auto = Profile(name="a", model_ref="m", plan=Plan(gpu_memory_utilization=None))

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
+from kvpilot.core.base.errors import FitError
 from kvpilot.core.commands.serving_args import add_serving_arguments, settings_from_args
-from kvpilot.core.errors import FitError
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 from fitkit import rtx4090
 
+from kvpilot.core.base.plan import FROM_FITTED
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.commands.plan import render
 from kvpilot.core.fit import activation, budget, fallback
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import compute_capacity, default_batching
-from kvpilot.core.fit.plan import FROM_FITTED
-from kvpilot.core.units import GiB, MiB
 
 #: constants with no remainder, so that the computed terms are checked alone
 BARE = FittedConstants(
@@ -209,7 +209,7 @@ def test_shorter_context_fallback_fits_at_the_lower_edge(llama8b):
 
 
 def test_recommender_ranks_by_the_lower_edge(qwen7b, llama8b):
-    from kvpilot.core.fit.plan import GpuTarget
+    from kvpilot.core.base.plan import GpuTarget
     from kvpilot.core.fit.recommend import Goal, recommend
 
     gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)
@@ -227,7 +227,7 @@ def test_recommender_ranks_by_the_lower_edge(qwen7b, llama8b):
 
 def test_a_measurement_settles_a_borderline_plan(llama8b):
     from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-    from kvpilot.core.measurements import Measured, MeasurementRecord
+    from kvpilot.core.fit.measurements import Measured, MeasurementRecord
 
     for length in range(20000, 80000, 256):
         inputs = rtx4090(llama8b, max_model_len=length)

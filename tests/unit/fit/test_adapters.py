@@ -7,7 +7,7 @@ import json
 import pytest
 from fitkit import rtx4090
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
 from kvpilot.core.fit import activation, adapters
 from kvpilot.core.fit.budget import compute_capacity
 

@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.errors import FitError
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.units import GiB, MiB
+from kvpilot.core.base.versions import Release
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.budget import (
     CUDA_CONTEXT_BYTES,
@@ -18,8 +20,6 @@ from kvpilot.core.fit.budget import (
     default_batching,
     max_passing_utilization,
 )
-from kvpilot.core.units import GiB, MiB
-from kvpilot.core.vllm.versions import Release
 
 
 def test_terms_add_up_to_the_requested_budget(qwen7b):

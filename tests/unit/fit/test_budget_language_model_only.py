@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fitkit import fixture_spec, rtx4090
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.units import GiB
 
 
 def test_language_model_only_plans_as_text_only() -> None:

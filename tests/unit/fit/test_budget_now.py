@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
 from kvpilot.core.fit.budget_now import (
     CUDA_CONTEXT_BYTES,
     DEFAULT_MARGIN_BYTES,

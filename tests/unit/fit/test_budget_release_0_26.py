@@ -15,12 +15,12 @@ from dataclasses import replace
 import pytest
 from fitkit import MODELS
 
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.activation import FittedConstants, Validation
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models.local import spec_from_config
-from kvpilot.core.units import GiB
 
 B300_TOTAL = round(267.69 * GiB)
 LOGGED_WEIGHTS = round(58.99 * GiB)

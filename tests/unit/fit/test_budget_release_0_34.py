@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures, versions
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.cli import main
 from kvpilot.core.fit import extensible_kv
-from kvpilot.core.units import GiB, MiB
-from kvpilot.core.vllm import versions
 
 SNAPSHOT = Path(__file__).parents[3] / "resources" / "nvml_rtx4090-desktop.json"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -220,7 +219,7 @@ def test_hybrid_block_alignment_moves_with_the_64_token_default():
 def test_fallbacks_do_not_offer_raising_a_utilization_already_at_one():
     from fitkit import fixture_spec, rtx4090
 
-    from kvpilot.core.failures import Failure
+    from kvpilot.core.base.failures import Failure
     from kvpilot.core.fit import fallback
 
     model = fixture_spec("qwen2.5-7b-instruct", weights_bytes=15_231_233_024)
@@ -243,10 +242,10 @@ def test_fallbacks_do_not_offer_raising_a_utilization_already_at_one():
 def test_a_measured_034_launch_moves_with_the_free_memory():
     from fitkit import fixture_spec, rtx4090
 
+    from kvpilot.core.base.plan import FROM_MEASURED
     from kvpilot.core.fit.budget_now import CUDA_CONTEXT_BYTES
     from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-    from kvpilot.core.fit.plan import FROM_MEASURED
-    from kvpilot.core.measurements import Measured, MeasurementRecord
+    from kvpilot.core.fit.measurements import Measured, MeasurementRecord
 
     model = fixture_spec("qwen2.5-7b-instruct", weights_bytes=15_231_233_024)
     at_launch = rtx4090(model, vllm_version="0.34.0", max_model_len=8192,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvpilot.core.base.plan import GpuTarget
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import extensible_kv
 from kvpilot.core.fit.budget_now import CUDA_CONTEXT_BYTES
-from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.fit.recommend import utilization_for
-from kvpilot.core.units import GiB
 
 #: the recorded rtx4090-desktop snapshot: CUDA total (NVML total less reserved) and free
 TOTAL, FREE = 25_394_413_568, 23_783_800_832

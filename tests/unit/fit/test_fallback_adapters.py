@@ -7,11 +7,11 @@ import json
 
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.app.launch import FallbackPolicy, rank_fallbacks
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.fit import fallback, fallback_adapters
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.launch import FallbackPolicy, rank_fallbacks
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
 
 

@@ -10,23 +10,23 @@ from pathlib import Path
 
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
-from kvpilot.core.fit import fallback
-from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import CPU_DEVICE_NAME
-from kvpilot.core.launch import (
+from kvpilot.core.app.launch import (
     FallbackPolicy,
     LaunchSession,
     launch_capacity,
     launch_signature,
     rank_fallbacks,
 )
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB, MiB
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import CPU_DEVICE_NAME
+from kvpilot.core.base.units import GiB, MiB
+from kvpilot.core.fit import fallback
+from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.logparse import LogScanner
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 #: vLLM's refusal as a 0.3x GPU build prints it (core/vllm/logfailures.py, GPU33_FORMAT)
 REFUSAL = ("(EngineCore pid=4188) ERROR 11-29 10:12:03 [core.py:1584] ValueError: Free memory on "

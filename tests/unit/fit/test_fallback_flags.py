@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.versions import FEATURES, Release, supports
 from kvpilot.core.fit import fallback
-from kvpilot.core.models.spec import ModelSpec
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
-from kvpilot.core.vllm.versions import FEATURES, Release, supports
 
 #: every release where a flag row starts or ends, and the ones either side of them
 _RELEASES = sorted(

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import activation, fallback
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
 from kvpilot.core.vllm.logparse import LogScanner
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
 from kvpilot.core.fit.goal import (
     MAX_CONTEXT_TOKENS,
     MIN_CONTEXT_TOKENS,

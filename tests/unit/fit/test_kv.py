@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 from fitkit import fixture_spec
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.model_spec import MLA
 from kvpilot.core.fit import kv
-from kvpilot.core.models.spec import MLA
 
 
 def test_qwen25_7b_is_57344_bytes_per_token_in_bf16(qwen7b):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fitkit import fixture_spec, rtx4090
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import kv_quant
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.units import GiB
 
 
 def test_packed_kv_dtypes_size_one_head_as_the_backends_do() -> None:

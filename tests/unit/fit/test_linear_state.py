@@ -14,16 +14,16 @@ from dataclasses import replace
 import pytest
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.fit import fallback, kv, linear_state
-from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.models.spec import (
+from kvpilot.core.base import failures
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     GATED_DELTA_NET,
     LINEAR_ATTENTION,
     LinearState,
     ModelSpec,
 )
+from kvpilot.core.fit import fallback, kv, linear_state
+from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.vllm.logparse import LogScanner
 
 GDN = LinearState(GATED_DELTA_NET, conv_dim=2 * 16 * 128 + 32 * 128, conv_kernel=4,

@@ -13,11 +13,11 @@ from dataclasses import replace
 
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
+from kvpilot.core.base.plan import VERDICT_DOES_NOT_FIT, VERDICT_FITS
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import lora
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import VERDICT_DOES_NOT_FIT, VERDICT_FITS
-from kvpilot.core.units import GiB
 
 
 def _llama8b_elements(r: int) -> int:

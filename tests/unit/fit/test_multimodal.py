@@ -12,17 +12,17 @@ import pytest
 from fitkit import fixture_spec, rtx4090
 from testpaths import DATA
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.cli import main
-from kvpilot.core.failures import Failure
 from kvpilot.core.fit import fallback, multimodal
 from kvpilot.core.fit.budget import ENCODER_PROFILE_TERM, compute_capacity
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.models import catalog
-from kvpilot.core.models.spec import UNKNOWN_ARCHITECTURE_NOTE, ModelSpec
 from kvpilot.core.models.vision import vision_weight_bytes
-from kvpilot.core.units import GiB
 
 MODELS = DATA / "models"
 
@@ -271,7 +271,7 @@ def test_every_catalog_checkpoint_plans_with_finite_positive_terms():
 
 def test_a_measured_launch_folds_the_encoder_into_the_reported_peak(qwen2vl):
     from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-    from kvpilot.core.measurements import Measured, MeasurementRecord
+    from kvpilot.core.fit.measurements import Measured, MeasurementRecord
 
     inputs = rtx4090(qwen2vl, max_model_len=8192, vllm_version="0.32.0")
     predicted = compute_capacity(inputs)

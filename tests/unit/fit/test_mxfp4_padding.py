@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from fitkit import fixture_spec, rtx4090
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.mxfp4_padding import kernel_multiples, padding_bytes
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
-from kvpilot.core.units import GiB
 
 
 def test_marlin_padding_reproduces_the_logged_a100_tp4_weights() -> None:

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core.errors import FitError
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.plan import GpuTarget
 from kvpilot.core.fit import activation, parallel
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.plan import GpuTarget
 from kvpilot.core.fit.recommend import Goal, recommend, target_of
 from kvpilot.core.hardware.target import gpu_set_from_names
 

@@ -7,16 +7,16 @@ from dataclasses import replace
 import pytest
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.plan import GpuTarget
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.fit import fallback
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
-from kvpilot.core.fit.plan import GpuTarget
+from kvpilot.core.fit.measurements import Measured, MeasurementRecord
 from kvpilot.core.fit.recommend import Goal, recommend
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
-from kvpilot.core.measurements import Measured, MeasurementRecord
-from kvpilot.core.units import GiB, MiB
 
 RTX4090 = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)
 RTX3090 = GpuTarget("NVIDIA GeForce RTX 3090", 24576 * MiB, 23_800 * MiB, (8, 6), 0.936e12, 71.0)
@@ -52,7 +52,7 @@ def test_rejections_carry_the_reason_and_the_shortfall(llama8b):
 
 
 def test_quality_floor_rejects_4bit(qwen7b):
-    from kvpilot.core.models.spec import Quantization
+    from kvpilot.core.base.model_spec import Quantization
 
     awq = replace(qwen7b, model_id="q-awq", quantization=Quantization("awq", 4, 128),
                   weights_bytes=5_500_000_000)

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from kvpilot.core.fit.plan import VERDICT_BORDERLINE, GpuTarget, ServingSettings
+from kvpilot.core.base.plan import VERDICT_BORDERLINE, GpuTarget, ServingSettings
+from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.fit.recommend import TIGHT_HEADROOM_BYTES, Goal, is_tight, kv_headroom_bytes
 from kvpilot.core.fit.replan import (
     capacity_reason,
@@ -16,7 +17,6 @@ from kvpilot.core.fit.replan import (
     user_fixed,
     with_settings,
 )
-from kvpilot.core.units import GiB, MiB
 
 RTX4090 = GpuTarget("NVIDIA GeForce RTX 4090", 24564 * MiB, 22_900 * MiB, (8, 9), 1.008e12, 165.2)
 

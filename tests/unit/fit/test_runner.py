@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fitkit import fixture_spec, rtx4090
 
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import runner
 from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
-from kvpilot.core.units import GiB
 
 QWEN3_8B = fixture_spec("qwen3-8b", weights_bytes=int(15.3 * GiB))
 

@@ -8,11 +8,11 @@ import json
 import pytest
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.errors import FitError
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
 from kvpilot.core.fit import speculative
 from kvpilot.core.fit.budget import compute_capacity, estimate_weights_bytes
-from kvpilot.core.fit.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
 
 
 def _config(**values: object) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from fitkit import rtx4090
 
-from kvpilot.core import failures
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base import failures
+from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES
 from kvpilot.core.fit.startup import StartupRefusedError, startup_refusal
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
 
 TOTAL = 24564 << 20
 

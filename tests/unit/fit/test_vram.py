@@ -5,6 +5,7 @@ from __future__ import annotations
 from fitkit import fixture_spec, rtx4090
 
 from kvpilot.core.fit.budget import compute_capacity, overhead_bytes
+from kvpilot.core.fit.measurements import ReportedCapacity
 from kvpilot.core.fit.vram import (
     UNATTRIBUTED,
     VramSplit,
@@ -14,7 +15,6 @@ from kvpilot.core.fit.vram import (
 )
 from kvpilot.core.hardware.probe import GpuProcess, GpuSnapshot
 from kvpilot.core.hardware.sampler import GpuSample
-from kvpilot.core.measurements import ReportedCapacity
 
 GiB = 1 << 30
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.plan import PlanInputs
 from kvpilot.core.front.placement import ProfileNeed, need_of, split
 from kvpilot.core.hardware.target import from_spec
-from kvpilot.core.models.spec import ModelSpec
-from kvpilot.core.units import GiB
 
 
 def _need(name: str, floor_gib: float, want_gib: float, fixed: bool = False) -> ProfileNeed:

@@ -19,19 +19,19 @@ import psutil
 import pytest
 from testpaths import DATA, TESTS
 
-from kvpilot.core.fit.plan import ServingSettings
+from kvpilot.core.app.launch import LaunchSession
+from kvpilot.core.app.settings import Profile
+from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.base.units import GiB
 from kvpilot.core.front.members import Member
 from kvpilot.core.front.placement import ProfileNeed
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.proxy import MAX_BODY_BYTES
 from kvpilot.core.front.server import FrontServer
 from kvpilot.core.hardware.target import from_spec
-from kvpilot.core.launch import LaunchSession
 from kvpilot.core.runs.store import RunStore
-from kvpilot.core.settings import Profile
-from kvpilot.core.units import GiB
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm.command import find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime
 
 FAKE = TESTS / "fakes" / "fake_vllm.py"
 KEY = "sk-front-unit-0123"

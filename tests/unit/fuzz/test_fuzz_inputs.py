@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from metricskit import PARSERS
 
-from kvpilot.core import settings as kst
-from kvpilot.core.errors import KvpilotError, ModelSpecError, SettingsError
+from kvpilot.core.app import settings as kst
+from kvpilot.core.base.errors import KvpilotError, ModelSpecError, SettingsError
 from kvpilot.core.models.local import load_local_model, spec_from_config
 from kvpilot.core.models.weights import safetensors_tensor_bytes
 from kvpilot.core.vllm import logparse
@@ -336,7 +336,7 @@ def test_pidfiles_read_as_a_record_or_none(blob: bytes) -> None:
 
 @pytest.mark.parametrize("text", HOSTILE_JSON)
 def test_hostile_pidfiles_and_measurements(tmp_path: Path, text: str) -> None:
-    from kvpilot.core.measurements import MeasurementStore
+    from kvpilot.core.fit.measurements import MeasurementStore
     from kvpilot.core.vllm.orphans import read_pidfile
 
     (tmp_path / "8000.json").write_text(text, encoding="utf-8")

@@ -9,7 +9,7 @@ import pytest
 from fakes import pynvml_stub
 from testpaths import REPO
 
-from kvpilot.core.errors import HardwareError
+from kvpilot.core.base.errors import HardwareError
 from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml, load_recorded, snapshot_names
 

@@ -8,7 +8,7 @@ import argparse
 import pytest
 from fakes import pynvml_stub
 
-from kvpilot.core.errors import HardwareError
+from kvpilot.core.base.errors import HardwareError
 from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.probe import probe
 from kvpilot.core.hardware.sampler import GpuSampler, GpuSetSampler, combine_samples

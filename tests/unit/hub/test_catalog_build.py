@@ -87,7 +87,7 @@ def test_model_tree_keeps_one_variant_per_runnable_scheme(hub: FakeHub):
     assert line["scheme"] == "nvfp4" and "Marlin FP4 kernel" in line["note"]
     # in the catalog, that checkpoint runs on an RTX 4090 with vLLM's Marlin FP4 kernel, and
     # is refused with the reason by a release that has none
-    from kvpilot.core.fit.plan import PlanInputs
+    from kvpilot.core.base.plan import PlanInputs
     from kvpilot.core.fit.support import check_support
     from kvpilot.core.hardware.target import from_spec
 

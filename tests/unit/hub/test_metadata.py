@@ -8,11 +8,11 @@ import struct
 import pytest
 from testpaths import DATA
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import SOURCE_CATALOG, SOURCE_ESTIMATE, SOURCE_FILE
 from kvpilot.core.hub.cache import cached_repo_ids, cached_snapshot
 from kvpilot.core.hub.metadata import load_cached_model
-from kvpilot.core.models.resolve import load_model_spec
-from kvpilot.core.models.spec import SOURCE_CATALOG, SOURCE_ESTIMATE, SOURCE_FILE
+from kvpilot.core.hub.resolve import load_model_spec
 
 DATA_DIR = DATA / "models"
 

@@ -6,16 +6,16 @@ import dataclasses
 
 import pytest
 
-from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models import catalog
-from kvpilot.core.models.bytemodel import estimate_weight_bytes
-from kvpilot.core.models.local import text_config_of
-from kvpilot.core.models.spec import (
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     SLIDING_ATTENTION,
     SOURCE_CATALOG,
     SOURCE_ESTIMATE,
 )
+from kvpilot.core.models import catalog
+from kvpilot.core.models.bytemodel import estimate_weight_bytes
+from kvpilot.core.models.local import text_config_of
 
 ENTRIES = catalog.catalog_entries()
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvpilot.core.fit.plan import PlanInputs
+from kvpilot.core.base.model_spec import Quantization
+from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.fit.support import check_support
 from kvpilot.core.hardware.target import from_spec
 from kvpilot.core.models import catalog
@@ -19,7 +20,6 @@ from kvpilot.core.models.checkpoint_rules import (
     scheme_of,
     scheme_of_quantization,
 )
-from kvpilot.core.models.spec import Quantization
 
 
 def test_schemes_of_real_quantization_configs():

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.models.local import (
-    SUPPORTED_ARCHITECTURES,
-    load_local_model,
-    parse_quantization,
-    spec_from_config,
-)
-from kvpilot.core.models.spec import (
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     SLIDING_ATTENTION,
     SOURCE_ESTIMATE,
     SOURCE_FILE,
     Quantization,
+)
+from kvpilot.core.models.local import (
+    SUPPORTED_ARCHITECTURES,
+    load_local_model,
+    parse_quantization,
+    spec_from_config,
 )
 
 
@@ -417,8 +417,8 @@ def test_spec_from_config_is_pure():
 def test_a_modelopt_checkpoint_is_read_by_its_algorithm() -> None:
     """NVIDIA ModelOpt names the format in ``quant_algo``: NVFP4 is vLLM's ``modelopt_fp4``
     (4-bit floats, one scale per 16), FP8 its ``modelopt``."""
+    from kvpilot.core.base.model_spec import Quantization
     from kvpilot.core.models.local import parse_quantization
-    from kvpilot.core.models.spec import Quantization
 
     nvfp4 = parse_quantization({"quant_method": "modelopt", "quant_algo": "NVFP4"})
     assert nvfp4 == Quantization("modelopt_fp4", 4, 16)

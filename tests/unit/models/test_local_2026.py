@@ -17,14 +17,7 @@ from typing import Any
 import pytest
 from fitkit import MODELS, rtx4090
 
-from kvpilot.core.fit import kv
-from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.models.bytemodel import param_breakdown
-from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown, tower_params
-from kvpilot.core.models.linear_config import linear_state_from_config
-from kvpilot.core.models.local import spec_from_config, text_config_of
-from kvpilot.core.models.params import ParamBreakdown
-from kvpilot.core.models.spec import (
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     GATED_DELTA_NET,
     LINEAR_ATTENTION,
@@ -33,6 +26,13 @@ from kvpilot.core.models.spec import (
     SLIDING_ATTENTION,
     ModelSpec,
 )
+from kvpilot.core.fit import kv
+from kvpilot.core.fit.budget import compute_capacity
+from kvpilot.core.models.bytemodel import param_breakdown
+from kvpilot.core.models.bytemodel_hybrid import hybrid_breakdown, tower_params
+from kvpilot.core.models.linear_config import linear_state_from_config
+from kvpilot.core.models.local import spec_from_config, text_config_of
+from kvpilot.core.models.params import ParamBreakdown
 
 FIXTURES_2026 = (
     "gemma-4-26b-a4b", "gemma-4-31b-it-nvfp4", "qwen3.5-27b", "qwen3.5-35b-a3b",
@@ -311,7 +311,7 @@ def test_logged_token_count_follows_the_release_for_hybrid_models() -> None:
 
 
 def test_qwen35_27b_default_sequences_exceed_the_state_blocks_on_a_96gb_card() -> None:
-    from kvpilot.core import failures
+    from kvpilot.core.base import failures
     from kvpilot.core.fit import fallback, linear_state
 
     spec = _spec("qwen3.5-27b")

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from fitkit import MODELS, rtx4090
 
+from kvpilot.core.base.model_spec import FULL_ATTENTION, SLIDING_ATTENTION, SOURCE_ESTIMATE
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.models.bytemodel import estimate_weight_bytes
 from kvpilot.core.models.bytemodel_hybrid import tower_params
 from kvpilot.core.models.local import load_local_model, spec_from_config, text_config_of
-from kvpilot.core.models.spec import FULL_ATTENTION, SLIDING_ATTENTION, SOURCE_ESTIMATE
-from kvpilot.core.units import GiB
 
 
 def _config(name: str) -> dict[str, Any]:

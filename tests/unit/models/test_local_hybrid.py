@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from fitkit import MODELS
 
-from kvpilot.core.errors import ModelSpecError
-from kvpilot.core.fit import kv
-from kvpilot.core.models.local import spec_from_config
-from kvpilot.core.models.spec import (
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     MAMBA2,
     NO_CACHE,
     SLIDING_ATTENTION,
 )
+from kvpilot.core.fit import kv
+from kvpilot.core.models.local import spec_from_config
 
 
 def _fixture(name: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from testpaths import DATA
 
+from kvpilot.core.base.model_spec import SOURCE_FILE, SOURCE_INDEX
 from kvpilot.core.models.local import load_local_model
 from kvpilot.core.models.mtp_weights import (
     MtpRule,
@@ -20,7 +21,6 @@ from kvpilot.core.models.mtp_weights import (
     mtp_share_of_index,
     mtp_tensor_names,
 )
-from kvpilot.core.models.spec import SOURCE_FILE, SOURCE_INDEX
 from kvpilot.core.models.weights import checkpoint_weight_size, read_safetensors_header
 
 

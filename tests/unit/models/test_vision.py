@@ -7,10 +7,10 @@ import json
 import pytest
 from testpaths import DATA
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import SOURCE_ESTIMATE
 from kvpilot.core.models.bytemodel import param_breakdown
 from kvpilot.core.models.local import load_local_model, spec_from_config, text_config_of
-from kvpilot.core.models.spec import SOURCE_ESTIMATE
 
 DATA_DIR = DATA / "models"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.errors import ModelSpecError
+from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import SOURCE_FILE, SOURCE_INDEX
 from kvpilot.core.models.local import load_local_model
-from kvpilot.core.models.spec import SOURCE_FILE, SOURCE_INDEX
 from kvpilot.core.models.weights import (
     checkpoint_weight_size,
     read_safetensors_header,

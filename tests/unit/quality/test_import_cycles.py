@@ -117,7 +117,7 @@ def test_every_error_kvpilot_raises_joins_one_tree() -> None:
     import importlib
     import inspect
 
-    from kvpilot.core.errors import KvpilotError
+    from kvpilot.core.base.errors import KvpilotError
 
     outside = []
     for name, path in _modules().items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from runskit import level, record
 
-from kvpilot.core.errors import KvpilotError
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.runs.compare import compare, format_comparison
 from kvpilot.core.runs.record import (
     LoadTestSummary,

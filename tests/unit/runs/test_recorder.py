@@ -8,7 +8,7 @@ import pytest
 
 from kvpilot.core.hardware.sampler import GpuSample
 from kvpilot.core.runs.recorder import downsample, telemetry_summary
-from kvpilot.core.telemetry import Telemetry, TelemetryConfig
+from kvpilot.core.telemetry.live import Telemetry, TelemetryConfig
 
 
 def test_telemetry_summary_downsamples_a_real_telemetry() -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from runskit import level, record
 
+from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.cli import main as cli_main
-from kvpilot.core.errors import KvpilotError
 from kvpilot.core.runs.record import (
     LOST,
     RUNNING,

@@ -14,12 +14,12 @@ import psutil
 import pytest
 from runtimes_kit import local_index
 
-from kvpilot.core.errors import RuntimeInstallCancelled, RuntimeInstallError
+from kvpilot.core.base.errors import RuntimeInstallCancelled, RuntimeInstallError
 from kvpilot.core.runtimes import store
+from kvpilot.core.runtimes.discovery import discover, learn_flags
 from kvpilot.core.runtimes.installer import RuntimeInstaller, find_uv
 from kvpilot.core.runtimes.progress import InstallProgress
 from kvpilot.core.runtimes.releases import RuntimeBuild
-from kvpilot.core.vllm.runtime import discover, learn_flags
 
 needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (pip install uv)")
 

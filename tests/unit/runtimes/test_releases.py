@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from kvpilot.core.errors import RuntimeInstallError
+from kvpilot.core.base.errors import RuntimeInstallError
 from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.runtimes.releases import (
     choose_for_this_machine,

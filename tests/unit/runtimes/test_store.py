@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.errors import RuntimeInstallError
+from kvpilot.core.app.settings import Profile
+from kvpilot.core.base.errors import RuntimeInstallError
 from kvpilot.core.runtimes import store
-from kvpilot.core.settings import Profile
 
 
 def _verified(folder: Path, version: str, variant: str) -> None:

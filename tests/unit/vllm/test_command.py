@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.errors import CommandError
-from kvpilot.core.fit.plan import PlanInputs
-from kvpilot.core.models.spec import ModelSpec, Quantization
-from kvpilot.core.units import GiB, MiB
+from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.model_spec import ModelSpec, Quantization
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.units import GiB, MiB
+from kvpilot.core.runtimes.discovery import FlagSet, VllmRuntime, parse_help_flags
 from kvpilot.core.vllm.command import (
     LaunchSpec,
     build_argv_tail,
@@ -21,7 +22,6 @@ from kvpilot.core.vllm.command import (
     parse_extra_args,
     port_is_free,
 )
-from kvpilot.core.vllm.runtime import FlagSet, VllmRuntime, parse_help_flags
 
 BASE_ENV = {
     "VLLM_NO_USAGE_STATS": "1",

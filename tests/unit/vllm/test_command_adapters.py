@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from kvpilot.core.base.errors import CommandError, FitError
 from kvpilot.core.commands.serving_args import add_serving_arguments, settings_from_args
-from kvpilot.core.errors import CommandError, FitError
 from kvpilot.core.vllm.command import LaunchSpec, adapter_argv, build_argv_tail, build_command
 
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from kvpilot.core.base.errors import CommandError
 from kvpilot.core.commands.serving_args import (
     add_serving_arguments,
     parse_mm_limit,
     settings_from_args,
 )
-from kvpilot.core.errors import CommandError
+from kvpilot.core.runtimes.discovery import FlagSet, VllmRuntime, parse_help_flags
 from kvpilot.core.vllm.command import (
     LaunchSpec,
     build_argv_tail,
@@ -21,7 +22,6 @@ from kvpilot.core.vllm.command import (
     limit_mm_argv,
     parse_extra_args,
 )
-from kvpilot.core.vllm.runtime import FlagSet, VllmRuntime, parse_help_flags
 
 
 @pytest.mark.parametrize(

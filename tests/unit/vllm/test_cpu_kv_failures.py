@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from testpaths import DATA
 
-from kvpilot.core import failures
-from kvpilot.core.failures import Failure
-from kvpilot.core.units import GiB
+from kvpilot.core.base import failures
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.units import GiB
 from kvpilot.core.vllm.logparse import LogScanner
 
 CPU = DATA / "vllm_logs" / "cpu_0.32"

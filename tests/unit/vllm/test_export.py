@@ -16,11 +16,11 @@ from testpaths import DATA
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
+from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.units import GiB
 from kvpilot.core.cli import main
-from kvpilot.core.errors import CommandError
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.measurements import Measured
-from kvpilot.core.units import GiB
+from kvpilot.core.fit.measurements import Measured
 from kvpilot.core.vllm import export
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail, build_command
 

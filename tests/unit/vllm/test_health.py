@@ -8,7 +8,7 @@ import httpx
 import pytest
 from testpaths import DATA
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
 from kvpilot.core.vllm.health import HealthWatch, cache_capacity_from_metrics, serves_model
 
 

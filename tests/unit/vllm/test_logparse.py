@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from testpaths import DATA as TESTS_DATA
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
-from kvpilot.core.units import GiB
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.units import GiB
 from kvpilot.core.vllm.logevents import (
     CapacityEvent,
     Event,

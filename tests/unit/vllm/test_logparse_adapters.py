@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fitkit import rtx4090
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.fit import fallback, fallback_adapters
 from kvpilot.core.vllm.logparse import LogScanner
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
 from kvpilot.core.vllm.logparse import LogScanner
 
 PREFIX = "(EngineCore pid=4242) ERROR 11-29 08:40:01 [core.py:1584] "

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from testpaths import REPO
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
-from kvpilot.core.vllm import versions
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base import versions
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.vllm.logparse import (
     CAPACITY_FORMATS,
     FAILURE_FORMATS,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from testpaths import REPO
 
-from kvpilot.core import failures as fk
-from kvpilot.core.failures import Failure
+from kvpilot.core.base import failures as fk
+from kvpilot.core.base import versions
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.fit import fallback
-from kvpilot.core.vllm import versions
 from kvpilot.core.vllm.logevents import CapacityEvent
 from kvpilot.core.vllm.logfailures import FAILURE_FORMATS
 from kvpilot.core.vllm.logformats import CAPACITY_FORMATS, LineFormat, parse_line

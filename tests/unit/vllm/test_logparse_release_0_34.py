@@ -34,9 +34,9 @@ figures that agree with each other:
 
 from __future__ import annotations
 
-from kvpilot.core import failures
-from kvpilot.core.measurements import ReportedCapacity, measured_from_reported
-from kvpilot.core.units import GiB
+from kvpilot.core.base import failures
+from kvpilot.core.base.units import GiB
+from kvpilot.core.fit.measurements import ReportedCapacity, measured_from_reported
 from kvpilot.core.vllm.logevents import CapacityEvent
 from kvpilot.core.vllm.logparse import LogScanner
 from kvpilot.core.vllm.metrics import parse_metrics

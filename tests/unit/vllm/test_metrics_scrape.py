@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from kvpilot.core.telemetry import Telemetry
+from kvpilot.core.telemetry.live import Telemetry
 from kvpilot.core.vllm.metrics import (
     MetricsSample,
     MetricsSampler,

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kvpilot.core.hardware.proctree import group_members, stop_tree
 from kvpilot.core.vllm.orphans import (
     ServerRecord,
     find_orphans,
@@ -22,7 +23,6 @@ from kvpilot.core.vllm.orphans import (
     stop_orphan,
     write_pidfile,
 )
-from kvpilot.core.vllm.proctree import group_members, stop_tree
 
 # a parent that ignores SIGINT/SIGTERM (like vLLM while loading) with a child that does too
 STUBBORN_TREE = (

@@ -18,10 +18,10 @@ import pytest
 from testpaths import DATA as TESTS_DATA
 from testpaths import TESTS
 
-from kvpilot.core import failures
+from kvpilot.core.base import failures
+from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-from kvpilot.core.vllm.runtime import VllmRuntime
 from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.core.vllm.supervisor import (
     FAILED,
@@ -193,8 +193,8 @@ def test_a_second_cleanup_waits_for_the_first_and_never_signals_again(
     import subprocess
     import threading
 
+    from kvpilot.core.hardware.proctree import StopReport
     from kvpilot.core.vllm import supervisor as sv
-    from kvpilot.core.vllm.proctree import StopReport
 
     calls: list[float] = []
     release = threading.Event()

@@ -1,0 +1,1 @@
+"""Live telemetry: vLLM /metrics and NVML samples on one timeline."""

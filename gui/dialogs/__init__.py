@@ -1,0 +1,1 @@
+"""The window's dialogs: settings, attach, benchmark, Hub search, install."""

@@ -1,0 +1,1 @@
+"""Widgets the window and its panels are built from."""

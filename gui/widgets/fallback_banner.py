@@ -1,0 +1,136 @@
+"""The failure banner: the cause in one sentence and the ranked fallbacks as buttons.
+
+The main window fills it from the supervisor's failure and the launch session's ranked
+fallbacks (:class:`kvpilot.core.app.launch.FallbackChoice`); one click on one relaunches with it.
+
+Signals:
+    option_chosen(object): the clicked :class:`~kvpilot.core.app.launch.FallbackChoice`.
+    details_requested(): the user wants the log.
+    dismissed(): the banner was closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvpilot.gui import theme
+from kvpilot.gui.screen_fit import wrap_anywhere
+
+if TYPE_CHECKING:
+    from kvpilot.core.app.launch import FallbackChoice
+
+#: fallback buttons per row (their labels are long: "FP8 KV cache — 2x the tokens, …")
+OPTION_COLUMNS = 2
+
+
+class FallbackBanner(QFrame):
+    """A red-edged banner shown instead of the server row until dismissed."""
+
+    option_chosen = Signal(object)
+    details_requested = Signal()
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("fallbackBanner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet(
+            f"#fallbackBanner {{ border: 2px solid {theme.FAIL}; border-radius: 4px; "
+            "background: #fff4f4; }"
+            "#fallbackBanner QLabel { color: #202020; }"
+        )
+        self.cause = QLabel()
+        self.cause.setObjectName("fallbackCause")
+        self.cause.setWordWrap(True)
+        self.cause.setTextFormat(Qt.TextFormat.RichText)
+        self.cause.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.close_button = QToolButton()
+        self.close_button.setText("✕")
+        self.close_button.setToolTip("Dismiss")
+        self.close_button.clicked.connect(self._dismiss)
+        top = QHBoxLayout()
+        top.addWidget(self.cause, 1)
+        top.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
+        # a grid, not a row: five long option labels side by side would widen the window
+        self.buttons_row = QGridLayout()
+        self.buttons_row.setHorizontalSpacing(6)
+        self.buttons_row.setVerticalSpacing(4)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setVisible(False)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        lay.addLayout(top)
+        lay.addLayout(self.buttons_row)
+        lay.addWidget(self.note)
+        self.option_buttons: list[QPushButton] = []
+        self.setVisible(False)
+
+    def show_failure(
+        self, cause: str, choices: Sequence[FallbackChoice], *, note: str = ""
+    ) -> None:
+        """Show ``cause`` and one button per choice (best first), plus Details."""
+        self.cause.setText(
+            f'<span style="color:{theme.FAIL}; font-weight:600">✗ vLLM could not start:</span> '
+            f"{_escape(wrap_anywhere(cause))}"
+        )
+        self._clear_buttons()
+        for i, choice in enumerate(choices):
+            b = QPushButton(choice.label)
+            b.setObjectName(f"fallbackOption{i}")
+            b.setToolTip(choice.tooltip)
+            if i == 0:
+                b.setDefault(True)
+                b.setStyleSheet("font-weight: 600")
+            b.clicked.connect(lambda _=False, c=choice: self._choose(c))
+            self.buttons_row.addWidget(b, i // OPTION_COLUMNS, i % OPTION_COLUMNS)
+            self.option_buttons.append(b)
+        details = QPushButton("Details (log)")
+        details.clicked.connect(self.details_requested.emit)
+        n = len(choices)
+        self.buttons_row.addWidget(details, n // OPTION_COLUMNS, n % OPTION_COLUMNS)
+        self.buttons_row.setColumnStretch(OPTION_COLUMNS, 1)
+        self._details = details
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+        self.setVisible(True)
+
+    def set_title(self, title: str) -> None:
+        """Replace the lead-in (e.g. "the server stopped:" after a crash while serving)."""
+        text = self.cause.text().replace("vLLM could not start:", title, 1)
+        self.cause.setText(text)
+
+    def _choose(self, choice: FallbackChoice) -> None:
+        for b in self.option_buttons:
+            b.setEnabled(False)
+        self.option_chosen.emit(choice)
+
+    def _clear_buttons(self) -> None:
+        while self.buttons_row.count():
+            item = self.buttons_row.takeAt(0)
+            w = item.widget() if item is not None else None
+            if w is not None:
+                w.setParent(None)
+                w.deleteLater()
+        self.option_buttons = []
+
+    def _dismiss(self) -> None:
+        self.setVisible(False)
+        self.dismissed.emit()
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
