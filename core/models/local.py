@@ -1,9 +1,9 @@
 """A :class:`ModelSpec` from a model directory: ``config.json`` plus safetensors headers.
 
 An architecture without a rule here is read with the generic decoder model and marked
-"estimated (unknown architecture)"; only a field that a term cannot do without is an error.
-Vision-language checkpoints also get their encoder (:mod:`.vision`), sized from
-``vision_config`` and ``preprocessor_config.json``.
+"estimated (unknown architecture)"; only a field that a term cannot do without is an error. A
+vision-language checkpoint's encoder (:mod:`.vision`) is sized from ``vision_config`` and
+``preprocessor_config.json``.
 
 :func:`spec_from_config` turns a parsed ``config.json`` into a spec the way vLLM reads it (text
 config of multimodal wrappers, explicit ``head_dim``, KV heads, layer kinds, MLA, MoE,
@@ -316,12 +316,10 @@ class _Fields:
             if required:
                 raise ModelSpecError(
                     "required field is missing from config.json; the file is incomplete or not a "
-                    "Hugging Face transformers config",
-                    path=self.path,
-                    field=name,
-                )
+                    "Hugging Face transformers config", path=self.path, field=name)
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or (isinstance(value, float) and not value.is_integer()):  # inf, nan, 2.5
             raise ModelSpecError(f"expected an integer, got {value!r}", path=self.path, field=name)
         if value < 0:
             raise ModelSpecError(f"must not be negative, got {value}", path=self.path, field=name)

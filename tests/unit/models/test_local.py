@@ -424,3 +424,11 @@ def test_a_modelopt_checkpoint_is_read_by_its_algorithm() -> None:
     assert nvfp4 == Quantization("modelopt_fp4", 4, 16)
     fp8 = parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8"})
     assert fp8 == Quantization("modelopt", 8, None)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 2.5])
+def test_a_size_that_is_no_whole_number_is_named(value: float) -> None:
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+              "num_hidden_layers": value}
+    with pytest.raises(ModelSpecError, match="num_hidden_layers.*expected an integer"):
+        spec_from_config(config, model_id="broken/model")
