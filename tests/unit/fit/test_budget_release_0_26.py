@@ -2,9 +2,10 @@
 
 The start-up: google/gemma-4-31B-it in BF16 on one B300 (267.69 GiB as CUDA sees it), vLLM
 0.26.0, ``--max-model-len 16384 --gpu-memory-utilization 0.92`` (8,192 batched tokens and 1,024
-sequences, the large-GPU defaults) with ``VLLM_USE_V2_MODEL_RUNNER=0`` (the V1 runner); its log (benchmarks/data/calibration_cases_2026.json, case
-``b300-gemma4-31b-it-bf16-16k-u0.92-v0260``) gives 58.99 GiB of weights, a 3.9 GiB activation
-peak, 182.37 GiB of KV memory and "GPU KV cache size: 217,116 tokens" (13.25 x 16,384).
+sequences, the large-GPU defaults) with ``VLLM_USE_V2_MODEL_RUNNER=0`` (the V1 runner); its log
+(benchmarks/data/calibration_cases_2026.json, case ``b300-gemma4-31b-it-bf16-16k-u0.92-v0260``)
+gives 58.99 GiB of weights, a 3.9 GiB activation peak, 182.37 GiB of KV memory and "GPU KV cache
+size: 217,116 tokens" (13.25 x 16,384).
 """
 
 from __future__ import annotations
