@@ -31,7 +31,14 @@ from kvpilot.core.base.model_spec import SOURCE_ESTIMATE, SOURCE_HUB, ModelSpec
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import budget
-from kvpilot.core.fit.recommend import Candidate, CapacityOf, Goal, Rejection, recommend
+from kvpilot.core.fit.recommend import (
+    Candidate,
+    CapacityOf,
+    Goal,
+    Rejection,
+    kv_needed_bytes,
+    recommend,
+)
 from kvpilot.core.hub.model_tree import HubCheckpoint
 from kvpilot.core.hub.search_fetch import (
     HubSearchError,
@@ -266,18 +273,25 @@ def badge_hits(
         if hit.repo in problems:
             badge = Badge(BADGE_CANNOT_PLAN, problems[hit.repo])
         else:
-            badge = _badge(best.get(hit.repo), rejections.get(hit.repo, []), rows)
+            badge = _badge(best.get(hit.repo), rejections.get(hit.repo, []), rows,
+                           goal.users)
         out.append(SearchHit(raw=hit, checkpoints=tuple(rows), badge=badge))
     return tuple(out)
 
 
 def _badge(cand: Candidate | None, rejected: list[Rejection],
-           rows: list[SizedCheckpoint]) -> Badge:
+           rows: list[SizedCheckpoint], users: int) -> Badge:
+    """A hit's badge: its best candidate, else a borderline plan that would serve ``users``
+    full-context requests if vLLM starts it (the band's upper edge holds their KV), else the
+    closest rejection. A plan whose start is uncertain but that could not serve the goal even
+    at the upper edge does not fit the goal, whatever the start."""
     if cand is not None:
         return Badge(BADGE_FITS, f"{cand.model_id}: {cand.reason}", cand.model_id,
                      cand.inputs.settings, cand.decode_tokens_per_s)
     for rej in rejected:
-        if rej.borderline is not None:
+        if (rej.borderline is not None
+                and rej.borderline[1].available_kv_band_bytes[1]
+                >= kv_needed_bytes(rej.borderline[1], users)):
             inputs, _cap = rej.borderline
             return Badge(BADGE_BORDERLINE, f"{rej.model_id}: {rej.reason}", rej.model_id,
                          inputs.settings)

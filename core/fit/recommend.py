@@ -320,10 +320,10 @@ def _evaluate(
             if cap.verdict == VERDICT_BORDERLINE:
                 last_reason = borderline_note(cap)
                 borderline = borderline or (inputs, cap)
-            shortfall = _kv_needed(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
+            shortfall = kv_needed_bytes(cap, goal.users) - max(cap.available_kv_low_bytes, 0)
             continue
         if cap.max_concurrency_low < goal.users:  # the band's lower edge must serve them
-            shortfall = _kv_needed(cap, goal.users) - cap.available_kv_low_bytes
+            shortfall = kv_needed_bytes(cap, goal.users) - cap.available_kv_low_bytes
             last_reason = (
                 f"{times_text(cap.max_concurrency_low, '')} requests of "
                 f"{cap.max_model_len:,} tokens fit at the band's lower edge, {goal.users:,} "
@@ -427,7 +427,7 @@ def _score(
 def kv_headroom_bytes(cap: Capacity, users: int) -> int:
     """KV bytes left over once ``users`` full-context requests have theirs, at the band's lower
     edge (headroom that holds even if vLLM takes more than predicted); negative when short."""
-    return cap.available_kv_low_bytes - _kv_needed(cap, users)
+    return cap.available_kv_low_bytes - kv_needed_bytes(cap, users)
 
 
 def is_tight(cap: Capacity, users: int) -> bool:
@@ -436,7 +436,7 @@ def is_tight(cap: Capacity, users: int) -> bool:
     return kv_headroom_bytes(cap, users) < TIGHT_HEADROOM_BYTES
 
 
-def _kv_needed(cap: Capacity, users: int) -> int:
+def kv_needed_bytes(cap: Capacity, users: int) -> int:
     """KV bytes ``users`` full-context requests need (full-attention approximation)."""
     blocks = math.ceil(cap.max_model_len / cap.block_size) * users
     return blocks * cap.page_bytes_per_block

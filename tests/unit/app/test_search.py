@@ -160,17 +160,27 @@ def test_this_years_hybrid_is_badged_from_its_config(hub: FakeHub):
 
 
 def test_a_plan_whose_start_is_uncertain_is_borderline_with_its_settings(hub: FakeHub):
-    # 6 users of Qwen3-8B on a 4090 with a long context: somewhere between the contexts that
-    # fit and those that do not, the best plan's band straddles the line (where depends on the
-    # band, the fitted validation error, so the context is looked up)
+    # one user of Qwen3-32B on a 4090 (its AWQ checkpoint is the one that can start): between
+    # the contexts that fit and those that do not, the best plan's band straddles the start-up
+    # check (where depends on the band, the fitted validation error, so the context is looked up)
     def badge(context: int):  # type: ignore[no-untyped-def]
-        result = search_hub("Qwen3-8B", RTX4090, Goal(context_tokens=context, users=6))
-        return next(h for h in result.hits if h.raw.repo == "Qwen/Qwen3-8B").badge
+        result = search_hub("Qwen3-32B", RTX4090, Goal(context_tokens=context, users=1))
+        return next(h for h in result.hits if h.raw.repo == "Qwen/Qwen3-32B").badge
 
-    verdicts = {ctx: badge(ctx).verdict for ctx in range(16384, 65537, 512)}
-    assert verdicts[16384] == "fits" and verdicts[65536] == "does_not_fit"
+    verdicts = {ctx: badge(ctx).verdict for ctx in range(4096, 40961, 1024)}
+    assert verdicts[4096] == "fits" and verdicts[40960] == "does_not_fit"
     context = next(c for c, v in verdicts.items() if v == "borderline")
     hit_badge = badge(context)
-    assert hit_badge.verdict == "borderline"
-    assert hit_badge.settings is not None and hit_badge.checkpoint is not None
-    assert hit_badge.settings.max_model_len <= 40960  # the model stops at 40,960 tokens
+    assert hit_badge.verdict == "borderline" and "borderline: vLLM would have" in hit_badge.reason
+    assert hit_badge.settings is not None and hit_badge.checkpoint == "Qwen/Qwen3-32B-AWQ"
+    assert hit_badge.settings.max_model_len == context
+
+
+def test_an_uncertain_start_that_cannot_serve_the_users_does_not_fit(hub: FakeHub):
+    # 6 users of Qwen3-8B on a 4090 at its longest context (40,960 tokens): the 16-bit plan's
+    # start is uncertain, but even at the band's upper edge its KV holds fewer than 6 requests,
+    # so the hit does not fit the goal (it was badged borderline with "needs 12.1 GiB more KV")
+    result = search_hub("Qwen3-8B", RTX4090, Goal(context_tokens=40960, users=6))
+    hit_badge = next(h for h in result.hits if h.raw.repo == "Qwen/Qwen3-8B").badge
+    assert hit_badge.verdict == "does_not_fit"
+    assert "GiB more KV" in hit_badge.reason

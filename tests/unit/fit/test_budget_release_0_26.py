@@ -2,9 +2,10 @@
 
 The start-up: google/gemma-4-31B-it in BF16 on one B300 (267.69 GiB as CUDA sees it), vLLM
 0.26.0, ``--max-model-len 16384 --gpu-memory-utilization 0.92`` (8,192 batched tokens and 1,024
-sequences, the large-GPU defaults); its log (benchmarks/data/calibration_cases_2026.json, case
-``b300-gemma4-31b-it-bf16-16k-u0.92-v0260``) gives 58.99 GiB of weights, a 3.9 GiB activation
-peak, 182.37 GiB of KV memory and "GPU KV cache size: 217,116 tokens" (13.25 x 16,384).
+sequences, the large-GPU defaults) with ``VLLM_USE_V2_MODEL_RUNNER=0`` (the V1 runner); its log
+(benchmarks/data/calibration_cases_2026.json, case ``b300-gemma4-31b-it-bf16-16k-u0.92-v0260``)
+gives 58.99 GiB of weights, a 3.9 GiB activation peak, 182.37 GiB of KV memory and "GPU KV cache
+size: 217,116 tokens" (13.25 x 16,384).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fitkit import MODELS
 
 from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.base.units import GiB
-from kvpilot.core.fit import activation
+from kvpilot.core.fit import activation, runner
 from kvpilot.core.fit.activation import FittedConstants, Validation
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.models.local import spec_from_config
@@ -64,9 +65,15 @@ def test_gemma4_sliding_layers_hold_the_whole_16k_context_on_0_26(gemma4_31b) ->
 
 
 def test_the_in_place_sampler_leaves_bytes_not_logit_units(gemma4_31b) -> None:
-    """0.19+ rows mask top-k/top-p in place: the fitted remainder is bytes, the same for 1,024
-    rows of a 262,144 vocabulary as for 256 of 152,064. The 3.5 counted units of the B300
-    start-up are 3.5 GiB; its log says 3.9 GiB."""
+    """0.19+ rows mask top-k/top-p in place: a remainder there is bytes, the same for 1,024
+    rows of a 262,144 vocabulary as for 256 of 152,064, never logit units.
+
+    The validation left the fitted byte remainder out (it did not beat leaving it out on the
+    leave-one-source-out and leave-one-release-out splits), so what the plan still guarantees
+    is the count from the release's code. The B300 start-up ran the V1 runner
+    (``VLLM_USE_V2_MODEL_RUNNER=0`` on its command line): its 3.5 counted sampler units are
+    3.5 GiB and the whole counted peak stays under the logged 3.9 GiB, within 10 % of it.
+    """
     row = activation.profile_for("0.26.0")
     assert row.residual_in_bytes and not activation.profile_for("0.13.0").residual_in_bytes
     bare = FittedConstants(0, 0, 0.0)
@@ -79,8 +86,20 @@ def test_the_in_place_sampler_leaves_bytes_not_logit_units(gemma4_31b) -> None:
     assert activation.sampler_peak_bytes(gemma4_31b, 0, row, constants=with_bytes) == 0
     assert activation.sampler_peak_bytes(gemma4_31b, 1024, row, constants=with_bytes,
                                          compiled=False) == counted
-    cap = compute_capacity(_b300(gemma4_31b, "0.26.0"))
-    assert abs(cap.activation_peak_bytes / (3.9 * GiB) - 1) < 0.1
+    # the logged run, on the V1 runner with the shipped constants: the count, below the log
+    logged_peak = 3.9 * GiB
+    v1_peak = activation.activation_peak_bytes(
+        gemma4_31b, max_num_batched_tokens=8192, max_num_seqs=1024, profile=row)
+    assert counted < v1_peak < logged_peak
+    assert abs(v1_peak / logged_peak - 1) < 0.1
+    # without the variable 0.26 runs a dense Gemma 4 on the V2 runner, which holds the forward
+    # through a logits-only sampler: the plan's peak is that path's (no log here checks it)
+    inputs = _b300(gemma4_31b, "0.26.0")
+    assert runner.uses_v2_runner(gemma4_31b, inputs)
+    v2_peak = activation.activation_peak_bytes(
+        gemma4_31b, max_num_batched_tokens=8192, max_num_seqs=1024,
+        profile=runner.runner_profile(row, gemma4_31b, inputs))
+    assert compute_capacity(inputs).activation_peak_bytes == v2_peak < v1_peak
 
 
 def test_the_band_is_a_share_of_the_budget() -> None:
