@@ -430,5 +430,5 @@ def test_a_modelopt_checkpoint_is_read_by_its_algorithm() -> None:
 def test_a_size_that_is_no_whole_number_is_named(value: float) -> None:
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
               "num_hidden_layers": value}
-    with pytest.raises(ModelSpecError, match="num_hidden_layers.*expected an integer"):
+    with pytest.raises(ModelSpecError, match=r"num_hidden_layers.*expected an integer"):
         spec_from_config(config, model_id="broken/model")
