@@ -13,8 +13,9 @@ import json
 import os
 from typing import Any
 
-from kvpilot.core.base.errors import HardwareError
+from kvpilot.core.base.errors import HardwareError, KvpilotError
 from kvpilot.core.base.units import MiB, gib_text
+from kvpilot.core.base.versions import supports
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.fit.budget_now import (
     CUDA_CONTEXT_BYTES,
@@ -22,9 +23,17 @@ from kvpilot.core.fit.budget_now import (
     LaunchBudget,
     launch_budget,
 )
+from kvpilot.core.fit.extensible_kv import LaunchCap, launch_cap
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, memory_now, probe
+from kvpilot.core.hardware.probe import (
+    GpuSnapshot,
+    ProbeResult,
+    memory_holders,
+    memory_now,
+    probe,
+)
 from kvpilot.core.hardware.recorded_nvml import load_recorded
+from kvpilot.core.hardware.selection import drives_display
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
 from kvpilot.core.hardware.throttle import is_throttled, reason_words, throttle_text
@@ -55,6 +64,12 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
             "(default %(default)s MiB)"
         ),
     )
+    parser.add_argument(
+        "--vllm-version", metavar="X.Y.Z",
+        help="the vLLM release to budget for (default: the installed one); from 0.34 the "
+             "launch line shows the utilization cap kvpilot launches with instead of the "
+             "start-up check, which 0.34 no longer makes",
+    )
     # replay a recorded snapshot instead of the driver (demos, screenshots, tests)
     parser.add_argument("--fake-nvml", metavar="SNAPSHOT", help=argparse.SUPPRESS)
     return parser
@@ -72,14 +87,39 @@ def run(args: argparse.Namespace) -> int:
     module = load_recorded(fake) if fake else None
     result = probe(module, model_dir=args.model_dir)
     margin = args.margin_mib * MiB
+    version = getattr(args, "vllm_version", None)
+    if version is None:
+        from kvpilot.core.commands.plan import detected_vllm_version
+
+        try:
+            version = detected_vllm_version()
+        except KvpilotError:  # a broken install: the report still shows the GPUs
+            version = None
     budgets = {g.index: launch_budget(memory_now(g), margin) for g in result.gpus}
+    caps = {g.index: _launch_cap(g, version) for g in result.gpus}
     if args.json:
-        print(json.dumps(to_json(result, budgets), indent=2))
+        doc = to_json(result, budgets)
+        for entry, gpu in zip(doc["gpus"], result.gpus, strict=True):
+            cap = caps.get(gpu.index)
+            entry["launch_cap"] = None if cap is None else _plain(cap)
+        print(json.dumps(doc, indent=2))
         return 0 if result.ok else 2
     if not result.ok and result.error is not None:
         raise result.error.to_error()
-    print(render_text(result, budgets))
+    print(render_text(result, budgets, caps))
     return 0
+
+
+def _launch_cap(gpu: GpuSnapshot, vllm_version: str | None) -> LaunchCap | None:
+    """vLLM 0.34+'s launch on ``gpu`` (a utilization cap or its own default), None before 0.34
+    (those releases check free memory against the utilization: ``launch_budget``)."""
+    total = gpu.cuda_total_bytes
+    if not supports("extensible_kv_cache", vllm_version) or gpu.memory_free_bytes is None \
+            or total is None:
+        return None
+    return launch_cap(vllm_version=vllm_version, total_bytes=total,
+                      free_now_bytes=gpu.memory_free_bytes, drives_display=drives_display(gpu),
+                      holders=memory_holders(gpu))
 
 
 # ---------------------------------------------------------------------------- JSON
@@ -223,8 +263,11 @@ def _system_lines(s: SystemSnapshot) -> list[str]:
     ]
 
 
-def render_text(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> str:
-    """The human-readable report."""
+def render_text(
+    result: ProbeResult, budgets: dict[int, LaunchBudget | None],
+    caps: dict[int, LaunchCap | None] | None = None,
+) -> str:
+    """The human-readable report; ``caps`` (vLLM 0.34+) replaces the start-up budget line."""
     head = (
         f"NVIDIA driver {_na(result.driver_version)}, CUDA {_na(result.cuda_driver_version)}, "
         f"NVML {_na(result.nvml_version)}"
@@ -233,7 +276,11 @@ def render_text(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) ->
         head += f"  [{result.source}]"
     lines = [head, ""]
     for gpu in result.gpus:
-        lines.extend(_gpu_lines(gpu, budgets.get(gpu.index)))
+        cap = (caps or {}).get(gpu.index)
+        lines.extend(_gpu_lines(gpu, None if cap is not None else budgets.get(gpu.index)))
+        if cap is not None:
+            lines.append("  launch now  vLLM 0.34+ sizes its KV cache from the memory free after "
+                         f"warm-up and makes no start-up check; {cap.reason}")
         lines.append("")
     for link in result.links:
         p2p = {True: "peer-to-peer", False: "no peer-to-peer", None: "peer-to-peer unknown"}[

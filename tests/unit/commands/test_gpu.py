@@ -151,3 +151,23 @@ def test_this_machine_without_driver(capsys: pytest.CaptureFixture[str]) -> None
         pytest.skip("an NVIDIA driver is present here; tests/gpu covers the real library")
     assert main(["gpu"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_from_034_the_launch_line_is_the_cap_not_the_start_up_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["gpu", "--fake-nvml", "rtx4090-desktop", "--vllm-version", "0.33.0"]) == 0
+    old = capsys.readouterr().out
+    assert "at most gpu_memory_utilization 0.91 will start" in old
+    assert main(["gpu", "--fake-nvml", "rtx4090-desktop", "--vllm-version", "0.34.0"]) == 0
+    new = capsys.readouterr().out
+    assert "will start" not in new and "makes no start-up check" in new
+    assert "--gpu-memory-utilization 0.83" in new  # room for the desktop to grow
+    assert main(["gpu", "--json", "--fake-nvml", "rtx4090-desktop",
+                 "--vllm-version", "0.34.0"]) == 0
+    cap = json.loads(capsys.readouterr().out)["gpus"][0]["launch_cap"]
+    assert cap["gpu_memory_utilization"] == 0.83 and cap["headroom_bytes"] > 0
+    # a GPU nothing else uses keeps vLLM's own default (no cap)
+    assert main(["gpu", "--json", "--fake-nvml", "rtx3090-idle", "--vllm-version", "0.34.0"]) == 0
+    idle = json.loads(capsys.readouterr().out)["gpus"][0]["launch_cap"]
+    assert idle["gpu_memory_utilization"] is None
