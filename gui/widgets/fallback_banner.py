@@ -32,10 +32,10 @@ from kvpilot.gui.widgets.flow_layout import FlowLayout
 if TYPE_CHECKING:
     from kvpilot.core.app.launch import FallbackChoice
 
-#: longest option label shown in full, in characters; a longer one is elided in the middle and
-#: kept whole in the tooltip (labels run long: "does not fit (512 KV tokens for a 4,096-token
-#: request)")
-OPTION_LABEL_CHARS = 72
+#: longest option label shown in full, in characters (about 1,000 px, well inside a 1,366 px
+#: screen); a longer one is elided in the middle and kept whole in the tooltip; shorter ones wrap
+#: onto rows as whole buttons
+OPTION_LABEL_CHARS = 150
 
 
 class FallbackBanner(QFrame):

@@ -39,7 +39,8 @@ def test_long_option_labels_wrap_onto_rows_and_keep_the_full_text(qtbot) -> None
         "fits 4 users, 134,064 KV tokens",
         "does not fit (512 KV tokens for a 4,096-token request)",
         "context 2,048 — does not fit (512 KV tokens for a 2,048-token request), "
-        "utilization 0.80 and eager mode left as they were",
+        "utilization 0.80 and eager mode left as they were, the block size and the prefix "
+        "cache as the failed launch had them",
         "fp8 KV — does not fit (1,024 KV tokens for a 4,096-token request)",
     ]
     opts = [FallbackChoice(t, spec, None, {}) for t in labels]
