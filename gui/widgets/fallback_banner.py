@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 #: screen); a longer one is elided in the middle and kept whole in the tooltip; shorter ones wrap
 #: onto rows as whole buttons
 OPTION_LABEL_CHARS = 150
+#: the keys that press the first nine option buttons: Alt+1 is the best fallback
+OPTION_SHORTCUTS = tuple(f"Alt+{n}" for n in range(1, 10))
 
 
 class FallbackBanner(QFrame):
@@ -96,6 +99,9 @@ class FallbackBanner(QFrame):
             tip = choice.tooltip
             if b.text() != choice.label and choice.label not in tip:
                 tip = f"{choice.label}\n{tip}" if tip else choice.label
+            if i < len(OPTION_SHORTCUTS):
+                b.setShortcut(QKeySequence(OPTION_SHORTCUTS[i]))
+                tip = f"{tip} ({OPTION_SHORTCUTS[i]})" if tip else OPTION_SHORTCUTS[i]
             b.setToolTip(tip)
             if i == 0:
                 b.setDefault(True)
