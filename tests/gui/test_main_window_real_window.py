@@ -246,6 +246,12 @@ class Driver:
         assert not _healthy(self.port)
         relaunched = self.press_until_a_server(FIRST_FALLBACK_KEY, {failed},
                                                "the first fallback's relaunch")
+        argv = psutil.Process(relaunched).cmdline()
+        # the first option shortens the context (to what 4 blocks hold; the window predicts for
+        # the recorded RTX 4090's 16-token blocks, 48 tokens, where the CPU engine said 384) and
+        # keeps the extra argument
+        assert 0 < int(argv[argv.index("--max-model-len") + 1]) < 1024, argv
+        assert "--num-gpu-blocks-override" in argv, argv
         self.wait_ready(relaunched)
         self.stop(relaunched)
         self.pick_profile("Home")
