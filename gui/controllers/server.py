@@ -58,6 +58,9 @@ class ServerController(Controller):
         #: the server is this window's (closing asks and stops it)
         self.started_by_us = False
         self._stop_in_flight = False
+        #: a launch handed to its thread whose supervisor is not there yet: a second Launch
+        #: (F5 pressed twice) in that gap would stop the first and start another
+        self._start_in_flight = False
         self._predicted: Capacity | None = None
         self._reported: ReportedCapacity | None = None
         self.log_timer = QTimer(window)
@@ -101,6 +104,9 @@ class ServerController(Controller):
             problem = self.runtimes.runtime_problem
             window.server_panel.set_launch_blocked(problem or "vLLM not found")
             return False
+        if self._start_in_flight:
+            self.say("vLLM is already starting; wait for it, or stop it first", 5000)
+            return False
         if self.services.server_running():
             self.say("a server is already running; stop it first", 5000)
             return False
@@ -126,6 +132,7 @@ class ServerController(Controller):
         window.server_panel.show_state(SupervisorState.STARTING, model=request.model)
         window.server_panel.show_capacity(self._predicted_tokens(), None)
         inputs = request.inputs
+        self._start_in_flight = True
         # a download of the model may come first and take minutes: its own thread, not the pool
         run_in_thread(
             lambda: self.services.start_server(runtime, spec, inputs),
@@ -172,12 +179,14 @@ class ServerController(Controller):
         return int(cap.kv_cache_tokens)
 
     def _on_server_started(self, sup: Supervisor) -> None:
+        self._start_in_flight = False
         self.window.log_view.set_log_path(sup.log_path)
 
     def _on_server_start_error(self, exc: BaseException) -> None:
         from kvpilot.core.app.environment import environment_problem
         from kvpilot.core.fit.startup import StartupRefusedError
 
+        self._start_in_flight = False
         problem = exc if isinstance(exc, KvpilotError) else environment_problem(exc)
         message = str(problem or exc)
         if problem is None:

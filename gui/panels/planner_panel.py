@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -130,6 +131,9 @@ class PlannerPanel(QWidget):
         super().__init__(parent)
         self.rows: list[PlanRow] = []
         self._suppress = False
+        #: the fixed settings last put in by :meth:`set_request`: those with no input here (a
+        #: KV cache size in bytes, a block size, ...) are planned and saved as they are
+        self._pinned_base = ServingSettings()
         self._debounce = QTimer(self)
         self._debounce.setObjectName("planner-goal-debounce")
         self._debounce.setSingleShot(True)
@@ -434,8 +438,13 @@ class PlannerPanel(QWidget):
             users=self.users.value(),
             min_weight_bits=min_weight_bits_for(self.allow_4bit.isChecked()),
         )
-        pinned = ServingSettings(
-            kv_cache_dtype=self.kv_dtype.currentData() or "auto",
+        base = self._pinned_base
+        kv = self.kv_dtype.currentData() or "auto"
+        if kv == _kv_choice(base.kv_cache_dtype):
+            kv = base.kv_cache_dtype  # "fp8_e5m2" is shown as FP8 and kept as it was
+        pinned = replace(
+            base,
+            kv_cache_dtype=kv,
             gpu_memory_utilization=None if self.util_auto.isChecked() else self.util.value(),
             enforce_eager=self.enforce_eager.isChecked(),
             language_model_only=self.language_only.isChecked(),
@@ -460,11 +469,9 @@ class PlannerPanel(QWidget):
                 self.context.setEditText(f"{goal.context_tokens:,}")
             self.users.setValue(goal.users)
             self.allow_4bit.setChecked(goal.allows_4bit)
-            kv = pinned.kv_cache_dtype
-            j = self.kv_dtype.findData(kv)
-            if j < 0:
-                j = self.kv_dtype.findData("fp8" if kv.startswith("fp8") else "auto")
-            self.kv_dtype.setCurrentIndex(max(0, j))
+            self._pinned_base = pinned
+            self.kv_dtype.setCurrentIndex(max(0, self.kv_dtype.findData(
+                _kv_choice(pinned.kv_cache_dtype))))
             self.util_auto.setChecked(pinned.gpu_memory_utilization is None)
             if pinned.gpu_memory_utilization is not None:
                 self.util.setValue(pinned.gpu_memory_utilization)
@@ -692,6 +699,14 @@ class PlannerPanel(QWidget):
         self.curve_fp8.setData([], [])
         self.goal_marker.setData([], [])
         self.chart_note.setText(note)
+
+
+def _kv_choice(dtype: str) -> str:
+    """The KV cache box's entry for a profile's ``--kv-cache-dtype`` ("fp8_e4m3" -> "fp8";
+    one the box does not list -> "auto")."""
+    if dtype in ("auto", "fp8", "nvfp4"):
+        return dtype
+    return "fp8" if dtype.startswith("fp8") else "auto"
 
 
 def _kv_label(dtype: str, inputs: PlanInputs | None) -> str:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QFrame,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -27,13 +27,18 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.gui import theme
-from kvpilot.gui.screen_fit import wrap_anywhere
+from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
+from kvpilot.gui.widgets.flow_layout import FlowLayout
 
 if TYPE_CHECKING:
     from kvpilot.core.app.launch import FallbackChoice
 
-#: fallback buttons per row (their labels are long: "FP8 KV cache — 2x the tokens, …")
-OPTION_COLUMNS = 2
+#: longest option label shown in full, in characters (about 1,000 px, well inside a 1,366 px
+#: screen); a longer one is elided in the middle and kept whole in the tooltip; shorter ones wrap
+#: onto rows as whole buttons
+OPTION_LABEL_CHARS = 150
+#: the keys that press the first nine option buttons: Alt+1 is the best fallback
+OPTION_SHORTCUTS = tuple(f"Alt+{n}" for n in range(1, 10))
 
 
 class FallbackBanner(QFrame):
@@ -64,10 +69,9 @@ class FallbackBanner(QFrame):
         top = QHBoxLayout()
         top.addWidget(self.cause, 1)
         top.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
-        # a grid, not a row: five long option labels side by side would widen the window
-        self.buttons_row = QGridLayout()
-        self.buttons_row.setHorizontalSpacing(6)
-        self.buttons_row.setVerticalSpacing(4)
+        # a flow, not a row or a fixed grid: the buttons wrap onto as many rows as the window's
+        # width leaves, so long option labels never widen the window past the screen
+        self.buttons_row = FlowLayout(h_spacing_px=6, v_spacing_px=4)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setVisible(False)
@@ -89,20 +93,26 @@ class FallbackBanner(QFrame):
         )
         self._clear_buttons()
         for i, choice in enumerate(choices):
-            b = QPushButton(choice.label)
+            b = QPushButton(elide_middle(choice.label, OPTION_LABEL_CHARS))
             b.setObjectName(f"fallbackOption{i}")
-            b.setToolTip(choice.tooltip)
+            b.setAccessibleName(choice.label)
+            tip = choice.tooltip
+            if b.text() != choice.label and choice.label not in tip:
+                tip = f"{choice.label}\n{tip}" if tip else choice.label
+            if i < len(OPTION_SHORTCUTS):
+                b.setShortcut(QKeySequence(OPTION_SHORTCUTS[i]))
+                tip = f"{tip} ({OPTION_SHORTCUTS[i]})" if tip else OPTION_SHORTCUTS[i]
+            b.setToolTip(tip)
             if i == 0:
                 b.setDefault(True)
                 b.setStyleSheet("font-weight: 600")
             b.clicked.connect(lambda _=False, c=choice: self._choose(c))
-            self.buttons_row.addWidget(b, i // OPTION_COLUMNS, i % OPTION_COLUMNS)
+            self.buttons_row.addWidget(b)
             self.option_buttons.append(b)
         details = QPushButton("Details (log)")
+        details.setObjectName("fallbackDetails")
         details.clicked.connect(self.details_requested.emit)
-        n = len(choices)
-        self.buttons_row.addWidget(details, n // OPTION_COLUMNS, n % OPTION_COLUMNS)
-        self.buttons_row.setColumnStretch(OPTION_COLUMNS, 1)
+        self.buttons_row.addWidget(details)
         self._details = details
         self.note.setText(note)
         self.note.setVisible(bool(note))

@@ -63,6 +63,28 @@ def server_window(make_window, fake_runtime, qtbot):
     return make
 
 
+def test_launch_pressed_twice_starts_one_server(server_window, qtbot) -> None:
+    """F5 twice before the first launch has its supervisor: the second is refused (it used to
+    stop the first launch while vLLM was still importing and start another)."""
+    w = server_window()
+    starts = []
+    real_start = w.services.start_server
+
+    def counted_start(*args, **kw):
+        starts.append(args)
+        return real_start(*args, **kw)
+
+    w.services.start_server = counted_start
+    w.launch_action.trigger()
+    w.launch_action.trigger()
+    assert "already starting" in w.statusBar().currentMessage()
+    wait_for_state(qtbot, w, "ready", "failed", timeout=30_000)
+    assert w.server_panel.state == "ready"
+    assert len(starts) == 1
+    w.server_control.stop_server()
+    wait_for_state(qtbot, w, "stopped", timeout=30_000)
+
+
 def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     w = server_window()
@@ -149,8 +171,8 @@ def test_failed_launch_banner_and_one_click_fallback(server_window, qtbot, monke
     assert labels == [o.label for o in w.fallback_control.fallback_options]
     tips = [b.toolTip() for b in w.banner.option_buttons]
     assert tips == [
-        o.change + ("" if o.predicted_fits else " (predicted not to fit either)")
-        for o in w.fallback_control.fallback_options
+        o.change + ("" if o.predicted_fits else " (predicted not to fit either)") + f" (Alt+{i})"
+        for i, o in enumerate(w.fallback_control.fallback_options, start=1)
     ]
     assert all(tip for tip in tips)
     first = w.fallback_control.fallback_options[0]
