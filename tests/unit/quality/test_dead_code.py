@@ -33,6 +33,10 @@ QT_OVERRIDES = {
     "eventFilter",  # QObject's, called for the events of the objects it is installed on
     "handleError",  # logging.Handler's, called by logging
     "capture_signals",  # uvicorn.Server's, called by its run (core/front/server.py)
+    # QLayout's, called by Qt's layout engine (gui/widgets/flow_layout.py)
+    "itemAt",
+    "expandingDirections",
+    "hasHeightForWidth",
 }
 #: files that implement an outside API whose callers are outside the project
 MIRRORS = {"core/hardware/recorded_nvml.py"}
