@@ -94,6 +94,10 @@ def test_plan_launch_phases_ready_plots_stop(tiny_window, qtbot, monkeypatch, ca
     wait_for_state(qtbot, w, "ready", "failed", timeout=READY_MS)
     assert w.server_panel.state == "ready", w.log_view.visible_text()[-3000:]
     sup = w.services.supervisor
+    # the log reader and the readiness poll are separate threads: the last phase may come after
+    qtbot.waitUntil(
+        lambda: logparse.STARTING_API in w.server_panel.phases_seen, timeout=10_000
+    )
     assert logparse.LOADING_WEIGHTS in w.server_panel.phases_seen
     assert w.server_panel.phases_seen[-1] == logparse.STARTING_API
     assert w.server_panel.endpoint.text() == f"{sup.base_url}/v1"

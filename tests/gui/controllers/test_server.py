@@ -94,9 +94,13 @@ def test_launch_phases_ready_plots_stop(server_window, qtbot, monkeypatch) -> No
     w.launch_action.trigger()  # F5
     wait_for_state(qtbot, w, "ready", timeout=30_000)
     sup = w.services.supervisor
-    # the start-up phases were shown, in order, ending with the API server
+    # the start-up phases were shown, in order, ending with the API server. The log reader and
+    # the readiness poll are separate threads, so the last phase may be shown just after "ready"
+    qtbot.waitUntil(
+        lambda: logparse.STARTING_API in w.server_panel.phases_seen, timeout=10_000
+    )
     seen = w.server_panel.phases_seen
-    assert seen and seen[-1] == logparse.STARTING_API
+    assert seen[-1] == logparse.STARTING_API
     order = list(phases.PHASES)
     assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)
     assert w.server_panel.endpoint.text() == f"{sup.base_url}/v1"
