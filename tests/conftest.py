@@ -34,3 +34,46 @@ def qt_objects_on_their_own_threads() -> Iterator[None]:
         seen = check.take_violations()
         if seen:
             pytest.fail("a Qt object was used off its thread:\n" + "\n".join(seen))
+
+
+# Under pytest-xdist (tests/run uses two workers), the tests that start servers or real vLLM
+# engines run one after another on one worker: they bind ports found free a moment before, share
+# the tiny checkpoint and the CPU engine's cores, and several judge time. The packaging tests
+# share one frozen bundle under .cache/packaging, built once. Everything else is spread freely.
+SERVER_DIRS = ("e2e", "faults", "system")
+SERVER_FIXTURES = frozenset({"vllm_runtime", "tiny_model", "vllm_server", "vllm_scratch"})
+SERVER_WORDS = ("fake_vllm", "find_free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer")
+_source_cache: dict[Path, str] = {}
+
+
+def _module_text(path: Path) -> str:
+    if path not in _source_cache:
+        try:
+            _source_cache[path] = path.read_text(encoding="utf-8")
+        except OSError:
+            _source_cache[path] = ""
+    return _source_cache[path]
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The xdist group a test runs in (``servers``, ``packaging``), or None to spread it."""
+    path = Path(str(item.fspath)).resolve()
+    parts = path.relative_to(TESTS_DIR).parts if TESTS_DIR in path.parents else ()
+    if parts and parts[0] == "packaging":
+        return "packaging"
+    if parts and parts[0] in SERVER_DIRS:
+        return "servers"
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "servers"
+    text = _module_text(path)
+    if any(word in text for word in SERVER_WORDS):
+        return "servers"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test that needs the machine to itself in its xdist group (see above)."""
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(name=group))
