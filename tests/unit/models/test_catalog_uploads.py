@@ -1,0 +1,84 @@
+"""The quantized uploads of 2026 models served on 24-32 GB cards: their sources, dates and the
+sizes the planner reads for them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvpilot.core.base.model_spec import SOURCE_CATALOG
+from kvpilot.core.models import catalog
+
+GIB = 2**30
+#: uploads whose size was published (a vLLM start-up log or the model card) -> that size in GiB
+PUBLISHED_GIB = {
+    "cyankiwi/gemma-4-26B-A4B-it-AWQ-4bit": 16.39,  # vLLM 0.29.0's start-up log
+    "RedHatAI/gemma-4-26B-A4B-it-FP8-dynamic": 26.67,  # the safetensors, as a study gives them
+    "LibertAIDAI/Qwen3.6-27B-W4A16-G128": 19.0,  # the model card's disk size
+    "palmfuture/Qwen3.6-35B-A3B-GPTQ-Int4": 24.4e9 / GIB,  # the model card's 24.4 GB
+}
+
+
+def _is_public_reference(source: str) -> bool:
+    return "http://" in source or "https://" in source or source.startswith("github:")
+
+
+def test_every_upload_of_a_2026_model_names_its_sources_and_a_date() -> None:
+    uploads = 0
+    for entry in catalog.catalog_entries():
+        if not entry.release_date.startswith("2026"):
+            continue
+        assert entry.release_date_source, entry.id
+        for ckpt in entry.checkpoints:
+            if ckpt.repo == entry.id:
+                continue
+            uploads += 1
+            assert ckpt.sources and all(_is_public_reference(s) for s in ckpt.sources), ckpt.repo
+            assert ckpt.note, f"{ckpt.repo}: the note says where the size comes from"
+    assert uploads >= len(PUBLISHED_GIB)
+
+
+@pytest.mark.parametrize("repo", sorted(PUBLISHED_GIB))
+def test_the_planner_reads_the_published_size(repo: str) -> None:
+    found = catalog.find(repo)
+    assert found is not None, repo
+    entry, ckpt = found
+    assert entry.release_date.startswith("2026") and ckpt.weights_source == "catalog"
+    spec = catalog.get(repo)
+    assert spec.weights_source == SOURCE_CATALOG
+    assert spec.quantization is not None and spec.quantization.bits == ckpt.bits
+    assert abs(spec.weights_bytes / GIB - PUBLISHED_GIB[repo]) < 0.005, repo
+
+
+def _recommend(goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+               capsys: Any) -> list[dict[str, Any]]:
+    from kvpilot.core import cli
+
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx5090")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli.main(["recommend", *goal, "--json"]) == 0
+    return list(json.loads(capsys.readouterr().out)["candidates"])
+
+
+@pytest.mark.parametrize("goal", [
+    ["--use-case", "chat", "--context", "8k", "--users", "4"],
+    ["--use-case", "long-docs", "--context", "32k", "--users", "1"],
+    ["--use-case", "batch"],
+])
+def test_on_the_5090_most_of_the_top_five_are_rated_2026_uploads(
+    goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    top5 = _recommend(goal, monkeypatch, tmp_path, capsys)[:5]
+    dates = []
+    for cand in top5:
+        found = catalog.find(cand["model"])
+        assert found is not None
+        dates.append(found[0].release_date)
+        assert cand["quality"]["score"] is not None, cand["model"]
+    assert dates[0].startswith("2026"), top5[0]["model"]
+    assert sum(d.startswith("2026") for d in dates) >= 3, [c["model"] for c in top5]
