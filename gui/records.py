@@ -10,9 +10,9 @@ from kvpilot.core.fit.goal import Goal
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
+    from kvpilot.core.app.recommend import RankedPlan
     from kvpilot.core.base.plan import Capacity, PlanInputs
     from kvpilot.core.fit.recommend import Candidate, Rejection
-    from kvpilot.core.fit.replan import RankedPlan
 
 
 @dataclass(frozen=True)
