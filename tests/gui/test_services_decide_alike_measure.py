@@ -24,7 +24,6 @@ from kvpilot.core.cli import main
 from kvpilot.core.fit.goal import Goal
 from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm.orphans import ServerRecord, write_pidfile
-from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanRow
 from kvpilot.gui.services import AppServices, LaunchRequest
 
@@ -48,10 +47,8 @@ def vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def window(vllm: Path, tmp_path: Path) -> Iterator[AppServices]:
-    services = AppServices(CoreBridge(), fake_gpu=SNAPSHOT, data_dir=tmp_path / "window")
-    yield services
-    services.shutdown()
+def window(vllm: Path, tmp_path: Path, make_services) -> AppServices:
+    return make_services(SNAPSHOT, tmp_path / "window")
 
 
 def _row(services: AppServices) -> PlanRow:

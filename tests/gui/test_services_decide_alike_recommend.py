@@ -6,7 +6,6 @@ capacities, and a local model folder ranks that model on both faces."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from testpaths import DATA
 
 from kvpilot.core.cli import main
 from kvpilot.core.fit.goal import DEFAULT_CONTEXT_TOKENS, USE_CASE_CONTEXT_TOKENS, Goal
-from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanRow
 from kvpilot.gui.services import AppServices
 
@@ -31,10 +29,8 @@ def snapshot(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
-def window(snapshot: str, tmp_path: Path) -> Iterator[AppServices]:
-    services = AppServices(CoreBridge(), fake_gpu=snapshot, data_dir=tmp_path / "data")
-    yield services
-    services.shutdown()
+def window(snapshot: str, tmp_path: Path, make_services) -> AppServices:
+    return make_services(snapshot, tmp_path / "data")
 
 
 def _window_rows(services: AppServices, use_case: str, model_ref: str = "") -> list[PlanRow]:
