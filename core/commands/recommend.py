@@ -179,7 +179,7 @@ def render(result: Ranking) -> str:
             f"{c.reason}"
         )
     if not result.candidates:
-        lines.append("   nothing in the catalog serves this goal; see the rejections below")
+        lines.append("   nothing ranked serves this goal; see the rejections below")
     if result.rejected:
         lines += ["", f"rejected ({len(result.rejected)}):"]
         for r in result.rejected[:8]:
