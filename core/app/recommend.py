@@ -170,6 +170,8 @@ def rank(request: RecommendRequest) -> Ranking:
     """
     device = request.device
     models, catalog_filter = models_for(request.model_ref, request.catalog)
+    # a model named outside the catalog is launched as it was named (its folder, its Hub id)
+    named_ref = request.model_ref.strip() if models is not None else ""
     if models is None and request.catalog is not None:
         models = tuple(request.catalog)
     version = release_number(request.goal.vllm_version)
@@ -182,8 +184,7 @@ def rank(request: RecommendRequest) -> Ranking:
         gpu, goal, models, fixed=fixed, gpu_set=gpu_set,
         capacity_of=lambda inputs: planned_capacity(inputs, store),
     )
-    local_ref = request.model_ref.strip() if models is not None else ""
-    plans = _ordered(result, local_ref)
+    plans = _ordered(result, named_ref)
     if request.limit is not None:
         fitting = [p for p in plans if p.candidate is not None][:request.limit]
         plans = fitting + [p for p in plans if p.candidate is None]

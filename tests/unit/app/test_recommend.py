@@ -119,6 +119,12 @@ def test_a_local_folder_ranks_that_model_and_is_what_vllm_gets() -> None:
     assert result.plans[0].fits
 
 
+def test_a_catalog_filter_launches_each_checkpoint_by_its_id(qwen7b, llama8b) -> None:
+    result = _rank([qwen7b, llama8b], Goal(context_tokens=8192, users=2), model_ref="qwen")
+    assert [p.model_id for p in result.plans] == [qwen7b.model_id]
+    assert [p.model_ref for p in result.plans] == [qwen7b.model_id]
+
+
 def test_a_folder_without_config_json_says_so(tmp_path: Path) -> None:
     (tmp_path / "weights.safetensors").write_bytes(b"")
     with pytest.raises(ModelSpecError, match=r"no config\.json"):
