@@ -29,7 +29,7 @@ class PlanRequest:
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One ranked plan as the table shows it: the fit engine's :class:`RankedPlan` and its
+    """One ranked plan as the table shows it: the application layer's :class:`RankedPlan` and its
     display.
 
     ``title`` is the row's text (the model, and the cards used on several GPUs);
