@@ -119,6 +119,20 @@ def test_a_local_folder_ranks_that_model_and_is_what_vllm_gets() -> None:
     assert result.plans[0].fits
 
 
+def test_a_hub_id_in_the_cache_ranks_that_model(tmp_path: Path, monkeypatch) -> None:
+    repo = tmp_path / "hub" / "models--someone--qwen-copy"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_bytes((QWEN_DIR / "config.json").read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    result = rank(RecommendRequest(device=RTX4090, goal=Goal(context_tokens=8192, users=2),
+                                   model_ref="someone/qwen-copy"))
+    assert [p.model_ref for p in result.plans] == ["someone/qwen-copy"]
+    assert result.plans[0].inputs is not None
+
+
 def test_a_catalog_filter_launches_each_checkpoint_by_its_id(qwen7b, llama8b) -> None:
     result = _rank([qwen7b, llama8b], Goal(context_tokens=8192, users=2), model_ref="qwen")
     assert [p.model_id for p in result.plans] == [qwen7b.model_id]
