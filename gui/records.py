@@ -10,9 +10,9 @@ from kvpilot.core.fit.goal import Goal
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
+    from kvpilot.core.app.recommend import RankedPlan
     from kvpilot.core.base.plan import Capacity, PlanInputs
     from kvpilot.core.fit.recommend import Candidate, Rejection
-    from kvpilot.core.fit.replan import RankedPlan
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class PlanRequest:
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One ranked plan as the table shows it: the fit engine's :class:`RankedPlan` and its
+    """One ranked plan as the table shows it: the application layer's :class:`RankedPlan` and its
     display.
 
     ``title`` is the row's text (the model, and the cards used on several GPUs);

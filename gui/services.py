@@ -14,14 +14,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from kvpilot.core.app.settings import Profile
 from kvpilot.core.base import paths
 from kvpilot.core.base.plan import USE_CASE_LABELS
-from kvpilot.core.base.versions import release_number
 from kvpilot.core.base.words import counted
 from kvpilot.core.telemetry.live import Telemetry
 from kvpilot.gui.bridge import CoreBridge
@@ -388,70 +387,51 @@ class AppServices:
         return load_model_spec(ref)
 
     def plan(self, target: DeviceTarget, request: PlanRequest) -> PlanResult:
-        """Blocking (pool): ranked plans for the request's goal on ``target``, rejected ones
-        after them.
+        """Blocking (pool): the application layer's ranked plans
+        (:func:`kvpilot.core.app.recommend.rank`, as ``kvpilot recommend``) for the request's
+        goal on ``target``, with this machine's measurements.
 
         A request naming a local directory or repo id plans that model only; a catalog id
-        filters the catalog. Settings the user fixed (KV dtype, utilization, eager) replace the
-        recommender's choice and the capacity is recomputed with them.
+        filters the catalog. Settings the user fixed (KV dtype, utilization, eager) and those
+        of :attr:`plan_overrides` are kept in every plan.
 
         Raises:
             KvpilotError: the named model cannot be read (message says where kvpilot looked).
         """
-        from kvpilot.core.app.launch_settings import planned_settings
-        from kvpilot.core.fit.replan import replan, user_fixed
-        from kvpilot.core.models import catalog
+        from kvpilot.core.app.recommend import RecommendRequest, rank
 
-        models = None
-        model_filter = None
-        local_ref = ""
-        ref = request.model_ref
-        if ref:
-            if catalog.find(ref) is not None:
-                model_filter = ref
-            else:
-                models = [self.load_model(ref)]
-                local_ref = ref
-        goal = request.goal
-        fit_goal = replace(goal, model_filter=model_filter,
-                           vllm_version=release_number(goal.vllm_version))
-        fixed, choice = planned_settings(target, self.fixed_settings(request), goal.vllm_version)
-        _, plans = replan(
-            target.card(), fit_goal, models, fixed=fixed,
-            capacity_of=self.planned_capacity, gpu_set=target.gpu_set,
-            # plan_overrides are the backend's, not a choice
-            describe_fixed=user_fixed(request.pinned),
-        )
+        ranking = rank(RecommendRequest(
+            device=target, goal=request.goal, fixed=self.fixed_settings(request),
+            model_ref=request.model_ref, measurements=self.data_dir / "measurements.json",
+        ))
+        if ranking.measurements_problem:
+            log.warning("%s", ranking.measurements_problem)
         rows: list[PlanRow] = []
-        for p in plans:
+        for p in ranking.plans:
             cand = p.candidate
             title = p.model_id
             quantization = ""
             if cand is not None:
                 title += f" · {cand.gpus_label}" if cand.gpus_label else ""
                 quantization = _quant_label(cand.quantization, cand.weight_bits)
-            rows.append(
-                PlanRow(p, title, quantization, model_ref=local_ref or p.model_id)
-            )
+            rows.append(PlanRow(p, title, quantization, model_ref=p.model_ref))
         where = "measured free memory" if target.measured else "planner mode, nothing measured"
-        label = USE_CASE_LABELS
+        goal = ranking.goal
         heading = (
-            f"Ranked plans for {label.get(fit_goal.use_case, fit_goal.use_case)} · "
+            f"Ranked plans for {USE_CASE_LABELS.get(goal.use_case, goal.use_case)} · "
             f"{goal.context_tokens:,} context · {counted(goal.users, 'user')} on {target.name} "
             f"({where})"
         )
-        if choice.sentence:
-            heading += f" · {choice.sentence}"
+        if ranking.choice.sentence:
+            heading += f" · {ranking.choice.sentence}"
         return PlanResult(rows, heading)
 
     def fixed_settings(self, request: PlanRequest) -> ServingSettings:
-        """The serving settings the user fixed (the request's and :attr:`plan_overrides`): the
-        recommender keeps them in every plan it ranks."""
-        from kvpilot.core.base.plan import ServingSettings
-        from kvpilot.core.fit.replan import fixed_settings
+        """The serving settings the user fixed (the request's) with :attr:`plan_overrides`:
+        the recommender keeps them in every plan it ranks."""
+        from kvpilot.core.app.launch_settings import with_settings
 
-        chosen = ServingSettings().settings_changes(request.pinned)
-        return fixed_settings(overrides={**chosen, **self.plan_overrides})
+        return with_settings(request.pinned, self.plan_overrides)
 
     def planned_capacity(self, inputs: PlanInputs) -> Capacity:
         """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""
@@ -590,7 +570,7 @@ class AppServices:
 
     def expected_dry_run_s(self, inputs: PlanInputs) -> tuple[float, float, str]:
         """(low, high, basis) seconds the measured dry run of ``inputs`` should take."""
-        from kvpilot.core.app.launch import expected_dry_run_s
+        from kvpilot.core.app.measure import expected_dry_run_s
         from kvpilot.core.base.errors import SettingsError
         from kvpilot.core.fit.measurements import MeasurementStore
 
@@ -603,26 +583,25 @@ class AppServices:
         self, runtime: VllmRuntime, request: LaunchRequest, cancel: threading.Event,
         timeout_s: float = MEASURE_TIMEOUT_S,
     ) -> Measured:
-        """Blocking (minutes): "Measure on this GPU": the launch session's dry run of
-        ``request`` with dummy weights, stored under the plan's key; phases go to the bridge's
-        ``measure_event``, not to the server panel.
+        """Blocking (minutes): "Measure on this GPU": the application layer's dry run of
+        ``request`` (:func:`kvpilot.core.app.measure.measure_plan`, as ``kvpilot plan
+        --measure``) with the profile's launch, stored under the plan's key; phases go to the
+        bridge's ``measure_event``, not to the server panel.
 
         Raises:
             MeasurementError: vLLM failed, timed out or ``cancel`` was set.
             CommandError: a server an earlier kvpilot left runs, or the spec is not a command.
         """
-        from kvpilot.core.app.launch import LaunchSession, measure_plan
-        from kvpilot.core.vllm.command import find_free_port
+        from kvpilot.core.app.measure import MeasureRequest, measure_plan
 
-        spec = replace(self.launch_spec(request), load_format="dummy")
-        spec = replace(spec, port=find_free_port(spec.host, spec.port))
-        session = LaunchSession(
-            runtime, self.data_dir, on_event=self.bridge.emitter("measure_event"),
-            supervisor_options=dict(self.supervisor_options),
+        return measure_plan(
+            MeasureRequest(runtime, request.inputs, self.data_dir, self.launch_spec(request),
+                           timeout_s),
+            on_event=self.bridge.emitter("measure_event"),
+            supervisor_options=self.supervisor_options,
             gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
+            cancel=cancel,
         )
-        session.refuse_next_to_orphans(spec.port)
-        return measure_plan(session, spec, request.inputs, timeout_s=timeout_s, cancel=cancel)
 
     def _free_memory_now(self) -> tuple[int, tuple[tuple[str, int], ...]] | None:
         """Blocking (one NVML pass): the sampled GPU's free memory now and what holds it

@@ -8,7 +8,8 @@ start the supervisor, and after a failure rank the fallbacks on the capacity the
 (calibrated by this GPU's measurements) and decide whether to take the first by itself.
 
 ``kvpilot serve`` and ``plan --measure`` and the window call it and only render what it says; the
-measured dry run (:func:`measure_plan`) is the same launch with ``--load-format dummy``.
+measured dry run (:func:`kvpilot.core.app.measure.measure_plan`) is the same launch with
+``--load-format dummy``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from kvpilot.core.base import failures
 from kvpilot.core.base.errors import CommandError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
 from kvpilot.core.fit.measurements import (
-    Measured,
     MeasurementKey,
     MeasurementStore,
     launch_recorder,
@@ -480,49 +480,3 @@ def _chain(
             recorder(ev)
 
     return both
-
-
-#: what a first dry run usually takes when this GPU has not run the model before (s): vLLM's
-#: start-up with dummy weights is its profile run, torch.compile and the CUDA-graph capture
-TYPICAL_DRY_RUN_S = (60.0, 180.0)
-
-
-def expected_dry_run_s(
-    inputs: PlanInputs, store: MeasurementStore | None
-) -> tuple[float, float, str]:
-    """(low, high, basis) seconds a measured dry run of ``inputs`` is expected to take: the
-    newest start-up time measured for this model on this GPU, else :data:`TYPICAL_DRY_RUN_S`."""
-    if store is not None:
-        timed = [r for r in store.for_model(key_for(inputs)) if r.measured.startup_s]
-        if timed:
-            newest = max(timed, key=lambda r: r.measured.measured_at)
-            seconds = float(newest.measured.startup_s or 0.0)
-            return seconds, seconds * 1.25, "its last start-up on this GPU"
-    low, high = TYPICAL_DRY_RUN_S
-    return low, high, "no earlier start-up of this model on this GPU"
-
-
-def measure_plan(
-    session: LaunchSession,
-    spec: LaunchSpec,
-    inputs: PlanInputs,
-    *,
-    timeout_s: float,
-    cancel: threading.Event | None = None,
-) -> Measured:
-    """"Measure on this GPU": launch the plan with dummy weights (``--load-format dummy``, so
-    nothing is downloaded but the config), read what vLLM reports, stop, and store it under the
-    plan's key, where every planner finds it ("measured").
-
-    Raises:
-        MeasurementError: vLLM failed (with the classified kind), timed out or was cancelled.
-        CommandError: the spec cannot become a command.
-    """
-    from kvpilot.core.vllm.measure import run_measurement
-
-    options = {k: v for k, v in session.supervisor_options.items() if k != "on_ready_capacity"}
-    return run_measurement(
-        session.runtime, spec, session.store, timeout_s, data_dir=Path(session.data_dir),
-        key=key_for(inputs), on_event=session.on_event, gpu_pids_check=session.gpu_pids_check,
-        cancel=cancel, supervisor_options=options,
-    )

@@ -12,10 +12,12 @@ why, for the face to show once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from kvpilot.core.base import versions
-from kvpilot.core.base.plan import ServingSettings
+from kvpilot.core.base.plan import ServingSettings, serving_field_names
 from kvpilot.core.base.units import gib_text
 from kvpilot.core.fit import budget
 from kvpilot.core.fit.recommend import MAX_UTILIZATION, utilization_for
@@ -110,3 +112,21 @@ def planned_settings(
     if choice.automatic and device.gpu_set is None and device.count == 1:
         fixed = replace(fixed, gpu_memory_utilization=choice.utilization)
     return fixed, choice
+
+
+_S = TypeVar("_S", bound=ServingSettings)
+
+
+def with_settings(settings: _S, overrides: Mapping[str, object]) -> _S:
+    """``settings`` (serving settings, or a plan's inputs) with the serving settings in
+    ``overrides`` (field -> value) replaced: the settings a backend requires, kept in every
+    plan, measurement and launch.
+
+    Raises:
+        TypeError: a key that is not a :class:`ServingSettings` field.
+    """
+    unknown = sorted(set(overrides) - set(serving_field_names()))
+    if unknown:
+        raise TypeError(f"not serving settings: {', '.join(unknown)}")
+    changes: dict[str, Any] = dict(overrides)
+    return replace(settings, **changes)

@@ -20,6 +20,7 @@ import json
 from typing import TYPE_CHECKING
 
 from kvpilot.core.app.launch_settings import UtilizationChoice, with_chosen_utilization
+from kvpilot.core.app.measure import newest_startup_s
 from kvpilot.core.base import paths, versions
 from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.core.base.plan import (
@@ -41,7 +42,6 @@ from kvpilot.core.commands.serving_args import (
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.measurements import MeasurementStore
-from kvpilot.core.hub.identity import launch_reference
 from kvpilot.core.hub.resolve import load_model_spec
 
 if TYPE_CHECKING:
@@ -130,16 +130,6 @@ def plan(inputs: PlanInputs, store: MeasurementStore | None = None) -> Capacity:
     return planned_capacity(inputs, store)
 
 
-def measured_startup_s(inputs: PlanInputs, store: MeasurementStore) -> float | None:
-    """The newest measured start-up time (seconds) of this model on this GPU, if any."""
-    from kvpilot.core.fit.calibrate import key_for
-
-    timed = [r for r in store.for_model(key_for(inputs)) if r.measured.startup_s]
-    if not timed:
-        return None
-    return max(timed, key=lambda r: r.measured.measured_at).measured.startup_s
-
-
 def run(args: argparse.Namespace) -> int:
     store = MeasurementStore(paths.measurements_path())
     if args.measure:
@@ -155,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**capacity.to_json(), "utilization_choice": choice.to_json()},
                          indent=2, default=str))
     else:
-        startup = measured_startup_s(inputs, store) if capacity.verdict == VERDICT_BORDERLINE \
+        startup = newest_startup_s(inputs, store) if capacity.verdict == VERDICT_BORDERLINE \
             else None
         print(render(inputs, capacity, startup_s=startup, utilization_note=choice.sentence))
     return 0 if capacity.fits else 1
@@ -164,19 +154,15 @@ def run(args: argparse.Namespace) -> int:
 def _measure(
     args: argparse.Namespace, inputs: PlanInputs, store: MeasurementStore, rt: VllmRuntime
 ) -> None:
-    """Launch with dummy weights and store what vLLM reported (needs a vLLM runtime)."""
-    from kvpilot.core.app.launch import LaunchSession, expected_dry_run_s, measure_plan
-    from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+    """The application layer's dry run (:func:`kvpilot.core.app.measure.measure_plan`, as the
+    window's "Measure on this GPU"), with its progress printed."""
+    from kvpilot.core.app.measure import MeasureRequest, expected_dry_run_s, measure_plan
 
     low, high, basis = expected_dry_run_s(inputs, store)
     print(f"measuring with vLLM {rt.version} ({rt.location}), dummy weights; expect "
           f"{low:.0f}-{high:.0f} s ({basis})...", flush=True)
-    model_ref = launch_reference(inputs.model)
-    spec = LaunchSpec.from_plan(
-        inputs, model_ref, load_format="dummy", port=find_free_port("127.0.0.1", 8000)
-    )
-    session = LaunchSession(rt, store.path.parent)
-    measured = measure_plan(session, spec, inputs, timeout_s=args.measure_timeout)
+    measured = measure_plan(MeasureRequest(rt, inputs, store.path.parent,
+                                           timeout_s=args.measure_timeout))
     if measured.available_kv_bytes is not None:
         print(f"measured: {measured.available_kv_bytes / GiB:.2f} GiB KV, "
               f"{measured.kv_cache_tokens or 0:,} tokens ({measured.measured_at})")

@@ -11,6 +11,11 @@ The serving flags are those of ``plan`` and ``serve`` (``--max-model-len`` and
 ``--max-num-seqs`` stand for ``--context`` and ``--users``); a flag given fixes that setting
 in every candidate. Without a GPU flag it ranks for this machine's GPU (NVML, with its free
 memory now). Candidates with a measurement on this device use it (source measured/calibrated).
+``--model`` names a local model folder or a Hub repo id (that model is ranked), or a catalog id
+or a part of catalog ids (the catalog is filtered).
+
+The ranking is the application layer's (:func:`kvpilot.core.app.recommend.rank`), the one the
+window's planner shows: this module parses the flags and prints the answer.
 
 Several GPUs (named, or this machine's with ``--gpus``) rank each card alone (the one that does
 not drive the display first) and tensor-parallel plans over all of them.
@@ -20,9 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+import sys
 from typing import Any
 
+from kvpilot.core.app.recommend import Ranking, RecommendRequest, rank
 from kvpilot.core.base import paths
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.units import GiB
@@ -36,7 +42,6 @@ from kvpilot.core.commands.serving_args import (
     device_from_args,
     settings_from_args,
 )
-from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.goal import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_USERS,
@@ -44,8 +49,7 @@ from kvpilot.core.fit.goal import (
     Goal,
     min_weight_bits_for,
 )
-from kvpilot.core.fit.measurements import MeasurementStore
-from kvpilot.core.fit.recommend import USE_CASES, Recommendation, recommend, target_of
+from kvpilot.core.fit.recommend import USE_CASES
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -63,7 +67,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     add_serving_arguments(parser, with_length_and_seqs=False)
     parser.add_argument("--use-case", choices=USE_CASES, default="chat")
     parser.add_argument("--no-4bit", action="store_true", help="quality floor: 8-bit or better")
-    parser.add_argument("--model", help="only checkpoints whose id contains this text")
+    parser.add_argument("--model", help="a local model folder or Hub repo id to rank, or only "
+                        "the catalog checkpoints whose id contains this text")
     parser.add_argument("--vllm-version", default=None,
                         help=f"vLLM version to plan for (default: the installed vLLM's, else "
                         f"{NEWEST_KNOWN})")
@@ -78,11 +83,6 @@ def run(args: argparse.Namespace) -> int:
     from kvpilot.core.commands.plan import detected_vllm_version
 
     version = args.vllm_version or detected_vllm_version() or NEWEST_KNOWN
-    device = device_from_args(args, version)
-    gpu_set = device.gpu_set
-    gpu = target_of(gpu_set.cards) if gpu_set is not None else device.card()
-    if device.name == "gpu":  # a size from --gpu-total-mib: no name to show
-        gpu = replace(gpu, name="")
     goal = Goal(
         use_case=args.use_case,
         context_tokens=args.context or USE_CASE_CONTEXT_TOKENS.get(args.use_case,
@@ -90,13 +90,13 @@ def run(args: argparse.Namespace) -> int:
         users=args.users,
         min_weight_bits=min_weight_bits_for(not args.no_4bit),
         vllm_version=version,
-        model_filter=args.model,
     )
-    store = MeasurementStore(paths.measurements_path())
-    result = recommend(
-        gpu, goal, limit=args.limit, fixed=settings_from_args(args),
-        capacity_of=lambda inputs: planned_capacity(inputs, store), gpu_set=gpu_set,
-    )
+    result = rank(RecommendRequest(
+        device=device_from_args(args, version), goal=goal, fixed=settings_from_args(args),
+        model_ref=args.model or "", limit=args.limit, measurements=paths.measurements_path(),
+    ))
+    if result.measurements_problem:
+        print(f"note: {result.measurements_problem}", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     else:
@@ -104,10 +104,16 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.candidates else 1
 
 
-def to_json(result: Recommendation) -> dict[str, Any]:
-    """The JSON form: goal, GPU, ranked candidates with their budgets, rejections."""
+def _gpu_name(result: Ranking) -> str:
+    """The GPU's name as shown: none for a size given with ``--gpu-total-mib``."""
+    return "" if result.gpu.name == "gpu" else result.gpu.name
+
+
+def to_json(result: Ranking) -> dict[str, Any]:
+    """The JSON form: goal, GPU, ranked candidates with their budgets, rejections (borderline
+    ones first, with their plan's verdict), and how the utilization was chosen."""
     return {
-        "gpu": {"name": result.gpu.name, "total_bytes": result.gpu.total_bytes,
+        "gpu": {"name": _gpu_name(result), "total_bytes": result.gpu.total_bytes,
                 "free_bytes": result.gpu.free_bytes},
         "goal": {"use_case": result.goal.use_case, "context": result.goal.context_tokens,
                  "users": result.goal.users, "min_weight_bits": result.goal.min_weight_bits},
@@ -132,7 +138,7 @@ def to_json(result: Recommendation) -> dict[str, Any]:
                 "score": c.score,
                 "quality": c.quality.to_json(),
                 "reason": c.reason,
-                "gpus": c.gpus_label or result.gpu.name,
+                "gpus": c.gpus_label or _gpu_name(result),
                 "gpu_positions": list(c.gpu_positions),
                 "tensor_parallel_size": c.inputs.tensor_parallel_size,
                 "pipeline_parallel_size": c.inputs.pipeline_parallel_size,
@@ -142,17 +148,21 @@ def to_json(result: Recommendation) -> dict[str, Any]:
             for i, c in enumerate(result.candidates)
         ],
         "rejected": [
-            {"model": r.model_id, "reason": r.reason, "shortfall_bytes": r.shortfall_bytes}
+            {"model": r.model_id, "reason": r.reason, "shortfall_bytes": r.shortfall_bytes,
+             "borderline": r.borderline is not None}
             for r in result.rejected
         ],
+        "utilization_choice": result.choice.to_json(),
     }
 
 
-def render(result: Recommendation) -> str:
+def render(result: Ranking) -> str:
+    """The text form: the ranked candidates, then the rejections (borderline ones first)."""
     g = result.goal
     lines = [
-        f"Ranked plans for {result.gpu.name or 'GPU'} ({result.gpu.total_bytes / GiB:.1f} GiB): "
+        f"Ranked plans for {_gpu_name(result) or 'GPU'} ({result.gpu.total_bytes / GiB:.1f} GiB): "
         f"{g.use_case} · {g.context_tokens:,} context · {counted(g.users, 'user')}",
+        *([f"   {result.choice.sentence}"] if result.choice.sentence else []),
         "",
         f"{'#':>2} {'checkpoint':48} {'KV':5} {'util':>5} {'KV tokens':>10} {'conc':>6} "
         f"{'tok/s':>6} {'TTFT':>6}  reason",
@@ -169,7 +179,7 @@ def render(result: Recommendation) -> str:
             f"{c.reason}"
         )
     if not result.candidates:
-        lines.append("   nothing in the catalog serves this goal; see the rejections below")
+        lines.append("   nothing ranked serves this goal; see the rejections below")
     if result.rejected:
         lines += ["", f"rejected ({len(result.rejected)}):"]
         for r in result.rejected[:8]:

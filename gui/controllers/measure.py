@@ -1,10 +1,10 @@
 """"Measure on this GPU": the selected plan's dry run with dummy weights, with progress and cancel.
 
-The launch session's :func:`~kvpilot.core.app.launch.measure_plan` runs on a thread of its own (it
-takes minutes); its phases arrive as the bridge's ``measure_event`` and a timer shows the elapsed
-time against the expected one. What vLLM reported is stored under the plan's measurement key, so
-the re-plan that follows shows the plan's terms as "measured" — in the window and in
-``kvpilot plan`` alike.
+The application layer's :func:`~kvpilot.core.app.measure.measure_plan` (the one ``kvpilot plan
+--measure`` calls) runs on a thread of its own (it takes minutes); its phases arrive as the
+bridge's ``measure_event`` and a timer shows the elapsed time against the expected one. What
+vLLM reported is stored under the plan's measurement key, so the re-plan that follows shows the
+plan's terms as "measured" — in the window and in ``kvpilot plan`` alike.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class MeasureController(Controller):
             return False
         inputs = row.inputs
         if self.services.plan_overrides:
-            from kvpilot.core.fit.replan import with_settings
+            from kvpilot.core.app.launch_settings import with_settings
 
             inputs = with_settings(inputs, self.services.plan_overrides)
         request = LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.window.profile)

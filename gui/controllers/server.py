@@ -84,7 +84,7 @@ class ServerController(Controller):
             return False
         inputs = row.inputs
         if self.services.plan_overrides:
-            from kvpilot.core.fit.replan import with_settings
+            from kvpilot.core.app.launch_settings import with_settings
 
             inputs = with_settings(inputs, self.services.plan_overrides)
         request = LaunchRequest(inputs=inputs, model=row.model_ref, profile=self.window.profile)

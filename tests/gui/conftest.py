@@ -77,3 +77,19 @@ def make_window(qtbot, store: st.SettingsStore) -> Iterator[Callable[..., MainWi
     for w in windows:
         gui_app.dispose(w)
 
+
+
+@pytest.fixture
+def make_services() -> Iterator[Callable[[str, Path], AppServices]]:
+    """Factory: the window's services on a recorded GPU (``rtx4090-desktop``...) with their data
+    in a folder, without a window; shut down after the test."""
+    made: list[AppServices] = []
+
+    def make(fake_gpu: str, data_dir: Path) -> AppServices:
+        services = AppServices(CoreBridge(), fake_gpu=fake_gpu, data_dir=data_dir)
+        made.append(services)
+        return services
+
+    yield make
+    for services in made:
+        services.shutdown()

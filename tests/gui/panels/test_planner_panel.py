@@ -8,9 +8,9 @@ from dataclasses import replace
 from fitkit import rtx4090
 from testpaths import DATA
 
+from kvpilot.core.app.recommend import RankedPlan
 from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
 from kvpilot.core.fit.budget import compute_capacity
-from kvpilot.core.fit.replan import RankedPlan
 from kvpilot.core.models.local import spec_from_config
 from kvpilot.gui.panels.planner_panel import PlannerPanel
 from kvpilot.gui.records import PlanRow

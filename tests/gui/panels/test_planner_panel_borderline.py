@@ -10,8 +10,8 @@ METRICS = DATA / "metrics"
 def test_a_borderline_plan_is_marked_and_launchable(qtbot) -> None:
     from fitkit import fixture_spec, rtx4090
 
+    from kvpilot.core.app.recommend import RankedPlan
     from kvpilot.core.fit.budget import compute_capacity
-    from kvpilot.core.fit.replan import RankedPlan
     from kvpilot.gui.panels.planner_panel import PlannerPanel
     from kvpilot.gui.records import PlanRow
 

@@ -139,6 +139,36 @@ def test_recommend_json_ranks_candidates(capsys):
     assert out["rejected"]
 
 
+#: the ``kvpilot recommend --json`` keys scripts read (more may be added, none removed)
+RECOMMEND_KEYS = {"gpu", "goal", "candidates", "rejected"}
+CANDIDATE_KEYS = {
+    "rank", "model", "quantization", "weight_bits", "max_model_len", "max_num_seqs",
+    "kv_cache_dtype", "gpu_memory_utilization", "kv_cache_tokens", "max_concurrency",
+    "headroom_bytes", "kv_headroom_bytes", "tight", "decode_tokens_per_s", "ttft_s", "score",
+    "quality", "reason", "gpus", "gpu_positions", "tensor_parallel_size",
+    "pipeline_parallel_size", "parallel_note", "budget",
+}
+
+
+def test_recommend_model_folder_ranks_that_model(capsys, tmp_path):
+    model = _model_dir(tmp_path)
+    rc = main(["recommend", "--gpu", "RTX 4090", "--gpu-free-mib", "22900", "--context", "8192",
+               "--users", "2", "--json", "--model", str(model)])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert set(out) >= RECOMMEND_KEYS and set(out["candidates"][0]) >= CANDIDATE_KEYS
+    assert [c["model"] for c in out["candidates"]] == [str(model)]
+    assert out["rejected"] == []
+
+
+def test_recommend_model_folder_without_config_json_is_one_sentence(capsys, tmp_path):
+    (tmp_path / "weights").mkdir()
+    rc = main(["recommend", "--gpu", "RTX 4090", "--model", str(tmp_path / "weights")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "no config.json here" in err and len(err.strip().splitlines()) == 1
+
+
 def test_recommend_reads_a_context_as_the_planner_does(capsys):
     """``--context 16k`` is 16,384 tokens (the planner's "16k"); a wrong one is one line."""
     args = ["recommend", "--gpu", "RTX 4090", "--gpu-free-mib", "22900", "--users", "4",

@@ -60,7 +60,7 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "panels/runs_view.py": frozenset({"runs"}),
     "panels/server_panel.py": frozenset({"vllm"}),
     "records.py": frozenset({"fit"}),
-    "services.py": frozenset({"fit", "hardware", "hub", "models", "runtimes", "telemetry", "vllm"}),
+    "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
 
 
