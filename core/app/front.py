@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvpilot.core.base.errors import CommandError, SettingsError
-from kvpilot.core.base.hosts import is_loopback_host
+from kvpilot.core.base.hosts import check_listen_address
 from kvpilot.core.front.members import Member, prepare_member, this_device
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.server import FrontServer
@@ -56,16 +56,8 @@ def check_request(req: FrontRequest) -> None:
     twice = sorted({p for p in req.profiles if req.profiles.count(p) > 1})
     if twice:
         raise CommandError(f"profile {twice[0]!r} is named twice; name each profile once")
-    if not 1 <= req.port <= 65535:
-        raise CommandError(f"port {req.port} is out of range; pick one in 1-65535 (e.g. 8000)")
-    if not is_loopback_host(req.host) and not req.api_key:
-        raise CommandError(
-            f"serving on {req.host} exposes the models to the network; set an API key "
-            "(KVPILOT_API_KEY) or use host 127.0.0.1"
-        )
-    if req.api_key and not all("!" <= ch <= "~" for ch in req.api_key):
-        raise CommandError("the API key holds a space, a line break or a non-ASCII character, "
-                           "which no HTTP client can send; use printable ASCII characters only")
+    check_listen_address(req.host, req.port, req.api_key, serves="the models",
+                         key_hint=" (KVPILOT_API_KEY)")
     opts = req.options
     if opts.idle_unload_s is not None and opts.idle_unload_s <= 0:
         raise CommandError("--idle-unload must be a positive number of seconds")
