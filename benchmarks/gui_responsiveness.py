@@ -1,8 +1,8 @@
 """How late the window's event loop runs through the three scenes of the event-loop fault tests.
 
 The scenes are those of tests/faults/test_gui_event_loop.py, set up by the same helpers
-(tests/faultkit.py), on the main window of a recorded RTX 4090 (NVML replay), settings and data
-in a temporary folder:
+(tests/faultkit.py; the window by tests/guikit.py), on the main window of a recorded RTX 4090
+(NVML replay), settings and data in a temporary folder:
 
 * ``hung-metrics``: a /metrics endpoint that accepts and never answers; the scrape is stopped
   and the window closed while the sampler thread waits in it (2 s timeout).
@@ -38,6 +38,7 @@ from faultkit import (  # the fault tests' scenes
     silent_server,
     slow_download,
 )
+from guikit import close_windows, open_window  # the GUI tests' window set-up
 
 GOAL_S = 0.050
 TICK_S = 0.005
@@ -78,12 +79,8 @@ def wait(ms: int, until: Callable[[], bool] | None = None) -> None:
 
 def make_window():  # noqa: ANN201 - the MainWindow, imported late
     from kvpilot.gui import app as gui_app
-    from kvpilot.gui.bridge import CoreBridge
-    from kvpilot.gui.services import AppServices
 
-    services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop")
-    window = gui_app.build_window(services=services, confirm_stop=lambda: True)
-    window.show()
+    window = open_window("rtx4090-desktop")
     wait(30_000, lambda: gui_app.loaded(window))
     wait(300)  # the first plan's chart is drawn
     return window
@@ -147,12 +144,7 @@ def scene_log_flood(probe: Probe) -> list[float]:
 
 
 def dispose(window) -> None:  # noqa: ANN001
-    from kvpilot.gui import app as gui_app
-    from kvpilot.gui.workers import wait_for_pool
-
-    window.services.shutdown()
-    wait_for_pool(30_000)
-    gui_app.dispose(window)
+    close_windows([window])
 
 
 SCENES = {
