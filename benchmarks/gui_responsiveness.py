@@ -1,7 +1,8 @@
 """How late the window's event loop runs through the three scenes of the event-loop fault tests.
 
-The scenes are those of tests/faults/test_gui_event_loop.py, on the main window of a recorded
-RTX 4090 (NVML replay), settings and data in a temporary folder:
+The scenes are those of tests/faults/test_gui_event_loop.py, set up by the same helpers
+(tests/faultkit.py; the window by tests/guikit.py), on the main window of a recorded RTX 4090
+(NVML replay), settings and data in a temporary folder:
 
 * ``hung-metrics``: a /metrics endpoint that accepts and never answers; the scrape is stopped
   and the window closed while the sampler thread waits in it (2 s timeout).
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -30,27 +30,38 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from faultkit import (  # the fault tests' scenes
+    FLOOD_LAST,
+    LoopProbe,
+    flood_log,
+    silent_server,
+    slow_download,
+)
+from guikit import close_windows, open_window  # the GUI tests' window set-up
+
 GOAL_S = 0.050
 TICK_S = 0.005
 
 
 class Probe:
-    """Ticks of a precise QTimer; the longest gap beyond the interval is the worst lateness."""
+    """A precise QTimer feeding the fault tests' :class:`faultkit.LoopProbe` its ticks."""
 
     def __init__(self) -> None:
         from PySide6.QtCore import Qt, QTimer
 
-        self.ticks: list[float] = []
+        self.loop = LoopProbe(interval_s=TICK_S)
         self.timer = QTimer()
         self.timer.setTimerType(Qt.TimerType.PreciseTimer)
-        self.timer.timeout.connect(lambda: self.ticks.append(time.perf_counter()))
+        self.timer.timeout.connect(self.loop.tick)
         self.timer.start(int(TICK_S * 1000))
 
     def restart(self) -> None:
-        self.ticks = [time.perf_counter()]
+        self.loop.ticks.clear()
+        self.loop.tick()
 
     def lateness_s(self) -> list[float]:
-        return [b - a - TICK_S for a, b in zip(self.ticks, self.ticks[1:], strict=False)]
+        return self.loop.lateness_s()
 
     def stop(self) -> None:
         self.timer.stop()
@@ -68,88 +79,36 @@ def wait(ms: int, until: Callable[[], bool] | None = None) -> None:
 
 def make_window():  # noqa: ANN201 - the MainWindow, imported late
     from kvpilot.gui import app as gui_app
-    from kvpilot.gui.bridge import CoreBridge
-    from kvpilot.gui.services import AppServices
 
-    services = AppServices(CoreBridge(), fake_gpu="rtx4090-desktop")
-    window = gui_app.build_window(services=services, confirm_stop=lambda: True)
-    window.show()
+    window = open_window("rtx4090-desktop")
     wait(30_000, lambda: gui_app.loaded(window))
     wait(300)  # the first plan's chart is drawn
     return window
 
 
-def silent_server() -> tuple[str, Callable[[], None]]:
-    """A TCP server that accepts and never sends a byte; returns (url, close)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        sock.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            held.append(conn)
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-
-    def close() -> None:
-        stop.set()
-        t.join(2)
-        for c in held:
-            c.close()
-        sock.close()
-
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", close
-
-
 def scene_hung_metrics(probe: Probe) -> list[float]:
-    url, close = silent_server()
-    w = make_window()
-    try:
-        w.services.start_metrics(url, 5.0)
-        time.sleep(0.3)  # the sampler is inside a scrape that times out after 2 s
-        probe.restart()
-        w.services.stop_metrics()
-        w._finish_close()
-        wait(300)
-        return probe.lateness_s()
-    finally:
-        w.services.join_background(10)
-        close()
-        dispose(w)
+    with silent_server() as url:
+        w = make_window()
+        try:
+            w.services.start_metrics(url, 5.0)
+            time.sleep(0.3)  # the sampler is inside a scrape that times out after 2 s
+            probe.restart()
+            w.services.stop_metrics()
+            w._finish_close()
+            wait(300)
+            return probe.lateness_s()
+        finally:
+            w.services.join_background(10)
+            dispose(w)
 
 
 def scene_download(probe: Probe) -> list[float]:
     from kvpilot.core.app import launch
-    from kvpilot.core.hub import download, download_errors
     from kvpilot.core.runtimes.discovery import VllmRuntime
 
     started, release = threading.Event(), threading.Event()
-
-    def slow_download(spec, *, on_progress=None, cancel_event=None):  # noqa: ANN001, ANN202
-        started.set()
-        total = 1 << 30
-        for i in range(2000):
-            if release.is_set() or (cancel_event is not None and cancel_event.is_set()):
-                break
-            if on_progress is not None:
-                on_progress(download.DownloadProgress(
-                    "downloading", i << 19, total, i << 19, 5e8, 2.0, "model.safetensors", 0, 1))
-            time.sleep(0.001)
-        release.wait(20)
-        raise download_errors.DownloadCancelled(f"download of {spec.model} cancelled")
-
     real = launch.launchable_spec
-    launch.launchable_spec = slow_download
+    launch.launchable_spec = slow_download(started, release)
     w = make_window()
     try:
         w.runtime_control.set_runtime(VllmRuntime(("/bin/false",), "0.32.0", "env", "/bin/false"))
@@ -169,29 +128,13 @@ def scene_download(probe: Probe) -> list[float]:
 
 
 def scene_log_flood(probe: Probe) -> list[float]:
-    from kvpilot.core.vllm import supervisor as sv
-
     w = make_window()
     try:
         w.services.supervisor = object()  # the window shows a running server's output
-        sink = w.services._supervisor_event_sink()
-        total = rate = 100_000
-
-        def flood() -> None:
-            t0 = time.monotonic()
-            for i in range(total):
-                sink(sv.LogLineEvent("stdout", "(APIServer pid=1) INFO 11-29 08:10:45 [x.py:1] "
-                                               f"flood line {i:09d}", 0.0))
-                if i % 1000 == 999:
-                    ahead = t0 + (i + 1) / rate - time.monotonic()
-                    if ahead > 0:
-                        time.sleep(ahead)
-
-        t = threading.Thread(target=flood)
+        t = threading.Thread(target=flood_log, args=(w.services._supervisor_event_sink(),))
         probe.restart()
         t.start()
-        wait(30_000, lambda: bool(w.log_view._lines)
-             and "flood line 000099999" in w.log_view._lines[-1][1])
+        wait(30_000, lambda: bool(w.log_view._lines) and FLOOD_LAST in w.log_view._lines[-1][1])
         t.join()
         lateness = probe.lateness_s()
         w.services.supervisor = None
@@ -201,12 +144,7 @@ def scene_log_flood(probe: Probe) -> list[float]:
 
 
 def dispose(window) -> None:  # noqa: ANN001
-    from kvpilot.gui import app as gui_app
-    from kvpilot.gui.workers import wait_for_pool
-
-    window.services.shutdown()
-    wait_for_pool(30_000)
-    gui_app.dispose(window)
+    close_windows([window])
 
 
 SCENES = {

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -210,13 +209,8 @@ def install_launcher(bundle_dir: Path) -> Path:
 def build_lock(cache: Path) -> Iterator[None]:
     """Hold ``cache/build.lock``: builds sharing a cache (environment, PyInstaller work folder)
     run one after the other."""
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / "build.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with _oldbase().hold_lock(cache / "build.lock"):
+        yield
 
 
 def _run(

@@ -141,13 +141,16 @@ def missing_tools() -> list[str]:
 
 
 @contextlib.contextmanager
-def _lock(cache: Path, say: Progress) -> Iterator[None]:
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / LOCK, "w") as fh:
+def hold_lock(path: Path, say: Progress | None = None) -> Iterator[None]:
+    """Hold the lock file ``path`` (made with its folder): builds sharing a cache run one after
+    the other; ``say`` is told when another build holds it and this one waits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            say(f"waiting for another build holding {cache / LOCK}")
+            if say is not None:
+                say(f"waiting for another build holding {path}")
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -200,21 +203,30 @@ def run_in_root(
         [*mounts, f"mount -t proc proc {shlex.quote(str(root / 'proc'))}", inner]
     )
     argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script]
-    lines: list[str] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    rc, lines = _streamed(argv, stream or (lambda _line: None), deadline)
+    return subprocess.CompletedProcess(argv, rc, "".join(lines), "")
+
+
+def _streamed(
+    argv: Sequence[str], on_line: Progress, deadline: float | None = None
+) -> tuple[int, list[str]]:
+    """Run ``argv`` (stderr into stdout), handing each output line to ``on_line`` as it comes
+    (without its line break); killed once ``deadline`` (``time.monotonic``) has passed. Returns
+    the exit status and the lines as read."""
+    lines: list[str] = []
     with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if stream is not None:
-                stream(line.rstrip("\n"))
+            on_line(line.rstrip("\n"))
             if deadline is not None and time.monotonic() > deadline:
                 proc.kill()
                 break
         rc = proc.wait()
-    return subprocess.CompletedProcess(argv, rc, "".join(lines), "")
+    return rc, lines
 
 
 #: where the host's certificate bundle is put in the root
@@ -305,23 +317,21 @@ def _debootstrap(target: Path, cache: Path, say: Progress, verbose: bool) -> Non
         f"--include={','.join(PACKAGES)}", SUITE, str(target), MIRROR,
     ]  # fmt: skip
     say(f"debootstrap {SUITE} into {target} (.deb files cached in {debs})")
-    lines = []
     last = 0.0
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            text = line.rstrip()
-            # debootstrap's stages ("I: Retrieving", "I: Unpacking", "I: Configuring") every 10 s
-            if verbose or (text.startswith("I: ") and time.monotonic() - last > 10):
-                say(text)
-                last = time.monotonic()
-    if proc.returncode != 0:
+
+    def shown(line: str) -> None:
+        nonlocal last
+        text = line.rstrip()
+        # debootstrap's stages ("I: Retrieving", "I: Unpacking", "I: Configuring") every 10 s
+        if verbose or (text.startswith("I: ") and time.monotonic() - last > 10):
+            say(text)
+            last = time.monotonic()
+
+    rc, lines = _streamed(argv, shown)
+    if rc != 0:
         tail = "".join(lines[-30:])
         raise OldBaseError(
-            f"debootstrap {SUITE} failed (exit {proc.returncode}); is {MIRROR} reachable "
+            f"debootstrap {SUITE} failed (exit {rc}); is {MIRROR} reachable "
             f"(KVPILOT_DEBIAN_MIRROR)?\n{tail}"
         )
 
@@ -378,7 +388,7 @@ def ensure(
     digest = recipe_hash()
     root = cache / f"debian11-{digest}"
     python = f"{PYTHON_PREFIX}/bin/python3.11"
-    with _lock(cache, say):
+    with hold_lock(cache / LOCK, say):
         if fresh:
             _remove_root(root)
         if root.exists() and _healthy(root):

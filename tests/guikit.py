@@ -1,4 +1,6 @@
-"""Helpers of the GUI tests: wait on the signals the window listens to, not on polled state.
+"""Helpers of the GUI tests: open and close a main window on a recorded GPU (the fixtures and
+the GUI benchmarks use the same), and wait on the signals the window listens to, not on polled
+state.
 
 pytest-qt's ``waitSignal`` disconnects its slot when the block ends; with PySide6 6.11 a queued
 emission still pending for that slot (the supervisor emits log lines from its threads all the
@@ -9,9 +11,45 @@ bridge and stays connected for the bridge's life.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from PySide6.QtCore import QEventLoop, QTimer
+
+
+def open_window(
+    fake_gpu: str = "rtx4090-desktop",
+    *,
+    store: Any = None,
+    confirm_stop: Callable[[], bool] = lambda: True,
+    **services: Any,
+) -> Any:
+    """A main window on the recorded GPU ``fake_gpu`` (NVML replayed), shown, not yet loaded;
+    ``services`` are set on its :class:`AppServices` before the window is built."""
+    from kvpilot.gui import app as gui_app
+    from kvpilot.gui.bridge import CoreBridge
+    from kvpilot.gui.services import AppServices
+
+    app_services = AppServices(CoreBridge(), fake_gpu=fake_gpu)
+    for key, value in services.items():
+        setattr(app_services, key, value)
+    window = gui_app.build_window(store=store, services=app_services, confirm_stop=confirm_stop)
+    window.show()
+    return window
+
+
+def close_windows(windows: Iterable[Any]) -> None:
+    """Stop every window's background work, wait for the thread pool, then dispose them."""
+    from kvpilot.gui import app as gui_app
+    from kvpilot.gui.workers import wait_for_pool
+
+    windows = list(windows)
+    for w in windows:
+        w.services.shutdown()
+    wait_for_pool(30_000)
+    for w in windows:
+        gui_app.dispose(w)
+
 
 _waiters: weakref.WeakKeyDictionary[Any, _StateWaiter] = weakref.WeakKeyDictionary()
 

@@ -9,14 +9,32 @@ server: an address other than this machine's loopback needs an API key.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kvpilot.core.base.errors import CommandError, SettingsError
-from kvpilot.core.base.hosts import is_loopback_host
-from kvpilot.core.front.members import Member, prepare_member, this_device
+from kvpilot.core.app.launch import LaunchSession
+from kvpilot.core.app.profile_launch import (
+    auto_utilization,
+    fallback_policy,
+    profile_settings,
+    profile_spec,
+)
+from kvpilot.core.base.errors import CommandError, KvpilotError, SettingsError
+from kvpilot.core.base.hosts import check_listen_address
+from kvpilot.core.front.members import Member, ProfileLaunch, this_device
+from kvpilot.core.front.placement import ProfileNeed, need_of
 from kvpilot.core.front.pool import FrontOptions, Pool
 from kvpilot.core.front.server import FrontServer
+
+if TYPE_CHECKING:
+    from kvpilot.core.app.settings import Profile
+    from kvpilot.core.base.plan import Capacity, PlanInputs
+    from kvpilot.core.hardware.target import DeviceTarget
+    from kvpilot.core.runtimes.discovery import VllmRuntime
 
 #: the port a front listens on unless told otherwise (the port clients of vLLM expect)
 DEFAULT_PORT = 8000
@@ -56,16 +74,8 @@ def check_request(req: FrontRequest) -> None:
     twice = sorted({p for p in req.profiles if req.profiles.count(p) > 1})
     if twice:
         raise CommandError(f"profile {twice[0]!r} is named twice; name each profile once")
-    if not 1 <= req.port <= 65535:
-        raise CommandError(f"port {req.port} is out of range; pick one in 1-65535 (e.g. 8000)")
-    if not is_loopback_host(req.host) and not req.api_key:
-        raise CommandError(
-            f"serving on {req.host} exposes the models to the network; set an API key "
-            "(KVPILOT_API_KEY) or use host 127.0.0.1"
-        )
-    if req.api_key and not all("!" <= ch <= "~" for ch in req.api_key):
-        raise CommandError("the API key holds a space, a line break or a non-ASCII character, "
-                           "which no HTTP client can send; use printable ASCII characters only")
+    check_listen_address(req.host, req.port, req.api_key, serves="the models",
+                         key_hint=" (KVPILOT_API_KEY)")
     opts = req.options
     if opts.idle_unload_s is not None and opts.idle_unload_s <= 0:
         raise CommandError("--idle-unload must be a positive number of seconds")
@@ -76,6 +86,92 @@ def check_request(req: FrontRequest) -> None:
                            "profile loads)")
     if opts.queue_timeout_s <= 0:
         raise CommandError("--queue-timeout must be a positive number of seconds")
+
+
+def launch_model(profile: Profile) -> str:
+    """The model a profile launches: a catalog id becomes its checkpoint's repo (as the window's
+    planner launches it); a local folder or a repo id stays."""
+    from kvpilot.core.models import catalog
+
+    ref = profile.model_ref.strip()
+    found = catalog.find(ref) if not Path(ref).expanduser().exists() else None
+    return found[1].repo if found is not None else ref
+
+
+def served_name(profile: Profile) -> str:
+    """What clients name the profile's model: its served model name, else its model reference."""
+    return (getattr(profile, "served_model_name", "") or "").strip() or profile.model_ref.strip()
+
+
+def profile_member(
+    profile: Profile,
+    runtime: VllmRuntime,
+    device: DeviceTarget,
+    *,
+    inputs: PlanInputs | None = None,
+    capacity: Capacity | None = None,
+    need: ProfileNeed | None = None,
+    plan_problem: str = "",
+) -> Member:
+    """``profile`` as a member of a front on ``device``: its names, the model it starts and how
+    it launches (its settings, whether it fixes the utilization, its launch spec)."""
+    launch = ProfileLaunch(
+        settings=profile_settings(profile),
+        fixed_utilization=profile.plan.gpu_memory_utilization is not None,
+        spec=partial(profile_spec, profile),
+    )
+    return Member(profile.name, launch, served_name(profile), launch_model(profile), runtime,
+                  device, inputs, capacity, need, plan_problem)
+
+
+def prepare_member(
+    profile: Profile, runtime: VllmRuntime, device: DeviceTarget, data_dir: Path
+) -> Member:
+    """Plan ``profile`` on ``device`` for ``runtime`` (this GPU's measurements in ``data_dir``).
+
+    Raises:
+        SettingsError: the profile names no model.
+    """
+    from kvpilot.core.fit.calibrate import planned_capacity
+    from kvpilot.core.fit.measurements import MeasurementStore
+    from kvpilot.core.hub.resolve import load_model_spec
+
+    if not profile.model_ref.strip():
+        raise SettingsError(f"profile {profile.name!r} names no model; give it one with "
+                            f"kvpilot profile edit {profile.name!r} --model REF")
+    settings = profile_settings(profile)
+    util = auto_utilization(profile, device)
+    if util is not None:
+        settings = dataclasses.replace(settings, gpu_memory_utilization=util)
+    inputs = capacity = need = None
+    problem = ""
+    try:
+        spec = load_model_spec(profile.model_ref)
+        inputs = device.plan_inputs(spec, runtime.version, settings)
+        capacity = planned_capacity(inputs, MeasurementStore(data_dir / "measurements.json"))
+        need = need_of(profile.name, capacity,
+                       fixed_utilization=profile.plan.gpu_memory_utilization is not None,
+                       fixed_kv=profile.plan.kv_cache_memory_bytes is not None)
+    except KvpilotError as exc:
+        problem = exc.message
+    return profile_member(profile, runtime, device, inputs=inputs, capacity=capacity, need=need,
+                          plan_problem=problem)
+
+
+def front_session(
+    data_dir: Path, options: FrontOptions
+) -> Callable[[Member], LaunchSession]:
+    """The launch session of each member's launch: the run recorded (source ``front``, the
+    profile's name), never a fallback by itself, ready within ``options.ready_timeout_s``."""
+
+    def session(member: Member) -> LaunchSession:
+        return LaunchSession(
+            member.runtime, data_dir, policy=fallback_policy(None),
+            supervisor_options={"ready_timeout_s": options.ready_timeout_s},
+            run_profile=member.name, run_source="front",
+        )
+
+    return session
 
 
 def prepare_members(req: FrontRequest) -> list[Member]:
@@ -127,5 +223,6 @@ def build_front(req: FrontRequest) -> FrontServer:
     members = prepare_members(req)
     data_dir = req.data_dir or paths.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
-    pool = Pool(members, data_dir, req.options)
+    pool = Pool(members, data_dir, req.options,
+                session_factory=front_session(data_dir, req.options))
     return FrontServer(pool, req.host, req.port, api_key=req.api_key)

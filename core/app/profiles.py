@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.hosts import key_is_sendable
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.fit.goal import Goal
 
@@ -179,7 +180,7 @@ def profile_problems(profile: Profile) -> list[SettingsProblem]:
             "set an API key or use host 127.0.0.1",
             "host",  # the safe repair: back to this machine only
         )
-    if profile.api_key and not all("!" <= ch <= "~" for ch in profile.api_key):
+    if not key_is_sendable(profile.api_key):
         add(
             "api_key",
             "holds a space, a line break or a non-ASCII character, which no HTTP client can "

@@ -1,10 +1,13 @@
 """Server addresses, read once: which host names mean this machine (for the API-key rule of a
 launch, the load test's loopback-only targets and whether a watched server runs here) and how a
-server URL the user typed is read (by ``bench``, ``watch`` and the GUI's attach dialog)."""
+server URL the user typed is read (by ``bench``, ``watch`` and the GUI's attach dialog), and the
+rules for the address a server listens on (a launch and a front)."""
 
 from __future__ import annotations
 
 import ipaddress
+
+from kvpilot.core.base.errors import CommandError
 
 #: what a server URL looks like, in every message about one
 URL_EXAMPLE = "http://127.0.0.1:8000"
@@ -23,6 +26,37 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def key_is_sendable(api_key: str | None) -> bool:
+    """True where ``api_key`` can travel in an HTTP header (``Authorization: Bearer``): none, or
+    printable ASCII without spaces (a pasted space, line break or accent cannot)."""
+    return not api_key or all("!" <= ch <= "~" for ch in api_key)
+
+
+def check_listen_address(
+    host: str, port: object, api_key: str | None, *, serves: str = "the model", key_hint: str = ""
+) -> None:
+    """The rules for where a server listens: a TCP port, a key for any address other than this
+    machine's loopback, a key an HTTP client can send. ``serves`` names what would be exposed
+    (``the models`` for a front); ``key_hint`` says where the key comes from (`` (ENV)``).
+
+    Raises:
+        CommandError: the port is out of range, a wide address has no API key, or the key holds
+            a character no HTTP client can send.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise CommandError(f"port {port!r} is out of range; pick one in 1-65535 (e.g. 8000)")
+    if not is_loopback_host(host) and not api_key:
+        raise CommandError(
+            f"serving on {host} exposes {serves} to the network; set an API key{key_hint} "
+            "or use host 127.0.0.1"
+        )
+    if not key_is_sendable(api_key):
+        raise CommandError(
+            "the API key holds a space, a line break or a non-ASCII character, which no HTTP "
+            "client can send; use printable ASCII characters only"
+        )
 
 
 def server_root(url: str) -> str:

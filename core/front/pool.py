@@ -7,7 +7,7 @@ queue while one task at a time brings the profile up. Bringing up asks the plann
 when it does not, the least recently used profiles make room (each waits for its requests in
 flight to finish first), by sleeping where vLLM's sleep mode is allowed
 (:func:`~kvpilot.core.front.sleep.sleep_support`) and by stopping otherwise. Each launch is a
-:class:`~kvpilot.core.app.launch.LaunchSession` launch (run record, measurements, the supervisor's
+:class:`LaunchRun` the application layer hands in (run record, measurements, the supervisor's
 clean stop); each swap adds its reason, the wait of the first request and the load time to that
 run's record (``swaps``). A profile that fails to start leaves its classified failure for the
 waiting requests and the pool goes on. Idle profiles are stopped after ``idle_unload_s``.
@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -39,10 +39,11 @@ from kvpilot.core.front.placement import ProfileNeed, Split, split
 from kvpilot.core.runs.store import utc_now
 
 if TYPE_CHECKING:
-    from kvpilot.core.app.launch import LaunchSession
     from kvpilot.core.base.failures import Failure
+    from kvpilot.core.base.plan import PlanInputs
     from kvpilot.core.front.members import Member
     from kvpilot.core.runs.recorder import RunRecorder
+    from kvpilot.core.vllm.command import LaunchSpec
     from kvpilot.core.vllm.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,21 @@ DRAIN_TIMEOUT_S = 300.0
 PORT_BASE = 18100
 #: swaps kept for the status
 SWAPS_KEPT = 50
+
+
+class LaunchRun(Protocol):
+    """One launch of a profile, as the application layer's launch session does it: the model
+    made local, then a supervised server started and its run recorded."""
+
+    recorder: RunRecorder | None
+
+    def download(self, spec: LaunchSpec) -> LaunchSpec:
+        """The spec with a local folder for its model."""
+        ...
+
+    def start(self, spec: LaunchSpec, inputs: PlanInputs | None) -> Supervisor:
+        """A supervised server for ``spec``, started."""
+        ...
 
 
 class FrontError(KvpilotError):
@@ -159,8 +175,8 @@ class Pool:
         members: the planned profiles, in the order given.
         data_dir: logs, pidfiles, run records and measurements.
         options: the limits.
-        session_factory: makes the :class:`LaunchSession` of one launch (default: a session
-            that records the run, source ``front``).
+        session_factory: makes the :class:`LaunchRun` of one launch (the application layer's
+            launch session, recording the run with source ``front``).
     """
 
     def __init__(
@@ -169,7 +185,7 @@ class Pool:
         data_dir: Path,
         options: FrontOptions | None = None,
         *,
-        session_factory: Callable[[Member], LaunchSession] | None = None,
+        session_factory: Callable[[Member], LaunchRun],
     ) -> None:
         if not members:
             raise ValueError("a front needs at least one profile")
@@ -180,7 +196,7 @@ class Pool:
         for slot in self.slots.values():
             self._by_model.setdefault(slot.member.served_name, slot)
             self._by_model.setdefault(slot.name, slot)
-        self._session_factory = session_factory or self._default_session
+        self._session_factory = session_factory
         self._lock: asyncio.Lock | None = None
         self._waiting = 0
         self._swaps: deque[SwapRecord] = deque(maxlen=SWAPS_KEPT)
@@ -206,16 +222,6 @@ class Pool:
         util = utilization_for(device.card(), member.runtime.version)
         # None: vLLM 0.34+ on a GPU nothing else uses takes all of it (its default, 1.0)
         return int(device.total_bytes * (util if util is not None else 1.0))
-
-    def _default_session(self, member: Member) -> LaunchSession:
-        from kvpilot.core.app.launch import LaunchSession
-        from kvpilot.core.app.profile_launch import fallback_policy
-
-        return LaunchSession(
-            member.runtime, self.data_dir, policy=fallback_policy(None),
-            supervisor_options={"ready_timeout_s": self.options.ready_timeout_s},
-            run_profile=member.name, run_source="front",
-        )
 
     async def open(self) -> None:
         """Start the idle watch (call on the server's event loop before the first request)."""
@@ -447,22 +453,20 @@ class Pool:
 
     def _launch(self, slot: Slot, share: int | None) -> Supervisor:
         """Start the profile's server (blocking: download, flag check, spawn)."""
-        from kvpilot.core.app.profile_launch import profile_settings, profile_spec
-
         member = slot.member
         session = self._session_factory(member)
-        settings = profile_settings(member.profile)
+        settings = member.launch.settings
         if member.inputs is not None:
             settings = member.inputs.settings
         # the share as vLLM's utilization, unless the profile fixes its own (a fixed KV size
         # still needs a utilization the start-up check passes next to the others)
-        if share is not None and self.cuda and member.profile.plan.gpu_memory_utilization is None:
+        if share is not None and self.cuda and not member.launch.fixed_utilization:
             settings = dataclasses.replace(
                 settings, gpu_memory_utilization=Split(True, 0, 0, {member.name: share})
                 .utilization(member.name, self.total_bytes))
         sleeping = self._may_sleep(slot)
         extra_env = dict(sleepmode.SLEEP_ENV) if sleeping else {}
-        spec = profile_spec(member.profile, member.model, settings, {
+        spec = member.launch.spec(member.model, settings, {
             "host": "127.0.0.1",
             "port": self._port(),
             "api_key": self.key,

@@ -273,6 +273,34 @@ def _run(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[s
     )
 
 
+def ask_runtime(
+    argv: Sequence[str], timeout_s: float, *, silent: str, hint: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run a program of a vLLM install (colours and usage statistics off) and return what it
+    printed, whatever its exit status. ``silent`` says what did not happen when it times out
+    (``'vllm serve --help=all' did not answer``); ``hint`` is added to a program that cannot be
+    run (how to install one).
+
+    Raises:
+        RuntimeNotFoundError: the program timed out after ``timeout_s`` or cannot be run.
+    """
+    try:
+        return _run(argv, timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeNotFoundError(f"{silent} within {timeout_s:.0f} s") from exc
+    except OSError as exc:
+        raise RuntimeNotFoundError(
+            f"cannot run {argv[0]} ({exc.strerror or exc})" + (f"; {hint}" if hint else "")
+        ) from exc
+
+
+def last_words(proc: subprocess.CompletedProcess[str]) -> str:
+    """Why a program failed, in its own words: the last line of its error output (else of its
+    output), or its exit status where it printed nothing."""
+    tail = (proc.stderr or proc.stdout).strip().splitlines()
+    return tail[-1] if tail else f"exit status {proc.returncode}"
+
+
 def read_version(
     argv_prefix: Sequence[str],
     *,
@@ -292,22 +320,14 @@ def read_version(
     hit = cached.get(key)
     if isinstance(hit, str):
         return hit
-    try:
-        proc = _run([*argv_prefix, "--version"], timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeNotFoundError(
-            f"'{' '.join(argv_prefix)} --version' did not answer within {timeout_s:.0f} s"
-        ) from exc
-    except OSError as exc:
-        raise RuntimeNotFoundError(
-            f"cannot run {argv_prefix[0]} ({exc.strerror or exc}); {INSTALL_HINT}"
-        ) from exc
+    proc = ask_runtime([*argv_prefix, "--version"], timeout_s,
+                       silent=f"'{' '.join(argv_prefix)} --version' did not answer",
+                       hint=INSTALL_HINT)
     version = parse_version_output(proc.stdout) if proc.returncode == 0 else None
     if version is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()
-        why = tail[-1] if tail else f"exit status {proc.returncode}"
         raise RuntimeNotFoundError(
-            f"'{' '.join(argv_prefix)} --version' did not print a vLLM version ({why}); "
+            f"'{' '.join(argv_prefix)} --version' did not print a vLLM version "
+            f"({last_words(proc)}); "
             f"{INSTALL_HINT}"
         )
     cached[key] = version
@@ -569,18 +589,11 @@ def learn_flags(
     flags = cached.get("flags")
     if isinstance(flags, list) and flags:
         return FlagSet(runtime.version, frozenset(str(f) for f in flags))
-    try:
-        proc = _run([*runtime.serve_argv(), "--help=all"], timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeNotFoundError(
-            f"'vllm serve --help=all' did not answer within {timeout_s:.0f} s"
-        ) from exc
-    except OSError as exc:
-        raise RuntimeNotFoundError(f"cannot run {runtime.location}: {exc}") from exc
+    proc = ask_runtime([*runtime.serve_argv(), "--help=all"], timeout_s,
+                       silent="'vllm serve --help=all' did not answer")
     found = parse_help_flags(proc.stdout)
     if proc.returncode != 0 or "--max-model-len" not in found:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()
-        why = tail[-1] if tail else f"exit status {proc.returncode}"
-        raise RuntimeNotFoundError(f"could not read the flags of vLLM {runtime.version}: {why}")
+        raise RuntimeNotFoundError(
+            f"could not read the flags of vLLM {runtime.version}: {last_words(proc)}")
     _write_json(cache_file, {"version": runtime.version, "flags": sorted(found)})
     return FlagSet(runtime.version, found)

@@ -9,7 +9,6 @@ call, even offline, costs one file read. A new or upgraded runtime is asked agai
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,14 +79,8 @@ def registered_architectures(
 
 
 def _ask(python: Path, timeout_s: float) -> frozenset[str]:
-    try:
-        proc = vllm_runtime._run([str(python), "-c", _QUERY], timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeNotFoundError(
-            f"{python} did not list vLLM's architectures within {timeout_s:.0f} s"
-        ) from exc
-    except OSError as exc:
-        raise RuntimeNotFoundError(f"cannot run {python} ({exc.strerror or exc})") from exc
+    proc = vllm_runtime.ask_runtime([str(python), "-c", _QUERY], timeout_s,
+                                    silent=f"{python} did not list vLLM's architectures")
     for line in proc.stdout.splitlines():
         if line.startswith(_MARK):
             try:
@@ -96,6 +89,5 @@ def _ask(python: Path, timeout_s: float) -> frozenset[str]:
                 break
             if isinstance(names, list):
                 return frozenset(str(n) for n in names)
-    tail = (proc.stderr or proc.stdout).strip().splitlines()
-    why = tail[-1] if tail else f"exit status {proc.returncode}"
-    raise RuntimeNotFoundError(f"{python} could not list vLLM's model registry ({why})")
+    raise RuntimeNotFoundError(
+        f"{python} could not list vLLM's model registry ({vllm_runtime.last_words(proc)})")

@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 
 from kvpilot.core.base.errors import KvpilotError
-from kvpilot.core.base.hosts import is_loopback_host, server_root
+from kvpilot.core.base.hosts import is_loopback_host, key_is_sendable, server_root
 from kvpilot.core.hardware.energy import GpuEnergy, gpu_energy, throttle_note
 
 __all__ = [
@@ -76,7 +76,7 @@ def api_key_problem(api_key: str | None) -> str | None:
     """Why ``api_key`` cannot go into an ``Authorization: Bearer`` header (HTTP headers are
     printable ASCII; a pasted key with a space, a newline or an accent cannot be sent), or
     None when it can (or there is none)."""
-    if not api_key or all("!" <= ch <= "~" for ch in api_key):
+    if key_is_sendable(api_key):
         return None
     return (
         "the API key may hold only printable ASCII characters without spaces (it is sent as a "

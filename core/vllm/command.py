@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from kvpilot.core.base import versions
 from kvpilot.core.base.errors import CommandError
-from kvpilot.core.base.hosts import is_loopback_host
+from kvpilot.core.base.hosts import check_listen_address
 from kvpilot.core.base.plan import PlanInputs, ServingSettings, settings_dict
 from kvpilot.core.base.versions import supports
 from kvpilot.core.runtimes.discovery import (
@@ -210,19 +210,7 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
         raise CommandError(f"the model {spec.model!r} looks like a flag; pass a path or repo id")
     if not spec.host:
         raise CommandError("the host is empty; use 127.0.0.1 to serve on this machine only")
-    if not isinstance(spec.port, int) or not 1 <= spec.port <= 65535:
-        raise CommandError(f"port {spec.port!r} is out of range; pick one in 1-65535 (e.g. 8000)")
-    if not is_loopback_host(spec.host) and not spec.api_key:
-        raise CommandError(
-            f"serving on {spec.host} exposes the model to the network; set an API key "
-            "or use host 127.0.0.1"
-        )
-    if spec.api_key and not all("!" <= ch <= "~" for ch in spec.api_key):
-        # clients send the key in an HTTP header: spaces, line breaks and non-ASCII cannot go there
-        raise CommandError(
-            "the API key holds a space, a line break or a non-ASCII character, which no HTTP "
-            "client can send; use printable ASCII characters only"
-        )
+    check_listen_address(spec.host, spec.port, spec.api_key)
     if spec.auto_max_model_len:
         if spec.max_model_len is not None:
             raise CommandError(

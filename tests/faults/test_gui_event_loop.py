@@ -14,11 +14,11 @@ by ``benchmarks/gui_responsiveness.py``, which runs the same three scenes and pr
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
+import faultkit
 import pytest
 from faultkit import BLOCKED_S
 from PySide6.QtCore import QThreadPool
@@ -27,31 +27,8 @@ from PySide6.QtCore import QThreadPool
 @pytest.fixture
 def silent_server() -> Iterator[str]:
     """A TCP server that accepts connections and never sends a byte."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        sock.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            held.append(conn)
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    stop.set()
-    t.join(2)
-    for c in held:
-        c.close()
-    sock.close()
+    with faultkit.silent_server() as url:
+        yield url
 
 
 def test_stop_and_close_with_a_hung_metrics_endpoint_never_block_the_loop(
@@ -84,29 +61,11 @@ def test_a_long_download_before_a_launch_holds_no_pool_thread(
     make_window, qtbot, loop_probe, monkeypatch
 ) -> None:
     from kvpilot.core.app import launch
-    from kvpilot.core.hub import download, download_errors
     from kvpilot.core.runtimes.discovery import VllmRuntime
 
     started = threading.Event()
     release = threading.Event()
-
-    def slow_download(spec, *, on_progress=None, cancel_event=None):
-        started.set()
-        total = 1 << 30
-        for i in range(2000):  # a flood of progress reports while "downloading"
-            if release.is_set() or (cancel_event is not None and cancel_event.is_set()):
-                break
-            if on_progress is not None:
-                on_progress(
-                    download.DownloadProgress(
-                        "downloading", i << 19, total, i << 19, 5e8, 2.0, "model.safetensors", 0, 1
-                    )
-                )
-            time.sleep(0.001)
-        release.wait(20)
-        raise download_errors.DownloadCancelled(f"download of {spec.model} cancelled")
-
-    monkeypatch.setattr(launch, "launchable_spec", slow_download)
+    monkeypatch.setattr(launch, "launchable_spec", faultkit.slow_download(started, release))
     w = make_window("rtx4090-desktop")
     w.runtime_control.set_runtime(VllmRuntime(("/bin/false",), "0.32.0", "env", "/bin/false"))
     qtbot.waitUntil(lambda: w.planner.selected() is not None, timeout=15_000)
@@ -138,31 +97,19 @@ def test_a_log_flood_reaches_the_log_view_in_batches_and_the_loop_stays_responsi
     make_window, qtbot, loop_probe
 ) -> None:
     """100,000 lines/s for one second, sent as the supervisor sends them (from its thread)."""
-    from kvpilot.core.vllm import supervisor as sv
-
     w = make_window("rtx4090-desktop")
     w.services.supervisor = object()  # the window shows the output of a running server
     sink = w.services._supervisor_event_sink()
-    total, rate = 100_000, 100_000
+    total = faultkit.FLOOD_LINES
 
-    def flood() -> None:
-        started = time.monotonic()
-        for i in range(total):
-            sink(sv.LogLineEvent("stdout", f"(APIServer pid=1) INFO 11-29 08:10:45 [x.py:1] "
-                                           f"flood line {i:09d}", 0.0))
-            if i % 1000 == 999:
-                ahead = started + (i + 1) / rate - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
-
-    t = threading.Thread(target=flood)
+    t = threading.Thread(target=faultkit.flood_log, args=(sink,))
     qtbot.wait(300)
     loop_probe.ticks.clear()
     loop_probe.tick()
     t0 = time.monotonic()
     t.start()
     qtbot.waitUntil(
-        lambda: bool(w.log_view._lines) and "flood line 000099999" in w.log_view._lines[-1][1],
+        lambda: bool(w.log_view._lines) and faultkit.FLOOD_LAST in w.log_view._lines[-1][1],
         timeout=30_000,
     )
     shown_s = time.monotonic() - t0

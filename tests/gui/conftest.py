@@ -18,14 +18,12 @@ from e2e.conftest import (  # noqa: F401 - re-exported for test_main_window_e2e.
     vllm_runtime,
     vllm_scratch,
 )
+from guikit import close_windows, open_window
 
 import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6 before it is imported
 from kvpilot.core.app import settings as st
 from kvpilot.gui import app as gui_app
-from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.main_window import MainWindow
-from kvpilot.gui.services import AppServices
-from kvpilot.gui.workers import wait_for_pool
 
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
@@ -60,22 +58,14 @@ def make_window(qtbot, store: st.SettingsStore) -> Iterator[Callable[..., MainWi
         confirm_stop: Callable[[], bool] = lambda: True,
         **kw,
     ) -> MainWindow:
-        services = AppServices(CoreBridge(), fake_gpu=fake_gpu)
-        for key, value in kw.items():
-            setattr(services, key, value)
-        window = gui_app.build_window(store=store, services=services, confirm_stop=confirm_stop)
-        window.show()
+        window = open_window(fake_gpu, store=store, confirm_stop=confirm_stop, **kw)
         windows.append(window)
         if wait:
             qtbot.waitUntil(lambda: gui_app.loaded(window), timeout=30_000)
         return window
 
     yield make
-    for w in windows:
-        w.services.shutdown()
-    wait_for_pool(30_000)
-    for w in windows:
-        gui_app.dispose(w)
+    close_windows(windows)
 
 
 

@@ -38,8 +38,8 @@ def _fake_front(request: app_front.FrontRequest, data: Path) -> FrontServer:
     for name in request.profiles:
         profile = Profile(name=name, model_ref=f"/models/{name}", served_model_name=name,
                           plan=ServingSettings(max_model_len=1024, max_num_seqs=4))
-        members.append(Member(profile, name, profile.model_ref, runtime, card, None, None,
-                              ProfileNeed(name, 4 * GiB, 6 * GiB, GiB // 2)))
+        members.append(app_front.profile_member(
+            profile, runtime, card, need=ProfileNeed(name, 4 * GiB, 6 * GiB, GiB // 2)))
 
     def session(member: Member) -> LaunchSession:
         return LaunchSession(runtime, data, run_profile=member.name, run_source="front",

@@ -1,12 +1,19 @@
 """One loopback rule for the launch's API-key check, the load test's targets and the watcher,
-and one reading of a server URL the user typed."""
+one reading of a server URL the user typed, and one rule for the address a server or a front
+listens on."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvpilot.core.app.watch import WatchError, is_local_url, normalize_url
-from kvpilot.core.base.hosts import is_loopback_host, server_root
+from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.hosts import (
+    check_listen_address,
+    is_loopback_host,
+    key_is_sendable,
+    server_root,
+)
 from kvpilot.core.vllm.client import LoadTestError, check_target
 
 
@@ -64,3 +71,36 @@ def test_bench_and_watch_read_a_url_alike() -> None:
         check_target("ftp://127.0.0.1/")
     with pytest.raises(WatchError, match="not an http URL"):
         normalize_url("ftp://127.0.0.1/")
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "key", "says"),
+    [
+        ("127.0.0.1", 0, None, "port 0 is out of range"),
+        ("127.0.0.1", 65536, None, "port 65536 is out of range"),
+        ("127.0.0.1", True, None, "port True is out of range"),
+        ("0.0.0.0", 8000, None, "serving on 0.0.0.0 exposes the model to the network"),
+        ("10.0.0.2", 8000, "sk key", "printable ASCII"),
+        ("127.0.0.1", 8000, "sk-\u00e9", "printable ASCII"),
+    ],
+)
+def test_a_listen_address_outside_the_rules_is_refused_with_the_fix(
+    host: str, port: object, key: str | None, says: str
+) -> None:
+    with pytest.raises(CommandError, match=says):
+        check_listen_address(host, port, key)
+
+
+def test_a_listen_address_inside_the_rules_passes() -> None:
+    check_listen_address("localhost", 8000, None)
+    check_listen_address("0.0.0.0", 1, "sk-abc")
+    assert key_is_sendable(None) and key_is_sendable("") and key_is_sendable("sk-~!")
+    assert not key_is_sendable("sk abc") and not key_is_sendable("sk\n")
+
+
+def test_a_front_names_what_it_exposes_and_where_the_key_comes_from() -> None:
+    with pytest.raises(CommandError) as err:
+        check_listen_address("0.0.0.0", 8000, None, serves="the models",
+                             key_hint=" (KVPILOT_API_KEY)")
+    assert str(err.value) == ("serving on 0.0.0.0 exposes the models to the network; set an "
+                              "API key (KVPILOT_API_KEY) or use host 127.0.0.1")

@@ -113,7 +113,7 @@ def test_two_profiles_serving_one_name_are_refused(
 def test_a_profile_the_planner_cannot_read_is_served_alone(tmp_path: Path) -> None:
     import sys
 
-    from kvpilot.core.front.members import prepare_member, served_name
+    from kvpilot.core.app.front import prepare_member
     from kvpilot.core.hardware.target import from_spec
     from kvpilot.core.runtimes.discovery import VllmRuntime
 
@@ -128,7 +128,7 @@ def test_a_profile_the_planner_cannot_read_is_served_alone(tmp_path: Path) -> No
     planned = prepare_member(Profile(name="c", model_ref=SMALL, served_model_name="chat"),
                              runtime, card, tmp_path)
     assert planned.need is not None and planned.need.floor_bytes < planned.need.want_bytes
-    assert planned.model == SMALL and served_name(planned.profile) == "chat"
+    assert planned.model == SMALL and planned.served_name == "chat"
 
 
 def test_the_address_rules_are_a_single_servers() -> None:

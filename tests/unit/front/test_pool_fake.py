@@ -19,6 +19,7 @@ import psutil
 import pytest
 from testpaths import DATA, TESTS
 
+from kvpilot.core.app.front import profile_member
 from kvpilot.core.app.launch import LaunchSession
 from kvpilot.core.app.settings import Profile
 from kvpilot.core.base.plan import ServingSettings
@@ -43,7 +44,7 @@ def _member(name: str, floor_gib: float, runtime: VllmRuntime) -> Member:
     profile = Profile(name=name, model_ref=f"/models/{name}", served_model_name=name,
                       plan=ServingSettings(max_model_len=1024, max_num_seqs=4))
     need = ProfileNeed(name, int(floor_gib * GiB), int(floor_gib * 1.5 * GiB), int(0.5 * GiB))
-    return Member(profile, name, profile.model_ref, runtime, card, None, None, need)
+    return profile_member(profile, runtime, card, need=need)
 
 
 @pytest.fixture

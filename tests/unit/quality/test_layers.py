@@ -3,9 +3,10 @@
 ``core/base`` (the vocabulary) imports nothing of kvpilot above it. The domain packages (every
 other folder of ``core/`` except the application layer and ``commands``) import base and each
 other, but no two of them both ways, and none of them the application layer, the command line or
-the window. The application layer (``core/app``, one module per user action, and ``core/front``,
-the one address in front of several profiles' servers, which launches them as ``app`` does) sits
-above the domains; ``core/commands`` and ``cli.py`` above it. ``core/`` holds only packages,
+the window. ``core/front`` (the one address in front of several profiles' servers) is a domain
+too: the application layer reads the profiles and hands it how each launches. The application
+layer (``core/app``, one module per user action) sits above the domains; ``core/commands`` and
+``cli.py`` above it. ``core/`` holds only packages,
 ``cli.py`` and ``__init__.py``.
 
 The window reaches core by one rule: a module of ``gui/`` imports ``kvpilot.core`` itself,
@@ -28,7 +29,7 @@ CORE = REPO / "core"
 GUI = REPO / "gui"
 #: the folders of core/ that are not domain packages, lowest first after the domains
 BASE, APP, COMMANDS = "base", "app", "commands"
-APPLICATION = (APP, "front")
+APPLICATION = (APP,)
 ABOVE_DOMAINS = (*APPLICATION, COMMANDS, "cli")
 #: the only loose modules of core/
 LOOSE = {"__init__", "cli"}

@@ -80,8 +80,8 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
                        "the front's routes, driven over HTTP in front of the stand-in vLLM"),
     "front/server.py": ("tests/unit/front/test_pool_fake.py",
                         "the front's uvicorn server, started and stopped by every pool test"),
-    "front/members.py": ("tests/unit/commands/test_front.py",
-                         "the profiles planned for a front, through kvpilot front --plan-only"),
+    "front/members.py": ("tests/unit/front/test_pool_fake.py",
+                         "a profile as the pool needs it (app/front.py fills it in), launched"),
     "app/front.py": ("tests/unit/commands/test_front.py", "the front's build, behind the CLI"),
 }
 

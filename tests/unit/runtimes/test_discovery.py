@@ -163,6 +163,27 @@ def test_version_timeout_is_a_runtime_error(tmp_path: Path, cache: Path) -> None
         read_version((str(slow),), cache_dir=cache, timeout_s=0.5)
 
 
+def test_a_runtime_program_that_cannot_run_names_itself_and_the_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "gone" / "vllm"
+    with pytest.raises(RuntimeNotFoundError) as err:
+        rt.ask_runtime([str(missing), "--version"], 5, silent="never", hint="install one")
+    assert str(err.value).startswith(f"cannot run {missing} (")
+    assert str(err.value).endswith("; install one")
+
+
+def test_a_failed_runtime_program_is_told_in_its_last_words(tmp_path: Path) -> None:
+    noisy = tmp_path / "vllm"
+    noisy.write_text(f"#!{sys.executable}\nimport sys\nprint('out')\n"
+                     "sys.stderr.write('warming up\\nImportError: no torch\\n')\nsys.exit(3)\n")
+    noisy.chmod(0o755)
+    proc = rt.ask_runtime([str(noisy)], 30, silent="never")
+    assert proc.returncode == 3 and rt.last_words(proc) == "ImportError: no torch"
+    quiet = tmp_path / "quiet"
+    quiet.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(4)\n")
+    quiet.chmod(0o755)
+    assert rt.last_words(rt.ask_runtime([str(quiet)], 30, silent="never")) == "exit status 4"
+
+
 # ---------------------------------------------------------------- flags
 
 
