@@ -23,7 +23,9 @@ from guikit import close_windows, open_window
 import kvpilot.gui  # noqa: F401 - pins pyqtgraph to PySide6 before it is imported
 from kvpilot.core.app import settings as st
 from kvpilot.gui import app as gui_app
+from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.main_window import MainWindow
+from kvpilot.gui.services import AppServices
 
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
@@ -66,7 +68,6 @@ def make_window(qtbot, store: st.SettingsStore) -> Iterator[Callable[..., MainWi
 
     yield make
     close_windows(windows)
-
 
 
 @pytest.fixture
