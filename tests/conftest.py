@@ -36,14 +36,23 @@ def qt_objects_on_their_own_threads() -> Iterator[None]:
             pytest.fail("a Qt object was used off its thread:\n" + "\n".join(seen))
 
 
-# Under pytest-xdist (tests/run uses two workers), the tests that start servers or real vLLM
-# engines run one after another on one worker: they bind ports found free a moment before, share
-# the tiny checkpoint and the CPU engine's cores, and several judge time. The packaging tests
-# share one frozen bundle under .cache/packaging, built once. Everything else is spread freely.
+
+# tests/run runs the suite as two pytest processes side by side (``--part``): the tests that start
+# servers, vLLM engines or an X server run one after another in one of them (they bind ports found
+# free a moment before, share the tiny checkpoint and the CPU engine's cores, and several judge
+# time); everything else runs in the other.
 SERVER_DIRS = ("e2e", "faults", "system")
 SERVER_FIXTURES = frozenset({"vllm_runtime", "tiny_model", "vllm_server", "vllm_scratch"})
 SERVER_WORDS = ("fake_vllm", "find_free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer")
+PARTS = ("servers", "others")
 _source_cache: dict[Path, str] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part", choices=PARTS, default=None,
+        help="only the tests that start servers (servers) or only the others (others)",
+    )
 
 
 def _module_text(path: Path) -> str:
@@ -55,25 +64,24 @@ def _module_text(path: Path) -> str:
     return _source_cache[path]
 
 
-def xdist_group_of(item: pytest.Item) -> str | None:
-    """The xdist group a test runs in (``servers``, ``packaging``), or None to spread it."""
+def part_of(item: pytest.Item) -> str:
+    """``servers`` for a test that starts a server, an engine or an X server, else ``others``."""
     path = Path(str(item.fspath)).resolve()
     parts = path.relative_to(TESTS_DIR).parts if TESTS_DIR in path.parents else ()
-    if parts and parts[0] == "packaging":
-        return "packaging"
     if parts and parts[0] in SERVER_DIRS:
         return "servers"
     if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
         return "servers"
     text = _module_text(path)
-    if any(word in text for word in SERVER_WORDS):
-        return "servers"
-    return None
+    return "servers" if any(word in text for word in SERVER_WORDS) else "others"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each test that needs the machine to itself in its xdist group (see above)."""
-    for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(name=group))
+    """With ``--part``, keep only that part's tests."""
+    wanted = config.getoption("--part")
+    if wanted is None:
+        return
+    kept = [item for item in items if part_of(item) == wanted]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if part_of(i) != wanted])
+        items[:] = kept
