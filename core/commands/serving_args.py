@@ -15,6 +15,7 @@ from typing import Any
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.base.units import MiB
 from kvpilot.core.base.versions import Release
 from kvpilot.core.hardware import target
@@ -197,10 +198,9 @@ def adapter_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
     Raises:
         FitError: a slot count or rank below 1, LoRA flags without ``--enable-lora``, or a
-            ``--speculative-config`` that is not a JSON object.
+            ``--speculative-config`` vLLM would refuse (not a JSON object, no method or model,
+            a draft method without its model ...).
     """
-    import json
-
     enable = bool(getattr(args, "enable_lora", False))
     values: dict[str, Any] = {"enable_lora": enable}
     for name in ("max_loras", "max_lora_rank", "max_cpu_loras"):
@@ -217,13 +217,7 @@ def adapter_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
                        "without it)")
     spec = getattr(args, "speculative_config", None)
     if spec is not None:
-        try:
-            parsed = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise FitError(f"--speculative-config is not JSON ({exc.msg}); give e.g. "
-                           '\'{"method": "ngram", "num_speculative_tokens": 3}\'') from None
-        if not isinstance(parsed, dict):
-            raise FitError("--speculative-config must be a JSON object")
+        parse_speculative_config(spec)
     values["speculative_config"] = spec
     runner = getattr(args, "runner", None)
     values["runner"] = None if runner in (None, "auto") else runner

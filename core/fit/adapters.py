@@ -23,14 +23,11 @@ from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import PlanInputs, ServingSettings
+from kvpilot.core.base.speculative_config import parse_speculative_config, speculative_settings
 from kvpilot.core.base.versions import supports
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.lora import LoraBudget, lora_budget
-from kvpilot.core.fit.speculative import (
-    SpeculativeBudget,
-    parse_speculative_config,
-    speculative_budget,
-)
+from kvpilot.core.fit.speculative import SpeculativeBudget, speculative_budget
 
 RUNNER_POOLING = "pooling"
 RUNNERS = ("auto", "generate", "pooling", "draft")
@@ -225,14 +222,9 @@ def planner_adapters(settings: ServingSettings) -> PlannerAdapters:
     rank = settings.max_lora_rank or 16
     method, tokens, other = "", 2, None
     if settings.speculative_config:
-        try:
-            config = json.loads(settings.speculative_config)
-        except json.JSONDecodeError:
-            config = None
-        value = config.get("num_speculative_tokens") if isinstance(config, dict) else None
-        if isinstance(config, dict) and config.get("method") in PLANNER_DRAFTERS:
-            method = str(config["method"])
-            tokens = value if isinstance(value, int) and value > 0 else 1
+        parsed = speculative_settings(settings.speculative_config)
+        if parsed is not None and parsed.method in PLANNER_DRAFTERS:
+            method, tokens = parsed.method, parsed.num_speculative_tokens or 1
         else:
             other = settings.speculative_config
     return PlannerAdapters(slots, rank, method, tokens, other)

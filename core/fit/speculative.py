@@ -1,11 +1,9 @@
 """Speculative decoding (``--speculative-config``) in the memory budget, as vLLM counts it.
 
-``--speculative-config`` is JSON (``config/speculative.py`` ``SpeculativeConfig``): ``method``
-(``mtp``, ``eagle``, ``eagle3``, ``draft_model``, ``ngram`` ...; inferred from ``model`` when
-absent: ``ngram``/``[ngram]`` -> ngram, a name with ``eagle-`` -> eagle, ``eagle3`` -> eagle3,
-else draft_model; every ``*_mtp`` spelling becomes ``mtp``), ``num_speculative_tokens`` (for
-MTP it defaults to the checkpoint's MTP layer count), ``model`` and
-``draft_tensor_parallel_size``. What each method adds to the budget (0.20.0 and 0.32.0 wheels):
+``--speculative-config`` is read by :mod:`kvpilot.core.base.speculative_config` (the method as
+vLLM normalises it, ``num_speculative_tokens``, which for MTP defaults to the checkpoint's MTP
+layer count, the draft ``model`` and ``draft_tensor_parallel_size``). What each method adds to
+the budget (0.20.0 and 0.32.0 wheels):
 
 * weights: MTP loads the checkpoint's ``num_nextn_predict_layers`` decoder layers (and their
   ``eh_proj``, 2h x h), which plain serving skips; EAGLE / EAGLE-3 heads and draft models load
@@ -23,97 +21,18 @@ MTP it defaults to the checkpoint's MTP layer count), ``model`` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from kvpilot.core.base import failures
-from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.speculative_config import (
+    METHOD_MTP,
+    NO_KV_METHODS,
+    NO_NETWORK_METHODS,
+    SpeculativeSettings,
+)
 from kvpilot.core.fit import kv
-
-METHOD_MTP = "mtp"
-METHOD_EAGLE = "eagle"
-METHOD_EAGLE3 = "eagle3"
-METHOD_DRAFT_MODEL = "draft_model"
-METHOD_NGRAM = "ngram"
-
-#: methods that run a second network with its own checkpoint
-DRAFT_CHECKPOINT_METHODS = frozenset({METHOD_EAGLE, METHOD_EAGLE3, METHOD_DRAFT_MODEL,
-                                      "medusa", "mlp_speculator", "dflash", "dspark"})
-#: methods without a network of their own (no weights, no KV)
-NO_NETWORK_METHODS = frozenset({METHOD_NGRAM, "ngram_gpu", "suffix"})
-#: methods whose drafter has no attention layers (weights only)
-NO_KV_METHODS = frozenset({"medusa", "mlp_speculator"})
-
-
-@dataclass(frozen=True)
-class SpeculativeSettings:
-    """A parsed ``--speculative-config``: ``method`` as vLLM normalises it, draft tokens per
-    step, the draft checkpoint (None: none named) and its tensor-parallel size."""
-
-    method: str
-    num_speculative_tokens: int | None
-    model: str | None
-    draft_tensor_parallel_size: int | None
-
-
-def parse_speculative_config(text: str) -> SpeculativeSettings:
-    """The settings of a ``--speculative-config`` JSON object.
-
-    Raises:
-        FitError: not a JSON object, a count that is not a positive whole number, or neither a
-            method nor a model named (the message says what to give).
-    """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FitError(
-            f"--speculative-config is not JSON ({exc.msg}); give e.g. "
-            '\'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}\''
-        ) from None
-    if not isinstance(data, dict):
-        raise FitError("--speculative-config must be a JSON object, e.g. "
-                       '\'{"method": "mtp", "num_speculative_tokens": 1}\'')
-    method = data.get("method")
-    model = data.get("model")
-    if method is not None and not isinstance(method, str):
-        raise FitError(f"--speculative-config method must be text, got {method!r}")
-    if model is not None and not isinstance(model, str):
-        raise FitError(f"--speculative-config model must be text, got {model!r}")
-    tokens = data.get("num_speculative_tokens")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
-                               or tokens < 1):
-        raise FitError("--speculative-config num_speculative_tokens must be a whole number of "
-                       f"at least 1, got {tokens!r}")
-    draft_tp = data.get("draft_tensor_parallel_size")
-    if draft_tp is not None and (isinstance(draft_tp, bool) or not isinstance(draft_tp, int)
-                                 or draft_tp < 1):
-        raise FitError("--speculative-config draft_tensor_parallel_size must be at least 1, "
-                       f"got {draft_tp!r}")
-    if method is None:
-        if model is None:
-            raise FitError('--speculative-config names neither a "method" nor a "model"; give '
-                           'e.g. "method": "mtp" or "ngram", or a draft "model"')
-        low = model.lower()
-        if low in ("ngram", "[ngram]"):
-            method = METHOD_NGRAM
-        elif "eagle-" in low:
-            method = METHOD_EAGLE
-        elif "eagle3" in low:
-            method = METHOD_EAGLE3
-        else:
-            method = METHOD_DRAFT_MODEL
-    elif method.endswith("_mtp"):
-        method = METHOD_MTP  # vLLM: "method `%s` is deprecated and replaced with mtp."
-    if method in DRAFT_CHECKPOINT_METHODS and not model:
-        raise FitError(f'--speculative-config method "{method}" needs the draft "model" '
-                       "(a directory or repo id)")
-    if method != METHOD_MTP and tokens is None:
-        raise FitError(f'--speculative-config method "{method}" needs '
-                       '"num_speculative_tokens"')
-    return SpeculativeSettings(method, tokens, model if method not in NO_NETWORK_METHODS
-                               else None, draft_tp)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,10 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from kvpilot.core.base import versions
-from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.errors import CommandError, FitError
 from kvpilot.core.base.hosts import is_loopback_host
 from kvpilot.core.base.plan import PlanInputs, ServingSettings, settings_dict
+from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.base.versions import supports
 from kvpilot.core.runtimes.discovery import (
     FlagSet,
@@ -256,11 +257,9 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
         )
     if spec.speculative_config is not None:
         try:
-            parsed = json.loads(spec.speculative_config)
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"speculative_config is not JSON ({exc.msg})") from None
-        if not isinstance(parsed, dict):
-            raise CommandError("speculative_config must be a JSON object")
+            parse_speculative_config(spec.speculative_config)
+        except FitError as exc:
+            raise CommandError(exc.message) from None
     if spec.cudagraph_mode is not None and spec.cudagraph_mode.upper() not in CUDAGRAPH_MODES:
         raise CommandError(
             f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got "

@@ -11,6 +11,7 @@ from fitkit import fixture_spec, rtx4090
 from kvpilot.core.base import failures
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
+from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.fit import speculative
 from kvpilot.core.fit.budget import compute_capacity, estimate_weights_bytes
 
@@ -28,7 +29,7 @@ def _config(**values: object) -> str:
     ({"method": "mtp"}, "mtp"),
 ])
 def test_the_method_is_inferred_as_vllm_does(values, method):
-    assert speculative.parse_speculative_config(_config(**values)).method == method
+    assert parse_speculative_config(_config(**values)).method == method
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -41,7 +42,7 @@ def test_the_method_is_inferred_as_vllm_does(values, method):
 ])
 def test_bad_configs_say_what_to_give(text, says):
     with pytest.raises(FitError, match=says):
-        speculative.parse_speculative_config(text)
+        parse_speculative_config(text)
 
 
 def test_mtp_on_a_model_without_mtp_layers_does_not_fit(qwen7b):
@@ -141,7 +142,7 @@ def test_mtp_weights_counted_in_the_checkpoints_files_are_the_ones_mtp_loads_bac
     entry = next(e for e in catalog.catalog_entries() if e.id == "Qwen/Qwen3.5-27B")
     model = spec_from_config(entry.config, model_id=entry.id)
     counted = replace(model, mtp_weights_bytes=850 << 20)
-    settings = speculative.parse_speculative_config(_config(method="mtp"))
+    settings = parse_speculative_config(_config(method="mtp"))
     exact = speculative.speculative_budget(counted, settings, draft=None, draft_weights_bytes=None)
     assert exact.draft_weights_bytes == 850 << 20 and "as the checkpoint stores them" in exact.note
     modelled = speculative.speculative_budget(model, settings, draft=None, draft_weights_bytes=None)
