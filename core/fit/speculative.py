@@ -6,11 +6,14 @@ layer count, the draft ``model`` and ``draft_tensor_parallel_size``). What each 
 the budget (0.20.0 and 0.32.0 wheels):
 
 * weights: MTP loads the checkpoint's ``num_nextn_predict_layers`` decoder layers (and their
-  ``eh_proj``, 2h x h), which plain serving skips; EAGLE / EAGLE-3 heads and draft models load
-  their own checkpoint; ngram and suffix decoding load nothing.
+  ``eh_proj``, 2h x h), which plain serving skips; an MTP head in a checkpoint of its own (the
+  ``model`` of a Gemma 4 target, whose config declares no MTP layers: its assistant), EAGLE /
+  EAGLE-3 heads and draft models load their own checkpoint; ngram and suffix decoding load
+  nothing.
 * KV cache: every attention layer of the drafter (the MTP layers, the EAGLE head's layer, all
   layers of a draft model) joins the KV-cache config, so each block costs the drafter's pages
-  too and the same memory holds fewer tokens.
+  too and the same memory holds fewer tokens; a Gemma 4 assistant's layers all read the
+  target's cache (:data:`KV_SHARED_DRAFTERS`) and add none.
 * profile run: ``_dummy_sampler_run`` also runs the rejection sampler over ``2 x max_num_seqs``
   logit rows (one draft and one bonus token per request); the drafter's own dummy forward
   follows the target's.
@@ -33,6 +36,14 @@ from kvpilot.core.base.speculative_config import (
     SpeculativeSettings,
 )
 from kvpilot.core.fit import kv
+
+#: MTP drafters with a checkpoint of their own whose every attention layer reads the target's
+#: KV cache (no pages of their own): the Gemma 4 assistants ("gemma4_assistant" and
+#: "gemma4_unified_assistant" configs, whose ``architectures`` name these classes; vLLM
+#: ``config/speculative.py`` turns them into ``gemma4_mtp`` with ``n_predict`` 1, and
+#: ``model_executor/models/gemma4_mtp.py`` makes every layer KV-shared, 0.32.0 wheel)
+KV_SHARED_DRAFTERS = frozenset({"Gemma4AssistantForCausalLM",
+                                "Gemma4UnifiedAssistantForCausalLM"})
 
 
 @dataclass(frozen=True)
@@ -92,15 +103,16 @@ def speculative_budget(
     tp = settings.draft_tensor_parallel_size or tensor_parallel_size
     failure: Failure | None = None
     known = True
-    if settings.method == METHOD_MTP:
+    if settings.method == METHOD_MTP and not (model.mtp_layers == 0 and settings.model):
         layers = model.mtp_layers
         tokens = settings.num_speculative_tokens or max(1, layers)
         if layers == 0:
             failure = Failure(
                 failures.UNSUPPORTED_MODEL,
                 f"{model.model_id} declares no MTP layers (num_nextn_predict_layers) in its "
-                "config.json, so vLLM has no multi-token-prediction head to load; use another "
-                "method (ngram, eagle3 with a draft) or turn speculative decoding off.",
+                "config.json, so vLLM has no multi-token-prediction head to load; name the "
+                'MTP checkpoint ("model", e.g. a Gemma 4 assistant), use another method '
+                "(ngram, eagle3 with a draft) or turn speculative decoding off.",
             )
         elif tokens > layers and tokens % layers:
             failure = Failure(
@@ -130,14 +142,14 @@ def speculative_budget(
                     "its weights and KV are not in the plan")
         else:
             weights = max(0, draft_weights_bytes or 0) // max(1, tp)
-            if settings.method in NO_KV_METHODS:
+            if settings.method in NO_KV_METHODS or draft.architecture in KV_SHARED_DRAFTERS:
                 layers, per_token = 0, 0
             else:
                 layout = kv.kv_layout(draft, kv_cache_dtype, tp)
                 layers = sum(g.num_layers for g in layout.groups)
                 per_token = layout.kv_bytes_per_token
             note = (f"{settings.method}: draft {draft.model_id} ({layers} attention "
-                    f"layer(s)), {tokens} draft token(s) per step")
+                    f"layer(s) of its own), {tokens} draft token(s) per step")
     return SpeculativeBudget(
         settings=settings, num_speculative_tokens=tokens, draft_weights_bytes=weights,
         draft_layers=layers, draft_kv_bytes_per_token=per_token, draft_known=known,

@@ -4,6 +4,7 @@ drafter adds (weights, KV layers, the rejection sampler's rows, larger CUDA-grap
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from fitkit import fixture_spec, rtx4090
@@ -12,6 +13,7 @@ from kvpilot.core.base import failures
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
 from kvpilot.core.base.speculative_config import parse_speculative_config
+from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import speculative
 from kvpilot.core.fit.budget import compute_capacity, estimate_weights_bytes
 
@@ -148,3 +150,33 @@ def test_mtp_weights_counted_in_the_checkpoints_files_are_the_ones_mtp_loads_bac
     modelled = speculative.speculative_budget(model, settings, draft=None, draft_weights_bytes=None)
     assert modelled.draft_weights_bytes == speculative.mtp_layer_bytes(model)
     assert "16 bits" in modelled.note
+
+
+GEMMA4_MTP = _config(method="mtp", model="google/gemma-4-E4B-it-assistant",
+                     num_speculative_tokens=2)
+
+
+def test_a_gemma4_assistant_is_the_mtp_head_of_a_target_without_mtp_layers():
+    """Gemma 4 declares no MTP layers; its MTP head is a checkpoint of its own (the assistant)
+    whose layers all read the target's KV cache (vLLM 0.32.0 gemma4_mtp.py): its weights count,
+    its KV pages do not, and nothing is refused."""
+    target = fixture_spec("gemma-4-e4b-it", int(15 * GiB))
+    assert target.mtp_layers == 0
+    # an assistant spec: the architecture is what marks its layers KV-shared
+    assistant = replace(fixture_spec("gemma-4-e2b-it", int(0.4 * GiB)),
+                        architecture="Gemma4AssistantForCausalLM")
+    base = rtx4090(target, max_model_len=8192, vllm_version="0.32.0")
+    plain = compute_capacity(base)
+    cap = compute_capacity(replace(base, speculative_config=GEMMA4_MTP, draft_model=assistant))
+    assert cap.failure is None
+    assert cap.weights_bytes - plain.weights_bytes == int(0.4 * GiB)
+    assert cap.kv_bytes_per_token == plain.kv_bytes_per_token
+    assert cap.inputs["draft_kv_bytes_per_token"] == 0 and cap.inputs["draft_known"]
+
+
+def test_an_unread_gemma4_assistant_is_borderline_not_refused():
+    target = fixture_spec("gemma-4-e4b-it", int(15 * GiB))
+    cap = compute_capacity(rtx4090(target, max_model_len=8192, vllm_version="0.32.0",
+                                   speculative_config=GEMMA4_MTP))
+    assert cap.failure is None and cap.verdict == VERDICT_BORDERLINE
+    assert cap.inputs["draft_known"] is False
