@@ -65,14 +65,25 @@ class SpeculativeBudget:
     note: str
 
 
+#: model types whose MTP layer is a full-attention layer with an output gate: ``qkv_proj``
+#: projects ``heads x (1 + attn_output_gate)`` query heads (``qwen3_next.py``
+#: ``Qwen3NextAttention``, the decoder layer ``qwen3_5_mtp.py`` builds; 0.32.0 wheel)
+GATED_MTP_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                             "qwen3_5_moe_text"})
+
+
 def mtp_layer_bytes(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
     """16-bit bytes of one MTP layer per rank: a decoder layer of the target's widths (every
-    expert of an MoE layer) plus ``eh_proj`` (2h x h) and its norms; the embedding and lm_head
-    are shared with the target."""
+    expert of an MoE layer; the query projection doubled by the output gate of
+    :data:`GATED_MTP_TYPES`) plus ``eh_proj`` / ``fc`` (2h x h) and its norms; the embedding
+    and lm_head are shared with the target (``_maybe_share_embeddings`` /
+    ``_maybe_share_lm_head`` drop the drafter's copies, ``v1/spec_decode/llm_base_proposer.py``
+    in the 0.32.0 wheel)."""
     h = model.hidden_size
     q = model.num_attention_heads * model.head_dim
     kvd = model.num_key_value_heads * model.head_dim
-    attn = h * (q + 2 * kvd) + q * h
+    gate = 2 if model.model_type in GATED_MTP_TYPES else 1
+    attn = h * (gate * q + 2 * kvd) + q * h
     if model.moe is not None:
         inter = model.moe.moe_intermediate_size or model.intermediate_size or 4 * h
         mlp = (model.moe.num_experts + model.moe.num_shared_experts) * 3 * h * inter

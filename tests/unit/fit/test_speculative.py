@@ -180,3 +180,16 @@ def test_an_unread_gemma4_assistant_is_borderline_not_refused():
                                    speculative_config=GEMMA4_MTP))
     assert cap.failure is None and cap.verdict == VERDICT_BORDERLINE
     assert cap.inputs["draft_known"] is False
+
+
+def test_a_qwen35_mtp_layer_has_the_gated_query_projection():
+    """Qwen3.5-27B's MTP layer (config.json: hidden 5120, 24 heads of 256, 4 KV heads,
+    intermediate 17408), as qwen3_5_mtp.py builds it: qkv_proj 5120 x (2 x 6144 + 2 x 1024),
+    o_proj 6144 x 5120, gate/up/down 3 x 5120 x 17408, fc 10240 x 5120 and four norms of
+    5120, at 16 bits."""
+    model = fixture_spec("qwen3.5-27b")
+    params = (5120 * (2 * 6144 + 2 * 1024) + 6144 * 5120 + 3 * 5120 * 17408
+              + 2 * 5120 * 5120 + 4 * 5120)
+    assert params == 424_693_760
+    assert speculative.mtp_layer_bytes(model) == 2 * params
+    assert speculative.mtp_layer_bytes(model, 2) == params
