@@ -81,10 +81,12 @@ class AdapterTerms:
         return int(graphs_without_bytes * self.lora.cudagraph_band_share)
 
     def layout(self, base: kv.KvLayout) -> kv.KvLayout:
-        """``base`` with the drafter's attention layers in each block."""
+        """``base`` with the drafter's attention layers in each block, and the state blocks a
+        draft token adds to each request of a hybrid (:func:`kv.with_speculative_state`)."""
         if self.speculative is None:
             return base
-        return kv.with_draft_layers(base, self.speculative.draft_kv_bytes_per_token)
+        layout = kv.with_draft_layers(base, self.speculative.draft_kv_bytes_per_token)
+        return kv.with_speculative_state(layout, self.speculative.num_speculative_tokens)
 
     @property
     def unknown_draft(self) -> bool:

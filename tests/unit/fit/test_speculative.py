@@ -14,7 +14,7 @@ from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
 from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.base.units import GiB
-from kvpilot.core.fit import speculative
+from kvpilot.core.fit import adapters, speculative
 from kvpilot.core.fit.budget import compute_capacity, estimate_weights_bytes
 
 
@@ -193,3 +193,29 @@ def test_a_qwen35_mtp_layer_has_the_gated_query_projection():
     assert params == 424_693_760
     assert speculative.mtp_layer_bytes(model) == 2 * params
     assert speculative.mtp_layer_bytes(model, 2) == params
+
+
+@pytest.mark.parametrize(("prefix_caching", "state_blocks"), [(False, 1), (True, 2)])
+def test_each_draft_token_adds_a_state_block_per_linear_group(prefix_caching, state_blocks):
+    """vLLM gives every Gated DeltaNet layer ``num_speculative_blocks = num_speculative_tokens``
+    (mamba/abstract.py get_kv_cache_spec, 0.20.0 to 0.32.0): a request holds 1 (2 with prefix
+    caching, 'align' mode) + 2 state blocks per linear group with two MTP tokens. Qwen3.5-27B
+    (48 linear layers in 3 groups of 16) at 32,768 tokens in blocks of 784: 42 attention
+    blocks."""
+    model = fixture_spec("qwen3.5-27b", int(16 * GiB))
+    inputs = rtx4090(model, max_model_len=32768, vllm_version="0.29.0",
+                     enable_prefix_caching=prefix_caching)
+    plain = adapters.plan_layout(inputs, model, None)
+    mtp = adapters.plan_layout(
+        replace(inputs, speculative_config=_config(method="mtp", num_speculative_tokens=2)),
+        model, None)
+    assert (plain.block_size, len(plain.groups)) == (784, 4)
+    assert plain.blocks_per_request(32768, 0) == 42 + 3 * state_blocks
+    assert mtp.blocks_per_request(32768, 0) == 42 + 3 * (state_blocks + 2)
+    # a dense model has no state to multiply
+    dense = fixture_spec("qwen3-8b", int(15 * GiB))
+    dense_inputs = rtx4090(dense, max_model_len=32768, speculative_config=_config(
+        method="ngram", num_speculative_tokens=3))
+    assert adapters.plan_layout(dense_inputs, dense, None).blocks_per_request(32768, 0) \
+        == adapters.plan_layout(replace(dense_inputs, speculative_config=None), dense,
+                                None).blocks_per_request(32768, 0)
