@@ -5,14 +5,12 @@ without them and the plan adds them back once."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import replace
 
 import pytest
 from fitkit import fixture_spec, rtx4090
-from testpaths import REPO
+from testpaths import REPO, load_script
 
 from kvpilot.core.base.units import GiB
 from kvpilot.core.fit import speculative
@@ -25,12 +23,7 @@ CASE_ID = "a100-80-llama31-8b-131k-v0310-default"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("fit_accuracy_adapters", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_accuracy_adapters"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "fit_accuracy_adapters")
 
 
 def _replayed(bench, tmp_path, other_flags: str):
