@@ -147,6 +147,8 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-cpu-loras", type=int, metavar="N",
                        help="adapters cached in host memory (default: --max-loras)")
     group.add_argument("--lora-dtype", choices=("auto", "float16", "bfloat16"))
+    group.add_argument("--fully-sharded-loras", action="store_true",
+                       help="shard the LoRA stacks over the tensor-parallel GPUs")
     group.add_argument("--speculative-config", metavar="JSON",
                        help='e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' or '
                        '\'{"method": "ngram", "num_speculative_tokens": 3, '
@@ -209,9 +211,11 @@ def adapter_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise FitError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         values[name] = value
     values["lora_dtype"] = getattr(args, "lora_dtype", None)
+    values["fully_sharded_loras"] = bool(getattr(args, "fully_sharded_loras", False))
     given = [f"--{n.replace('_', '-')}" for n in ("max_loras", "max_lora_rank",
-                                                  "max_cpu_loras", "lora_dtype")
-             if values[n] is not None]
+                                                  "max_cpu_loras", "lora_dtype",
+                                                  "fully_sharded_loras")
+             if values[n] not in (None, False)]
     if given and not enable:
         raise FitError(f"{', '.join(given)} need --enable-lora (vLLM reserves no LoRA slots "
                        "without it)")

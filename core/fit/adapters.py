@@ -128,6 +128,7 @@ def adapter_terms(
             cudagraphs_on=graphs_on and supports("lora_cudagraph_specialize",
                                                  inputs.vllm_version),
             serve_dtype=inputs.dtype,
+            fully_sharded=inputs.fully_sharded_loras,
         )
     spec = None
     if inputs.speculative_config and inputs.speculative_config.strip():

@@ -116,30 +116,36 @@ def _linear(r: int, a_in: int, b_out: int) -> int:
 
 
 def per_slot_elements(model: ModelSpec, rank: int, tensor_parallel_size: int = 1,
-                      *, vllm_version: str | None = None) -> int:
+                      *, vllm_version: str | None = None, fully_sharded: bool = False) -> int:
     """Elements of one adapter slot's GPU stacks across the model (per rank).
 
     Attention layers are sized as ``qkv_proj`` + ``o_proj`` (an MLA or linear-attention layer
     has other projections; their stacks are approximated by these), dense MLPs as
     ``gate_up_proj`` + ``down_proj``, MoE layers by their experts, router and shared experts.
+    ``fully_sharded`` is ``--fully-sharded-loras``: under tensor parallelism the A stacks of
+    column-parallel layers hold ``rank / tp`` rows and the B stacks of row-parallel layers
+    ``hidden / tp`` (``base_linear.py`` / ``column_parallel_linear.py`` ``create_lora_weights``,
+    ``fused_moe.py`` w13 A and w2 B; the same in the 0.20.0 and 0.32.0 wheels).
     """
     t = max(1, tensor_parallel_size)
     h = model.hidden_size
+    col_a = rank // t if fully_sharded else rank  # rows of a column-parallel A stack
+    row_b = h // t if fully_sharded else h  # rows of a row-parallel B stack
     q = model.num_attention_heads * model.head_dim // t
     kvd = kv.kv_heads_per_rank(model, t) * model.head_dim
-    attn = 3 * rank * h + _linear(rank, 0, q) + 2 * _linear(rank, 0, kvd)
-    attn += _linear(rank, q, h)
+    attn = 3 * col_a * h + _linear(rank, 0, q) + 2 * _linear(rank, 0, kvd)
+    attn += _linear(rank, q, row_b)
     if model.moe is not None:
         e = model.moe.num_experts
         inter = (model.moe.moe_intermediate_size or model.intermediate_size or 4 * h) // t
-        mlp = e * (2 * rank * h + rank * inter + 2 * inter * rank + h * rank)
+        mlp = e * (2 * col_a * h + rank * inter + 2 * inter * rank + row_b * rank)
         mlp += _linear(rank, h, e)
         if model.moe.num_shared_experts:
             shared = inter * model.moe.num_shared_experts
-            mlp += 2 * rank * h + 2 * shared * rank + _linear(rank, shared, h)
+            mlp += 2 * col_a * h + 2 * shared * rank + _linear(rank, shared, row_b)
     else:
         inter = (model.intermediate_size or 4 * h) // t
-        mlp = 2 * rank * h + 2 * inter * rank + _linear(rank, inter, h)
+        mlp = 2 * col_a * h + 2 * inter * rank + _linear(rank, inter, row_b)
     total = model.num_hidden_layers * (attn + mlp)
     if model.architecture in LM_HEAD_LORA_ARCHITECTURES:
         vocab = model.vocab_size
@@ -163,11 +169,13 @@ def lora_budget(
     vllm_version: str | None = None,
     cudagraphs_on: bool = True,
     serve_dtype: str | None = None,
+    fully_sharded: bool = False,
 ) -> LoraBudget:
     """The LoRA terms of a plan with ``--enable-lora`` (see the module docstring).
 
     ``serve_dtype`` is ``--dtype`` (None: the checkpoint's, as vLLM serves it); ``lora_dtype``
-    "auto" follows it.
+    "auto" follows it. ``fully_sharded`` is ``--fully-sharded-loras`` (see
+    :func:`per_slot_elements`).
 
     Raises:
         FitError: a slot count below 1 or an unknown ``lora_dtype``.
@@ -186,8 +194,8 @@ def lora_budget(
         elem = 2
     else:
         raise FitError(f"--lora-dtype must be auto, float16 or bfloat16, got {lora_dtype!r}")
-    per_slot = per_slot_elements(model, rank, tensor_parallel_size,
-                                 vllm_version=vllm_version) * elem
+    per_slot = per_slot_elements(model, rank, tensor_parallel_size, vllm_version=vllm_version,
+                                 fully_sharded=fully_sharded) * elem
     slot_bytes = per_slot * slots
     if supports("lora_extra_vocab", vllm_version) and (
             model.architecture in LM_HEAD_LORA_ARCHITECTURES):
@@ -204,6 +212,13 @@ def lora_budget(
             failures.BAD_FLAG_VALUE,
             f"--max-lora-rank {rank} is not one vLLM accepts; use one of "
             + ", ".join(str(r) for r in ranks) + ".",
+        )
+    elif fully_sharded and rank % max(1, tensor_parallel_size):
+        failure = Failure(
+            failures.BAD_FLAG_VALUE,
+            f"with --fully-sharded-loras vLLM splits the rank over the {tensor_parallel_size} "
+            f"GPUs and {rank} is not divisible by {tensor_parallel_size}; pick a rank that is, "
+            "or leave --fully-sharded-loras out.",
         )
     elif cpu < slots:
         failure = Failure(

@@ -248,8 +248,9 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
     _positive("max_loras", spec.max_loras)
     _positive("max_lora_rank", spec.max_lora_rank)
     _positive("max_cpu_loras", spec.max_cpu_loras)
-    lora_set = [name for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype")
-                if getattr(spec, name) is not None]
+    lora_set = [name for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+                                  "fully_sharded_loras")
+                if getattr(spec, name) not in (None, False)]
     if lora_set and not spec.enable_lora:
         raise CommandError(
             f"{', '.join(lora_set)} given without enable_lora; turn LoRA on (--enable-lora) "
@@ -474,6 +475,8 @@ def adapter_argv(settings: ServingSettings) -> list[str]:
                             ("--lora-dtype", settings.lora_dtype)):
             if value is not None:
                 tail += [flag, str(value)]
+        if settings.fully_sharded_loras:
+            tail.append("--fully-sharded-loras")
     if settings.speculative_config:
         try:
             text = json.dumps(json.loads(settings.speculative_config), separators=(",", ":"))
