@@ -74,9 +74,11 @@ OLD_EXTRA_VOCAB = 256
 OLD_VOCAB_PADDING = 256
 
 #: architectures whose vLLM class lists ``lm_head`` (and ``embed_tokens``) in
-#: ``embedding_modules``, so their lm_head and embedding get LoRA stacks too; the same model
-#: files in the 0.20.0 and 0.32.0 wheels (llama, qwen3, qwen3_moe, mixtral, granite ...);
-#: Qwen2, Gemma 3 and Mistral's own class list none
+#: ``embedding_modules``, its own or inherited (Phi-3's class is Llama's), so their lm_head and
+#: embedding get LoRA stacks too: the registry's architectures whose class resolves to such a
+#: list in the 0.20.0 and 0.32.0 wheels (drafters and embedding models left out; the Exaone
+#: MoE, Granite SWA and K2 Horizon names first appear after 0.20.0); Qwen2, Mistral, Gemma 2 to
+#: 4, GPT-OSS, DeepSeek and GLM classes list none
 LM_HEAD_LORA_ARCHITECTURES = frozenset({
     "LlamaForCausalLM", "LLaMAForCausalLM", "InternLM3ForCausalLM", "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "MixtralForCausalLM",
@@ -84,7 +86,12 @@ LM_HEAD_LORA_ARCHITECTURES = frozenset({
     "GraniteMoeHybridForCausalLM", "PhiMoEForCausalLM", "NemotronForCausalLM",
     "NemotronHForCausalLM", "MiniCPMForCausalLM", "ExaoneForCausalLM", "Exaone4ForCausalLM",
     "JambaForCausalLM", "FalconH1ForCausalLM", "SolarForCausalLM", "ApertusForCausalLM",
-    "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "DeciLMForCausalLM",
+    "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "DeciLMForCausalLM", "Phi3ForCausalLM",
+    "Llama4ForCausalLM", "Ernie4_5ForCausalLM", "MiniCPM3ForCausalLM", "ExaoneMoeForCausalLM",
+    "ExaoneMoEForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM",
+    "HyperCLOVAXForCausalLM", "IQuestCoderForCausalLM", "K2HorizonForCausalLM",
+    "Param2MoEForCausalLM", "TeleChat2ForCausalLM", "TeleChat3ForCausalLM",
+    "TeleFLMForCausalLM", "NemotronHPuzzleForCausalLM",
 })
 
 

@@ -143,3 +143,15 @@ def test_fully_sharded_needs_a_rank_the_gpus_divide(llama8b):
                                    enable_lora=True, fully_sharded_loras=True))
     assert cap.failure is None
     assert cap.inputs["lora_bytes_per_slot"] == 25_206_784 * 2
+
+
+def test_phi3_inherits_llamas_lm_head_and_embedding_stacks():
+    """Phi3ForCausalLM subclasses LlamaForCausalLM (phi3.py, 0.20.0 and 0.32.0) and so lists
+    lm_head and embed_tokens among its embedding modules: Phi-4-mini (hidden 3072, vocab
+    200064) gets lm_head A (16, 3072), B (200064, 16) and embedding A (200064, 16), B (3072, 16)
+    per slot."""
+    phi = fixture_spec("phi-4-mini-instruct")
+    assert phi.architecture == "Phi3ForCausalLM"
+    unwrapped = replace(phi, architecture="Qwen2ForCausalLM")  # a class listing none
+    assert lora.per_slot_elements(phi, 16) - lora.per_slot_elements(unwrapped, 16) \
+        == 16 * 3072 + 200064 * 16 + 200064 * 16 + 3072 * 16
