@@ -6,10 +6,11 @@ layer count, the draft ``model`` and ``draft_tensor_parallel_size``). What each 
 the budget (0.20.0 and 0.32.0 wheels):
 
 * weights: MTP loads the checkpoint's ``num_nextn_predict_layers`` decoder layers (and their
-  ``eh_proj``, 2h x h), which plain serving skips; an MTP head in a checkpoint of its own (the
-  ``model`` of a Gemma 4 target, whose config declares no MTP layers: its assistant), EAGLE /
-  EAGLE-3 heads and draft models load their own checkpoint; ngram and suffix decoding load
-  nothing.
+  ``eh_proj``, 2h x h), which plain serving skips, less the block's own embedding and
+  output-head copies (GLM-4.x and DeepSeek checkpoints), dropped for the target's; an MTP head
+  in a checkpoint of its own (the ``model`` of a Gemma 4 target, whose config declares no MTP
+  layers: its assistant), EAGLE / EAGLE-3 heads and draft models load their own checkpoint;
+  ngram and suffix decoding load nothing.
 * KV cache: every attention layer of the drafter (the MTP layers, the EAGLE head's layer, all
   layers of a draft model) joins the KV-cache config, so each block costs the drafter's pages
   too and the same memory holds fewer tokens; a Gemma 4 assistant's layers all read the
@@ -133,7 +134,9 @@ def speculative_budget(
             )
         per_token = layers * kv.bytes_per_token_per_layer(model, kv_cache_dtype, tp)
         if model.mtp_weights_bytes:  # counted in the checkpoint's files, left out of its size
-            weights = model.mtp_weights_bytes // max(1, tp)
+            # less the block's own embedding / output-head copies, dropped for the target's
+            kept = model.mtp_weights_bytes - model.mtp_shared_copy_bytes
+            weights = max(0, kept) // max(1, tp)
             sized = "as the checkpoint stores them"
         else:
             weights = layers * mtp_layer_bytes(model, tp)

@@ -150,6 +150,10 @@ def test_mtp_weights_counted_in_the_checkpoints_files_are_the_ones_mtp_loads_bac
     modelled = speculative.speculative_budget(model, settings, draft=None, draft_weights_bytes=None)
     assert modelled.draft_weights_bytes == speculative.mtp_layer_bytes(model)
     assert "16 bits" in modelled.note
+    # the block's own embedding and output-head copies are dropped for the target's
+    copies = replace(counted, mtp_shared_copy_bytes=300 << 20)
+    kept = speculative.speculative_budget(copies, settings, draft=None, draft_weights_bytes=None)
+    assert kept.draft_weights_bytes == 550 << 20
 
 
 GEMMA4_MTP = _config(method="mtp", model="google/gemma-4-E4B-it-assistant",
