@@ -95,6 +95,12 @@ LM_HEAD_LORA_ARCHITECTURES = frozenset({
 })
 
 
+#: model types whose MoE layers keep a dense MLP of ``intermediate_size`` beside the experts,
+#: both wrapped (Gemma 4's decoder layer builds ``mlp`` and, with ``num_experts``, ``experts``;
+#: ``model_executor/models/gemma4.py`` in the 0.32.0 wheel)
+DENSE_BESIDE_EXPERTS_TYPES = frozenset({"gemma4", "gemma4_text"})
+
+
 @dataclass(frozen=True)
 class LoraBudget:
     """What ``--enable-lora`` adds to a plan (bytes per GPU rank).
@@ -130,7 +136,8 @@ def per_slot_elements(model: ModelSpec, rank: int, tensor_parallel_size: int = 1
 
     Attention layers are sized as ``qkv_proj`` + ``o_proj`` (an MLA or linear-attention layer
     has other projections; their stacks are approximated by these), dense MLPs as
-    ``gate_up_proj`` + ``down_proj``, MoE layers by their experts, router and shared experts.
+    ``gate_up_proj`` + ``down_proj``, MoE layers by their experts, router and shared experts
+    (and Gemma 4's dense MLP beside them, :data:`DENSE_BESIDE_EXPERTS_TYPES`).
     ``fully_sharded`` is ``--fully-sharded-loras``: under tensor parallelism the A stacks of
     column-parallel layers hold ``rank / tp`` rows and the B stacks of row-parallel layers
     ``hidden / tp`` (``base_linear.py`` / ``column_parallel_linear.py`` ``create_lora_weights``,
@@ -152,6 +159,9 @@ def per_slot_elements(model: ModelSpec, rank: int, tensor_parallel_size: int = 1
         if model.moe.num_shared_experts:
             shared = inter * model.moe.num_shared_experts
             mlp += 2 * col_a * h + 2 * shared * rank + _linear(rank, shared, row_b)
+        if model.model_type in DENSE_BESIDE_EXPERTS_TYPES and model.intermediate_size:
+            dense = model.intermediate_size // t
+            mlp += 2 * col_a * h + 2 * dense * rank + _linear(rank, dense, row_b)
     else:
         inter = (model.intermediate_size or 4 * h) // t
         mlp = 2 * col_a * h + 2 * inter * rank + _linear(rank, inter, row_b)

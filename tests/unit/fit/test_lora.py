@@ -155,3 +155,15 @@ def test_phi3_inherits_llamas_lm_head_and_embedding_stacks():
     unwrapped = replace(phi, architecture="Qwen2ForCausalLM")  # a class listing none
     assert lora.per_slot_elements(phi, 16) - lora.per_slot_elements(unwrapped, 16) \
         == 16 * 3072 + 200064 * 16 + 200064 * 16 + 3072 * 16
+
+
+def test_gemma4_moe_layers_wrap_the_dense_mlp_beside_the_experts():
+    """Gemma 4 26B-A4B (hidden 2816, 30 layers, intermediate 2112 beside 128 experts of 704):
+    each layer's dense MLP gets gate_up A 2 x (16, 2816), B 2 x (2112, 16) and down A
+    (16, 2112), B (2816, 16) per slot on top of the experts' stacks."""
+    model = fixture_spec("gemma-4-26b-a4b")
+    assert model.moe is not None and model.intermediate_size == 2112
+    experts_only = replace(model, model_type="mixtral")  # a MoE type with no dense MLP
+    dense = 2 * 16 * 2816 + 2 * 2112 * 16 + 16 * 2112 + 2816 * 16
+    assert lora.per_slot_elements(model, 16) - lora.per_slot_elements(experts_only, 16) \
+        == 30 * dense
