@@ -385,8 +385,10 @@ def with_speculative_state(layout: KvLayout, num_speculative_tokens: int) -> KvL
     holds ``1 + num_speculative_blocks`` state blocks per request (2 + in 'align' mode, vLLM's
     prefix caching of hybrids): ``MambaSpec.max_memory_usage_bytes`` and the layers'
     ``get_kv_cache_spec`` (``model_executor/layers/mamba/abstract.py``) in the 0.20.0, 0.27.1,
-    0.29.0 and 0.32.0 wheels, whatever the drafter. The 'all' mode, one state block per
-    attention block of the context, is left as it is; a model without such layers too."""
+    0.29.0 and 0.32.0 wheels, whatever the drafter. The 'all' mode (Mamba2 hybrids with
+    prefix caching), one state block per attention block of the context, is left as it is:
+    0.20.0 adds no draft blocks there, 0.27.1 and 0.29.0 add them too (releases between not
+    read); a model without such layers is left as it is too."""
     if (num_speculative_tokens <= 0 or not layout.has_state_layers
             or layout.state_blocks_follow_length):
         return layout
