@@ -42,9 +42,10 @@ from typing import Any
 
 from kvpilot.core.base import failures
 from kvpilot.core.base.errors import ModelSpecError
+from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import Capacity, PlanInputs
 from kvpilot.core.base.units import GiB
-from kvpilot.core.fit import activation, multimodal, mxfp4_padding
+from kvpilot.core.fit import activation, adapters, multimodal, mxfp4_padding
 from kvpilot.core.fit.activation import FittedConstants
 from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
 from kvpilot.core.models.local import load_local_model
@@ -242,6 +243,57 @@ RECONSTRUCTED_QUANTIZATION = frozenset({
 RECENT_SINCE = "0.20.0"
 
 
+_LORA_FLAG = re.compile(r"--(max-loras|max-lora-rank|max-cpu-loras|lora-dtype)[ =]([\w.]+)")
+
+
+def adapter_flags(case: dict[str, Any]) -> dict[str, Any]:
+    """The LoRA and speculative-decoding settings a case states in vLLM's spelling, as
+    :class:`PlanInputs` fields: its own keys (``enable_lora``, ``max_loras``, ``max_lora_rank``,
+    ``max_cpu_loras``, ``lora_dtype``, ``speculative_config``) where it has them, else the flags
+    in ``other_flags`` (``--enable-lora``, ``--max-loras N`` ..., ``--speculative-config`` with
+    its JSON object). A case that names a drafter only in words gets none."""
+    text = str(case.get("other_flags") or "")
+    values: dict[str, Any] = {}
+    if case.get("enable_lora") or "--enable-lora" in text:
+        values["enable_lora"] = True
+        for match in _LORA_FLAG.finditer(text):
+            name = match[1].replace("-", "_")
+            values[name] = match[2] if name == "lora_dtype" else int(match[2])
+        for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype"):
+            if case.get(name) is not None:
+                values[name] = case[name]
+    spec = case.get("speculative_config")
+    if isinstance(spec, dict):
+        spec = json.dumps(spec)
+    at = text.find("--speculative-config")
+    start = text.find("{", at) if spec is None and at >= 0 else -1
+    if start >= 0:
+        depth = 0
+        for end in range(start, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            if depth == 0:
+                spec = text[start:end + 1]
+                break
+    if spec:
+        values["speculative_config"] = spec
+    return values
+
+
+def loaded_adapter_bytes(model: ModelSpec, flags: dict[str, Any], tensor_parallel_size: int,
+                         version: str) -> int:
+    """What vLLM's "Model loading took" figure holds beyond the checkpoint for ``flags``, over
+    all ranks: the LoRA slot stacks and the drafter's weights, created inside the same memory
+    profiler as the model (``load_model`` of the V1 and V2 runners in the 0.20.2, 0.27.1,
+    0.29.0 and 0.32.0 wheels). The plan adds them itself, so a case's logged size is replayed
+    without them."""
+    if not flags:
+        return 0
+    inputs = PlanInputs(model=model, gpu_total_bytes=GiB, vllm_version=version,
+                        tensor_parallel_size=tensor_parallel_size, **flags)
+    terms = adapters.adapter_terms(inputs, model, max_num_batched_tokens=1)
+    return terms.extra_weights_bytes * tensor_parallel_size
+
+
 def _load_cases(path: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text())
 
@@ -401,6 +453,7 @@ def load_cases(
             tp = case["tensor_parallel_size"] or 1
             # --language-model-only: vLLM skips the towers (limit 0 for every modality)
             language_only = "--language-model-only" in str(case.get("other_flags") or "")
+            flags = adapter_flags(case)
             raw_version = _version_of(case)
             known = raw_version != UNKNOWN
             engine = "V0" if str(case["vllm_engine"]).startswith("V0") else "V1"
@@ -436,6 +489,8 @@ def load_cases(
                 pad -= towers
                 # and the RoPE tables each rank builds (buffers, in no file): the plan adds them
                 pad += from_config.rope_cache_bytes * tp
+                # and the LoRA stacks and the drafter's weights vLLM loads with the model
+                pad += loaded_adapter_bytes(from_config, flags, tp, version)
                 if weights_total is not None:
                     (root / "model.safetensors.index.json").write_text(json.dumps(
                         {"metadata": {"total_size": weights_total - pad}, "weight_map": {}}
@@ -460,6 +515,7 @@ def load_cases(
                 block_size=case["block_size"],
                 vllm_version=version,
                 limit_mm_per_prompt=0 if language_only else None,
+                **flags,
             )
             cases.append(Case(
                 case_id=case["case_id"], version=raw_version if known else UNKNOWN,

@@ -52,6 +52,8 @@ def cli_flags(inputs: PlanInputs) -> list[str]:
                      else "--no-enable-prefix-caching")
     if inputs.enable_lora:
         flags.append("--enable-lora")
+    if inputs.fully_sharded_loras:
+        flags.append("--fully-sharded-loras")
     for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
                  "speculative_config", "runner"):
         value = getattr(inputs, name)

@@ -204,6 +204,8 @@ class ModelSpec:
         mtp_weights_bytes: bytes of the checkpoint's MTP tensors that ``weights_bytes`` leaves
             out because vLLM loads them only with MTP speculative decoding (0: none, or not
             read from the checkpoint's files).
+        mtp_shared_copy_bytes: the part of ``mtp_weights_bytes`` that copies the embedding and
+            output head, which the MTP drafter drops for the target's after loading.
         rope_cache_bytes: bytes of the RoPE cos/sin tables vLLM builds at load, per GPU (they
             are buffers, in no checkpoint file; :mod:`kvpilot.core.models.rope_cache`).
     """
@@ -242,6 +244,7 @@ class ModelSpec:
     #: ``mtp_num_hidden_layers``): what ``--speculative-config '{"method": "mtp"}'`` loads
     mtp_layers: int = 0
     mtp_weights_bytes: int = 0
+    mtp_shared_copy_bytes: int = 0
     tower_weights_bytes: int = 0
     rope_cache_bytes: int = 0
 

@@ -95,6 +95,9 @@ class ServingSettings:
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
     lora_dtype: str | None = None
+    #: ``--fully-sharded-loras``: under tensor parallelism each GPU keeps a slice of the LoRA
+    #: stacks' rank / hidden rows instead of the whole (see :mod:`kvpilot.core.fit.lora`)
+    fully_sharded_loras: bool = False
     #: ``--speculative-config`` as the JSON text vLLM takes (method, num_speculative_tokens,
     #: model); see :mod:`kvpilot.core.fit.speculative`
     speculative_config: str | None = None
@@ -173,7 +176,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> ServingSettings:
     if offload is not None and (isinstance(offload, bool)
                                 or not isinstance(offload, (int, float))):
         raise TypeError(f"cpu_offload_gb must be a number or null, got {offload!r}")
-    for name in ("enforce_eager", "enable_lora", "language_model_only"):
+    for name in ("enforce_eager", "enable_lora", "fully_sharded_loras", "language_model_only"):
         if name in values and not isinstance(values[name], bool):
             raise TypeError(f"{name} must be true or false, got {values[name]!r}")
     for name in ("kv_cache_dtype", "quantization", "dtype", "cudagraph_mode", "lora_dtype",

@@ -15,6 +15,7 @@ from typing import Any
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import CPU_DEVICE_NAME, ServingSettings
+from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.base.units import MiB
 from kvpilot.core.base.versions import Release
 from kvpilot.core.hardware import target
@@ -146,6 +147,8 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-cpu-loras", type=int, metavar="N",
                        help="adapters cached in host memory (default: --max-loras)")
     group.add_argument("--lora-dtype", choices=("auto", "float16", "bfloat16"))
+    group.add_argument("--fully-sharded-loras", action="store_true",
+                       help="shard the LoRA stacks over the tensor-parallel GPUs")
     group.add_argument("--speculative-config", metavar="JSON",
                        help='e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\' or '
                        '\'{"method": "ngram", "num_speculative_tokens": 3, '
@@ -197,10 +200,9 @@ def adapter_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
     Raises:
         FitError: a slot count or rank below 1, LoRA flags without ``--enable-lora``, or a
-            ``--speculative-config`` that is not a JSON object.
+            ``--speculative-config`` vLLM would refuse (not a JSON object, no method or model,
+            a draft method without its model ...).
     """
-    import json
-
     enable = bool(getattr(args, "enable_lora", False))
     values: dict[str, Any] = {"enable_lora": enable}
     for name in ("max_loras", "max_lora_rank", "max_cpu_loras"):
@@ -209,21 +211,17 @@ def adapter_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise FitError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         values[name] = value
     values["lora_dtype"] = getattr(args, "lora_dtype", None)
+    values["fully_sharded_loras"] = bool(getattr(args, "fully_sharded_loras", False))
     given = [f"--{n.replace('_', '-')}" for n in ("max_loras", "max_lora_rank",
-                                                  "max_cpu_loras", "lora_dtype")
-             if values[n] is not None]
+                                                  "max_cpu_loras", "lora_dtype",
+                                                  "fully_sharded_loras")
+             if values[n] not in (None, False)]
     if given and not enable:
         raise FitError(f"{', '.join(given)} need --enable-lora (vLLM reserves no LoRA slots "
                        "without it)")
     spec = getattr(args, "speculative_config", None)
     if spec is not None:
-        try:
-            parsed = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise FitError(f"--speculative-config is not JSON ({exc.msg}); give e.g. "
-                           '\'{"method": "ngram", "num_speculative_tokens": 3}\'') from None
-        if not isinstance(parsed, dict):
-            raise FitError("--speculative-config must be a JSON object")
+        parse_speculative_config(spec)
     values["speculative_config"] = spec
     runner = getattr(args, "runner", None)
     values["runner"] = None if runner in (None, "auto") else runner

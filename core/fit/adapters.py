@@ -23,14 +23,11 @@ from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import PlanInputs, ServingSettings
+from kvpilot.core.base.speculative_config import parse_speculative_config, speculative_settings
 from kvpilot.core.base.versions import supports
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.lora import LoraBudget, lora_budget
-from kvpilot.core.fit.speculative import (
-    SpeculativeBudget,
-    parse_speculative_config,
-    speculative_budget,
-)
+from kvpilot.core.fit.speculative import SpeculativeBudget, speculative_budget
 
 RUNNER_POOLING = "pooling"
 RUNNERS = ("auto", "generate", "pooling", "draft")
@@ -54,7 +51,9 @@ class AdapterTerms:
 
     @property
     def extra_weights_bytes(self) -> int:
-        """LoRA stacks plus draft weights (both counted in vLLM's model-loading memory)."""
+        """LoRA stacks plus draft weights: ``load_model`` of the V1 and V2 runners builds both
+        inside the memory profiler of "Model loading took N GiB" (0.20.2, 0.27.1, 0.29.0 and
+        0.32.0 wheels), so that figure holds them beside the checkpoint's bytes."""
         lora = self.lora.slot_bytes if self.lora else 0
         draft = self.speculative.draft_weights_bytes if self.speculative else 0
         return lora + draft
@@ -82,10 +81,12 @@ class AdapterTerms:
         return int(graphs_without_bytes * self.lora.cudagraph_band_share)
 
     def layout(self, base: kv.KvLayout) -> kv.KvLayout:
-        """``base`` with the drafter's attention layers in each block."""
+        """``base`` with the drafter's attention layers in each block, and the state blocks a
+        draft token adds to each request of a hybrid (:func:`kv.with_speculative_state`)."""
         if self.speculative is None:
             return base
-        return kv.with_draft_layers(base, self.speculative.draft_kv_bytes_per_token)
+        layout = kv.with_draft_layers(base, self.speculative.draft_kv_bytes_per_token)
+        return kv.with_speculative_state(layout, self.speculative.num_speculative_tokens)
 
     @property
     def unknown_draft(self) -> bool:
@@ -127,6 +128,7 @@ def adapter_terms(
             cudagraphs_on=graphs_on and supports("lora_cudagraph_specialize",
                                                  inputs.vllm_version),
             serve_dtype=inputs.dtype,
+            fully_sharded=inputs.fully_sharded_loras,
         )
     spec = None
     if inputs.speculative_config and inputs.speculative_config.strip():
@@ -225,14 +227,9 @@ def planner_adapters(settings: ServingSettings) -> PlannerAdapters:
     rank = settings.max_lora_rank or 16
     method, tokens, other = "", 2, None
     if settings.speculative_config:
-        try:
-            config = json.loads(settings.speculative_config)
-        except json.JSONDecodeError:
-            config = None
-        value = config.get("num_speculative_tokens") if isinstance(config, dict) else None
-        if isinstance(config, dict) and config.get("method") in PLANNER_DRAFTERS:
-            method = str(config["method"])
-            tokens = value if isinstance(value, int) and value > 0 else 1
+        parsed = speculative_settings(settings.speculative_config)
+        if parsed is not None and parsed.method in PLANNER_DRAFTERS:
+            method, tokens = parsed.method, parsed.num_speculative_tokens or 1
         else:
             other = settings.speculative_config
     return PlannerAdapters(slots, rank, method, tokens, other)

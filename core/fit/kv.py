@@ -379,6 +379,23 @@ def with_draft_layers(layout: KvLayout, draft_kv_bytes_per_token: int) -> KvLayo
     )
 
 
+def with_speculative_state(layout: KvLayout, num_speculative_tokens: int) -> KvLayout:
+    """``layout`` with the state blocks speculative decoding adds to each request: every
+    linear-attention layer's spec gets ``num_speculative_blocks = num_speculative_tokens`` and
+    holds ``1 + num_speculative_blocks`` state blocks per request (2 + in 'align' mode, vLLM's
+    prefix caching of hybrids): ``MambaSpec.max_memory_usage_bytes`` and the layers'
+    ``get_kv_cache_spec`` (``model_executor/layers/mamba/abstract.py``) in the 0.20.0, 0.27.1,
+    0.29.0 and 0.32.0 wheels, whatever the drafter. The 'all' mode (Mamba2 hybrids with
+    prefix caching), one state block per attention block of the context, is left as it is:
+    0.20.0 adds no draft blocks there, 0.27.1 and 0.29.0 add them too (releases between not
+    read); a model without such layers is left as it is too."""
+    if (num_speculative_tokens <= 0 or not layout.has_state_layers
+            or layout.state_blocks_follow_length):
+        return layout
+    return replace(layout, state_blocks_per_request=layout.state_blocks_per_request
+                   + num_speculative_tokens)
+
+
 @dataclass(frozen=True)
 class KvCapacity:
     """The KV part of a planned capacity: the blocks, tokens and concurrency vLLM would log

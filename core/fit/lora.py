@@ -30,7 +30,9 @@ captures every size twice, without and with adapters (``v1/cudagraph_dispatcher.
 ``_get_lora_cases``: ``[0, max_loras + 1]``). ``profile_cudagraph_memory`` then estimates
 ``first capture + per graph x (2n - 1)`` instead of ``first + per graph x (n - 1)``: between
 one and two times the graph estimate without LoRA, as the first capture's share is not known
-here. The plan takes 1.5 times and widens the band by the other half. ``--max-cpu-loras``
+here. The plan takes 1.5 times and widens the band by the other half; the one public
+measurement, in the pull request that added the specialisation (vllm-project/vllm#25914),
+went from 1.62 to 2.38 GiB of graph memory (x1.47). ``--max-cpu-loras``
 adapters are cached in host memory only (no GPU bytes).
 """
 
@@ -72,9 +74,11 @@ OLD_EXTRA_VOCAB = 256
 OLD_VOCAB_PADDING = 256
 
 #: architectures whose vLLM class lists ``lm_head`` (and ``embed_tokens``) in
-#: ``embedding_modules``, so their lm_head and embedding get LoRA stacks too; the same model
-#: files in the 0.20.0 and 0.32.0 wheels (llama, qwen3, qwen3_moe, mixtral, granite ...);
-#: Qwen2, Gemma 3 and Mistral's own class list none
+#: ``embedding_modules``, its own or inherited (Phi-3's class is Llama's), so their lm_head and
+#: embedding get LoRA stacks too: the registry's architectures whose class resolves to such a
+#: list in the 0.20.0 and 0.32.0 wheels (drafters and embedding models left out; the Exaone
+#: MoE, Granite SWA and K2 Horizon names first appear after 0.20.0); Qwen2, Mistral, Gemma 2 to
+#: 4, GPT-OSS, DeepSeek and GLM classes list none
 LM_HEAD_LORA_ARCHITECTURES = frozenset({
     "LlamaForCausalLM", "LLaMAForCausalLM", "InternLM3ForCausalLM", "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "MixtralForCausalLM",
@@ -82,8 +86,19 @@ LM_HEAD_LORA_ARCHITECTURES = frozenset({
     "GraniteMoeHybridForCausalLM", "PhiMoEForCausalLM", "NemotronForCausalLM",
     "NemotronHForCausalLM", "MiniCPMForCausalLM", "ExaoneForCausalLM", "Exaone4ForCausalLM",
     "JambaForCausalLM", "FalconH1ForCausalLM", "SolarForCausalLM", "ApertusForCausalLM",
-    "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "DeciLMForCausalLM",
+    "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "DeciLMForCausalLM", "Phi3ForCausalLM",
+    "Llama4ForCausalLM", "Ernie4_5ForCausalLM", "MiniCPM3ForCausalLM", "ExaoneMoeForCausalLM",
+    "ExaoneMoEForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM",
+    "HyperCLOVAXForCausalLM", "IQuestCoderForCausalLM", "K2HorizonForCausalLM",
+    "Param2MoEForCausalLM", "TeleChat2ForCausalLM", "TeleChat3ForCausalLM",
+    "TeleFLMForCausalLM", "NemotronHPuzzleForCausalLM",
 })
+
+
+#: model types whose MoE layers keep a dense MLP of ``intermediate_size`` beside the experts,
+#: both wrapped (Gemma 4's decoder layer builds ``mlp`` and, with ``num_experts``, ``experts``;
+#: ``model_executor/models/gemma4.py`` in the 0.32.0 wheel)
+DENSE_BESIDE_EXPERTS_TYPES = frozenset({"gemma4", "gemma4_text"})
 
 
 @dataclass(frozen=True)
@@ -116,30 +131,40 @@ def _linear(r: int, a_in: int, b_out: int) -> int:
 
 
 def per_slot_elements(model: ModelSpec, rank: int, tensor_parallel_size: int = 1,
-                      *, vllm_version: str | None = None) -> int:
+                      *, vllm_version: str | None = None, fully_sharded: bool = False) -> int:
     """Elements of one adapter slot's GPU stacks across the model (per rank).
 
     Attention layers are sized as ``qkv_proj`` + ``o_proj`` (an MLA or linear-attention layer
     has other projections; their stacks are approximated by these), dense MLPs as
-    ``gate_up_proj`` + ``down_proj``, MoE layers by their experts, router and shared experts.
+    ``gate_up_proj`` + ``down_proj``, MoE layers by their experts, router and shared experts
+    (and Gemma 4's dense MLP beside them, :data:`DENSE_BESIDE_EXPERTS_TYPES`).
+    ``fully_sharded`` is ``--fully-sharded-loras``: under tensor parallelism the A stacks of
+    column-parallel layers hold ``rank / tp`` rows and the B stacks of row-parallel layers
+    ``hidden / tp`` (``base_linear.py`` / ``column_parallel_linear.py`` ``create_lora_weights``,
+    ``fused_moe.py`` w13 A and w2 B; the same in the 0.20.0 and 0.32.0 wheels).
     """
     t = max(1, tensor_parallel_size)
     h = model.hidden_size
+    col_a = rank // t if fully_sharded else rank  # rows of a column-parallel A stack
+    row_b = h // t if fully_sharded else h  # rows of a row-parallel B stack
     q = model.num_attention_heads * model.head_dim // t
     kvd = kv.kv_heads_per_rank(model, t) * model.head_dim
-    attn = 3 * rank * h + _linear(rank, 0, q) + 2 * _linear(rank, 0, kvd)
-    attn += _linear(rank, q, h)
+    attn = 3 * col_a * h + _linear(rank, 0, q) + 2 * _linear(rank, 0, kvd)
+    attn += _linear(rank, q, row_b)
     if model.moe is not None:
         e = model.moe.num_experts
         inter = (model.moe.moe_intermediate_size or model.intermediate_size or 4 * h) // t
-        mlp = e * (2 * rank * h + rank * inter + 2 * inter * rank + h * rank)
+        mlp = e * (2 * col_a * h + rank * inter + 2 * inter * rank + row_b * rank)
         mlp += _linear(rank, h, e)
         if model.moe.num_shared_experts:
             shared = inter * model.moe.num_shared_experts
-            mlp += 2 * rank * h + 2 * shared * rank + _linear(rank, shared, h)
+            mlp += 2 * col_a * h + 2 * shared * rank + _linear(rank, shared, row_b)
+        if model.model_type in DENSE_BESIDE_EXPERTS_TYPES and model.intermediate_size:
+            dense = model.intermediate_size // t
+            mlp += 2 * col_a * h + 2 * dense * rank + _linear(rank, dense, row_b)
     else:
         inter = (model.intermediate_size or 4 * h) // t
-        mlp = 2 * rank * h + 2 * inter * rank + _linear(rank, inter, h)
+        mlp = 2 * col_a * h + 2 * inter * rank + _linear(rank, inter, row_b)
     total = model.num_hidden_layers * (attn + mlp)
     if model.architecture in LM_HEAD_LORA_ARCHITECTURES:
         vocab = model.vocab_size
@@ -163,11 +188,13 @@ def lora_budget(
     vllm_version: str | None = None,
     cudagraphs_on: bool = True,
     serve_dtype: str | None = None,
+    fully_sharded: bool = False,
 ) -> LoraBudget:
     """The LoRA terms of a plan with ``--enable-lora`` (see the module docstring).
 
     ``serve_dtype`` is ``--dtype`` (None: the checkpoint's, as vLLM serves it); ``lora_dtype``
-    "auto" follows it.
+    "auto" follows it. ``fully_sharded`` is ``--fully-sharded-loras`` (see
+    :func:`per_slot_elements`).
 
     Raises:
         FitError: a slot count below 1 or an unknown ``lora_dtype``.
@@ -186,8 +213,8 @@ def lora_budget(
         elem = 2
     else:
         raise FitError(f"--lora-dtype must be auto, float16 or bfloat16, got {lora_dtype!r}")
-    per_slot = per_slot_elements(model, rank, tensor_parallel_size,
-                                 vllm_version=vllm_version) * elem
+    per_slot = per_slot_elements(model, rank, tensor_parallel_size, vllm_version=vllm_version,
+                                 fully_sharded=fully_sharded) * elem
     slot_bytes = per_slot * slots
     if supports("lora_extra_vocab", vllm_version) and (
             model.architecture in LM_HEAD_LORA_ARCHITECTURES):
@@ -204,6 +231,13 @@ def lora_budget(
             failures.BAD_FLAG_VALUE,
             f"--max-lora-rank {rank} is not one vLLM accepts; use one of "
             + ", ".join(str(r) for r in ranks) + ".",
+        )
+    elif fully_sharded and rank % max(1, tensor_parallel_size):
+        failure = Failure(
+            failures.BAD_FLAG_VALUE,
+            f"with --fully-sharded-loras vLLM splits the rank over the {tensor_parallel_size} "
+            f"GPUs and {rank} is not divisible by {tensor_parallel_size}; pick a rank that is, "
+            "or leave --fully-sharded-loras out.",
         )
     elif cpu < slots:
         failure = Failure(

@@ -30,11 +30,11 @@ where those bytes go.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.speculative_config import speculative_settings
 from kvpilot.core.base.versions import Release
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.activation import VersionProfile
@@ -49,18 +49,6 @@ _MOE_SET_026 = _MOE_SET_025 | {"InklingForCausalLM", "InklingForConditionalGener
                                "LongcatFlashNgramForCausalLM"}
 #: drafters the V2 runner runs (others send the model to V1); DFlash from 0.27
 _V2_DRAFTERS = ("eagle", "eagle3", "mtp")
-
-
-def _drafter(speculative_config: str | None) -> str | None:
-    if not speculative_config:
-        return None
-    try:
-        data = json.loads(speculative_config)
-    except json.JSONDecodeError:
-        return None
-    method = data.get("method") if isinstance(data, dict) else None
-    return str(method) if method else ("draft_model" if isinstance(data, dict)
-                                       and data.get("model") else None)
 
 
 def uses_v2_runner(model: ModelSpec, inputs: PlanInputs) -> bool:
@@ -85,7 +73,8 @@ def uses_v2_runner(model: ModelSpec, inputs: PlanInputs) -> bool:
         chosen = arch in dense and not moe and model.quantization is None and not hybrid
     if not chosen:
         return False
-    method = _drafter(inputs.speculative_config)
+    settings = speculative_settings(inputs.speculative_config)
+    method = settings.method if settings is not None else None
     drafters: tuple[str, ...] = _V2_DRAFTERS
     if v.at_least("0.27"):
         drafters = (*drafters, "dflash")

@@ -1,18 +1,20 @@
 """Speculative decoding (``--speculative-config``) in the memory budget, as vLLM counts it.
 
-``--speculative-config`` is JSON (``config/speculative.py`` ``SpeculativeConfig``): ``method``
-(``mtp``, ``eagle``, ``eagle3``, ``draft_model``, ``ngram`` ...; inferred from ``model`` when
-absent: ``ngram``/``[ngram]`` -> ngram, a name with ``eagle-`` -> eagle, ``eagle3`` -> eagle3,
-else draft_model; every ``*_mtp`` spelling becomes ``mtp``), ``num_speculative_tokens`` (for
-MTP it defaults to the checkpoint's MTP layer count), ``model`` and
-``draft_tensor_parallel_size``. What each method adds to the budget (0.20.0 and 0.32.0 wheels):
+``--speculative-config`` is read by :mod:`kvpilot.core.base.speculative_config` (the method as
+vLLM normalises it, ``num_speculative_tokens``, which for MTP defaults to the checkpoint's MTP
+layer count, the draft ``model`` and ``draft_tensor_parallel_size``). What each method adds to
+the budget (0.20.0 and 0.32.0 wheels):
 
 * weights: MTP loads the checkpoint's ``num_nextn_predict_layers`` decoder layers (and their
-  ``eh_proj``, 2h x h), which plain serving skips; EAGLE / EAGLE-3 heads and draft models load
-  their own checkpoint; ngram and suffix decoding load nothing.
+  ``eh_proj``, 2h x h), which plain serving skips, less the block's own embedding and
+  output-head copies (GLM-4.x and DeepSeek checkpoints), dropped for the target's; an MTP head
+  in a checkpoint of its own (the ``model`` of a Gemma 4 target, whose config declares no MTP
+  layers: its assistant), EAGLE / EAGLE-3 heads and draft models load their own checkpoint;
+  ngram and suffix decoding load nothing.
 * KV cache: every attention layer of the drafter (the MTP layers, the EAGLE head's layer, all
   layers of a draft model) joins the KV-cache config, so each block costs the drafter's pages
-  too and the same memory holds fewer tokens.
+  too and the same memory holds fewer tokens; a Gemma 4 assistant's layers all read the
+  target's cache (:data:`KV_SHARED_DRAFTERS`) and add none.
 * profile run: ``_dummy_sampler_run`` also runs the rejection sampler over ``2 x max_num_seqs``
   logit rows (one draft and one bonus token per request); the drafter's own dummy forward
   follows the target's.
@@ -23,97 +25,26 @@ MTP it defaults to the checkpoint's MTP layer count), ``model`` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from kvpilot.core.base import failures
-from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.speculative_config import (
+    METHOD_MTP,
+    NO_KV_METHODS,
+    NO_NETWORK_METHODS,
+    SpeculativeSettings,
+)
 from kvpilot.core.fit import kv
 
-METHOD_MTP = "mtp"
-METHOD_EAGLE = "eagle"
-METHOD_EAGLE3 = "eagle3"
-METHOD_DRAFT_MODEL = "draft_model"
-METHOD_NGRAM = "ngram"
-
-#: methods that run a second network with its own checkpoint
-DRAFT_CHECKPOINT_METHODS = frozenset({METHOD_EAGLE, METHOD_EAGLE3, METHOD_DRAFT_MODEL,
-                                      "medusa", "mlp_speculator", "dflash", "dspark"})
-#: methods without a network of their own (no weights, no KV)
-NO_NETWORK_METHODS = frozenset({METHOD_NGRAM, "ngram_gpu", "suffix"})
-#: methods whose drafter has no attention layers (weights only)
-NO_KV_METHODS = frozenset({"medusa", "mlp_speculator"})
-
-
-@dataclass(frozen=True)
-class SpeculativeSettings:
-    """A parsed ``--speculative-config``: ``method`` as vLLM normalises it, draft tokens per
-    step, the draft checkpoint (None: none named) and its tensor-parallel size."""
-
-    method: str
-    num_speculative_tokens: int | None
-    model: str | None
-    draft_tensor_parallel_size: int | None
-
-
-def parse_speculative_config(text: str) -> SpeculativeSettings:
-    """The settings of a ``--speculative-config`` JSON object.
-
-    Raises:
-        FitError: not a JSON object, a count that is not a positive whole number, or neither a
-            method nor a model named (the message says what to give).
-    """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FitError(
-            f"--speculative-config is not JSON ({exc.msg}); give e.g. "
-            '\'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}\''
-        ) from None
-    if not isinstance(data, dict):
-        raise FitError("--speculative-config must be a JSON object, e.g. "
-                       '\'{"method": "mtp", "num_speculative_tokens": 1}\'')
-    method = data.get("method")
-    model = data.get("model")
-    if method is not None and not isinstance(method, str):
-        raise FitError(f"--speculative-config method must be text, got {method!r}")
-    if model is not None and not isinstance(model, str):
-        raise FitError(f"--speculative-config model must be text, got {model!r}")
-    tokens = data.get("num_speculative_tokens")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
-                               or tokens < 1):
-        raise FitError("--speculative-config num_speculative_tokens must be a whole number of "
-                       f"at least 1, got {tokens!r}")
-    draft_tp = data.get("draft_tensor_parallel_size")
-    if draft_tp is not None and (isinstance(draft_tp, bool) or not isinstance(draft_tp, int)
-                                 or draft_tp < 1):
-        raise FitError("--speculative-config draft_tensor_parallel_size must be at least 1, "
-                       f"got {draft_tp!r}")
-    if method is None:
-        if model is None:
-            raise FitError('--speculative-config names neither a "method" nor a "model"; give '
-                           'e.g. "method": "mtp" or "ngram", or a draft "model"')
-        low = model.lower()
-        if low in ("ngram", "[ngram]"):
-            method = METHOD_NGRAM
-        elif "eagle-" in low:
-            method = METHOD_EAGLE
-        elif "eagle3" in low:
-            method = METHOD_EAGLE3
-        else:
-            method = METHOD_DRAFT_MODEL
-    elif method.endswith("_mtp"):
-        method = METHOD_MTP  # vLLM: "method `%s` is deprecated and replaced with mtp."
-    if method in DRAFT_CHECKPOINT_METHODS and not model:
-        raise FitError(f'--speculative-config method "{method}" needs the draft "model" '
-                       "(a directory or repo id)")
-    if method != METHOD_MTP and tokens is None:
-        raise FitError(f'--speculative-config method "{method}" needs '
-                       '"num_speculative_tokens"')
-    return SpeculativeSettings(method, tokens, model if method not in NO_NETWORK_METHODS
-                               else None, draft_tp)
+#: MTP drafters with a checkpoint of their own whose every attention layer reads the target's
+#: KV cache (no pages of their own): the Gemma 4 assistants ("gemma4_assistant" and
+#: "gemma4_unified_assistant" configs, whose ``architectures`` name these classes; vLLM
+#: ``config/speculative.py`` turns them into ``gemma4_mtp`` with ``n_predict`` 1, and
+#: ``model_executor/models/gemma4_mtp.py`` makes every layer KV-shared, 0.32.0 wheel)
+KV_SHARED_DRAFTERS = frozenset({"Gemma4AssistantForCausalLM",
+                                "Gemma4UnifiedAssistantForCausalLM"})
 
 
 @dataclass(frozen=True)
@@ -135,14 +66,25 @@ class SpeculativeBudget:
     note: str
 
 
+#: model types whose MTP layer is a full-attention layer with an output gate: ``qkv_proj``
+#: projects ``heads x (1 + attn_output_gate)`` query heads (``qwen3_next.py``
+#: ``Qwen3NextAttention``, the decoder layer ``qwen3_5_mtp.py`` builds; 0.32.0 wheel)
+GATED_MTP_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                             "qwen3_5_moe_text"})
+
+
 def mtp_layer_bytes(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
     """16-bit bytes of one MTP layer per rank: a decoder layer of the target's widths (every
-    expert of an MoE layer) plus ``eh_proj`` (2h x h) and its norms; the embedding and lm_head
-    are shared with the target."""
+    expert of an MoE layer; the query projection doubled by the output gate of
+    :data:`GATED_MTP_TYPES`) plus ``eh_proj`` / ``fc`` (2h x h) and its norms; the embedding
+    and lm_head are shared with the target (``_maybe_share_embeddings`` /
+    ``_maybe_share_lm_head`` drop the drafter's copies, ``v1/spec_decode/llm_base_proposer.py``
+    in the 0.32.0 wheel)."""
     h = model.hidden_size
     q = model.num_attention_heads * model.head_dim
     kvd = model.num_key_value_heads * model.head_dim
-    attn = h * (q + 2 * kvd) + q * h
+    gate = 2 if model.model_type in GATED_MTP_TYPES else 1
+    attn = h * (gate * q + 2 * kvd) + q * h
     if model.moe is not None:
         inter = model.moe.moe_intermediate_size or model.intermediate_size or 4 * h
         mlp = (model.moe.num_experts + model.moe.num_shared_experts) * 3 * h * inter
@@ -173,15 +115,16 @@ def speculative_budget(
     tp = settings.draft_tensor_parallel_size or tensor_parallel_size
     failure: Failure | None = None
     known = True
-    if settings.method == METHOD_MTP:
+    if settings.method == METHOD_MTP and not (model.mtp_layers == 0 and settings.model):
         layers = model.mtp_layers
         tokens = settings.num_speculative_tokens or max(1, layers)
         if layers == 0:
             failure = Failure(
                 failures.UNSUPPORTED_MODEL,
                 f"{model.model_id} declares no MTP layers (num_nextn_predict_layers) in its "
-                "config.json, so vLLM has no multi-token-prediction head to load; use another "
-                "method (ngram, eagle3 with a draft) or turn speculative decoding off.",
+                "config.json, so vLLM has no multi-token-prediction head to load; name the "
+                'MTP checkpoint ("model", e.g. a Gemma 4 assistant), use another method '
+                "(ngram, eagle3 with a draft) or turn speculative decoding off.",
             )
         elif tokens > layers and tokens % layers:
             failure = Failure(
@@ -191,7 +134,9 @@ def speculative_budget(
             )
         per_token = layers * kv.bytes_per_token_per_layer(model, kv_cache_dtype, tp)
         if model.mtp_weights_bytes:  # counted in the checkpoint's files, left out of its size
-            weights = model.mtp_weights_bytes // max(1, tp)
+            # less the block's own embedding / output-head copies, dropped for the target's
+            kept = model.mtp_weights_bytes - model.mtp_shared_copy_bytes
+            weights = max(0, kept) // max(1, tp)
             sized = "as the checkpoint stores them"
         else:
             weights = layers * mtp_layer_bytes(model, tp)
@@ -211,14 +156,14 @@ def speculative_budget(
                     "its weights and KV are not in the plan")
         else:
             weights = max(0, draft_weights_bytes or 0) // max(1, tp)
-            if settings.method in NO_KV_METHODS:
+            if settings.method in NO_KV_METHODS or draft.architecture in KV_SHARED_DRAFTERS:
                 layers, per_token = 0, 0
             else:
                 layout = kv.kv_layout(draft, kv_cache_dtype, tp)
                 layers = sum(g.num_layers for g in layout.groups)
                 per_token = layout.kv_bytes_per_token
             note = (f"{settings.method}: draft {draft.model_id} ({layers} attention "
-                    f"layer(s)), {tokens} draft token(s) per step")
+                    f"layer(s) of its own), {tokens} draft token(s) per step")
     return SpeculativeBudget(
         settings=settings, num_speculative_tokens=tokens, draft_weights_bytes=weights,
         draft_layers=layers, draft_kv_bytes_per_token=per_token, draft_known=known,

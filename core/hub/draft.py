@@ -8,30 +8,19 @@ says its bytes are missing.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.speculative_config import speculative_settings
 
 
 def draft_reference(speculative_config: str | None) -> str | None:
-    """The ``model`` a ``--speculative-config`` JSON names (None: none, ngram, or not JSON)."""
-    if not speculative_config:
-        return None
-    try:
-        data = json.loads(speculative_config)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    model = data.get("model")
-    if not isinstance(model, str) or model.strip().lower() in ("", "ngram", "[ngram]"):
-        return None
-    method = data.get("method")
-    if isinstance(method, str) and method in ("ngram", "ngram_gpu", "suffix"):
-        return None
-    return model.strip()
+    """The draft ``model`` a ``--speculative-config`` names (None: none, a method without a
+    network of its own, or text vLLM would refuse); read by
+    :func:`kvpilot.core.base.speculative_config.speculative_settings`."""
+    settings = speculative_settings(speculative_config)
+    return settings.model if settings is not None else None
 
 
 @lru_cache(maxsize=16)

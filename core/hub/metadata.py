@@ -80,8 +80,10 @@ def fetch_hub_model(
         preprocessor=pre if isinstance(pre, dict) else None,
     )
     mtp = record.get("mtp_bytes")
+    shared = record.get("mtp_shared_bytes")
     return replace(spec, weights_bytes=record["weights_bytes"], weights_source=SOURCE_HUB,
-                   mtp_weights_bytes=mtp if isinstance(mtp, int) else 0)
+                   mtp_weights_bytes=mtp if isinstance(mtp, int) else 0,
+                   mtp_shared_copy_bytes=shared if isinstance(shared, int) else 0)
 
 
 def _download_record(
@@ -116,11 +118,13 @@ def _download_record(
         total_bits += count * DTYPE_BITS[dtype]
     mtp = _hub_mtp_bytes(config, meta)
     return {"config": config, "weights_bytes": total_bits // 8 - mtp, "mtp_bytes": mtp,
+            "mtp_shared_bytes": _hub_mtp_bytes(config, meta, shared_copies_only=True),
             "sha": revision or "", "preprocessor": preprocessor}
 
 
-def _hub_mtp_bytes(config: object, meta: object) -> int:
-    """Bytes of the MTP tensors in the Hub's per-file safetensors headers (0: none).
+def _hub_mtp_bytes(config: object, meta: object, *, shared_copies_only: bool = False) -> int:
+    """Bytes of the MTP tensors in the Hub's per-file safetensors headers (0: none); with
+    ``shared_copies_only`` those of their embedding and output-head copies.
 
     ``meta`` is huggingface_hub's ``SafetensorsRepoMetadata`` (``files_metadata`` -> file ->
     ``tensors`` -> name -> ``TensorInfo.data_offsets``).
@@ -137,4 +141,4 @@ def _hub_mtp_bytes(config: object, meta: object) -> int:
                 name: {"data_offsets": list(getattr(info, "data_offsets", ()) or ())}
                 for name, info in tensors.items()
             })
-    return mtp_bytes_from_headers(rule, headers)
+    return mtp_bytes_from_headers(rule, headers, shared_copies_only=shared_copies_only)

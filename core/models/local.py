@@ -247,6 +247,7 @@ def load_local_model(directory: str | Path, *, model_id: str | None = None) -> M
             weights_source=size.source,
             notes=spec.notes + size.notes,
             mtp_weights_bytes=size.mtp_bytes,
+            mtp_shared_copy_bytes=size.mtp_shared_bytes,
         )
     estimate = config_weight_bytes(spec, config)
     return replace(

@@ -18,7 +18,9 @@ model does not take. The rules follow the release code (``model_executor/models`
   only when the config declares ``num_nextn_predict_layers`` > 0.
 
 With MTP speculative decoding on, the draft model (``qwen3_5_mtp.py``, ``glm4_moe_mtp.py``,
-``deepseek_mtp.py``) loads exactly these tensors, so the planner adds them back there.
+``deepseek_mtp.py``) loads exactly these tensors, so the planner adds them back there, less the
+MTP block's own copies of the embedding and output head (GLM-4.x and DeepSeek checkpoints store
+them in the MTP layer), which the drafter drops for the target's (:func:`is_shared_copy`).
 """
 
 from __future__ import annotations
@@ -98,8 +100,23 @@ def mtp_tensor_names(rule: MtpRule | None, names: Iterable[str]) -> tuple[str, .
     return tuple(sorted(n for n in names if rule.matches(n)))
 
 
-def mtp_bytes_from_headers(rule: MtpRule | None, headers: Iterable[Mapping[str, Any]]) -> int:
-    """Bytes of the MTP tensors in safetensors headers (``data_offsets`` end - begin).
+#: name parts of the MTP block's own copies of the embedding and the output head: the drafter
+#: loads them, then drops them for the target's (``_maybe_share_embeddings`` /
+#: ``_maybe_share_lm_head`` share both for every MTP drafter, the embedding with one pipeline
+#: stage, ``v1/spec_decode/llm_base_proposer.py`` in the 0.20.0, 0.27.1 and 0.32.0 wheels), so
+#: they take no memory once loaded
+_SHARED_COPY_PARTS = ("embed_tokens.", "shared_head.head.", "lm_head.")
+
+
+def is_shared_copy(name: str) -> bool:
+    """True for an MTP tensor that copies the target's embedding or output head."""
+    return any(part in name for part in _SHARED_COPY_PARTS)
+
+
+def mtp_bytes_from_headers(rule: MtpRule | None, headers: Iterable[Mapping[str, Any]],
+                           *, shared_copies_only: bool = False) -> int:
+    """Bytes of the MTP tensors in safetensors headers (``data_offsets`` end - begin); with
+    ``shared_copies_only`` those of the copies :func:`is_shared_copy` names.
 
     Entries that are not tensor records (``__metadata__``, malformed ones) count nothing; the
     header reader has validated them already.
@@ -110,6 +127,8 @@ def mtp_bytes_from_headers(rule: MtpRule | None, headers: Iterable[Mapping[str, 
     for header in headers:
         for name, entry in header.items():
             if name == "__metadata__" or not rule.matches(name) or not isinstance(entry, Mapping):
+                continue
+            if shared_copies_only and not is_shared_copy(name):
                 continue
             offsets = entry.get("data_offsets")
             if (isinstance(offsets, list) and len(offsets) == 2

@@ -78,6 +78,9 @@ class WeightSize:
     tensor_count: int | None = None
     notes: tuple[str, ...] = ()
     mtp_bytes: int = 0
+    #: the part of ``mtp_bytes`` that copies the embedding and output head (from headers
+    #: only; :func:`kvpilot.core.models.mtp_weights.is_shared_copy`)
+    mtp_shared_bytes: int = 0
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
@@ -256,14 +259,18 @@ def _sum_files(files: list[Path], rule: MtpRule | None = None) -> WeightSize:
     total = 0
     count = 0
     mtp = 0
+    shared = 0
     for f in files:
         nbytes, n = safetensors_tensor_bytes(f)
         total += nbytes
         count += n
         if rule is not None:
-            mtp += mtp_bytes_from_headers(rule, (read_safetensors_header(f),))
+            header = (read_safetensors_header(f),)
+            mtp += mtp_bytes_from_headers(rule, header)
+            shared += mtp_bytes_from_headers(rule, header, shared_copies_only=True)
     notes = (_mtp_note(mtp, exact=True),) if mtp else ()
-    return WeightSize(total - mtp, SOURCE_FILE, tuple(str(f) for f in files), count, notes, mtp)
+    return WeightSize(total - mtp, SOURCE_FILE, tuple(str(f) for f in files), count, notes, mtp,
+                      shared)
 
 
 def _mtp_note(mtp_bytes: int, *, exact: bool) -> str:

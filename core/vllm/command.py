@@ -24,9 +24,10 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from kvpilot.core.base import versions
-from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.errors import CommandError, FitError
 from kvpilot.core.base.hosts import check_listen_address
 from kvpilot.core.base.plan import PlanInputs, ServingSettings, settings_dict
+from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.base.versions import supports
 from kvpilot.core.runtimes.discovery import (
     FlagSet,
@@ -235,8 +236,9 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
     _positive("max_loras", spec.max_loras)
     _positive("max_lora_rank", spec.max_lora_rank)
     _positive("max_cpu_loras", spec.max_cpu_loras)
-    lora_set = [name for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype")
-                if getattr(spec, name) is not None]
+    lora_set = [name for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+                                  "fully_sharded_loras")
+                if getattr(spec, name) not in (None, False)]
     if lora_set and not spec.enable_lora:
         raise CommandError(
             f"{', '.join(lora_set)} given without enable_lora; turn LoRA on (--enable-lora) "
@@ -244,11 +246,9 @@ def _validate(spec: LaunchSpec, runtime: VllmRuntime | None) -> None:
         )
     if spec.speculative_config is not None:
         try:
-            parsed = json.loads(spec.speculative_config)
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"speculative_config is not JSON ({exc.msg})") from None
-        if not isinstance(parsed, dict):
-            raise CommandError("speculative_config must be a JSON object")
+            parse_speculative_config(spec.speculative_config)
+        except FitError as exc:
+            raise CommandError(exc.message) from None
     if spec.cudagraph_mode is not None and spec.cudagraph_mode.upper() not in CUDAGRAPH_MODES:
         raise CommandError(
             f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got "
@@ -463,6 +463,8 @@ def adapter_argv(settings: ServingSettings) -> list[str]:
                             ("--lora-dtype", settings.lora_dtype)):
             if value is not None:
                 tail += [flag, str(value)]
+        if settings.fully_sharded_loras:
+            tail.append("--fully-sharded-loras")
     if settings.speculative_config:
         try:
             text = json.dumps(json.loads(settings.speculative_config), separators=(",", ":"))

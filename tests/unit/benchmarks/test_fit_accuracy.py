@@ -10,12 +10,10 @@ fit to the cases: leave-one-source-out median 0.82 % / worst 14.39 %, leave-one-
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 
 import pytest
-from testpaths import REPO
+from testpaths import REPO, load_script
 
 from kvpilot.core.fit import activation
 from kvpilot.core.fit.budget import compute_capacity
@@ -31,12 +29,7 @@ SPLIT_WORST_KV_ERROR_PCT = 14.5
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("fit_accuracy", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_accuracy"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "fit_accuracy")
 
 
 @pytest.fixture(scope="module")

@@ -53,3 +53,21 @@ def test_lora_flags_without_enable_lora_are_refused_in_one_line(capsys):
     rc = main(["plan", "--model", MODEL, "--gpu", "RTX 4090", "--max-loras", "2"])
     err = capsys.readouterr().err
     assert rc == 2 and "need --enable-lora" in err
+
+
+def test_fully_sharded_loras_reach_the_plan_and_the_command(capsys):
+    flags = ["--model", MODEL, "--gpu", "RTX 4090", "--max-model-len", "8192",
+             "--tensor-parallel-size", "2", "--enable-lora"]
+    assert main(["plan", *flags, "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)["inputs"]["lora_bytes_per_slot"]
+    assert main(["plan", *flags, "--fully-sharded-loras", "--json"]) == 0
+    sharded = json.loads(capsys.readouterr().out)["inputs"]["lora_bytes_per_slot"]
+    assert sharded < whole
+    assert main(["export", *flags, "--fully-sharded-loras"]) == 0
+    command = next(line for line in capsys.readouterr().out.splitlines() if "vllm serve" in line)
+    assert "--enable-lora --fully-sharded-loras" in command
+
+
+def test_fully_sharded_loras_without_enable_lora_are_refused(capsys):
+    rc = main(["plan", "--model", MODEL, "--gpu", "RTX 4090", "--fully-sharded-loras"])
+    assert rc == 2 and "--fully-sharded-loras need --enable-lora" in capsys.readouterr().err

@@ -115,3 +115,55 @@ def test_many_large_slots_turn_a_fitting_plan_into_no_fit(llama8b):
 def test_0_11_accepts_no_rank_1():
     assert 1 in lora.allowed_ranks("0.20.0") and 1 not in lora.allowed_ranks("0.11.0")
     assert lora.allowed_ranks("0.32.0") == lora.ALLOWED_RANKS
+
+
+def test_fully_sharded_stacks_split_the_rank_and_the_hidden_rows(llama8b):
+    """--fully-sharded-loras under TP 2 (base_linear.py / column_parallel_linear.py
+    create_lora_weights): column-parallel A stacks hold rank / 2 rows, row-parallel B stacks
+    hidden / 2; the B stacks of column-parallel layers and the A stacks of row-parallel ones are
+    per-rank slices either way; lm_head and embedding stacks stay whole. Per layer at rank 16:
+    qkv A 3 x (8, 4096), B (2048 + 2 x 512, 16); o_proj A (16, 2048), B (2048, 16); gate_up
+    A 2 x (8, 4096), B 2 x (7168, 16); down A (16, 7168), B (2048, 16)."""
+    layer = (3 * 8 * 4096 + (2048 + 2 * 512) * 16 + 16 * 2048 + 2048 * 16
+             + 2 * 8 * 4096 + 2 * 7168 * 16 + 16 * 7168 + 2048 * 16)
+    heads = 16 * 4096 + 128256 * 16 + 128256 * 16 + 4096 * 16
+    assert lora.per_slot_elements(llama8b, 16, 2, fully_sharded=True) \
+        == 32 * layer + heads == 25_206_784
+    # without it each rank holds the whole rank and hidden rows: 32,546,816
+    assert lora.per_slot_elements(llama8b, 16, 2) == 32_546_816
+
+
+def test_fully_sharded_needs_a_rank_the_gpus_divide(llama8b):
+    budget = lora.lora_budget(llama8b, max_loras=1, max_lora_rank=16, max_cpu_loras=None,
+                              lora_dtype=None, max_num_batched_tokens=2048,
+                              tensor_parallel_size=3, fully_sharded=True)
+    assert budget.failure is not None and budget.failure.kind == failures.BAD_FLAG_VALUE
+    assert "not divisible by 3" in budget.failure.message
+    cap = compute_capacity(rtx4090(llama8b, max_model_len=8192, tensor_parallel_size=2,
+                                   enable_lora=True, fully_sharded_loras=True))
+    assert cap.failure is None
+    assert cap.inputs["lora_bytes_per_slot"] == 25_206_784 * 2
+
+
+def test_phi3_inherits_llamas_lm_head_and_embedding_stacks():
+    """Phi3ForCausalLM subclasses LlamaForCausalLM (phi3.py, 0.20.0 and 0.32.0) and so lists
+    lm_head and embed_tokens among its embedding modules: Phi-4-mini (hidden 3072, vocab
+    200064) gets lm_head A (16, 3072), B (200064, 16) and embedding A (200064, 16), B (3072, 16)
+    per slot."""
+    phi = fixture_spec("phi-4-mini-instruct")
+    assert phi.architecture == "Phi3ForCausalLM"
+    unwrapped = replace(phi, architecture="Qwen2ForCausalLM")  # a class listing none
+    assert lora.per_slot_elements(phi, 16) - lora.per_slot_elements(unwrapped, 16) \
+        == 16 * 3072 + 200064 * 16 + 200064 * 16 + 3072 * 16
+
+
+def test_gemma4_moe_layers_wrap_the_dense_mlp_beside_the_experts():
+    """Gemma 4 26B-A4B (hidden 2816, 30 layers, intermediate 2112 beside 128 experts of 704):
+    each layer's dense MLP gets gate_up A 2 x (16, 2816), B 2 x (2112, 16) and down A
+    (16, 2112), B (2816, 16) per slot on top of the experts' stacks."""
+    model = fixture_spec("gemma-4-26b-a4b")
+    assert model.moe is not None and model.intermediate_size == 2112
+    experts_only = replace(model, model_type="mixtral")  # a MoE type with no dense MLP
+    dense = 2 * 16 * 2816 + 2 * 2112 * 16 + 16 * 2112 + 2816 * 16
+    assert lora.per_slot_elements(model, 16) - lora.per_slot_elements(experts_only, 16) \
+        == 30 * dense

@@ -42,6 +42,14 @@ def test_unsupported_drafters_send_the_model_back_to_v1() -> None:
         QWEN3_8B, rtx4090(QWEN3_8B, vllm_version="0.27.1", speculative_config=mtp))
 
 
+def test_a_deprecated_mtp_spelling_is_mtp_to_the_runner_choice() -> None:
+    """vLLM replaces ``qwen3_5_mtp`` (and every ``*_mtp``) with ``mtp`` before it picks the
+    runner, so the V2 runner runs it as it runs ``mtp``."""
+    old = '{"method": "qwen3_5_mtp", "num_speculative_tokens": 2}'
+    assert runner.uses_v2_runner(
+        QWEN3_8B, rtx4090(QWEN3_8B, vllm_version="0.27.1", speculative_config=old))
+
+
 def test_a_v2_run_holds_the_forward_through_the_sampler() -> None:
     """0.21.0 and 0.27.1 share one version row; only the runner differs: under V2 the
     forward's buffers are still held while the dummy sampler (logits only) runs."""

@@ -4,6 +4,7 @@ drafter adds (weights, KV layers, the rejection sampler's rows, larger CUDA-grap
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from fitkit import fixture_spec, rtx4090
@@ -11,7 +12,9 @@ from fitkit import fixture_spec, rtx4090
 from kvpilot.core.base import failures
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import VERDICT_BORDERLINE, VERDICT_DOES_NOT_FIT
-from kvpilot.core.fit import speculative
+from kvpilot.core.base.speculative_config import parse_speculative_config
+from kvpilot.core.base.units import GiB
+from kvpilot.core.fit import adapters, speculative
 from kvpilot.core.fit.budget import compute_capacity, estimate_weights_bytes
 
 
@@ -28,7 +31,7 @@ def _config(**values: object) -> str:
     ({"method": "mtp"}, "mtp"),
 ])
 def test_the_method_is_inferred_as_vllm_does(values, method):
-    assert speculative.parse_speculative_config(_config(**values)).method == method
+    assert parse_speculative_config(_config(**values)).method == method
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -41,7 +44,7 @@ def test_the_method_is_inferred_as_vllm_does(values, method):
 ])
 def test_bad_configs_say_what_to_give(text, says):
     with pytest.raises(FitError, match=says):
-        speculative.parse_speculative_config(text)
+        parse_speculative_config(text)
 
 
 def test_mtp_on_a_model_without_mtp_layers_does_not_fit(qwen7b):
@@ -141,9 +144,82 @@ def test_mtp_weights_counted_in_the_checkpoints_files_are_the_ones_mtp_loads_bac
     entry = next(e for e in catalog.catalog_entries() if e.id == "Qwen/Qwen3.5-27B")
     model = spec_from_config(entry.config, model_id=entry.id)
     counted = replace(model, mtp_weights_bytes=850 << 20)
-    settings = speculative.parse_speculative_config(_config(method="mtp"))
+    settings = parse_speculative_config(_config(method="mtp"))
     exact = speculative.speculative_budget(counted, settings, draft=None, draft_weights_bytes=None)
     assert exact.draft_weights_bytes == 850 << 20 and "as the checkpoint stores them" in exact.note
     modelled = speculative.speculative_budget(model, settings, draft=None, draft_weights_bytes=None)
     assert modelled.draft_weights_bytes == speculative.mtp_layer_bytes(model)
     assert "16 bits" in modelled.note
+    # the block's own embedding and output-head copies are dropped for the target's
+    copies = replace(counted, mtp_shared_copy_bytes=300 << 20)
+    kept = speculative.speculative_budget(copies, settings, draft=None, draft_weights_bytes=None)
+    assert kept.draft_weights_bytes == 550 << 20
+
+
+GEMMA4_MTP = _config(method="mtp", model="google/gemma-4-E4B-it-assistant",
+                     num_speculative_tokens=2)
+
+
+def test_a_gemma4_assistant_is_the_mtp_head_of_a_target_without_mtp_layers():
+    """Gemma 4 declares no MTP layers; its MTP head is a checkpoint of its own (the assistant)
+    whose layers all read the target's KV cache (vLLM 0.32.0 gemma4_mtp.py): its weights count,
+    its KV pages do not, and nothing is refused."""
+    target = fixture_spec("gemma-4-e4b-it", int(15 * GiB))
+    assert target.mtp_layers == 0
+    # an assistant spec: the architecture is what marks its layers KV-shared
+    assistant = replace(fixture_spec("gemma-4-e2b-it", int(0.4 * GiB)),
+                        architecture="Gemma4AssistantForCausalLM")
+    base = rtx4090(target, max_model_len=8192, vllm_version="0.32.0")
+    plain = compute_capacity(base)
+    cap = compute_capacity(replace(base, speculative_config=GEMMA4_MTP, draft_model=assistant))
+    assert cap.failure is None
+    assert cap.weights_bytes - plain.weights_bytes == int(0.4 * GiB)
+    assert cap.kv_bytes_per_token == plain.kv_bytes_per_token
+    assert cap.inputs["draft_kv_bytes_per_token"] == 0 and cap.inputs["draft_known"]
+
+
+def test_an_unread_gemma4_assistant_is_borderline_not_refused():
+    target = fixture_spec("gemma-4-e4b-it", int(15 * GiB))
+    cap = compute_capacity(rtx4090(target, max_model_len=8192, vllm_version="0.32.0",
+                                   speculative_config=GEMMA4_MTP))
+    assert cap.failure is None and cap.verdict == VERDICT_BORDERLINE
+    assert cap.inputs["draft_known"] is False
+
+
+def test_a_qwen35_mtp_layer_has_the_gated_query_projection():
+    """Qwen3.5-27B's MTP layer (config.json: hidden 5120, 24 heads of 256, 4 KV heads,
+    intermediate 17408), as qwen3_5_mtp.py builds it: qkv_proj 5120 x (2 x 6144 + 2 x 1024),
+    o_proj 6144 x 5120, gate/up/down 3 x 5120 x 17408, fc 10240 x 5120 and four norms of
+    5120, at 16 bits."""
+    model = fixture_spec("qwen3.5-27b")
+    params = (5120 * (2 * 6144 + 2 * 1024) + 6144 * 5120 + 3 * 5120 * 17408
+              + 2 * 5120 * 5120 + 4 * 5120)
+    assert params == 424_693_760
+    assert speculative.mtp_layer_bytes(model) == 2 * params
+    assert speculative.mtp_layer_bytes(model, 2) == params
+
+
+@pytest.mark.parametrize(("prefix_caching", "state_blocks"), [(False, 1), (True, 2)])
+def test_each_draft_token_adds_a_state_block_per_linear_group(prefix_caching, state_blocks):
+    """vLLM gives every Gated DeltaNet layer ``num_speculative_blocks = num_speculative_tokens``
+    (mamba/abstract.py get_kv_cache_spec, 0.20.0 to 0.32.0): a request holds 1 (2 with prefix
+    caching, 'align' mode) + 2 state blocks per linear group with two MTP tokens. Qwen3.5-27B
+    (48 linear layers in 3 groups of 16) at 32,768 tokens in blocks of 784: 42 attention
+    blocks."""
+    model = fixture_spec("qwen3.5-27b", int(16 * GiB))
+    inputs = rtx4090(model, max_model_len=32768, vllm_version="0.29.0",
+                     enable_prefix_caching=prefix_caching)
+    plain = adapters.plan_layout(inputs, model, None)
+    mtp = adapters.plan_layout(
+        replace(inputs, speculative_config=_config(method="mtp", num_speculative_tokens=2)),
+        model, None)
+    assert (plain.block_size, len(plain.groups)) == (784, 4)
+    assert plain.blocks_per_request(32768, 0) == 42 + 3 * state_blocks
+    assert mtp.blocks_per_request(32768, 0) == 42 + 3 * (state_blocks + 2)
+    # a dense model has no state to multiply
+    dense = fixture_spec("qwen3-8b", int(15 * GiB))
+    dense_inputs = rtx4090(dense, max_model_len=32768, speculative_config=_config(
+        method="ngram", num_speculative_tokens=3))
+    assert adapters.plan_layout(dense_inputs, dense, None).blocks_per_request(32768, 0) \
+        == adapters.plan_layout(replace(dense_inputs, speculative_config=None), dense,
+                                None).blocks_per_request(32768, 0)

@@ -102,4 +102,5 @@ def test_hub_weight_bytes_leave_the_mtp_tensors_out():
     }
     meta = SafetensorsRepoMetadata(metadata=None, sharded=True, weight_map={}, files_metadata=files)
     assert _hub_mtp_bytes(config, meta) == 272
+    assert _hub_mtp_bytes(config, meta, shared_copies_only=True) == 0  # no head copy here
     assert _hub_mtp_bytes(json.loads(_config("qwen2.5-7b-instruct")), meta) == 0

@@ -16,6 +16,7 @@ from kvpilot.core.base.model_spec import SOURCE_FILE, SOURCE_INDEX
 from kvpilot.core.models.local import load_local_model
 from kvpilot.core.models.mtp_weights import (
     MtpRule,
+    is_shared_copy,
     mtp_bytes_from_headers,
     mtp_rule,
     mtp_share_of_index,
@@ -145,3 +146,26 @@ def test_bytes_from_headers_use_the_byte_ranges(tmp_path: Path, st_file):
     rule = mtp_rule(_config("deepseek-v3"))
     assert mtp_bytes_from_headers(rule, [header]) == 7168 * 2
     assert mtp_bytes_from_headers(None, [header]) == 0
+
+
+def test_the_mtp_blocks_embedding_and_head_copies_are_told_apart(model_copy, st_file):
+    """DeepSeek-V3's MTP layer (61) stores its own embed_tokens and shared_head.head; vLLM
+    skips all of layer 61 without MTP, and with MTP the drafter loads them, then drops both
+    copies for the target's (llm_base_proposer.py, 0.20.0 to 0.32.0)."""
+    d = model_copy("deepseek-v3")
+    st_file(d / "model.safetensors", {
+        "model.layers.60.input_layernorm.weight": ("BF16", [32]),
+        "model.layers.61.eh_proj.weight": ("BF16", [32, 64]),
+        "model.layers.61.embed_tokens.weight": ("BF16", [100, 32]),
+        "model.layers.61.shared_head.head.weight": ("BF16", [100, 32]),
+        "model.layers.61.shared_head.norm.weight": ("BF16", [32]),
+    })
+    size = checkpoint_weight_size(d, _config("deepseek-v3"))
+    assert size is not None
+    assert size.mtp_bytes == (32 * 64 + 2 * 100 * 32 + 32) * 2
+    assert size.mtp_shared_bytes == 2 * 100 * 32 * 2
+    spec = load_local_model(d)
+    assert (spec.mtp_weights_bytes, spec.mtp_shared_copy_bytes) == (
+        size.mtp_bytes, size.mtp_shared_bytes)
+    assert is_shared_copy("model.layers.61.embed_tokens.weight")
+    assert not is_shared_copy("model.layers.61.shared_head.norm.weight")
