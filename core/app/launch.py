@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvpilot.core.app.orphan_policy import WINDOW_WORDS, OrphanDecision, OrphanWords
 from kvpilot.core.base import failures
 from kvpilot.core.base.errors import CommandError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
@@ -117,6 +118,35 @@ class FallbackPolicy:
 
         return next((c for c in choices if c.changes and "model" not in c.changes
                      and c.kind not in NOT_AUTOMATIC), None)
+
+
+@dataclass(frozen=True)
+class FallbackTaken:
+    """A failure of kind ``kind`` was answered by the policy itself: ``choice`` is launched
+    next, the ``attempt``-th automatic fallback of at most ``max_attempts``."""
+
+    kind: str
+    choice: FallbackChoice
+    attempt: int
+    max_attempts: int
+
+    @property
+    def sentence(self) -> str:
+        """``fallback 1/8: <the change and its predicted effect>``."""
+        return f"fallback {self.attempt}/{self.max_attempts}: {self.choice.description}"
+
+
+@dataclass(frozen=True)
+class FallbacksOffered:
+    """A failure the policy leaves to the user: ``choices`` ranked best first (may be
+    empty: nothing is known to fit instead)."""
+
+    failure: Failure
+    choices: tuple[FallbackChoice, ...]
+
+
+#: what a launch session decides after a failure
+FallbackStep = FallbackTaken | FallbacksOffered
 
 
 def launch_signature(spec: LaunchSpec) -> tuple[str, ...]:
@@ -288,24 +318,31 @@ class LaunchSession:
 
         return find_orphans(Path(self.data_dir))
 
-    def refuse_next_to_orphans(self, port: int | None) -> None:
-        """Refuse a launch while a server an earlier kvpilot left runs: it may hold ``port``
-        without listening yet (still loading), and on one GPU a second server would fight it
-        for memory.
+    def orphan_decision(
+        self, host: str, port: int | None, *, stop: bool = False,
+        words: OrphanWords = WINDOW_WORDS,
+    ) -> OrphanDecision:
+        """What a launch on ``host`` asking for ``port`` does about the servers an earlier
+        kvpilot left running (:func:`kvpilot.core.app.orphan_policy.decide_orphans`, the one
+        policy of both faces); ``stop`` when the user asked to stop them first.
 
         Raises:
-            CommandError: such a server runs (the sentence names it and the way out).
+            CommandError: the host cannot be resolved or ``port`` is out of range.
         """
-        found = self.orphans()
-        if not found:
-            return
-        held = next((o for o in found if o.record.port == port), found[0])
-        rec = held.record
-        where = f"port {rec.port}" + (", the port this plan asks for" if rec.port == port else "")
-        raise CommandError(
-            f"a vLLM server an earlier kvpilot left running still runs (pid {rec.pid}, "
-            f"{rec.model}, {where}); keep it and watch it, or stop it, before starting another"
-        )
+        from kvpilot.core.app.orphan_policy import decide_orphans
+
+        return decide_orphans(self.orphans(), host=host, port=port, stop=stop, words=words)
+
+    def refuse_next_to_orphans(self, port: int | None, host: str = "127.0.0.1") -> None:
+        """Refuse a launch the orphan policy refuses (an orphan, which may be loading and not
+        listen yet, or another program holds ``port``).
+
+        Raises:
+            CommandError: refused (the sentence names the holder and the way out).
+        """
+        decision = self.orphan_decision(host, port)
+        if decision.refused:
+            raise CommandError(decision.sentence)
 
     def startup_check(self, inputs: PlanInputs | None) -> StartupRefusal | None:
         """vLLM's free-memory check with the memory free right now; None when it passes or
@@ -422,6 +459,25 @@ class LaunchSession:
             self.launched.append(launch_signature(choice.spec))  # launched or refused next
             self.untried = [c for c in fresh if c is not choice]
         return choice
+
+    def after_failure(
+        self, failure: Failure, spec: LaunchSpec, inputs: PlanInputs | None,
+        free_bytes: int | None = None,
+    ) -> FallbackStep:
+        """The fallback loop's step after ``failure`` of ``spec`` (vLLM's, or the start-up
+        refusal): the ranked fallbacks (:meth:`fallbacks`, with the memory free now:
+        ``free_bytes``, else read again, else the plan's), and either the one the policy takes
+        by itself (:meth:`automatic_choice`, counted) or all of them offered. Blocking (NVML,
+        the fit engine): the window calls it on its pool."""
+        if free_bytes is None and self.free_memory_now is not None:
+            now = self.free_memory_now()
+            free_bytes = now[0] if now is not None else None
+        choices = self.fallbacks(failure, spec, inputs, free_bytes)
+        choice = self.automatic_choice(choices)
+        if choice is not None:
+            return FallbackTaken(failure.kind, choice, self.fallbacks_taken,
+                                 self.policy.max_attempts)
+        return FallbacksOffered(failure, tuple(choices))
 
 
 def launchable_spec(
