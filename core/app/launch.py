@@ -488,7 +488,8 @@ def launchable_spec(
 ) -> LaunchSpec:
     """The spec to launch: a Hub checkpoint is first made complete in the local cache.
 
-    A local path (or anything that is not a repo id) is returned unchanged. For a repo id the
+    A local folder is served offline (``HF_HUB_OFFLINE=1``: nothing of it is on the Hub);
+    anything else that is not a repo id is returned unchanged. For a repo id the
     files vLLM needs are downloaded by kvpilot (disk space checked first, progress through
     ``on_progress``, resumable, cancellable) into the profile's cache (``spec.hf_home``) or the
     default one, and the returned spec points vLLM at the snapshot folder with
@@ -497,7 +498,9 @@ def launchable_spec(
     Raises:
         DownloadError: gated, missing, unreachable, not enough disk, cancelled.
     """
-    if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
+    if Path(spec.model).expanduser().exists():
+        return dataclasses.replace(spec, hf_offline=True)
+    if not is_repo_id(spec.model):
         return spec
     from kvpilot.core.hub.download import ensure_downloaded  # huggingface_hub: when needed
 

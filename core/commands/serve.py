@@ -195,7 +195,7 @@ def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = No
         from kvpilot.core.vllm.command import parse_extra_args
 
         spec = profile_spec(profile, model, profile_settings(profile), {
-            "port": port, "hf_offline": local.exists(),
+            "port": port,
             **({"served_model_name": args.served_model_name} if args.served_model_name else {}),
             **({"load_format": args.load_format} if args.load_format else {}),
         })
@@ -212,7 +212,6 @@ def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = No
         api_key=os.environ.get(API_KEY_ENV) or None,
         load_format=args.load_format,
         extra_args=tuple(extra),
-        hf_offline=local.exists(),
         **settings_dict(settings_from_args(args)),
     )
 
