@@ -24,6 +24,7 @@ from kvpilot.core.fit.recommend import MAX_UTILIZATION, utilization_for
 from kvpilot.core.hardware.target import DeviceTarget
 
 if TYPE_CHECKING:
+    from kvpilot.core.base.plan import PlanInputs
     from kvpilot.core.fit.extensible_kv import LaunchCap
 
 #: ``vllm serve`` arguments that size the KV cache themselves: a launch whose extra arguments
@@ -107,6 +108,26 @@ def _extensible_choice(device: DeviceTarget, vllm_version: str | None) -> Utiliz
                      free_now_bytes=device.free_bytes, drives_display=device.drives_display,
                      holders=device.memory_holders)
     return UtilizationChoice(cap.gpu_memory_utilization, cap.capped, cap.reason, cap)
+
+
+def planned_launch_cap(
+    inputs: PlanInputs, vllm_version: str | None, utilization: float | None
+) -> LaunchCap | None:
+    """The launch cap a launch of ``inputs`` runs under on vLLM ``vllm_version``: the one
+    :func:`choose_utilization` chooses for 0.34+ on a GPU (the dashboard warns when free memory
+    falls under the room it leaves), read from the plan's own reading of the GPU. None for an
+    older release, the CPU backend, a KV cache size fixed, or a launch whose ``utilization`` is
+    not the cap's (set by hand)."""
+    from kvpilot.core.fit.extensible_kv import launch_cap
+
+    if vllm_version is None or not versions.supports("extensible_kv_cache", vllm_version) \
+            or inputs.gpu_name.lower() == "cpu" or inputs.kv_cache_memory_bytes is not None:
+        return None
+    cap = launch_cap(vllm_version=vllm_version, total_bytes=inputs.gpu_total_bytes,
+                     free_now_bytes=inputs.gpu_free_bytes,
+                     drives_display=bool(inputs.gpu_memory_holders),
+                     holders=inputs.gpu_memory_holders)
+    return cap if cap.gpu_memory_utilization == utilization else None
 
 
 def with_chosen_utilization(
