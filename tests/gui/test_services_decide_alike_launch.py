@@ -21,6 +21,7 @@ from kvpilot.core.app import settings as st
 from kvpilot.core.cli import main
 from kvpilot.core.fit.goal import Goal
 from kvpilot.core.hardware.proctree import alive
+from kvpilot.core.runs.store import RunStore
 from kvpilot.core.runtimes.discovery import discover
 from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
@@ -62,13 +63,21 @@ def faces(
     row = w.planner.selected()
     inputs = row.inputs
 
-    def launch(face: str, port: int, capsys: pytest.CaptureFixture) -> dict[str, Any] | str:
+    def launch(
+        face: str, port: int, capsys: pytest.CaptureFixture, *, auto: bool = False
+    ) -> dict[str, Any] | str:
+        """``auto``: the fallbacks are walked by themselves (the profile's policy, the
+        command line's ``--auto-fallback``) until none is left."""
         started.unlink(missing_ok=True)
         if face == "window":
-            w.settings = st.update_profile(w.settings, replace(w.profile, port=port))
+            w.settings = st.update_profile(w.settings, replace(w.profile, port=port,
+                                                               auto_fallback=auto))
             assert w.server_control.launch_plan(w.planner.selected())
-            # the stand-in's failure (a server event) or a refusal before any launch (none)
-            qtbot.waitUntil(lambda: w.server_panel.state == "failed", timeout=30_000)
+            # the stand-in's failure (a server event) or a refusal before any launch (none);
+            # with the policy, the banner once no fallback is left to take
+            qtbot.waitUntil(lambda: w.server_panel.state == "failed" and (
+                not auto or (w.banner.isVisible() and not w.fallback_control.proposing)),
+                timeout=60_000)
             if not started.exists():  # refused before the launch
                 return w.statusBar().currentMessage()
         else:
@@ -78,6 +87,7 @@ def faces(
                 "--max-model-len", str(inputs.max_model_len),
                 "--max-num-seqs", str(inputs.max_num_seqs),
                 "--kv-cache-dtype", inputs.kv_cache_dtype,
+                *(["--auto-fallback"] if auto else []),
             ])
             err = capsys.readouterr().err
             if status == 2:
@@ -102,6 +112,31 @@ def test_the_same_plan_starts_vllm_with_the_same_command_and_environment(
     assert "--gpu-memory-utilization" in window["argv"]  # chosen by the application layer
     assert window["env"] == cli["env"]
     assert window["env"]["CUDA_VISIBLE_DEVICES"].startswith("GPU-")  # pinned by UUID
+
+
+def test_the_automatic_fallbacks_walk_the_same_launches_from_both_faces(
+    faces: Any, capsys: pytest.CaptureFixture, isolated_dirs: Path
+) -> None:
+    """Every launch fails as vLLM does when capturing CUDA graphs: the profile's policy in the
+    window and ``--auto-fallback`` relaunch the same configurations in the same order, each
+    once, and stop at the same place."""
+    port = find_free_port("127.0.0.1", 19630)
+    faces("window", port, capsys, auto=True)
+    faces("cli", port, capsys, auto=True)
+    runs = RunStore(isolated_dirs / "data").records().records
+
+    def walked(source: str) -> list[tuple[Any, ...]]:
+        """The face's launches in order: the first, then "automatic fallback 1", 2, ..."""
+        order = [(int(r.fallbacks[0].rsplit(" ", 1)[1]) if r.fallbacks else 0,
+                  tuple(sorted(r.settings.items())), r.extra_args, r.failure_kind)
+                 for r in runs if r.source == source]
+        return sorted(order)
+
+    window, cli = walked("gui"), walked("cli")
+    print(f"{len(window)} launches from each face; the last: {dict(window[-1][1])}")
+    assert [n for n, *_ in window] == list(range(len(window))) and len(window) > 2
+    assert window == cli
+    assert len({item[1:3] for item in window}) == len(window)  # never the same launch twice
 
 
 def test_next_to_an_orphan_both_faces_take_the_same_decision(
