@@ -1,11 +1,14 @@
 """One launch of ``vllm serve``, for the command line and the window alike.
 
-A :class:`LaunchSession` holds what every launch does, in order: refuse next to a server an
-earlier kvpilot left running, read the GPU's free memory again (a desktop's use changes between
-planning and launching) and refuse what vLLM's start-up check would refuse, download a Hub
+A :class:`LaunchSession` holds what every launch does, in order: take the orphan policy's
+decision about servers an earlier kvpilot left running (:mod:`kvpilot.core.app.orphan_policy`),
+read the GPU's free memory again (:mod:`kvpilot.core.hardware.free_now`: a desktop's use
+changes between planning and launching) and refuse what vLLM's start-up check would refuse,
+download a Hub
 checkpoint that is not cached yet, key the plan's measurement (the key every planner looks up),
 start the supervisor, and after a failure rank the fallbacks on the capacity the planner shows
-(calibrated by this GPU's measurements) and decide whether to take the first by itself.
+(calibrated by this GPU's measurements) and decide whether to take the first by itself
+(:meth:`LaunchSession.after_failure`: a :class:`FallbackTaken` or :class:`FallbacksOffered`).
 
 ``kvpilot serve`` and ``plan --measure`` and the window call it and only render what it says; the
 measured dry run (:func:`measure_plan`) is the same launch with ``--load-format dummy``.
