@@ -28,7 +28,7 @@ from kvpilot.gui.records import PlanRequest, PlanResult, PlanRow
 
 if TYPE_CHECKING:
     from kvpilot.core.app.heap import HeapReleaser
-    from kvpilot.core.app.launch import FallbackChoice, LaunchSession
+    from kvpilot.core.app.launch import FallbackStep, LaunchSession
     from kvpilot.core.app.watch import WatchSample
     from kvpilot.core.base.background import BackgroundLoop
     from kvpilot.core.base.failures import Failure
@@ -537,7 +537,8 @@ class AppServices:
         ``<data_dir>/measurements.json`` under the plan's key (the planners calibrate with it).
 
         Raises:
-            CommandError: a server an earlier kvpilot left runs, or a flag vLLM does not know.
+            CommandError: the orphan policy refuses (a server an earlier kvpilot left running
+                or another program holds the port), or a flag vLLM does not know.
             StartupRefusedError: vLLM's free-memory check would fail right now.
             DownloadError: the checkpoint cannot be downloaded.
         """
@@ -548,7 +549,7 @@ class AppServices:
             old = self.supervisor
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
-        session.refuse_next_to_orphans(spec.port)
+        session.refuse_next_to_orphans(spec.port, spec.host)  # the one orphan policy
         refusal = session.startup_check(inputs)
         if refusal is not None:
             raise StartupRefusedError(refusal)
@@ -604,19 +605,17 @@ class AppServices:
         )
 
     def _free_memory_now(self) -> tuple[int, tuple[tuple[str, int], ...]] | None:
-        """Blocking (one NVML pass): the sampled GPU's free memory now and what holds it
-        (this server's own processes left out); None without a sampled GPU."""
-        from kvpilot.core.hardware.probe import memory_holders
+        """Blocking (one NVML pass): the sampled GPUs' free memory now and what holds it, read
+        as ``kvpilot serve`` reads it (:func:`kvpilot.core.hardware.free_now.read_free_memory`),
+        this server's own processes left out; None without a sampled GPU."""
+        from kvpilot.core.hardware.free_now import read_free_memory
 
         sampler = self.gpu_sampler
         if sampler is None:
             return None
-        result = self.probe()
-        gpu = next((g for g in result.gpus if g.index == sampler.index), None)
-        if gpu is None or gpu.memory_free_bytes is None:
-            return None
+        indices = getattr(sampler, "indices", None) or (sampler.index,)
         own = frozenset(self.supervisor.tree_pids()) if self.supervisor is not None else frozenset()
-        return int(gpu.memory_free_bytes), memory_holders(gpu, exclude_pids=own)
+        return read_free_memory(indices, nvml_module=self.nvml_module(), exclude_pids=own)
 
     def _supervisor_event_sink(self) -> Callable[[SupervisorEvent], None]:
         """The supervisor's ``on_event``: output lines to the batch buffer, the rest as signals."""
@@ -759,18 +758,12 @@ class AppServices:
 
     # ----------------------------------------------------------------- fallback
 
-    def propose_fallbacks(
-        self, failure: Failure, request: LaunchRequest, free_bytes: int | None = None
-    ) -> list[FallbackChoice]:
-        """Blocking: the launch session's ranked fallbacks for a failure of ``request`` (best
-        first), planned as the planner plans (this GPU's measurements included)."""
-        return self._session().fallbacks(
-            failure, self.launch_spec(request), request.inputs, free_bytes
-        )
-
-    def automatic_fallback(self, choices: list[FallbackChoice]) -> FallbackChoice | None:
-        """The fallback the profile's policy takes by itself now (counted), else None."""
-        return self._session().automatic_choice(choices)
+    def after_failure(self, failure: Failure, request: LaunchRequest) -> FallbackStep:
+        """Blocking (NVML, the fit engine): the launch session's step after a failure of
+        ``request`` (:meth:`kvpilot.core.app.launch.LaunchSession.after_failure`, as
+        ``kvpilot serve`` takes it): the fallback the profile's policy takes by itself
+        (counted), or the ranked ones offered."""
+        return self._session().after_failure(failure, self.launch_spec(request), request.inputs)
 
 
 def describe(mapping: Mapping[str, object]) -> str:

@@ -1,11 +1,14 @@
 """One launch of ``vllm serve``, for the command line and the window alike.
 
-A :class:`LaunchSession` holds what every launch does, in order: refuse next to a server an
-earlier kvpilot left running, read the GPU's free memory again (a desktop's use changes between
-planning and launching) and refuse what vLLM's start-up check would refuse, download a Hub
+A :class:`LaunchSession` holds what every launch does, in order: take the orphan policy's
+decision about servers an earlier kvpilot left running (:mod:`kvpilot.core.app.orphan_policy`),
+read the GPU's free memory again (:mod:`kvpilot.core.hardware.free_now`: a desktop's use
+changes between planning and launching) and refuse what vLLM's start-up check would refuse,
+download a Hub
 checkpoint that is not cached yet, key the plan's measurement (the key every planner looks up),
 start the supervisor, and after a failure rank the fallbacks on the capacity the planner shows
-(calibrated by this GPU's measurements) and decide whether to take the first by itself.
+(calibrated by this GPU's measurements) and decide whether to take the first by itself
+(:meth:`LaunchSession.after_failure`: a :class:`FallbackTaken` or :class:`FallbacksOffered`).
 
 ``kvpilot serve`` and ``plan --measure`` and the window call it and only render what it says; the
 measured dry run (:func:`kvpilot.core.app.measure.measure_plan`) is the same launch with
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvpilot.core.app.orphan_policy import WINDOW_WORDS, OrphanDecision, OrphanWords
 from kvpilot.core.base import failures
 from kvpilot.core.base.errors import CommandError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
@@ -117,6 +121,35 @@ class FallbackPolicy:
 
         return next((c for c in choices if c.changes and "model" not in c.changes
                      and c.kind not in NOT_AUTOMATIC), None)
+
+
+@dataclass(frozen=True)
+class FallbackTaken:
+    """A failure of kind ``kind`` was answered by the policy itself: ``choice`` is launched
+    next, the ``attempt``-th automatic fallback of at most ``max_attempts``."""
+
+    kind: str
+    choice: FallbackChoice
+    attempt: int
+    max_attempts: int
+
+    @property
+    def sentence(self) -> str:
+        """``fallback 1/8: <the change and its predicted effect>``."""
+        return f"fallback {self.attempt}/{self.max_attempts}: {self.choice.description}"
+
+
+@dataclass(frozen=True)
+class FallbacksOffered:
+    """A failure the policy leaves to the user: ``choices`` ranked best first (may be
+    empty: nothing is known to fit instead)."""
+
+    failure: Failure
+    choices: tuple[FallbackChoice, ...]
+
+
+#: what a launch session decides after a failure
+FallbackStep = FallbackTaken | FallbacksOffered
 
 
 def launch_signature(spec: LaunchSpec) -> tuple[str, ...]:
@@ -288,24 +321,31 @@ class LaunchSession:
 
         return find_orphans(Path(self.data_dir))
 
-    def refuse_next_to_orphans(self, port: int | None) -> None:
-        """Refuse a launch while a server an earlier kvpilot left runs: it may hold ``port``
-        without listening yet (still loading), and on one GPU a second server would fight it
-        for memory.
+    def orphan_decision(
+        self, host: str, port: int | None, *, stop: bool = False,
+        words: OrphanWords = WINDOW_WORDS,
+    ) -> OrphanDecision:
+        """What a launch on ``host`` asking for ``port`` does about the servers an earlier
+        kvpilot left running (:func:`kvpilot.core.app.orphan_policy.decide_orphans`, the one
+        policy of both faces); ``stop`` when the user asked to stop them first.
 
         Raises:
-            CommandError: such a server runs (the sentence names it and the way out).
+            CommandError: the host cannot be resolved or ``port`` is out of range.
         """
-        found = self.orphans()
-        if not found:
-            return
-        held = next((o for o in found if o.record.port == port), found[0])
-        rec = held.record
-        where = f"port {rec.port}" + (", the port this plan asks for" if rec.port == port else "")
-        raise CommandError(
-            f"a vLLM server an earlier kvpilot left running still runs (pid {rec.pid}, "
-            f"{rec.model}, {where}); keep it and watch it, or stop it, before starting another"
-        )
+        from kvpilot.core.app.orphan_policy import decide_orphans
+
+        return decide_orphans(self.orphans(), host=host, port=port, stop=stop, words=words)
+
+    def refuse_next_to_orphans(self, port: int | None, host: str = "127.0.0.1") -> None:
+        """Refuse a launch the orphan policy refuses (an orphan, which may be loading and not
+        listen yet, or another program holds ``port``).
+
+        Raises:
+            CommandError: refused (the sentence names the holder and the way out).
+        """
+        decision = self.orphan_decision(host, port)
+        if decision.refused:
+            raise CommandError(decision.sentence)
 
     def startup_check(self, inputs: PlanInputs | None) -> StartupRefusal | None:
         """vLLM's free-memory check with the memory free right now; None when it passes or
@@ -423,6 +463,25 @@ class LaunchSession:
             self.untried = [c for c in fresh if c is not choice]
         return choice
 
+    def after_failure(
+        self, failure: Failure, spec: LaunchSpec, inputs: PlanInputs | None,
+        free_bytes: int | None = None,
+    ) -> FallbackStep:
+        """The fallback loop's step after ``failure`` of ``spec`` (vLLM's, or the start-up
+        refusal): the ranked fallbacks (:meth:`fallbacks`, with the memory free now:
+        ``free_bytes``, else read again, else the plan's), and either the one the policy takes
+        by itself (:meth:`automatic_choice`, counted) or all of them offered. Blocking (NVML,
+        the fit engine): the window calls it on its pool."""
+        if free_bytes is None and self.free_memory_now is not None:
+            now = self.free_memory_now()
+            free_bytes = now[0] if now is not None else None
+        choices = self.fallbacks(failure, spec, inputs, free_bytes)
+        choice = self.automatic_choice(choices)
+        if choice is not None:
+            return FallbackTaken(failure.kind, choice, self.fallbacks_taken,
+                                 self.policy.max_attempts)
+        return FallbacksOffered(failure, tuple(choices))
+
 
 def launchable_spec(
     spec: LaunchSpec,
@@ -432,7 +491,8 @@ def launchable_spec(
 ) -> LaunchSpec:
     """The spec to launch: a Hub checkpoint is first made complete in the local cache.
 
-    A local path (or anything that is not a repo id) is returned unchanged. For a repo id the
+    A local folder is served offline (``HF_HUB_OFFLINE=1``: nothing of it is on the Hub);
+    anything else that is not a repo id is returned unchanged. For a repo id the
     files vLLM needs are downloaded by kvpilot (disk space checked first, progress through
     ``on_progress``, resumable, cancellable) into the profile's cache (``spec.hf_home``) or the
     default one, and the returned spec points vLLM at the snapshot folder with
@@ -441,7 +501,9 @@ def launchable_spec(
     Raises:
         DownloadError: gated, missing, unreachable, not enough disk, cancelled.
     """
-    if Path(spec.model).expanduser().exists() or not is_repo_id(spec.model):
+    if Path(spec.model).expanduser().exists():
+        return dataclasses.replace(spec, hf_offline=True)
+    if not is_repo_id(spec.model):
         return spec
     from kvpilot.core.hub.download import ensure_downloaded  # huggingface_hub: when needed
 

@@ -12,9 +12,9 @@ why, for the face to show once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvpilot.core.base import versions
 from kvpilot.core.base.plan import ServingSettings, serving_field_names
@@ -22,6 +22,16 @@ from kvpilot.core.base.units import gib_text
 from kvpilot.core.fit import budget
 from kvpilot.core.fit.recommend import MAX_UTILIZATION, utilization_for
 from kvpilot.core.hardware.target import DeviceTarget
+
+if TYPE_CHECKING:
+    from kvpilot.core.base.plan import PlanInputs
+    from kvpilot.core.fit.extensible_kv import LaunchCap
+
+#: ``vllm serve`` arguments that size the KV cache themselves: a launch whose extra arguments
+#: hold one gets no utilization chosen for it
+SIZING_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes",
+                "--num-gpu-blocks-override", "--no-enable-extensible-kv-cache",
+                "--device-memory-utilization")
 
 
 @dataclass(frozen=True)
@@ -33,11 +43,14 @@ class UtilizationChoice:
             (a KV cache size fixed instead, or no free memory read to choose by).
         automatic: True when kvpilot chose it because the user gave none.
         sentence: one sentence saying it was chosen and why ("" when the user gave it).
+        cap: vLLM 0.34+'s launch cap behind the choice (the release sizes its KV cache from
+            free memory; :func:`kvpilot.core.fit.extensible_kv.launch_cap`), else None.
     """
 
     utilization: float | None
     automatic: bool
     sentence: str = ""
+    cap: LaunchCap | None = None
 
     def to_json(self) -> dict[str, object]:
         """``{"gpu_memory_utilization", "automatic", "reason"}`` for ``--json`` outputs."""
@@ -46,16 +59,21 @@ class UtilizationChoice:
 
 
 def choose_utilization(
-    device: DeviceTarget, settings: ServingSettings, vllm_version: str | None = None
+    device: DeviceTarget,
+    settings: ServingSettings,
+    vllm_version: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> UtilizationChoice:
     """The utilization for ``settings`` on ``device`` (see the module docstring).
 
     ``vllm_version`` (the release that would run) names vLLM's own default in the sentence when
-    that default would not pass the start-up check.
+    that default would not pass the start-up check. ``extra_args`` (extra ``vllm serve``
+    arguments) holding one of :data:`SIZING_FLAGS` leave the KV cache to them: none is chosen.
     """
     if settings.gpu_memory_utilization is not None:
         return UtilizationChoice(settings.gpu_memory_utilization, automatic=False)
-    if settings.kv_cache_memory_bytes is not None:
+    if settings.kv_cache_memory_bytes is not None \
+            or any(a.split("=")[0] in SIZING_FLAGS for a in extra_args):
         return UtilizationChoice(None, automatic=False)
     card = device.card()
     if versions.supports("extensible_kv_cache", vllm_version) and not device.is_cpu:
@@ -89,7 +107,27 @@ def _extensible_choice(device: DeviceTarget, vllm_version: str | None) -> Utiliz
     cap = launch_cap(vllm_version=vllm_version, total_bytes=device.total_bytes,
                      free_now_bytes=device.free_bytes, drives_display=device.drives_display,
                      holders=device.memory_holders)
-    return UtilizationChoice(cap.gpu_memory_utilization, cap.capped, cap.reason)
+    return UtilizationChoice(cap.gpu_memory_utilization, cap.capped, cap.reason, cap)
+
+
+def planned_launch_cap(
+    inputs: PlanInputs, vllm_version: str | None, utilization: float | None
+) -> LaunchCap | None:
+    """The launch cap a launch of ``inputs`` runs under on vLLM ``vllm_version``: the one
+    :func:`choose_utilization` chooses for 0.34+ on a GPU (the dashboard warns when free memory
+    falls under the room it leaves), read from the plan's own reading of the GPU. None for an
+    older release, the CPU backend, a KV cache size fixed, or a launch whose ``utilization`` is
+    not the cap's (set by hand)."""
+    from kvpilot.core.fit.extensible_kv import launch_cap
+
+    if vllm_version is None or not versions.supports("extensible_kv_cache", vllm_version) \
+            or inputs.gpu_name.lower() == "cpu" or inputs.kv_cache_memory_bytes is not None:
+        return None
+    cap = launch_cap(vllm_version=vllm_version, total_bytes=inputs.gpu_total_bytes,
+                     free_now_bytes=inputs.gpu_free_bytes,
+                     drives_display=bool(inputs.gpu_memory_holders),
+                     holders=inputs.gpu_memory_holders)
+    return cap if cap.gpu_memory_utilization == utilization else None
 
 
 def with_chosen_utilization(

@@ -33,13 +33,23 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kvpilot.core.app.launch import FallbackChoice, FallbackPolicy, LaunchSession
+from kvpilot.core.app.launch import (
+    FallbackPolicy,
+    FallbacksOffered,
+    FallbackTaken,
+    LaunchSession,
+)
 from kvpilot.core.app.launch_settings import choose_utilization
+from kvpilot.core.app.orphan_policy import (
+    COMMAND_LINE_WORDS,
+    DEFAULT_PORT,
+    STOP_FIRST,
+    found_sentence,
+)
 from kvpilot.core.app.profile_launch import fallback_policy
 from kvpilot.core.base import failures, paths, versions
 from kvpilot.core.base.errors import CommandError, KvpilotError
@@ -47,17 +57,17 @@ from kvpilot.core.base.plan import PlanInputs, settings_dict
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
 from kvpilot.core.commands.serving_args import (
-    detected_gpu,
     device_from_args,
     settings_for_device,
     settings_from_args,
 )
+from kvpilot.core.hardware.free_now import free_memory_reader
 from kvpilot.core.hardware.target import DeviceTarget
 from kvpilot.core.hub.identity import model_identity
 from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm import logparse
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port, port_is_free
-from kvpilot.core.vllm.orphans import OrphanServer, find_orphans, stop_orphan
+from kvpilot.core.vllm.command import LaunchSpec
+from kvpilot.core.vllm.orphans import stop_orphan
 from kvpilot.core.vllm.phases import phase_words
 from kvpilot.core.vllm.supervisor import (
     FAILED,
@@ -73,7 +83,6 @@ if TYPE_CHECKING:
     from kvpilot.core.app.settings import Profile
 
 API_KEY_ENV = "KVPILOT_API_KEY"
-DEFAULT_PORT = 8000
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -186,7 +195,7 @@ def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = No
         from kvpilot.core.vllm.command import parse_extra_args
 
         spec = profile_spec(profile, model, profile_settings(profile), {
-            "port": port, "hf_offline": local.exists(),
+            "port": port,
             **({"served_model_name": args.served_model_name} if args.served_model_name else {}),
             **({"load_format": args.load_format} if args.load_format else {}),
         })
@@ -203,39 +212,8 @@ def build_spec(args: argparse.Namespace, port: int, profile: Profile | None = No
         api_key=os.environ.get(API_KEY_ENV) or None,
         load_format=args.load_format,
         extra_args=tuple(extra),
-        hf_offline=local.exists(),
         **settings_dict(settings_from_args(args)),
     )
-
-
-#: flags in the extra arguments that size the KV cache themselves (no cap is added to them)
-_SIZING_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes",
-                 "--num-gpu-blocks-override", "--no-enable-extensible-kv-cache",
-                 "--device-memory-utilization")
-
-
-def desktop_cap(
-    spec: LaunchSpec, device: DeviceTarget, vllm_version: str, out: EventPrinter
-) -> LaunchSpec:
-    """``spec`` with vLLM 0.34's launch cap on a desktop or shared GPU
-    (:func:`kvpilot.core.fit.extensible_kv.launch_cap`), the reason printed; unchanged where
-    the launch sizes the KV cache itself (a utilization, a KV size, a block count), on the CPU
-    backend, and on a GPU nothing else uses (vLLM's default, said so)."""
-    from kvpilot.core.fit.extensible_kv import launch_cap
-
-    if device.is_cpu or spec.gpu_memory_utilization is not None \
-            or spec.kv_cache_memory_bytes is not None \
-            or any(a.split("=")[0] in _SIZING_FLAGS for a in spec.extra_args):
-        return spec
-    cap = launch_cap(vllm_version=vllm_version, total_bytes=device.total_bytes,
-                     free_now_bytes=device.free_bytes, drives_display=device.drives_display,
-                     holders=device.memory_holders)
-    out.info("launch_cap", cap.reason, reason=cap.reason,
-             gpu_memory_utilization=cap.gpu_memory_utilization,
-             headroom_bytes=cap.headroom_bytes, others_bytes=cap.others_bytes)
-    if cap.capped:
-        return dataclasses.replace(spec, gpu_memory_utilization=cap.gpu_memory_utilization)
-    return spec
 
 
 def spec_for_device(spec: LaunchSpec, device: DeviceTarget) -> LaunchSpec:
@@ -299,23 +277,6 @@ def plan_inputs(
     return device.plan_inputs(model, version, spec)  # the release that runs
 
 
-def free_memory_reader(
-    device: DeviceTarget,
-) -> Callable[[], tuple[int, tuple[tuple[str, int], ...]] | None] | None:
-    """What the launch session calls to read the GPUs' free memory again right before a
-    launch (NVML, the GPUs in use); None when the device was not read from this machine."""
-    if not device.detected or device.is_cpu:
-        return None
-
-    def read() -> tuple[int, tuple[tuple[str, int], ...]] | None:
-        fresh = detected_gpu(device.gpu_indices) if device.gpu_indices else detected_gpu()
-        if fresh is None or fresh.free_bytes is None:
-            return None
-        return fresh.free_bytes, fresh.memory_holders
-
-    return read
-
-
 def args_for_profile(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile]:
     """``args`` with what the profile named by ``--profile`` decides: its model (a catalog id
     becomes its checkpoint's repo, as the planner launches it), listen address and port (a
@@ -361,13 +322,23 @@ class _Signals:
             signal.signal(sig, old)
 
 
-def _report_orphans(orphans: list[OrphanServer], out: EventPrinter, stop: bool) -> None:
-    for o in orphans:
+def _settle_orphans(
+    session: LaunchSession, args: argparse.Namespace, out: EventPrinter
+) -> int:
+    """The port to launch on, by the orphan policy (:mod:`kvpilot.core.app.orphan_policy`):
+    each orphan is reported, stopped first with ``--stop-orphans``, else launched beside.
+
+    Raises:
+        CommandError: the policy refuses (an orphan or another program holds ``--port``).
+    """
+    decision = session.orphan_decision(args.host, args.port, stop=args.stop_orphans,
+                                       words=COMMAND_LINE_WORDS)
+    stop = decision.action == STOP_FIRST
+    for o in decision.orphans:
         rec = o.record
         out.info(
             "orphan",
-            f"found a server left by an earlier kvpilot: pid {rec.pid} on port {rec.port} "
-            f"({rec.model})" + ("; stopping it" if stop else "; pass --stop-orphans to stop it"),
+            found_sentence(o) + ("; stopping it" if stop else "; pass --stop-orphans to stop it"),
             pid=rec.pid,
             port=rec.port,
             model=rec.model,
@@ -382,6 +353,11 @@ def _report_orphans(orphans: list[OrphanServer], out: EventPrinter, stop: bool) 
                 port=rec.port,
                 clean=report.clean,
             )
+    if stop:  # decided again with them gone
+        decision = session.orphan_decision(args.host, args.port, words=COMMAND_LINE_WORDS)
+    if decision.refused or decision.port is None:
+        raise CommandError(decision.sentence)
+    return decision.port
 
 
 def _wait(
@@ -417,29 +393,6 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     support = versions.support_note(runtime.version)
     if support:
         out.info("vllm_support", support, version=runtime.version)
-    orphans = find_orphans(data_dir)
-    _report_orphans(orphans, out, args.stop_orphans)
-    # a server left running may not listen yet (still loading): its port is taken all the same
-    held = {} if args.stop_orphans else {o.record.port: o for o in orphans}
-
-    if args.port is not None:
-        if args.port in held:
-            rec = held[args.port].record
-            raise CommandError(
-                f"port {args.port} belongs to a vLLM server an earlier kvpilot left running "
-                f"(pid {rec.pid}, {rec.model}); pass --stop-orphans to stop it first, or pick "
-                "another --port"
-            )
-        if not port_is_free(args.host, args.port):
-            raise CommandError(
-                f"port {args.port} on {args.host} is already in use; stop what listens there "
-                "or pick another --port"
-            )
-        port = args.port
-    else:
-        port = find_free_port(args.host, DEFAULT_PORT)
-        while port in held:
-            port = find_free_port(args.host, port + 1)
     device = device_from_args(args, runtime.version)
     session = LaunchSession(
         runtime, data_dir, on_event=out.on_event,
@@ -448,16 +401,19 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
         supervisor_options={"ready_timeout_s": args.ready_timeout},
         run_profile=profile.name if profile is not None else None,
     )
+    port = _settle_orphans(session, args, out)
     spec = spec_for_device(build_spec(args, port, profile), device)
-    if versions.supports("extensible_kv_cache", runtime.version):
-        # 0.34 sizes its KV cache from free memory: a cap only where others share the GPU
-        spec = desktop_cap(spec, device, runtime.version, out)
-    else:
-        # no utilization given (a flag, or a profile left on "auto"): the window's choice
-        chosen = choose_utilization(device, spec.settings, runtime.version)
-        if chosen.automatic:
-            spec = dataclasses.replace(spec, gpu_memory_utilization=chosen.utilization)
-            out.info("utilization", chosen.sentence, **chosen.to_json())
+    # no utilization given (a flag, or a profile left on "auto"): the window's choice
+    chosen = choose_utilization(device, spec.settings, runtime.version, spec.extra_args)
+    if chosen.automatic:
+        spec = dataclasses.replace(spec, gpu_memory_utilization=chosen.utilization)
+    if chosen.cap is not None:  # 0.34+ sizes its KV cache from free memory: the cap said
+        cap = chosen.cap
+        out.info("launch_cap", cap.reason, reason=cap.reason,
+                 gpu_memory_utilization=cap.gpu_memory_utilization,
+                 headroom_bytes=cap.headroom_bytes, others_bytes=cap.others_bytes)
+    elif chosen.automatic:
+        out.info("utilization", chosen.sentence, **chosen.to_json())
     spec = ensure_local_model(spec, out)
     inputs = plan_inputs(args, spec, device, runtime.version)
 
@@ -466,18 +422,17 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
             refused = session.startup_check(inputs)
             if refused is not None:
                 inputs = refused.inputs
-                choices = session.fallbacks(refused.failure, spec, inputs)
                 out.info(
                     "startup_check",
                     f"not launched: {refused.failure.message}",
                     kind=refused.failure.kind,
                     free_bytes=inputs.gpu_free_bytes,
                 )
-                choice = session.automatic_choice(choices)
-                if choice is not None:
-                    spec, inputs = _take(out, choice, session, refused.failure.kind)
+                step = session.after_failure(refused.failure, spec, inputs)
+                if isinstance(step, FallbackTaken):
+                    spec, inputs = _take(out, step)
                     continue
-                _suggest(out, choices)
+                _suggest(out, step)
                 if args.json_events:  # the text line above already said it
                     print(f"kvpilot: {refused.failure.message}", file=sys.stderr)
                 return 1
@@ -515,37 +470,34 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
             sup.wait_stopped(30.0)
             if failure is None:
                 return 1
-            choices = session.fallbacks(failure, spec, inputs)
-            choice = session.automatic_choice(choices)
-            if choice is not None:
-                spec, inputs = _take(out, choice, session, failure.kind)
+            step = session.after_failure(failure, spec, inputs)
+            if isinstance(step, FallbackTaken):
+                spec, inputs = _take(out, step)
                 continue
-            _suggest(out, choices)
+            _suggest(out, step)
             if args.json_events:  # the failure's text line already said it
                 print(f"kvpilot: vLLM failed ({failure.kind}): {failure.message}",
                       file=sys.stderr)
             return 1
 
 
-def _take(
-    out: EventPrinter, choice: FallbackChoice, session: LaunchSession, kind: str
-) -> tuple[LaunchSpec, PlanInputs | None]:
-    """Report the session's automatic fallback (for a failure of ``kind``) and return what to
-    launch next (the policy keeps the checkpoint, so nothing is downloaded)."""
-    attempt = session.fallbacks_taken
+def _take(out: EventPrinter, step: FallbackTaken) -> tuple[LaunchSpec, PlanInputs | None]:
+    """Report the session's automatic fallback and return what to launch next (the policy
+    keeps the checkpoint, so nothing is downloaded)."""
+    choice = step.choice
     out.info(
         "fallback",
-        f"fallback {attempt}/{session.policy.max_attempts}: {choice.description}",
-        attempt=attempt,
-        kind=kind,
+        step.sentence,
+        attempt=step.attempt,
+        kind=step.kind,
         description=choice.description,
         changes=choice.changes,
     )
     return choice.spec, choice.inputs
 
 
-def _suggest(out: EventPrinter, choices: list[FallbackChoice]) -> None:
-    for c in choices:
+def _suggest(out: EventPrinter, step: FallbacksOffered) -> None:
+    for c in step.choices:
         out.info(
             "suggestion",
             f"try: {c.description} (or rerun with --auto-fallback)",

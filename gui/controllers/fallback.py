@@ -1,9 +1,10 @@
 """After a failure: what would fit instead, shown on the banner, relaunched in one click.
 
 A failure (vLLM's, or the start-up refusal kvpilot makes before launching) goes to the launch
-session (:meth:`kvpilot.core.app.launch.LaunchSession.fallbacks`) on the pool with the failed
-request; the banner shows the ranked choices with their predicted effect, or, when the profile
-says so, the best one is taken by itself (as ``kvpilot serve --auto-fallback``). A pressure
+session's fallback step (:meth:`kvpilot.core.app.launch.LaunchSession.after_failure`, the one
+``kvpilot serve`` takes) on the pool with the failed request; what it decides is rendered here:
+a fallback the profile's policy takes by itself (as ``--auto-fallback``) is said and relaunched,
+offered ones go to the banner with their predicted effect. A pressure
 signal on the dashboard (KV full, requests waiting) relaunches the running plan with the fix
 the core suggests.
 """
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvpilot.core.app.launch import FallbacksOffered, FallbackTaken
 from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
-    from kvpilot.core.app.launch import FallbackChoice
+    from kvpilot.core.app.launch import FallbackChoice, FallbackStep
     from kvpilot.core.base.failures import Failure
 
 STOPPED_TITLE = "the server stopped:"
@@ -51,37 +53,33 @@ class FallbackController(ServerAware):
         window.banner.show_failure(message, [], note="working out what would fit…")
         if after_ready:
             window.banner.set_title(STOPPED_TITLE)
-        target = self.gpus.target
-        free = target.free_bytes if target is not None else None
         run_in_pool(
-            lambda: self.services.propose_fallbacks(failure, request, free),
-            lambda options: self._on_fallbacks(failure, options, after_ready),
-            lambda exc: self._on_fallbacks(failure, [], after_ready, str(exc)),
+            lambda: self.services.after_failure(failure, request),
+            lambda step: self._on_step(failure, step, after_ready),
+            lambda exc: self._on_step(failure, FallbacksOffered(failure, ()), after_ready,
+                                      str(exc)),
         )
 
-    def _on_fallbacks(
-        self,
-        failure: Failure,
-        options: list[FallbackChoice],
-        after_ready: bool,
-        error: str = "",
+    def _on_step(
+        self, failure: Failure, step: FallbackStep, after_ready: bool, error: str = ""
     ) -> None:
+        """Render the launch session's step: a fallback it takes by itself is said and
+        relaunched; offered ones go to the banner."""
         if failure is not self.last_failure:
             return
         self.proposing = False
-        self.fallback_options = tuple(options)
-        automatic = self.services.automatic_fallback(options)
-        if automatic is not None:
-            session = self.services.session
-            taken = session.fallbacks_taken if session is not None else 1
-            limit = session.policy.max_attempts if session is not None else taken
-            self.say(f"{failure.kind}: fallback {taken}/{limit} taken automatically: "
-                     f"{automatic.description}", 15_000)
-            self.apply_fallback(automatic)
+        if isinstance(step, FallbackTaken):
+            self.fallback_options = ()
+            self.say(f"{failure.kind}: fallback {step.attempt}/{step.max_attempts} taken "
+                     f"automatically: {step.choice.description}", 15_000)
+            self.apply_fallback(step.choice)
             return
-        note = "" if options else (error or "no automatic fallback for this failure; see the log")
+        self.fallback_options = step.choices
+        note = "" if step.choices else (
+            error or "no automatic fallback for this failure; see the log")
         banner = self.window.banner
-        banner.show_failure(str(getattr(failure, "message", failure)), options, note=note)
+        banner.show_failure(str(getattr(failure, "message", failure)), list(step.choices),
+                            note=note)
         if after_ready:
             banner.set_title(STOPPED_TITLE)
 

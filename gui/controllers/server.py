@@ -147,20 +147,10 @@ class ServerController(Controller):
     ) -> None:
         """vLLM 0.34 on a desktop or shared GPU: say why the launch is capped, and have the
         dashboard warn when free memory falls under the room the cap leaves
-        (:func:`kvpilot.core.fit.extensible_kv.launch_cap`, the rule the planner used)."""
-        from kvpilot.core.base.versions import supports
-        from kvpilot.core.fit.extensible_kv import launch_cap
+        (:func:`kvpilot.core.app.launch_settings.planned_launch_cap`)."""
+        from kvpilot.core.app.launch_settings import planned_launch_cap
 
-        inputs = request.inputs
-        cap = None
-        if version is not None and supports("extensible_kv_cache", version) \
-                and inputs.gpu_name.lower() != "cpu" and inputs.kv_cache_memory_bytes is None:
-            cap = launch_cap(vllm_version=version, total_bytes=inputs.gpu_total_bytes,
-                             free_now_bytes=inputs.gpu_free_bytes,
-                             drives_display=bool(inputs.gpu_memory_holders),
-                             holders=inputs.gpu_memory_holders)
-            if cap.gpu_memory_utilization != utilization:
-                cap = None  # the launch sizes its cache otherwise (a utilization set by hand)
+        cap = planned_launch_cap(request.inputs, version, utilization)
         self.services.telemetry.set_launch_cap(cap)
         if cap is not None:
             self.say(cap.reason, 20_000)

@@ -15,8 +15,9 @@ environment variables:
 ``FAKE_VLLM_DIE_AFTER_S`` ``die_after_ready``: seconds of serving before /health turns 503
 ``FAKE_VLLM_CHILD``       ``1``: start a sleeping child process (stands in for EngineCore)
 ``FAKE_VLLM_ECHO_ENV``   name of an environment variable to print (redaction tests)
-``FAKE_VLLM_ARGV_FILE``   JSON file receiving the argv, the working directory and the
-                          API key it was started with (argv-injection tests)
+``FAKE_VLLM_ARGV_FILE``   JSON file receiving the argv, the working directory, the API key
+                          and the environment it was started with (argv-injection tests,
+                          the faces' launches compared)
 ``FAKE_VLLM_FLOOD``       ``LINES,RATE``: once ready, print LINES log lines at RATE lines/s
 ``FAKE_VLLM_HUGE_LINE``   once ready, print one line of this many bytes (after any flood)
 ``FAKE_VLLM_MARKS``       JSON file receiving wall-clock times: ``listening_at``,
@@ -185,7 +186,8 @@ def main() -> int:
     if argv_file:
         Path(argv_file).write_text(
             json.dumps(
-                {"argv": argv, "cwd": str(Path.cwd()), "api_key": os.environ.get("VLLM_API_KEY")}
+                {"argv": argv, "cwd": str(Path.cwd()), "api_key": os.environ.get("VLLM_API_KEY"),
+                 "env": dict(os.environ)}
             )
         )
     if argv[:1] == ["--version"]:

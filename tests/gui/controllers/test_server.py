@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from guikit import wait_for_state
+from orphankit import make_orphan
 from PySide6.QtWidgets import QApplication
 from testpaths import TESTS as TESTS_DIR
 
@@ -294,56 +294,12 @@ def test_quitting_the_application_stops_the_server(server_window, qtbot, monkeyp
     assert not _alive(tree)
 
 
-ORPHAN_MAKER = r"""
-import os, subprocess, sys, time
-from pathlib import Path
-import httpx, psutil
-from kvpilot.core.vllm.orphans import ServerRecord, write_pidfile
-fake, data_dir, port = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-data_dir.mkdir(parents=True, exist_ok=True)
-log = data_dir / "orphan.log"
-argv = [sys.executable, fake, "serve", "/models/tiny", "--host", "127.0.0.1", "--port", str(port)]
-proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                        start_new_session=True)
-deadline = time.monotonic() + 30
-while True:
-    try:
-        if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-            break
-    except httpx.HTTPError:
-        pass
-    assert time.monotonic() < deadline, log.read_text()[-2000:]
-    time.sleep(0.1)
-me = psutil.Process()
-write_pidfile(data_dir, ServerRecord(
-    pid=proc.pid, pgid=proc.pid, port=port, host="127.0.0.1", model="/models/tiny",
-    served_model_name="/models/tiny", started_at=time.time(), log_path=str(log),
-    argv=tuple(argv), create_time=psutil.Process(proc.pid).create_time(),
-    owner_pid=me.pid, owner_create_time=me.create_time(), vllm_version="0.32.0"))
-tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-print(sorted(tree), flush=True)
-os._exit(0)  # this kvpilot "crashes": the server lives on in its own session
-"""
-
-
-def _make_orphan(data_dir: Path, port: int) -> set[int]:
-    """Start the stand-in server from a kvpilot process that then exits: the pids it leaves."""
-    import json
-    import subprocess
-
-    proc = subprocess.run(
-        [sys.executable, "-c", ORPHAN_MAKER, str(FAKE_VLLM), str(data_dir), str(port)],
-        capture_output=True, text=True, timeout=60, check=True,
-    )
-    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
 def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
     make_window, qtbot, isolated_dirs, monkeypatch
 ) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
     port = find_free_port("127.0.0.1", 19700)
-    tree = _make_orphan(isolated_dirs / "data", port)
+    tree = make_orphan(isolated_dirs / "data", port)
     assert _alive(tree) == tree
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
@@ -357,7 +313,7 @@ def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     make_window, qtbot, isolated_dirs, monkeypatch
 ) -> None:
     port = find_free_port("127.0.0.1", 19750)
-    tree = _make_orphan(isolated_dirs / "data", port)
+    tree = make_orphan(isolated_dirs / "data", port)
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)
     assert w.orphan_control.adopt_orphan()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from testpaths import DATA
 
+from kvpilot.core.app.launch import FallbacksOffered
 from kvpilot.core.app.settings import Profile
 from kvpilot.core.base import failures
 from kvpilot.core.base.units import GiB
@@ -45,7 +46,9 @@ def test_vllms_free_memory_refusal_gets_the_utilization_it_names(
         assert failure is not None
         assert failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
         launch = LaunchRequest(inputs=row.inputs, model=str(MODEL), profile=Profile(name="p"))
-        options = services.propose_fallbacks(failure, launch, target.free_bytes)
+        step = services.after_failure(failure, launch)  # nothing sampled: the plan's reading
+        assert isinstance(step, FallbacksOffered)  # the profile takes none by itself
+        options = step.choices
     finally:
         services.shutdown()
     assert options, "no fallback offered for vLLM's free-memory refusal"

@@ -13,10 +13,10 @@ from kvpilot.core.app.launch import LaunchSession, rank_fallbacks
 from kvpilot.core.base import failures
 from kvpilot.core.base.plan import PlanInputs, ServingSettings, settings_from_dict
 from kvpilot.core.base.units import GiB
-from kvpilot.core.commands import serve
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.calibrate import calibrated_capacity, key_for
 from kvpilot.core.fit.measurements import Measured, MeasurementRecord
+from kvpilot.core.hardware import free_now
 from kvpilot.core.hardware.target import DeviceTarget
 from kvpilot.core.vllm.command import LaunchSpec, build_argv_tail
 
@@ -96,7 +96,8 @@ def test_launch_time_check_uses_the_free_memory_now(qwen7b, monkeypatch) -> None
     assert compute_capacity(planned).failure is None
     now = replace(device, free_bytes=20 * GiB,
                   memory_holders=(("firefox", 2 * GiB), ("Xorg", GiB)))
-    monkeypatch.setattr(serve, "detected_gpu", lambda: now)
+    monkeypatch.setattr(free_now, "read_free_memory",
+                        lambda *_a, **_k: (now.free_bytes, now.memory_holders))
     refused = _session(device).startup_check(planned)
     assert refused is not None
     assert refused.failure.kind == failures.FREE_MEMORY_BELOW_UTILIZATION
@@ -107,7 +108,7 @@ def test_launch_time_check_uses_the_free_memory_now(qwen7b, monkeypatch) -> None
     choices = rank_fallbacks(refused.failure, spec, refused.inputs)
     assert choices and choices[0].changes["gpu_memory_utilization"] < 0.9
     assert choices[0].capacity is not None and choices[0].capacity.fits
-    monkeypatch.setattr(serve, "detected_gpu", lambda: device)
+    monkeypatch.setattr(free_now, "read_free_memory", lambda *_a, **_k: (23 * GiB, ()))
     assert _session(device).startup_check(planned) is None
     assert _session(replace(device, detected=False)).startup_check(planned) is None
 
@@ -116,7 +117,7 @@ def _session(device: DeviceTarget) -> LaunchSession:
     """A launch session that reads the free memory as ``kvpilot serve`` does (no runtime is
     needed to check)."""
     return LaunchSession(None, Path("/nonexistent"),  # type: ignore[arg-type]
-                         free_memory_now=serve.free_memory_reader(device))
+                         free_memory_now=free_now.free_memory_reader(device))
 
 
 def test_a_borderline_plan_travels_with_its_rejection(qwen7b) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,9 +55,16 @@ def test_repo_id_is_downloaded_then_served_offline_from_the_snapshot(hub: FakeHu
     assert after == before
 
 
-def test_local_paths_are_left_alone(tmp_path: Path):
+def test_local_folders_are_served_offline_as_they_are(tmp_path: Path):
+    """Nothing of a local folder is on the Hub: vLLM is told so (``HF_HUB_OFFLINE=1``), from
+    the command line and the window alike; nothing is downloaded or printed."""
+    stream = io.StringIO()
     spec = LaunchSpec(model=str(tmp_path))
-    assert ensure_local_model(spec, EventPrinter(io.StringIO(), as_json=False)) is spec
+    assert ensure_local_model(spec, EventPrinter(stream, as_json=False)) == replace(
+        spec, hf_offline=True)
+    assert stream.getvalue() == ""
+    unknown = LaunchSpec(model="not a repo id, not a folder")
+    assert ensure_local_model(unknown, EventPrinter(stream, as_json=False)) is unknown
 
 
 def test_gated_repo_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

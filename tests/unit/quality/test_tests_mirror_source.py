@@ -31,8 +31,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
                        "the supervisor's states, entered and reported by the supervisor"),
     "hub/download_errors.py": ("tests/unit/hub/test_download.py",
                                "the download's errors, raised and checked by the downloader"),
-    "app/launch.py": ("tests/unit/base/test_plan_serving_settings.py",
-                  "the launch session: start-up check, ranked fallbacks (serve and the window)"),
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),
     "commands/recommend.py": ("tests/unit/commands/test_plan.py", "the recommender's CLI"),
     "commands/watch.py": ("tests/unit/app/test_watch.py", "the CLI face of the watcher"),
