@@ -43,7 +43,9 @@ def qt_objects_on_their_own_threads() -> Iterator[None]:
 # time); everything else runs in the other.
 SERVER_DIRS = ("e2e", "faults", "system")
 SERVER_FIXTURES = frozenset({"vllm_runtime", "tiny_model", "vllm_server", "vllm_scratch"})
-SERVER_WORDS = ("fake_vllm", "find_free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer")
+SERVER_WORDS = (
+    "fake_vllm", "find_free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer",
+)
 PARTS = ("servers", "others")
 _source_cache: dict[Path, str] = {}
 
