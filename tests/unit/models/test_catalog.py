@@ -130,7 +130,9 @@ def test_quantized_sizes_are_sane():
             if c.method is None or c.repo == e.id:
                 continue
             assert c.bits is not None
-            assert base * c.bits / 16 < c.weights_bytes < base * (c.bits / 16 + 0.35), c.repo
+            # an upload that keeps half its weights 16-bit (only the MLP quantized) lies higher
+            slack = 0.5 if c.weights_source == "catalog" and _keeps_16bit_modules(c) else 0.35
+            assert base * c.bits / 16 < c.weights_bytes < base * (c.bits / 16 + slack), c.repo
             text_bytes = _byte_model(e, c)
             if c.weights_source == "catalog" and _keeps_16bit_modules(c):
                 assert c.weights_bytes > text_bytes, c.repo
