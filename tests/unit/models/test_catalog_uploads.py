@@ -19,6 +19,7 @@ PUBLISHED_GIB = {
     "RedHatAI/gemma-4-26B-A4B-it-FP8-dynamic": 26.67,  # the safetensors, as a study gives them
     "LibertAIDAI/Qwen3.6-27B-W4A16-G128": 19.0,  # the model card's disk size
     "palmfuture/Qwen3.6-35B-A3B-GPTQ-Int4": 24.4e9 / GIB,  # the model card's 24.4 GB
+    "davidyu-nv/Qwen3.5-9B-NVFP4-MSE": 12.38e9 / GIB,  # the model card's 12.38 GB
 }
 
 
@@ -54,12 +55,12 @@ def test_the_planner_reads_the_published_size(repo: str) -> None:
 
 
 def _recommend(goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-               capsys: Any) -> list[dict[str, Any]]:
+               capsys: Any, snapshot: str = "rtx5090") -> list[dict[str, Any]]:
     from kvpilot.core import cli
 
     monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx5090")
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", snapshot)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert cli.main(["recommend", *goal, "--json"]) == 0
     return list(json.loads(capsys.readouterr().out)["candidates"])
@@ -82,3 +83,20 @@ def test_on_the_5090_most_of_the_top_five_are_rated_2026_uploads(
         assert cand["quality"]["score"] is not None, cand["model"]
     assert dates[0].startswith("2026"), top5[0]["model"]
     assert sum(d.startswith("2026") for d in dates) >= 3, [c["model"] for c in top5]
+
+
+@pytest.mark.parametrize("goal", [
+    ["--use-case", "chat", "--context", "8k", "--users", "4"],
+    ["--use-case", "long-docs", "--context", "32k", "--users", "1"],
+    ["--use-case", "batch"],
+])
+def test_on_the_4090_the_top_plan_is_a_rated_2026_upload_of_published_size(
+    goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    top = _recommend(goal, monkeypatch, tmp_path, capsys, snapshot="rtx4090-desktop")[0]
+    found = catalog.find(top["model"])
+    assert found is not None, top["model"]
+    entry, ckpt = found
+    assert entry.release_date.startswith("2026"), top["model"]
+    assert top["quality"]["score"] is not None and top["quality"]["source"], top["model"]
+    assert ckpt.weights_source == "catalog", top["model"]
