@@ -100,3 +100,18 @@ def test_on_the_4090_the_top_plan_is_a_rated_2026_upload_of_published_size(
     assert entry.release_date.startswith("2026"), top["model"]
     assert top["quality"]["score"] is not None and top["quality"]["source"], top["model"]
     assert ckpt.weights_source == "catalog", top["model"]
+
+
+def test_on_the_4090_six_checkpoints_of_2026_models_are_planned_at_8k(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    goal = ["--use-case", "chat", "--context", "8k", "--users", "1", "--limit", "500"]
+    cands = _recommend(goal, monkeypatch, tmp_path, capsys, snapshot="rtx4090-desktop")
+    planned = set()
+    for cand in cands:
+        found = catalog.find(cand["model"])
+        if found is not None and found[0].release_date.startswith("2026"):
+            planned.add(cand["model"])
+    assert {"Qwen/Qwen3.5-9B", "davidyu-nv/Qwen3.5-9B-NVFP4-MSE",
+            "cyankiwi/gemma-4-26B-A4B-it-AWQ-4bit"} <= planned
+    assert len(planned) >= 6, sorted(planned)
