@@ -23,6 +23,14 @@ PUBLISHED_GIB = {
 }
 
 
+#: the goals the ranking is judged by: chat 8k x 4, long documents 32k x 1, batch
+ISSUE_GOALS = [
+    ["--use-case", "chat", "--context", "8k", "--users", "4"],
+    ["--use-case", "long-docs", "--context", "32k", "--users", "1"],
+    ["--use-case", "batch"],
+]
+
+
 def _is_public_reference(source: str) -> bool:
     return "http://" in source or "https://" in source or source.startswith("github:")
 
@@ -66,11 +74,7 @@ def _recommend(goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     return list(json.loads(capsys.readouterr().out)["candidates"])
 
 
-@pytest.mark.parametrize("goal", [
-    ["--use-case", "chat", "--context", "8k", "--users", "4"],
-    ["--use-case", "long-docs", "--context", "32k", "--users", "1"],
-    ["--use-case", "batch"],
-])
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
 def test_on_the_5090_most_of_the_top_five_are_rated_2026_uploads(
     goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
 ) -> None:
@@ -85,11 +89,7 @@ def test_on_the_5090_most_of_the_top_five_are_rated_2026_uploads(
     assert sum(d.startswith("2026") for d in dates) >= 3, [c["model"] for c in top5]
 
 
-@pytest.mark.parametrize("goal", [
-    ["--use-case", "chat", "--context", "8k", "--users", "4"],
-    ["--use-case", "long-docs", "--context", "32k", "--users", "1"],
-    ["--use-case", "batch"],
-])
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
 def test_on_the_4090_the_top_plan_is_a_rated_2026_upload_of_published_size(
     goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
 ) -> None:
