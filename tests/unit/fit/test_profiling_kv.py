@@ -1,0 +1,84 @@
+"""The profiling KV cache of ``_init_minimal_kv_cache_for_profiling`` (vLLM 0.20-0.33)."""
+
+from __future__ import annotations
+
+import pytest
+from fitkit import fixture_spec, rtx4090
+
+from kvpilot.core.base import failures
+from kvpilot.core.base.units import GiB, MiB
+from kvpilot.core.fit import profiling_kv
+from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
+
+QWEN35_27B = fixture_spec("qwen3.5-27b", weights_bytes=16 * GiB)
+
+
+def test_the_capture_size_follows_vllms_default() -> None:
+    # min(max_num_seqs x (1 + spec tokens) x 2, 512), capped at max_num_batched_tokens
+    assert profiling_kv.max_capture_size(max_num_seqs=256, max_num_batched_tokens=2048) == 512
+    assert profiling_kv.max_capture_size(max_num_seqs=8, max_num_batched_tokens=2048) == 16
+    assert profiling_kv.max_capture_size(
+        max_num_seqs=8, max_num_batched_tokens=2048, num_speculative_tokens=2) == 48
+    assert profiling_kv.max_capture_size(max_num_seqs=256, max_num_batched_tokens=256) == 256
+    assert profiling_kv.max_capture_size(
+        max_num_seqs=1024, max_num_batched_tokens=8192, largest_default=1024) == 1024
+    assert profiling_kv.max_capture_size(
+        max_num_seqs=256, max_num_batched_tokens=2048, capture_size=64) == 64
+    with pytest.raises(ValueError, match="at least 1"):
+        profiling_kv.max_capture_size(max_num_seqs=0, max_num_batched_tokens=2048)
+
+
+def test_one_block_per_sequence_a_graph_holds() -> None:
+    # min(max_num_reqs, max_cudagraph_capture_size) blocks: 1024 sequences, 512-token graphs
+    cache = profiling_kv.profiling_kv(max_num_seqs=1024, capture_size_tokens=512,
+                                      bytes_per_block=40 * MiB)
+    assert cache.blocks == 512
+    assert cache.total_bytes == 20 * GiB
+    assert profiling_kv.profiling_kv(max_num_seqs=8, capture_size_tokens=16,
+                                     bytes_per_block=1).blocks == 8
+    with pytest.raises(ValueError, match="negative"):
+        profiling_kv.profiling_kv(max_num_seqs=8, capture_size_tokens=16, bytes_per_block=-1)
+
+
+def test_the_cache_must_fit_beside_the_weights() -> None:
+    cache = profiling_kv.ProfilingKv(blocks=512, bytes_per_block=40 * MiB)  # 20 GiB
+    assert profiling_kv.out_of_memory(
+        cache, resident_bytes=10 * GiB, device_free_bytes=30 * GiB) is None
+    failure = profiling_kv.out_of_memory(
+        cache, resident_bytes=10 * GiB, device_free_bytes=29 * GiB)
+    assert failure is not None and failure.kind == failures.CUDA_OOM_GRAPHS
+    assert "512 KV blocks (20.00 GiB)" in failure.message
+    assert "--max-num-seqs" in failure.message
+
+
+@pytest.mark.parametrize(("version", "eager", "mode", "built"), [
+    ("0.15.1", False, None, False),  # graphs outside the profile: no cache
+    ("0.20.0", False, None, True),
+    ("0.28.0", False, None, True),
+    ("0.32.0", False, None, True),
+    ("0.34.0", False, None, False),  # the extensible KV cache's own path
+    ("0.28.0", True, None, False),  # --enforce-eager: nothing captured
+    ("0.28.0", False, "NONE", False),
+])
+def test_the_releases_that_build_it(version: str, eager: bool, mode: str | None,
+                                    built: bool) -> None:
+    assert profiling_kv.applies(version, enforce_eager=eager, cudagraph_mode=mode) is built
+
+
+def test_a_hybrid_with_many_sequences_runs_out_capturing() -> None:
+    """A hybrid's block is widened to its Mamba state's page: with --max-num-seqs 1024 the
+    512 profiling blocks no longer fit beside the weights, with 16 sequences they do."""
+    def plan(seqs: int, **kw: object):
+        return compute_capacity(rtx4090(QWEN35_27B, max_model_len=8192, vllm_version="0.28.0",
+                                        max_num_seqs=seqs, **kw))
+
+    many = plan(1024)
+    blocks = min(1024, 512, many.max_num_batched_tokens)
+    need = many.weights_bytes + many.non_torch_bytes + blocks * many.page_bytes_per_block
+    assert need > many.inputs["gpu_total_bytes"] - CUDA_CONTEXT_BYTES  # the premise
+    assert many.failure is not None and many.failure.kind == failures.CUDA_OOM_GRAPHS
+    assert many.verdict == "does_not_fit"
+    few = plan(16)
+    assert few.failure is None or few.failure.kind != failures.CUDA_OOM_GRAPHS
+    eager = plan(1024, enforce_eager=True)
+    assert eager.failure is None or eager.failure.kind != failures.CUDA_OOM_GRAPHS
