@@ -3,14 +3,19 @@
 From vLLM 0.20 the V1 model runner estimates the graph pool inside the memory profile
 (``determine_available_memory`` calls ``profile_cudagraph_memory``), and capturing needs a KV
 cache to exist. ``GPUModelRunner._init_minimal_kv_cache_for_profiling``
-(``v1/worker/gpu_model_runner.py``, read in the 0.28.0 and 0.32.0 wheels) therefore allocates
-``min(max_num_reqs, max_cudagraph_capture_size) or 1`` blocks of every KV cache group (one block
-per sequence a graph may hold) through ``num_gpu_blocks_override``, captures the first graphs of
-each mode, and frees it (``_cleanup_profiling_kv_cache``). The cache lives next to the weights
-and the non-torch memory, and the torch cache is emptied before the capture, so the allocation
-needs ``blocks x page bytes`` free on the device: a plan that fits the utilization budget can
-still run out of memory here when blocks are large (hybrid models, whose attention block is
-widened to the Mamba state's page) and ``--max-num-seqs`` is high.
+(``v1/worker/gpu_model_runner.py``) therefore allocates ``max_cudagraph_capture_size or 1``
+blocks of every KV cache group (0.20.0 and 0.24.0 wheels), from 0.26 ``min(max_num_reqs,
+max_cudagraph_capture_size) or 1`` (one block per sequence a graph may hold; 0.26.0, 0.28.0 and
+0.32.0 wheels; 0.25 was not read), through ``num_gpu_blocks_override``, captures the first
+graphs of each mode, and frees it (``_cleanup_profiling_kv_cache``). The cache lives next to the
+weights and the non-torch memory, and the torch cache is emptied before the capture, so the
+allocation needs ``blocks x page bytes`` free on the device: a plan that fits the utilization
+budget can still run out of memory here when blocks are large (hybrid models, whose attention
+block is widened to the Mamba state's page) and ``--max-num-seqs`` is high.
+
+The plan checks it from 0.26 only: the older count (the capture size alone) would refuse
+hybrid start-ups on 24-32 GB cards with 0.20-0.25 that public reports show starting, so that
+rule waits for a log that settles it.
 
 ``max_cudagraph_capture_size`` by default is ``min(max_num_seqs x (1 + num_speculative_tokens)
 x 2, 512)`` (1024 on SM 10.x), capped at ``max_num_batched_tokens``
@@ -30,8 +35,8 @@ from kvpilot.core.base.versions import Release
 from kvpilot.core.fit.activation import largest_default_capture
 from kvpilot.core.fit.budget_now import CUDA_CONTEXT_BYTES
 
-#: first release whose memory profile captures graphs against a minimal KV cache
-FIRST_RELEASE = "0.20"
+#: first release that caps the block count at max_num_seqs (read in 0.26.0; 0.24.0 does not)
+CAPPED_AT_SEQUENCES_FROM = "0.26"
 #: from 0.34 the extensible KV cache replaces the utilization budget (extensible_kv.py)
 LAST_RELEASE_BEFORE = "0.34"
 
@@ -50,11 +55,12 @@ class ProfilingKv:
 
 
 def applies(vllm_version: str | None, *, enforce_eager: bool, cudagraph_mode: str | None) -> bool:
-    """Whether the release builds the profiling KV cache: 0.20 to 0.33, graphs captured."""
+    """Whether the plan checks the profiling KV cache: 0.26 to 0.33, graphs captured (vLLM
+    builds it from 0.20; see the module's note on 0.20-0.25)."""
     if enforce_eager or (cudagraph_mode or "").upper() == "NONE":
         return False
     v = Release.parse(vllm_version)
-    return v.at_least(FIRST_RELEASE) and not v.at_least(LAST_RELEASE_BEFORE)
+    return v.at_least(CAPPED_AT_SEQUENCES_FROM) and not v.at_least(LAST_RELEASE_BEFORE)
 
 
 def max_capture_size(
@@ -79,16 +85,18 @@ def max_capture_size(
     return max(1, min(max_num_batched_tokens, size))
 
 
-def profiling_kv(*, max_num_seqs: int, capture_size_tokens: int, bytes_per_block: int
-                 ) -> ProfilingKv:
-    """The minimal cache: ``min(max_num_seqs, capture size) or 1`` blocks.
+def profiling_kv(*, max_num_seqs: int, capture_size_tokens: int, bytes_per_block: int,
+                 capped_at_sequences: bool = True) -> ProfilingKv:
+    """The minimal cache: ``min(max_num_seqs, capture size) or 1`` blocks, or the capture size
+    alone where ``capped_at_sequences`` is False (before 0.26).
 
     Raises:
         ValueError: for a negative ``bytes_per_block``.
     """
     if bytes_per_block < 0:
         raise ValueError("bytes_per_block must not be negative")
-    blocks = min(max_num_seqs, capture_size_tokens) or 1
+    blocks = (min(max_num_seqs, capture_size_tokens) if capped_at_sequences
+              else capture_size_tokens) or 1
     return ProfilingKv(blocks=blocks, bytes_per_block=bytes_per_block)
 
 
