@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from fitkit import fixture_spec, rtx4090
 
 from kvpilot.core.base import failures
 from kvpilot.core.base.units import GiB, MiB
-from kvpilot.core.fit import profiling_kv
+from kvpilot.core.fit import kv, profiling_kv
 from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
 
 QWEN35_27B = fixture_spec("qwen3.5-27b", weights_bytes=16 * GiB)
@@ -86,3 +88,30 @@ def test_a_hybrid_with_many_sequences_runs_out_capturing() -> None:
     assert few.failure is None or few.failure.kind != failures.CUDA_OOM_GRAPHS
     eager = plan(1024, enforce_eager=True)
     assert eager.failure is None or eager.failure.kind != failures.CUDA_OOM_GRAPHS
+
+
+def test_the_public_rtx_5090_start_up_that_ran_out_there() -> None:
+    """calibration_cases_released.json, rtx5090-qwen38-27b-mtp-nvfp4-131k-maxseqs1024-OOM:
+    a Qwen3.8-27B NVFP4 upload (Qwen3.6-27B's shape; its config.json copy here) with 18.48 GiB
+    of weights on an RTX 5090 (31.36 GiB), vLLM 0.28.0, --max-num-seqs 1024, three MTP tokens,
+    ran out of memory in _init_minimal_kv_cache_for_profiling; the started run of the same
+    report (4 sequences, fp8 KV) did not."""
+    model = fixture_spec("qwen3.6-27b-nvfp4", weights_bytes=int(18.48 * GiB))
+
+    def plan(**kw: object):
+        inputs = rtx4090(model, max_model_len=131072, vllm_version="0.28.0",
+                         speculative_config='{"method": "mtp", "num_speculative_tokens": 3}',
+                         **kw)
+        return compute_capacity(replace(inputs, gpu_total_bytes=int(31.36 * GiB),
+                                        gpu_name="NVIDIA GeForce RTX 5090",
+                                        compute_capability=(12, 0)))
+
+    failed = plan(max_num_seqs=1024)
+    assert failed.failure is not None and failed.failure.kind == failures.CUDA_OOM_GRAPHS
+    # 512 blocks (min(1024, min(1024 x 4 x 2, 512))) of every layer group
+    assert f"{512:,} KV blocks" in failed.failure.message
+    started = plan(max_num_seqs=4, max_num_batched_tokens=4096, kv_cache_dtype="fp8")
+    assert started.failure is None
+    # the report's "Tried to allocate 784.00 MiB" is one layer's tensor of 256 such pages
+    # (the GDN state's page, which the attention block of 784 tokens is widened to)
+    assert kv.kv_layout(model, "auto").page_bytes * 256 == 784 * MiB
