@@ -8,6 +8,7 @@ import pytest
 from fitkit import fixture_spec, rtx4090
 
 from kvpilot.core.base import failures
+from kvpilot.core.base.plan import Capacity
 from kvpilot.core.base.units import GiB, MiB
 from kvpilot.core.fit import kv, profiling_kv
 from kvpilot.core.fit.budget import CUDA_CONTEXT_BYTES, compute_capacity
@@ -74,7 +75,7 @@ def test_the_releases_that_build_it(version: str, eager: bool, mode: str | None,
 def test_a_hybrid_with_many_sequences_runs_out_capturing() -> None:
     """A hybrid's block is widened to its Mamba state's page: with --max-num-seqs 1024 the
     512 profiling blocks no longer fit beside the weights, with 16 sequences they do."""
-    def plan(seqs: int, **kw: object):
+    def plan(seqs: int, **kw: object) -> Capacity:
         return compute_capacity(rtx4090(QWEN35_27B, max_model_len=8192, vllm_version="0.28.0",
                                         max_num_seqs=seqs, **kw))
 
@@ -98,7 +99,7 @@ def test_the_public_rtx_5090_start_up_that_ran_out_there() -> None:
     report (4 sequences, fp8 KV) did not."""
     model = fixture_spec("qwen3.6-27b-nvfp4", weights_bytes=int(18.48 * GiB))
 
-    def plan(**kw: object):
+    def plan(**kw: object) -> Capacity:
         inputs = rtx4090(model, max_model_len=131072, vllm_version="0.28.0",
                          speculative_config='{"method": "mtp", "num_speculative_tokens": 3}',
                          **kw)
