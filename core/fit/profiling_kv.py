@@ -11,7 +11,10 @@ graphs of each mode, and frees it (``_cleanup_profiling_kv_cache``). The cache l
 weights and the non-torch memory, and the torch cache is emptied before the capture, so the
 allocation needs ``blocks x page bytes`` free on the device: a plan that fits the utilization
 budget can still run out of memory here when blocks are large (hybrid models, whose attention
-block is widened to the Mamba state's page) and ``--max-num-seqs`` is high.
+block is widened to the Mamba state's page) and ``--max-num-seqs`` is high. The V2 runner
+makes no graph estimate before 0.29 (``profile_cudagraph_memory`` returns 0, 0.26.0 and 0.28.0
+wheels) and so no such cache; from 0.29 it builds the same one
+(``v1/worker/gpu/cudagraph_utils.py``, read in the 0.32.0 wheel).
 
 The plan checks it from 0.26 only: the older count (the capture size alone) would refuse
 hybrid start-ups on 24-32 GB cards with 0.20-0.25 that public reports show starting, so that
@@ -117,13 +120,15 @@ def out_of_memory(cache: ProfilingKv, *, resident_bytes: int, device_free_bytes:
     )
 
 
-def startup_failure(inputs: PlanInputs, *, bytes_per_block: int, max_num_seqs: int,
-                    max_num_batched_tokens: int, resident_bytes: int) -> Failure | None:
+def startup_failure(inputs: PlanInputs, *, estimates: bool, bytes_per_block: int,
+                    max_num_seqs: int, max_num_batched_tokens: int, resident_bytes: int
+                    ) -> Failure | None:
     """:func:`out_of_memory` for a plan's ``inputs`` (None where the release does not build the
-    cache); the device's usable memory is NVML's free figure, else the total, less vLLM's CUDA
-    context."""
-    if not applies(inputs.vllm_version, enforce_eager=inputs.enforce_eager,
-                   cudagraph_mode=inputs.cudagraph_mode):
+    cache, or where its runner makes no graph estimate: ``estimates`` False, the V2 runner
+    before 0.29, whose ``profile_cudagraph_memory`` returns 0 and allocates nothing); the
+    device's usable memory is NVML's free figure, else the total, less vLLM's CUDA context."""
+    if not estimates or not applies(inputs.vllm_version, enforce_eager=inputs.enforce_eager,
+                                    cudagraph_mode=inputs.cudagraph_mode):
         return None
     settings = speculative_settings(inputs.speculative_config)
     spec_tokens = (settings.num_speculative_tokens or 0) if settings is not None else 0

@@ -116,3 +116,25 @@ def test_the_public_rtx_5090_start_up_that_ran_out_there() -> None:
     # the report's "Tried to allocate 784.00 MiB" is one layer's tensor of 256 such pages
     # (the GDN state's page, which the attention block of 784 tokens is widened to)
     assert kv.kv_layout(model, "auto").page_bytes * 256 == 784 * MiB
+
+
+def test_the_v2_runner_builds_it_only_from_0_29() -> None:
+    """A dense Qwen3-8B runs on the V2 runner from 0.22; its profile_cudagraph_memory returns 0
+    (nothing allocated) up to 0.28, and builds the cache like V1 from 0.29. With 2,000 sequences
+    of 16-token blocks (144 KiB a token: 2.25 MiB a block) the 512 blocks are 1.13 GiB; the plan
+    is given only 0.5 GiB free beyond the weights and overheads."""
+    model = fixture_spec("qwen3-8b", weights_bytes=int(15.3 * GiB))
+
+    def plan(version: str) -> Capacity:
+        probe = compute_capacity(rtx4090(model, max_model_len=4096, vllm_version=version,
+                                         max_num_seqs=2000))
+        free = probe.weights_bytes + probe.non_torch_bytes + GiB // 2 + CUDA_CONTEXT_BYTES
+        return compute_capacity(rtx4090(model, max_model_len=4096, vllm_version=version,
+                                        max_num_seqs=2000, gpu_memory_utilization=0.5,
+                                        gpu_free_bytes=free))
+
+    v2_028, v2_029 = plan("0.28.0"), plan("0.29.0")
+    assert v2_028.inputs["model_runner"] == "V2" and v2_029.inputs["model_runner"] == "V2"
+    assert v2_028.page_bytes_per_block == 16 * 36 * 2 * 8 * 128 * 2  # 2.25 MiB
+    assert v2_028.failure is None or v2_028.failure.kind != failures.CUDA_OOM_GRAPHS
+    assert v2_029.failure is not None and v2_029.failure.kind == failures.CUDA_OOM_GRAPHS
