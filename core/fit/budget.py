@@ -56,6 +56,7 @@ from kvpilot.core.fit import (
     mxfp4_padding,
     offload,
     parallel,
+    profiling_kv,
     runner,
 )
 
@@ -383,6 +384,11 @@ def compute_capacity(
         else:
             failure = linear_state.mamba_blocks_failure(inputs, layout, cap.num_blocks, seqs)
 
+    if failure is None or failure.kind in (failures.NO_KV_MEMORY, failures.KV_CACHE_TOO_SMALL):
+        failure = profiling_kv.startup_failure(  # met before the KV cache is sized
+            inputs, estimates=not runner.graphs_outside_budget(profile, model, inputs),
+            bytes_per_block=layout.bytes_per_block, max_num_seqs=seqs,
+            max_num_batched_tokens=batched, resident_bytes=weights + non_torch) or failure
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
     residual, residual_bytes = activation.sampler_residual(
         profile, sampler_seqs, fitted, compiled=not inputs.enforce_eager)
