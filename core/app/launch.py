@@ -34,6 +34,7 @@ from kvpilot.core.fit.measurements import (
     launch_recorder,
 )
 from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
+from kvpilot.core.fit.support import fp8_kv_supported
 from kvpilot.core.hub.cache import hub_cache_dir, is_repo_id
 
 if TYPE_CHECKING:
@@ -235,6 +236,45 @@ def with_launch_args(
         inputs, capacity, blocks * capacity.page_bytes_per_block,
         f"{BLOCKS_OVERRIDE_FLAG} {blocks}: vLLM allocates {blocks} KV blocks whatever the budget",
     )
+
+
+#: telemetry pressure-signal kinds that have a configuration fix (kvpilot.core.telemetry.live)
+PRESSURE_KV_FULL = "kv_full"
+PRESSURE_PREEMPTIONS = "preemptions"
+PRESSURE_VRAM_FULL = "vram_full"
+#: vLLM 0.34 launched with a desktop cap: free memory fell under the room it left
+PRESSURE_DESKTOP_HEADROOM = "desktop_headroom"
+
+
+def fix_for_pressure(
+    kind: str, inputs: PlanInputs, capacity: Capacity | None = None
+) -> PlanInputs | None:
+    """The plan to relaunch with when the running server shows the pressure signal ``kind``
+    (:class:`kvpilot.core.telemetry.live.PressureSignal`; the dashboard's button), planned
+    from the running plan ``inputs`` and its predicted ``capacity``; None when no setting
+    relieves it.
+
+    * KV cache nearly full with requests waiting: FP8 KV where the GPU supports it, otherwise
+      one sequence fewer;
+    * preemptions rising: one sequence fewer;
+    * VRAM nearly full while other processes grow, or (vLLM 0.34) free memory under the room
+      the desktop cap left: 0.03 less utilization.
+    """
+    seqs = inputs.max_num_seqs or (capacity.max_num_seqs if capacity else 2)
+    if kind == PRESSURE_KV_FULL:
+        if (inputs.kv_cache_dtype or "auto") == "auto" and fp8_kv_supported(
+            inputs.compute_capability, inputs.model.head_dim, inputs.vllm_version
+        ):
+            return dataclasses.replace(inputs, kv_cache_dtype="fp8")
+        return dataclasses.replace(inputs, max_num_seqs=max(1, seqs - 1))
+    if kind == PRESSURE_PREEMPTIONS:
+        return dataclasses.replace(inputs, max_num_seqs=max(1, seqs - 1))
+    if kind in (PRESSURE_VRAM_FULL, PRESSURE_DESKTOP_HEADROOM):
+        util = inputs.gpu_memory_utilization or (
+            capacity.gpu_memory_utilization if capacity else 0.9
+        )
+        return dataclasses.replace(inputs, gpu_memory_utilization=round(max(0.1, util - 0.03), 2))
+    return None
 
 
 def rank_fallbacks(

@@ -43,7 +43,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/attach.py": frozenset({"vllm"}),
     "controllers/benchmark.py": frozenset({"runs", "vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
-    "controllers/fallback.py": frozenset({"fit"}),
     "controllers/front.py": frozenset({"front"}),
     "controllers/gpus.py": frozenset({"hardware"}),
     "controllers/measure.py": frozenset({"vllm"}),
