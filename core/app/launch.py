@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.app.orphan_policy import WINDOW_WORDS, OrphanDecision, OrphanWords
 from kvpilot.core.base import failures
-from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.errors import CommandError, KvpilotError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
 from kvpilot.core.fit.measurements import (
     MeasurementKey,
@@ -101,6 +101,16 @@ class FallbackChoice:
         if self.predicted_fits is False:
             return f"{self.change} (predicted not to fit either)"
         return self.change
+
+
+class StartupRefusedError(KvpilotError):
+    """A launch was not started because vLLM's start-up check would fail right now
+    (:meth:`LaunchSession.refuse_a_failing_start`); ``refusal`` carries the failure and the plan
+    made with the memory free now, from which the fallbacks start."""
+
+    def __init__(self, refusal: StartupRefusal) -> None:
+        super().__init__(refusal.failure.message)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)
@@ -397,6 +407,18 @@ class LaunchSession:
             return None
         free, holders = now
         return startup_refusal(inputs, free, holders)
+
+    def refuse_a_failing_start(self, inputs: PlanInputs | None) -> None:
+        """Refuse a launch vLLM's free-memory check would refuse right now
+        (:meth:`startup_check`); the window's launch takes this step, the command line renders
+        the refusal itself.
+
+        Raises:
+            StartupRefusedError: the memory free now is below what the plan asks vLLM for.
+        """
+        refusal = self.startup_check(inputs)
+        if refusal is not None:
+            raise StartupRefusedError(refusal)
 
     @staticmethod
     def download(

@@ -47,7 +47,7 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/gpus.py": frozenset({"hardware"}),
     "controllers/measure.py": frozenset({"vllm"}),
     "controllers/runs.py": frozenset({"runs", "vllm"}),
-    "controllers/server.py": frozenset({"fit", "vllm"}),
+    "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
     "dialogs/hub_search_dialog.py": frozenset({"hub"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
