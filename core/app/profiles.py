@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.hosts import key_is_sendable
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 
 #: the schema version this code writes
 SCHEMA_VERSION = 2
@@ -41,7 +41,7 @@ class Profile:
         name: unique, shown in the profile selector.
         model_ref: catalog id, Hugging Face repo id or local path ("" = none chosen yet).
         goal: what the user wants (use case, context, users, quality floor): the recommender's
-            :class:`~kvpilot.core.fit.goal.Goal`, of which the profile stores
+            :class:`~kvpilot.core.base.goal.Goal`, of which the profile stores
             :data:`GOAL_FIELDS`.
         plan: the serving settings the user fixed (``None``/``"auto"``/False: the planner
             chooses), e.g. a KV dtype, a utilization, eager mode.

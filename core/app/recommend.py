@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kvpilot.core.app.launch_settings import UtilizationChoice, planned_settings
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import (
     VERDICT_BORDERLINE,
@@ -29,7 +30,6 @@ from kvpilot.core.base.plan import (
 )
 from kvpilot.core.base.versions import release_number
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.measurements import MeasurementStore
 from kvpilot.core.fit.recommend import (
     Candidate,

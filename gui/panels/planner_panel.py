@@ -50,16 +50,16 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.core.base.errors import FitError
-from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
-from kvpilot.core.base.plan import USE_CASE_LABELS, ServingSettings, Verdict
-from kvpilot.core.base.words import significant, times_text
-from kvpilot.core.fit.goal import (
+from kvpilot.core.base.goal import (
     DEFAULT_CONTEXT_TOKENS,
     USE_CASE_CONTEXT_TOKENS,
     Goal,
     min_weight_bits_for,
     parse_context_tokens,
 )
+from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.base.plan import USE_CASE_LABELS, ServingSettings, Verdict
+from kvpilot.core.base.words import significant, times_text
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs

@@ -20,8 +20,8 @@ from testpaths import DATA, TESTS
 
 from kvpilot.core.app.settings import Profile
 from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.cli import main
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm.orphans import ServerRecord, write_pidfile
 from kvpilot.gui.records import PlanRequest, PlanRow

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kvpilot.core.app import profiles
 from kvpilot.core.app import settings as st
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 
 
 def test_the_settings_module_names_the_profile_records() -> None:

@@ -59,7 +59,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "panels/planner_panel.py": frozenset({"fit"}),
     "panels/runs_view.py": frozenset({"runs"}),
     "panels/server_panel.py": frozenset({"vllm"}),
-    "records.py": frozenset({"fit"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
 
@@ -242,7 +241,7 @@ def test_an_import_under_type_checking_does_not_count_for_the_window(tmp_path: P
         "import typing\n"
         "from kvpilot.core.base.plan import Verdict\n"
         "if TYPE_CHECKING:\n"
-        "    from kvpilot.core.fit.goal import Goal\n"
+        "    from kvpilot.core.fit.budget import overhead_bytes\n"
         "if typing.TYPE_CHECKING:\n"
         "    from kvpilot.core.vllm.states import SupervisorState\n"
         "def f() -> None:\n"
