@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
 from kvpilot.core.app import logsetup, native_crash, startup_gc
 from kvpilot.core.app import settings as st
-from kvpilot.core.vllm.states import SupervisorState
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.gui import theme, threadcheck
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.collector import GuiCollector

@@ -102,8 +102,8 @@ class MeasureController(Controller):
 
     def on_event(self, ev: object) -> None:
         """A supervisor event of the dry run: its start-up phase is shown."""
+        from kvpilot.core.base.lifecycle import phase_words
         from kvpilot.core.vllm.logparse import PhaseEvent
-        from kvpilot.core.vllm.phases import phase_words
 
         if isinstance(ev, PhaseEvent):
             self.phase = phase_words(ev.phase)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 
 from kvpilot.core.base.errors import FolderError, KvpilotError, ProcUnreadableError
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.base.plan import Verdict
-from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool, run_in_thread
