@@ -40,7 +40,7 @@ LOOSE = {"__init__", "cli"}
 #: gui module (relative to gui/) -> the core domain packages it still imports directly
 GUI_DIRECT: dict[str, frozenset[str]] = {
     "app.py": frozenset({"vllm"}),
-    "controllers/benchmark.py": frozenset({"runs", "vllm"}),
+    "controllers/benchmark.py": frozenset({"vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
     "controllers/front.py": frozenset({"front"}),
     "controllers/gpus.py": frozenset({"hardware"}),
