@@ -584,8 +584,8 @@ class AppServices:
     ) -> Measured:
         """Blocking (minutes): "Measure on this GPU": the application layer's dry run of
         ``request`` (:func:`kvpilot.core.app.measure.measure_plan`, as ``kvpilot plan
-        --measure``) with the profile's launch, stored under the plan's key; phases go to the
-        bridge's ``measure_event``, not to the server panel.
+        --measure``) with the profile's launch, stored under the plan's key; the words of its
+        start-up phases go to the bridge's ``measure_phase``, not to the server panel.
 
         Raises:
             MeasurementError: vLLM failed, timed out or ``cancel`` was set.
@@ -596,7 +596,7 @@ class AppServices:
         return measure_plan(
             MeasureRequest(runtime, request.inputs, self.data_dir, self.launch_spec(request),
                            timeout_s),
-            on_event=self.bridge.emitter("measure_event"),
+            on_phase=self.bridge.emitter("measure_phase"),
             supervisor_options=self.supervisor_options,
             gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
             cancel=cancel,

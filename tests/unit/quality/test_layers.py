@@ -43,7 +43,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/benchmark.py": frozenset({"vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
     "controllers/front.py": frozenset({"front"}),
-    "controllers/measure.py": frozenset({"vllm"}),
     "controllers/runs.py": frozenset({"runs", "vllm"}),
     "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
