@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core.fit.budget import compute_capacity, overhead_bytes
-from kvpilot.core.fit.measurements import ReportedCapacity
-from kvpilot.core.fit.vram import (
+from kvpilot.core.app.vram import (
     UNATTRIBUTED,
     VramSplit,
     process_bytes,
     short_process_name,
     split_vram,
 )
+from kvpilot.core.fit.budget import compute_capacity, overhead_bytes
+from kvpilot.core.fit.measurements import ReportedCapacity
 from kvpilot.core.hardware.probe import GpuProcess, GpuSnapshot
 from kvpilot.core.hardware.sampler import GpuSample
 

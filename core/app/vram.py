@@ -5,6 +5,7 @@ sampler's :class:`~kvpilot.core.hardware.sampler.GpuSample`) is split into byte 
 up to the card's total. While a server runs, vLLM's processes hold the weights, KV cache and
 overhead (activation peak, CUDA graphs, non-torch memory) in the sizes vLLM reported; without a
 server, a selected plan is placed inside the free memory ("planned"). Pure arithmetic: no I/O.
+The window's memory bar draws what :func:`split_vram` says.
 """
 
 from __future__ import annotations
