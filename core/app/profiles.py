@@ -234,6 +234,20 @@ def validate_profile(profile: Profile) -> list[str]:
     return [problem.text for problem in profile_problems(profile)]
 
 
+def problems_here(profile: Profile) -> list[str]:
+    """What keeps an edited ``profile`` from being saved on this machine, one sentence each
+    ([] = none): :func:`validate_profile`'s, and a vLLM choice that names nothing here
+    (:func:`kvpilot.core.runtimes.discovery.configured_problem`: a path that does not exist, a
+    command not on ``PATH``)."""
+    from kvpilot.core.runtimes.discovery import configured_problem
+
+    problems = validate_profile(profile)
+    runtime_problem = configured_problem(profile.vllm_runtime)
+    if runtime_problem:
+        problems.append(f"vLLM: {runtime_problem}")
+    return problems
+
+
 def validate_extra_args(text: str) -> list[str]:
     """Problems with the extra ``vllm serve`` arguments typed by the user ([] = valid).
 

@@ -48,7 +48,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
     "dialogs/hub_search_dialog.py": frozenset({"hub"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
-    "dialogs/settings_dialog.py": frozenset({"runtimes"}),
     "panels/adapter_inputs.py": frozenset({"fit"}),
     "panels/chat_panel.py": frozenset({"chat"}),
     "panels/dashboard_panel.py": frozenset({"hardware"}),
