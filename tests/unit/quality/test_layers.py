@@ -51,7 +51,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "panels/adapter_inputs.py": frozenset({"fit"}),
     "panels/chat_panel.py": frozenset({"chat"}),
     "panels/dashboard_panel.py": frozenset({"hardware"}),
-    "panels/planner_panel.py": frozenset({"fit"}),
     "panels/runs_view.py": frozenset({"runs"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
