@@ -590,13 +590,11 @@ def _chain(
     """One listener for the run recorder and the face's own: the face hears every event first
     (its output keeps the order the supervisor's threads give it), except the end of the run,
     which the recorder writes first, so that a face told of the end finds the record done."""
-    from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
-
     if face is None:
         return recorder
 
     def both(ev: SupervisorEvent) -> None:
-        if isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES:
+        if run_ended(ev):
             recorder(ev)
             face(ev)
         else:
@@ -604,3 +602,11 @@ def _chain(
             recorder(ev)
 
     return both
+
+
+def run_ended(ev: object) -> bool:
+    """Whether a supervisor event ends the run (the server stopped or failed). A face told of
+    it through a launch session finds the run's record written by then (:func:`_chain`)."""
+    from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
+
+    return isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES
