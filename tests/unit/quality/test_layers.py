@@ -39,7 +39,6 @@ LOOSE = {"__init__", "cli"}
 
 #: gui module (relative to gui/) -> the core domain packages it still imports directly
 GUI_DIRECT: dict[str, frozenset[str]] = {
-    "app.py": frozenset({"vllm"}),
     "controllers/benchmark.py": frozenset({"vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
     "controllers/front.py": frozenset({"front"}),
