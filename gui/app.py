@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
 from kvpilot.core.app import logsetup, native_crash, startup_gc
 from kvpilot.core.app import settings as st
-from kvpilot.core.vllm.states import SupervisorState
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.gui import theme, threadcheck
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.collector import GuiCollector
@@ -318,19 +318,18 @@ def show_recorded_failure(window: MainWindow, log_path: Path) -> bool:
     """Feed a recorded vLLM failure log through the core log scanner into the banner.
 
     Used for ``--panel fallback`` (documentation screenshots): the failure is classified by
-    :class:`kvpilot.core.vllm.logparse.LogScanner` exactly as during a launch, and the fallback
+    :func:`kvpilot.core.app.watch.scan_log` (the scanner of a launch), and the fallback
     options come from the fit engine for the selected plan.
+
+    Raises:
+        WatchError: the log cannot be read.
     """
-    from kvpilot.core.vllm import logparse
-    from kvpilot.core.vllm.loglevel import line_level
+    from kvpilot.core.app.watch import scan_log
     from kvpilot.gui.services import LaunchRequest
 
-    path = Path(log_path)
-    scanner = logparse.LogScanner()
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        scanner.feed(line)
-        window.log_view.append(line_level(line), line)
-    failure = scanner.failure  # the most specific failure of the whole log, as the supervisor's
+    scanned = scan_log(log_path)
+    window.log_view.append_many(list(scanned.lines))
+    failure = scanned.failure  # the most specific failure of the whole log, as the supervisor's
     row = window.planner.selected()
     if failure is None or row is None or row.inputs is None:
         return False

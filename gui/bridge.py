@@ -11,7 +11,8 @@ Signals:
     metrics_sample(object): a scraped /metrics sample.
     load_progress(object): progress of a running load test.
     download_progress(object): progress of a model download before a launch.
-    measure_event(object): a supervisor event of a measured dry run ("Measure on this GPU").
+    measure_phase(str): the words of a start-up phase a measured dry run ("Measure on this
+        GPU") reached.
     message(str, str): (level, text) for the status bar.
 """
 
@@ -31,7 +32,7 @@ class CoreBridge(QObject):
     metrics_sample = Signal(object)
     load_progress = Signal(object)
     download_progress = Signal(object)
-    measure_event = Signal(object)
+    measure_phase = Signal(str)
     message = Signal(str, str)
 
     def emitter(self, signal_name: str) -> Callable[[object], None]:

@@ -153,7 +153,7 @@ class MainWindow(WindowWidgets):
         b.gpu_sample.connect(gpus.on_gpu_sample)
         b.server_event.connect(server.on_server_event)
         b.download_progress.connect(server.on_download_progress)
-        b.measure_event.connect(measure.on_event)
+        b.measure_phase.connect(measure.on_phase)
         b.message.connect(lambda _level, text: self.say(text, 10_000))
 
     def _add_runs_tab(self) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 from kvpilot.gui import theme
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What the planner is asked: the user's :class:`~kvpilot.core.fit.goal.Goal`, the serving
+    """What the planner is asked: the user's :class:`~kvpilot.core.base.goal.Goal`, the serving
     settings the user fixed (``"auto"``/None/False: the recommender chooses) and the model
     (a catalog id, a Hub repo id or a local path; "" = rank the catalog). A profile stores all
     three (``goal``, ``plan``, ``model_ref``)."""

@@ -13,7 +13,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -433,18 +433,20 @@ class AppServices:
 
         return with_settings(request.pinned, self.plan_overrides)
 
-    def planned_capacity(self, inputs: PlanInputs) -> Capacity:
-        """Blocking: a plan's capacity with this machine's measurements (measured/calibrated)."""
+    def launch_capacity(self, inputs: PlanInputs, extra_args: Sequence[str] = ()) -> Capacity:
+        """Blocking: what a launch of ``inputs`` with ``extra_args`` gets
+        (:func:`kvpilot.core.app.launch.launch_capacity`, as ``kvpilot serve`` records it:
+        this machine's measurements and a fixed KV block count included)."""
+        from kvpilot.core.app.launch import launch_capacity
         from kvpilot.core.base.errors import SettingsError
-        from kvpilot.core.fit.calibrate import planned_capacity
         from kvpilot.core.fit.measurements import MeasurementStore
 
         store = MeasurementStore(self.data_dir / "measurements.json")
         try:
-            return planned_capacity(inputs, store)
+            return launch_capacity(inputs, extra_args, store)
         except SettingsError:
             log.warning("measurement file unreadable; planning without it", exc_info=True)
-            return planned_capacity(inputs, None)
+            return launch_capacity(inputs, extra_args, None)
 
     @staticmethod
     def compute_capacity(inputs: PlanInputs) -> Capacity:
@@ -542,17 +544,13 @@ class AppServices:
             StartupRefusedError: vLLM's free-memory check would fail right now.
             DownloadError: the checkpoint cannot be downloaded.
         """
-        from kvpilot.core.fit.startup import StartupRefusedError
-
         session = self._session(runtime)
         with self._lock:
             old = self.supervisor
         if old is not None and old.state not in ("stopped", "failed", None):
             old.stop()
         session.refuse_next_to_orphans(spec.port, spec.host)  # the one orphan policy
-        refusal = session.startup_check(inputs)
-        if refusal is not None:
-            raise StartupRefusedError(refusal)
+        session.refuse_a_failing_start(inputs)
         self.telemetry.clear()
         self.take_log_lines()  # lines of an earlier server are not this one's
         # a Hub checkpoint not in the cache is downloaded by kvpilot first (progress to the GUI)
@@ -586,8 +584,8 @@ class AppServices:
     ) -> Measured:
         """Blocking (minutes): "Measure on this GPU": the application layer's dry run of
         ``request`` (:func:`kvpilot.core.app.measure.measure_plan`, as ``kvpilot plan
-        --measure``) with the profile's launch, stored under the plan's key; phases go to the
-        bridge's ``measure_event``, not to the server panel.
+        --measure``) with the profile's launch, stored under the plan's key; the words of its
+        start-up phases go to the bridge's ``measure_phase``, not to the server panel.
 
         Raises:
             MeasurementError: vLLM failed, timed out or ``cancel`` was set.
@@ -598,7 +596,7 @@ class AppServices:
         return measure_plan(
             MeasureRequest(runtime, request.inputs, self.data_dir, self.launch_spec(request),
                            timeout_s),
-            on_event=self.bridge.emitter("measure_event"),
+            on_phase=self.bridge.emitter("measure_phase"),
             supervisor_options=self.supervisor_options,
             gpu_pids_check=self._gpu_pids if self.gpu_sampler is not None else None,
             cancel=cancel,

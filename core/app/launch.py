@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvpilot.core.app.orphan_policy import WINDOW_WORDS, OrphanDecision, OrphanWords
 from kvpilot.core.base import failures
-from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.errors import CommandError, KvpilotError
 from kvpilot.core.fit.calibrate import key_for, planned_capacity
 from kvpilot.core.fit.measurements import (
     MeasurementKey,
@@ -34,6 +34,7 @@ from kvpilot.core.fit.measurements import (
     launch_recorder,
 )
 from kvpilot.core.fit.startup import StartupRefusal, startup_refusal
+from kvpilot.core.fit.support import fp8_kv_supported
 from kvpilot.core.hub.cache import hub_cache_dir, is_repo_id
 
 if TYPE_CHECKING:
@@ -100,6 +101,16 @@ class FallbackChoice:
         if self.predicted_fits is False:
             return f"{self.change} (predicted not to fit either)"
         return self.change
+
+
+class StartupRefusedError(KvpilotError):
+    """A launch was not started because vLLM's start-up check would fail right now
+    (:meth:`LaunchSession.refuse_a_failing_start`); ``refusal`` carries the failure and the plan
+    made with the memory free now, from which the fallbacks start."""
+
+    def __init__(self, refusal: StartupRefusal) -> None:
+        super().__init__(refusal.failure.message)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)
@@ -237,6 +248,45 @@ def with_launch_args(
     )
 
 
+#: telemetry pressure-signal kinds that have a configuration fix (kvpilot.core.telemetry.live)
+PRESSURE_KV_FULL = "kv_full"
+PRESSURE_PREEMPTIONS = "preemptions"
+PRESSURE_VRAM_FULL = "vram_full"
+#: vLLM 0.34 launched with a desktop cap: free memory fell under the room it left
+PRESSURE_DESKTOP_HEADROOM = "desktop_headroom"
+
+
+def fix_for_pressure(
+    kind: str, inputs: PlanInputs, capacity: Capacity | None = None
+) -> PlanInputs | None:
+    """The plan to relaunch with when the running server shows the pressure signal ``kind``
+    (:class:`kvpilot.core.telemetry.live.PressureSignal`; the dashboard's button), planned
+    from the running plan ``inputs`` and its predicted ``capacity``; None when no setting
+    relieves it.
+
+    * KV cache nearly full with requests waiting: FP8 KV where the GPU supports it, otherwise
+      one sequence fewer;
+    * preemptions rising: one sequence fewer;
+    * VRAM nearly full while other processes grow, or (vLLM 0.34) free memory under the room
+      the desktop cap left: 0.03 less utilization.
+    """
+    seqs = inputs.max_num_seqs or (capacity.max_num_seqs if capacity else 2)
+    if kind == PRESSURE_KV_FULL:
+        if (inputs.kv_cache_dtype or "auto") == "auto" and fp8_kv_supported(
+            inputs.compute_capability, inputs.model.head_dim, inputs.vllm_version
+        ):
+            return dataclasses.replace(inputs, kv_cache_dtype="fp8")
+        return dataclasses.replace(inputs, max_num_seqs=max(1, seqs - 1))
+    if kind == PRESSURE_PREEMPTIONS:
+        return dataclasses.replace(inputs, max_num_seqs=max(1, seqs - 1))
+    if kind in (PRESSURE_VRAM_FULL, PRESSURE_DESKTOP_HEADROOM):
+        util = inputs.gpu_memory_utilization or (
+            capacity.gpu_memory_utilization if capacity else 0.9
+        )
+        return dataclasses.replace(inputs, gpu_memory_utilization=round(max(0.1, util - 0.03), 2))
+    return None
+
+
 def rank_fallbacks(
     failure: Failure,
     spec: LaunchSpec,
@@ -357,6 +407,18 @@ class LaunchSession:
             return None
         free, holders = now
         return startup_refusal(inputs, free, holders)
+
+    def refuse_a_failing_start(self, inputs: PlanInputs | None) -> None:
+        """Refuse a launch vLLM's free-memory check would refuse right now
+        (:meth:`startup_check`); the window's launch takes this step, the command line renders
+        the refusal itself.
+
+        Raises:
+            StartupRefusedError: the memory free now is below what the plan asks vLLM for.
+        """
+        refusal = self.startup_check(inputs)
+        if refusal is not None:
+            raise StartupRefusedError(refusal)
 
     @staticmethod
     def download(
@@ -528,13 +590,11 @@ def _chain(
     """One listener for the run recorder and the face's own: the face hears every event first
     (its output keeps the order the supervisor's threads give it), except the end of the run,
     which the recorder writes first, so that a face told of the end finds the record done."""
-    from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
-
     if face is None:
         return recorder
 
     def both(ev: SupervisorEvent) -> None:
-        if isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES:
+        if run_ended(ev):
             recorder(ev)
             face(ev)
         else:
@@ -542,3 +602,11 @@ def _chain(
             recorder(ev)
 
     return both
+
+
+def run_ended(ev: object) -> bool:
+    """Whether a supervisor event ends the run (the server stopped or failed). A face told of
+    it through a launch session finds the run's record written by then (:func:`_chain`)."""
+    from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
+
+    return isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES

@@ -99,11 +99,13 @@ def measure_plan(
     supervisor_options: Mapping[str, Any] | None = None,
     gpu_pids_check: Callable[[], set[int]] | None = None,
     cancel: threading.Event | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> Measured:
     """"Measure on this GPU" (see the module docstring). ``on_event`` hears the dry run's
-    supervisor events (its start-up phases); ``supervisor_options`` are extra keyword arguments
-    for the Supervisor (timeouts; tests); ``gpu_pids_check`` lists the pids holding GPU memory
-    for a stop that checks none is left; ``cancel`` set stops the dry run.
+    supervisor events, ``on_phase`` the user's words for each start-up phase it reaches
+    (:func:`kvpilot.core.base.lifecycle.phase_words`); ``supervisor_options`` are extra keyword
+    arguments for the Supervisor (timeouts; tests); ``gpu_pids_check`` lists the pids holding
+    GPU memory for a stop that checks none is left; ``cancel`` set stops the dry run.
 
     Raises:
         MeasurementError: vLLM failed (with the classified kind), timed out or was cancelled.
@@ -114,6 +116,7 @@ def measure_plan(
     from kvpilot.core.vllm.measure import run_measurement
 
     spec = dry_run_spec(request)
+    on_event = _with_phases(on_event, on_phase)
     options = {k: v for k, v in (supervisor_options or {}).items() if k != "on_ready_capacity"}
     session = LaunchSession(
         request.runtime, request.data_dir, on_event=on_event, supervisor_options=options,
@@ -125,3 +128,22 @@ def measure_plan(
         key=key_for(request.inputs), on_event=on_event, gpu_pids_check=gpu_pids_check,
         cancel=cancel, supervisor_options=options,
     )
+
+
+def _with_phases(
+    on_event: Callable[[SupervisorEvent], None] | None, on_phase: Callable[[str], None] | None
+) -> Callable[[SupervisorEvent], None] | None:
+    """One listener: ``on_phase`` told the words of each start-up phase, ``on_event`` every
+    event."""
+    if on_phase is None:
+        return on_event
+    from kvpilot.core.base.lifecycle import phase_words
+    from kvpilot.core.vllm.logparse import PhaseEvent
+
+    def both(ev: SupervisorEvent) -> None:
+        if isinstance(ev, PhaseEvent):
+            on_phase(phase_words(ev.phase))
+        if on_event is not None:
+            on_event(ev)
+
+    return both

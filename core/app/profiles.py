@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.hosts import key_is_sendable
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 
 #: the schema version this code writes
 SCHEMA_VERSION = 2
@@ -41,7 +41,7 @@ class Profile:
         name: unique, shown in the profile selector.
         model_ref: catalog id, Hugging Face repo id or local path ("" = none chosen yet).
         goal: what the user wants (use case, context, users, quality floor): the recommender's
-            :class:`~kvpilot.core.fit.goal.Goal`, of which the profile stores
+            :class:`~kvpilot.core.base.goal.Goal`, of which the profile stores
             :data:`GOAL_FIELDS`.
         plan: the serving settings the user fixed (``None``/``"auto"``/False: the planner
             chooses), e.g. a KV dtype, a utilization, eager mode.
@@ -232,6 +232,20 @@ def profile_problems(profile: Profile) -> list[SettingsProblem]:
 def validate_profile(profile: Profile) -> list[str]:
     """Problems with a profile, one sentence each naming the field and the fix ([] = valid)."""
     return [problem.text for problem in profile_problems(profile)]
+
+
+def problems_here(profile: Profile) -> list[str]:
+    """What keeps an edited ``profile`` from being saved on this machine, one sentence each
+    ([] = none): :func:`validate_profile`'s, and a vLLM choice that names nothing here
+    (:func:`kvpilot.core.runtimes.discovery.configured_problem`: a path that does not exist, a
+    command not on ``PATH``)."""
+    from kvpilot.core.runtimes.discovery import configured_problem
+
+    problems = validate_profile(profile)
+    runtime_problem = configured_problem(profile.vllm_runtime)
+    if runtime_problem:
+        problems.append(f"vLLM: {runtime_problem}")
+    return problems
 
 
 def validate_extra_args(text: str) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kvpilot.core.app.launch_settings import UtilizationChoice, planned_settings
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import (
     VERDICT_BORDERLINE,
@@ -29,7 +30,6 @@ from kvpilot.core.base.plan import (
 )
 from kvpilot.core.base.versions import release_number
 from kvpilot.core.fit.calibrate import planned_capacity
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.measurements import MeasurementStore
 from kvpilot.core.fit.recommend import (
     Candidate,
@@ -39,6 +39,7 @@ from kvpilot.core.fit.recommend import (
     kv_headroom_bytes,
     recommend,
     target_of,
+    why_above,
 )
 from kvpilot.core.hardware.target import DeviceTarget
 
@@ -230,3 +231,20 @@ def _ordered(result: Recommendation, model_ref: str) -> list[RankedPlan]:
         ))
     plans.sort(key=lambda p: 0 if p.fits else 1 if p.borderline else 2)  # stable
     return plans
+
+
+def quality_notes(plan: object, below: object = None) -> list[tuple[str, str]]:
+    """(label, text) lines for a ranked plan: its published quality figure with its source, and
+    why it ranks above ``below``, the next plan (:func:`kvpilot.core.fit.recommend.why_above`);
+    [] for a plan the recommender did not rank (``plan`` not a :class:`Candidate`)."""
+    if not isinstance(plan, Candidate):
+        return []
+    q = plan.quality
+    figure = (f"{q.score:.1f} on {q.benchmark} ({q.date or 'date not given'}): {q.source}"
+              if q.rated else f"unrated: {q.source}")
+    if q.recovery_note:
+        figure += f"; {q.recovery_note}"
+    lines = [("quality", figure)]
+    if isinstance(below, Candidate):
+        lines.append(("ranked above the next", why_above(plan, below)))
+    return lines

@@ -59,13 +59,13 @@ from kvpilot.core.app.profiles import (
     validate_profile,
 )
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.paths import atomic_write_text, write_failure
 from kvpilot.core.base.plan import (
     ServingSettings,
     serving_field_names,
     settings_from_dict,
 )
-from kvpilot.core.fit.goal import Goal
 
 if TYPE_CHECKING:
     from kvpilot.core.app.secrets import KeyringConsent

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.hosts import is_loopback_host, server_root
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import PlanInputs
@@ -223,24 +224,49 @@ def load_served_model(identity: ServerIdentity) -> ModelSpec | None:
     return None
 
 
-def capacity_from_log(path: str | Path) -> dict[str, Any]:
-    """The capacity figures a vLLM log states (``docker logs`` saved to a file, for a server
-    whose ``/metrics`` has no ``cache_config_info``): what :class:`LogScanner` reads.
+@dataclass(frozen=True)
+class ScannedLog:
+    """A saved vLLM log read as a launch reads its output: each line with its level
+    (``lines``: (level, line)), the most specific failure it shows (None: none) and the
+    capacity figures it states."""
+
+    lines: tuple[tuple[str, str], ...]
+    failure: Failure | None
+    figures: dict[str, Any]
+
+
+def scan_log(path: str | Path) -> ScannedLog:
+    """Read a saved vLLM log (``docker logs`` saved to a file, a recorded failure) with the
+    scanner a launch uses (:class:`~kvpilot.core.vllm.logparse.LogScanner`).
 
     Raises:
         WatchError: the file cannot be read.
     """
+    from kvpilot.core.vllm.loglevel import line_level
     from kvpilot.core.vllm.logparse import LogScanner
 
     scanner = LogScanner()
+    lines: list[tuple[str, str]] = []
     try:
         with Path(path).expanduser().open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                scanner.feed(line.rstrip("\n"))
+            for raw in fh:
+                line = raw.rstrip("\r\n")
+                scanner.feed(line)
+                lines.append((line_level(line), line))
     except (OSError, ValueError, RuntimeError) as exc:  # also a NUL in the name, "~nobody/…"
         reason = getattr(exc, "strerror", None) or str(exc)
         raise WatchError(f"cannot read the log {str(path)[:200]!r}: {reason}") from exc
-    return scanner.capacity.figures()
+    return ScannedLog(tuple(lines), scanner.failure, scanner.capacity.figures())
+
+
+def capacity_from_log(path: str | Path) -> dict[str, Any]:
+    """The capacity figures a vLLM log states (``docker logs`` saved to a file, for a server
+    whose ``/metrics`` has no ``cache_config_info``): what :func:`scan_log` reads.
+
+    Raises:
+        WatchError: the file cannot be read.
+    """
+    return scan_log(path).figures
 
 
 def _int(value: float | None) -> int | None:

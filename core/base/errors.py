@@ -87,6 +87,23 @@ class CommandError(KvpilotError):
     """A plan or user argument that cannot be turned into a valid ``vllm serve`` command."""
 
 
+#: ``MeasurementError.kind`` of a dry run the user stopped
+MEASUREMENT_CANCELLED = "cancelled"
+
+
+class MeasurementError(KvpilotError):
+    """The measured dry run did not produce capacity numbers (vLLM failed, timed out or the
+    user stopped it).
+
+    ``kind`` is the classified failure kind (``kvpilot.core.base.failures``) when there was one,
+    :data:`MEASUREMENT_CANCELLED` for a dry run the user stopped.
+    """
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class SettingsError(KvpilotError):
     """The settings file could not be read or written."""
 

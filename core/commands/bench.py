@@ -23,10 +23,10 @@ import json
 import os
 import sys
 
+from kvpilot.core.app.loadtest import run_recorded_load_test
 from kvpilot.core.base import paths
 from kvpilot.core.base.hosts import URL_HELP
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.runs.loadtests import run_recorded_load_test
 from kvpilot.core.vllm.client import (
     LoadTestConfig,
     LoadTestError,

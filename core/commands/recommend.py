@@ -31,6 +31,13 @@ from typing import Any
 from kvpilot.core.app.recommend import Ranking, RecommendRequest, rank
 from kvpilot.core.base import paths
 from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.goal import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_USERS,
+    USE_CASE_CONTEXT_TOKENS,
+    Goal,
+    min_weight_bits_for,
+)
 from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import NEWEST_KNOWN
 from kvpilot.core.base.words import counted, significant, times_text
@@ -41,13 +48,6 @@ from kvpilot.core.commands.serving_args import (
     context_arg,
     device_from_args,
     settings_from_args,
-)
-from kvpilot.core.fit.goal import (
-    DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_USERS,
-    USE_CASE_CONTEXT_TOKENS,
-    Goal,
-    min_weight_bits_for,
 )
 from kvpilot.core.fit.recommend import USE_CASES
 

@@ -53,6 +53,7 @@ from kvpilot.core.app.orphan_policy import (
 from kvpilot.core.app.profile_launch import fallback_policy
 from kvpilot.core.base import failures, paths, versions
 from kvpilot.core.base.errors import CommandError, KvpilotError
+from kvpilot.core.base.lifecycle import SupervisorState, phase_words
 from kvpilot.core.base.plan import PlanInputs, settings_dict
 from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.plan import add_plan_arguments
@@ -68,7 +69,6 @@ from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.orphans import stop_orphan
-from kvpilot.core.vllm.phases import phase_words
 from kvpilot.core.vllm.supervisor import (
     FAILED,
     READY,
@@ -76,7 +76,6 @@ from kvpilot.core.vllm.supervisor import (
     CapacityUpdatedEvent,
     StateEvent,
     Supervisor,
-    SupervisorState,
 )
 
 if TYPE_CHECKING:

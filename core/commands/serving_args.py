@@ -87,9 +87,9 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
 
 def context_arg(text: str) -> int:
     """A context length on the command line (``--max-model-len``, ``--context``): ``8192``,
-    ``32768``, ``32k`` or ``32K`` (:func:`kvpilot.core.fit.goal.parse_context_tokens`, the one
+    ``32768``, ``32k`` or ``32K`` (:func:`kvpilot.core.base.goal.parse_context_tokens`, the one
     parser the window uses too), for argparse."""
-    from kvpilot.core.fit.goal import parse_context_tokens
+    from kvpilot.core.base.goal import parse_context_tokens
 
     try:
         return parse_context_tokens(text)

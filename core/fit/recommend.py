@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvpilot.core.base.errors import FitError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import (
     CPU_DEVICE_NAME,
@@ -35,7 +36,6 @@ from kvpilot.core.base.versions import supports
 from kvpilot.core.base.words import estimated_rate, join_clauses, more_kv_text, times_text
 from kvpilot.core.fit import budget, extensible_kv, parallel
 from kvpilot.core.fit.budget import borderline_note
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.quality import QualityFigure, figure_for, unrated
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvpilot.core.base import failures
-from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.fit.budget import compute_capacity
@@ -26,14 +25,6 @@ class StartupRefusal:
 
     failure: Failure
     inputs: PlanInputs
-
-
-class StartupRefusedError(KvpilotError):
-    """A launch was not started because vLLM's start-up check would fail right now."""
-
-    def __init__(self, refusal: StartupRefusal) -> None:
-        super().__init__(refusal.failure.message)
-        self.refusal = refusal
 
 
 def startup_refusal(

@@ -33,6 +33,7 @@ from typing import Any
 
 from kvpilot.core.base import failures as fk
 from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.lifecycle import COMPILING, LOADING_WEIGHTS, PROFILING
 from kvpilot.core.runtimes.discovery import normalize_flag, removed_flag_message
 from kvpilot.core.vllm.cpu_kv_failures import CPU_KV_FORMATS
 from kvpilot.core.vllm.logformats import (
@@ -47,7 +48,6 @@ from kvpilot.core.vllm.logformats import (
     size_to_bytes,
     tokens_text,
 )
-from kvpilot.core.vllm.phases import COMPILING, LOADING_WEIGHTS, PROFILING
 
 # ------------------------------------------------------------------------------ failures
 #: how much a kind outranks others: a later failure replaces the current one only when higher

@@ -27,9 +27,7 @@ from typing import Any
 
 from kvpilot.core.base import versions
 from kvpilot.core.base.failures import Failure
-from kvpilot.core.base.units import GiB, MiB
-from kvpilot.core.vllm.logevents import CapacityEvent, StatsEvent
-from kvpilot.core.vllm.phases import (
+from kvpilot.core.base.lifecycle import (
     CAPTURING_CUDA_GRAPHS,
     COMPILING,
     DOWNLOADING,
@@ -39,6 +37,8 @@ from kvpilot.core.vllm.phases import (
     RESOLVING,
     STARTING_API,
 )
+from kvpilot.core.base.units import GiB, MiB
+from kvpilot.core.vllm.logevents import CapacityEvent, StatsEvent
 
 KiB = 1 << 10
 #: half of the 0.01 GiB step vLLM rounds memory figures to

@@ -31,6 +31,17 @@ from typing import Any
 
 from kvpilot.core.base import failures as fk
 from kvpilot.core.base.failures import Failure
+from kvpilot.core.base.lifecycle import (  # re-exported: logparse.PROFILING and the others
+    CAPTURING_CUDA_GRAPHS,
+    COMPILING,
+    DOWNLOADING,
+    KV_CACHE_ALLOCATED,
+    LOADING_WEIGHTS,
+    PHASES,
+    PROFILING,
+    RESOLVING,
+    STARTING_API,
+)
 from kvpilot.core.vllm.logevents import (  # re-exported: logparse.PhaseEvent and the others
     CapacityEvent,
     Event,
@@ -59,17 +70,6 @@ from kvpilot.core.vllm.logformats import (  # re-exported: logparse.parse_line a
     parse_line,
     parse_stats,
     tokens_text,
-)
-from kvpilot.core.vllm.phases import (  # re-exported: logparse.PROFILING and the others
-    CAPTURING_CUDA_GRAPHS,
-    COMPILING,
-    DOWNLOADING,
-    KV_CACHE_ALLOCATED,
-    LOADING_WEIGHTS,
-    PHASES,
-    PROFILING,
-    RESOLVING,
-    STARTING_API,
 )
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.errors import MEASUREMENT_CANCELLED, MeasurementError
 from kvpilot.core.fit.measurements import (
     SOURCE_DRY_RUN,
     Measured,
@@ -35,21 +35,6 @@ from kvpilot.core.vllm.supervisor import (
 if TYPE_CHECKING:
     from kvpilot.core.runtimes.discovery import VllmRuntime
     from kvpilot.core.vllm.command import LaunchSpec
-
-
-#: ``MeasurementError.kind`` of a dry run the user stopped
-CANCELLED = "cancelled"
-
-
-class MeasurementError(KvpilotError):
-    """The dry run did not produce capacity numbers (vLLM failed or timed out).
-
-    ``kind`` is the classified failure kind (``kvpilot.core.base.failures``) when there was one.
-    """
-
-    def __init__(self, message: str, *, kind: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def run_measurement(
@@ -117,7 +102,7 @@ def _wait_ready(sup: Supervisor, deadline: float, cancel: threading.Event | None
     """
     while True:
         if cancel is not None and cancel.is_set():
-            raise MeasurementError("the dry run was cancelled", kind=CANCELLED)
+            raise MeasurementError("the dry run was cancelled", kind=MEASUREMENT_CANCELLED)
         left = deadline - time.monotonic()
         if left <= 0:
             return False

@@ -5,22 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from kvpilot.core.base.lifecycle import SupervisorState
 
 if TYPE_CHECKING:
     from kvpilot.core.base import failures
     from kvpilot.core.fit.measurements import ReportedCapacity
-
-
-class SupervisorState(StrEnum):
-    """Where a supervised server is (:attr:`Supervisor.state`, ``StateEvent.state``)."""
-
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
 
 
 STARTING = SupervisorState.STARTING

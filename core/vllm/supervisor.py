@@ -37,6 +37,7 @@ import psutil
 
 from kvpilot.core.base import failures
 from kvpilot.core.base.background import notify
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.fit.measurements import ReportedCapacity
 from kvpilot.core.hardware.proctree import StopReport, alive, descendants, stop_tree
 from kvpilot.core.vllm import health, logparse, output_lines
@@ -61,7 +62,6 @@ from kvpilot.core.vllm.states import (
     LogLineEvent,
     StateEvent,
     SupervisorEvent,
-    SupervisorState,
     iter_states,
 )
 
@@ -71,11 +71,12 @@ if TYPE_CHECKING:
     from kvpilot.core.runtimes.discovery import VllmRuntime
     from kvpilot.core.vllm.orphans import OrphanServer
 
-#: the states and events live in :mod:`kvpilot.core.vllm.states`; listeners may name them here
+#: the events live in :mod:`kvpilot.core.vllm.states` (the states in
+#: :mod:`kvpilot.core.base.lifecycle`); listeners may name them here
 __all__ = [
     "FAILED", "READY", "STARTING", "STOPPED", "STOPPING", "TERMINAL_STATES",
     "CapacityUpdatedEvent", "LogLineEvent", "StateEvent", "Supervisor", "SupervisorEvent",
-    "SupervisorState", "iter_states",
+    "iter_states",
 ]
 
 log = logging.getLogger(__name__)

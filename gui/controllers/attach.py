@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.core.vllm.states import SupervisorState
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.panels.server_panel import ATTACHED
 from kvpilot.gui.workers import run_in_pool

@@ -1,6 +1,6 @@
 """The load test of the server in view: this window's once ready, else the watched one.
 
-It runs the core call ``kvpilot bench`` makes (:func:`kvpilot.core.runs.loadtests.
+It runs the core call ``kvpilot bench`` makes (:func:`kvpilot.core.app.loadtest.
 run_recorded_load_test`): the window's GPU sampled at 10 Hz during the test, so each level has
 its J/token and throttling, and the test kept with this window's run record.
 """
@@ -33,7 +33,7 @@ class BenchmarkController(Controller):
         there is none)."""
         from functools import partial
 
-        from kvpilot.core.runs.loadtests import run_recorded_load_test
+        from kvpilot.core.app.loadtest import run_recorded_load_test
         from kvpilot.core.vllm.client import LoadTestConfig
         from kvpilot.gui.dialogs.benchmark_dialog import BenchmarkDialog
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.core.app.launch import FallbacksOffered, FallbackTaken
+from kvpilot.core.app.launch import FallbacksOffered, FallbackTaken, fix_for_pressure
 from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool
@@ -95,12 +95,11 @@ class FallbackController(ServerAware):
         return self.server.relaunch(LaunchRequest(inputs=inputs, model=model, profile=req.profile))
 
     def apply_pressure_fix(self, kind: str) -> bool:
-        """Relaunch the running plan with the fix a pressure signal suggests."""
+        """Relaunch the running plan with the fix a pressure signal suggests
+        (:func:`kvpilot.core.app.launch.fix_for_pressure`)."""
         req = self.server.current_request
         if req is None:
             return False
-        from kvpilot.core.fit.fallback import fix_for_pressure
-
         inputs = fix_for_pressure(kind, req.inputs, req.predicted)
         if inputs is None:
             return False

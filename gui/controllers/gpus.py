@@ -1,7 +1,7 @@
 """The GPUs: the probe, which of this machine's GPUs the window uses, planner mode without one.
 
 The first probe fills the GPU choice (several GPUs: each, and all together) and selects the one
-:func:`~kvpilot.core.hardware.selection.preferred_gpu` names; selecting GPUs sets the planner's
+:func:`~kvpilot.core.app.detect.gpu_choices` prefers; selecting GPUs sets the planner's
 target, starts the sampler and calls ``target_changed``. Without a GPU the window plans for a card
 from the spec table. Later probes only refresh the process names the sampler cannot read. Which
 of the selected GPUs a plan runs on (a set's single card, or all) is answered here too.
@@ -21,6 +21,7 @@ from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
+    from kvpilot.core.app.detect import GpuChoice
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample
     from kvpilot.core.hardware.target import DeviceTarget
@@ -58,19 +59,19 @@ class GpuController(Controller):
 
     def on_probe(self, result: ProbeResult) -> None:
         self._probe_in_flight = False
+        from kvpilot.core.app.detect import gpu_choices
+
         first = self.probe_result is None
         self.probe_result = result
-        gpus = [g for g in result.gpus if not g.lost] if result.ok else []
-        if not gpus:
+        offered = gpu_choices(result)
+        if not offered.choices:
             if first:
                 self.enter_planner_mode(result)
             return
+        gpus = [g for g in result.gpus if not g.lost]
         if first:
-            from kvpilot.core.hardware.selection import preferred_gpu
-
-            self._fill_gpu_combo(gpus)
-            chosen = preferred_gpu(gpus) or gpus[0]
-            self.gpu_indices = (chosen.index,)
+            self._fill_gpu_combo(offered.choices)
+            self.gpu_indices = offered.preferred
         gpu = next((g for g in gpus if g.index == self.gpu_indices[0]), gpus[0])
         self._show_gpu(result, gpu)
         if first:
@@ -84,21 +85,16 @@ class GpuController(Controller):
         text, warn = self.services.startup_limit(gpu)
         panel.set_startup_limit(text, warn)
 
-    def _fill_gpu_combo(self, gpus: list[GpuSnapshot]) -> None:
-        """Every GPU NVML reports, plus all of them together when there are several."""
-        from kvpilot.core.hardware.selection import describe_gpu
-
+    def _fill_gpu_combo(self, choices: tuple[GpuChoice, ...]) -> None:
+        """Every GPU NVML reports, plus all of them together when there are several
+        (:func:`kvpilot.core.app.detect.gpu_choices`)."""
         combo = self.window.gpu_combo
         combo.blockSignals(True)
         combo.clear()
-        for g in gpus:
-            combo.addItem(describe_gpu(g), (g.index,))
-        if len(gpus) > 1:
-            indices = tuple(g.index for g in gpus)
-            names = "+".join(str(i) for i in indices)
-            combo.addItem(f"{names}: all {len(gpus)} (tensor parallel)", indices)
+        for choice in choices:
+            combo.addItem(choice.label, choice.indices)
         combo.blockSignals(False)
-        several = len(gpus) > 1
+        several = len(choices) > 1
         combo.setVisible(several)
         self.window.gpu_combo_label.setVisible(several)
 

@@ -2,7 +2,7 @@
 
 The application layer's :func:`~kvpilot.core.app.measure.measure_plan` (the one ``kvpilot plan
 --measure`` calls) runs on a thread of its own (it takes minutes); its phases arrive as the
-bridge's ``measure_event`` and a timer shows the elapsed time against the expected one. What
+bridge's ``measure_phase`` and a timer shows the elapsed time against the expected one. What
 vLLM reported is stored under the plan's measurement key, so the re-plan that follows shows the
 plan's terms as "measured" — in the window and in ``kvpilot plan`` alike.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
 
-from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.errors import MEASUREMENT_CANCELLED, KvpilotError, MeasurementError
 from kvpilot.core.base.units import GiB
 from kvpilot.gui import theme
 from kvpilot.gui.controllers import Controller
@@ -100,14 +100,10 @@ class MeasureController(Controller):
             self.window.planner.measure_cancel.setEnabled(False)
             self.window.planner.measure_text.setText("cancelling: stopping vLLM…")
 
-    def on_event(self, ev: object) -> None:
-        """A supervisor event of the dry run: its start-up phase is shown."""
-        from kvpilot.core.vllm.logparse import PhaseEvent
-        from kvpilot.core.vllm.phases import phase_words
-
-        if isinstance(ev, PhaseEvent):
-            self.phase = phase_words(ev.phase)
-            self._tick()
+    def on_phase(self, words: str) -> None:
+        """The dry run reached a start-up phase (its words): shown with the elapsed time."""
+        self.phase = words
+        self._tick()
 
     def _tick(self) -> None:
         if not self.running:
@@ -141,10 +137,8 @@ class MeasureController(Controller):
         self.plans.replan()
 
     def _failed(self, exc: BaseException) -> None:
-        from kvpilot.core.vllm.measure import CANCELLED, MeasurementError
-
         self._end()
-        if isinstance(exc, MeasurementError) and exc.kind == CANCELLED:
+        if isinstance(exc, MeasurementError) and exc.kind == MEASUREMENT_CANCELLED:
             self.window.planner.measuring_done("Dry run cancelled; nothing was stored")
             return
         message = exc.message if isinstance(exc, KvpilotError) else f"the dry run failed: {exc}"

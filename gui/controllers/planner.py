@@ -22,7 +22,7 @@ from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
-    from kvpilot.core.fit.goal import Goal
+    from kvpilot.core.base.goal import Goal
     from kvpilot.gui.controllers.gpus import GpuController
     from kvpilot.gui.controllers.profiles import ProfileController
     from kvpilot.gui.controllers.runtimes import RuntimeController

@@ -49,10 +49,9 @@ class RunsController(Controller):
 
     def on_server_event(self, ev: object) -> None:
         """A run of this window ended (its record is written by then): re-read when shown."""
-        from kvpilot.core.vllm.supervisor import TERMINAL_STATES, StateEvent
+        from kvpilot.core.app.launch import run_ended
 
-        if (isinstance(ev, StateEvent) and ev.state in TERMINAL_STATES
-                and self.window.tabs.currentWidget() is self.view):
+        if run_ended(ev) and self.window.tabs.currentWidget() is self.view:
             self.refresh()
 
     def _on_records(self, found: RunList) -> None:

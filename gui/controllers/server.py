@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
 
-from kvpilot.core.app.launch import with_launch_args
 from kvpilot.core.base.errors import FolderError, KvpilotError, ProcUnreadableError
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.base.plan import Verdict
-from kvpilot.core.vllm.states import SupervisorState
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_pool, run_in_thread
@@ -116,9 +115,7 @@ class ServerController(Controller):
             self.show_launch_error(exc.message)
             return False
         try:  # what this launch gets, its extra arguments included (a fixed KV block count)
-            request.predicted = with_launch_args(
-                request.inputs, self.services.planned_capacity(request.inputs), spec.extra_args
-            )
+            request.predicted = self.services.launch_capacity(request.inputs, spec.extra_args)
         except KvpilotError:
             request.predicted = None
         self.current_request = request
@@ -174,7 +171,7 @@ class ServerController(Controller):
 
     def _on_server_start_error(self, exc: BaseException) -> None:
         from kvpilot.core.app.environment import environment_problem
-        from kvpilot.core.fit.startup import StartupRefusedError
+        from kvpilot.core.app.launch import StartupRefusedError
 
         self._start_in_flight = False
         problem = exc if isinstance(exc, KvpilotError) else environment_problem(exc)

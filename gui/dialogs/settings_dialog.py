@@ -2,8 +2,9 @@
 
 Works on a copy of :class:`~kvpilot.core.app.settings.Settings`;
 :meth:`SettingsDialog.result_settings` returns the edited copy after OK. Validation is the core's
-(:func:`validate_profile`, which checks extra vLLM arguments with the command builder's parser);
-problems are shown under the form and block OK. Detected vLLM installations are listed with their
+(:func:`~kvpilot.core.app.profiles.problems_here`: the fields, the extra vLLM arguments checked
+with the command builder's parser, a vLLM choice that names nothing on this machine); problems
+are shown under the form and block OK. Detected vLLM installations are listed with their
 versions (found on the thread pool).
 """
 
@@ -443,12 +444,9 @@ class SettingsDialog(QDialog):
     def _validate(self) -> list[str]:
         if self._loading:
             return []
-        problems = st.validate_profile(self.edited_profile())
-        from kvpilot.core.runtimes.discovery import configured_problem
+        from kvpilot.core.app.profiles import problems_here
 
-        runtime_problem = configured_problem(self._runtime_value())
-        if runtime_problem:
-            problems.append(f"vLLM: {runtime_problem}")
+        problems = problems_here(self.edited_profile())
         self.problems.setText("\n".join(problems))
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         if ok is not None:

@@ -1,6 +1,6 @@
 """GPU panel: the card in one line and its memory as a stacked bar.
 
-The bar draws core's split of the card's memory (:mod:`kvpilot.core.fit.vram`): other processes
+The bar draws core's split of the card's memory (:mod:`kvpilot.core.app.vram`): other processes
 (named), driver-reserved memory, and, while a server runs, vLLM's weights, activation + CUDA graphs
 and KV cache, then free memory. Without a running server the selected plan is drawn inside the
 free part ("planned").
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from kvpilot.core.fit.vram import MIN_SHOWN_BYTES, VramSplit, process_bytes, split_vram
+from kvpilot.core.app.vram import MIN_SHOWN_BYTES, VramSplit, process_bytes, split_vram
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.widgets.small import Segment, StackedBar
 
 if TYPE_CHECKING:
+    from kvpilot.core.app.vram import ReportedMemory
     from kvpilot.core.base.plan import Capacity
-    from kvpilot.core.fit.vram import ReportedMemory
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample
 

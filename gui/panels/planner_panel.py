@@ -50,16 +50,16 @@ from PySide6.QtWidgets import (
 )
 
 from kvpilot.core.base.errors import FitError
-from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
-from kvpilot.core.base.plan import USE_CASE_LABELS, ServingSettings, Verdict
-from kvpilot.core.base.words import significant, times_text
-from kvpilot.core.fit.goal import (
+from kvpilot.core.base.goal import (
     DEFAULT_CONTEXT_TOKENS,
     USE_CASE_CONTEXT_TOKENS,
     Goal,
     min_weight_bits_for,
     parse_context_tokens,
 )
+from kvpilot.core.base.model_spec import UNKNOWN_ARCHITECTURE_NOTE
+from kvpilot.core.base.plan import USE_CASE_LABELS, ServingSettings, Verdict
+from kvpilot.core.base.words import significant, times_text
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
@@ -102,12 +102,11 @@ def plan_segments(capacity: Capacity | None) -> list[Segment]:
     """The stacked bar of one plan: weights, activation + graphs + non-torch, KV, unused."""
     if capacity is None:
         return []
-    from kvpilot.core.fit.budget import overhead_bytes  # the fit engine: not before first paint
+    from kvpilot.core.app.vram import plan_bytes  # the fit engine: not before first paint
 
-    act = overhead_bytes(capacity)
-    kv = max(0, capacity.available_kv_bytes)
+    weights, act, kv = plan_bytes(capacity)
     return [
-        Segment("weights", capacity.weights_bytes, theme.MEM_WEIGHTS, "model weights"),
+        Segment("weights", weights, theme.MEM_WEIGHTS, "model weights"),
         Segment("act", act, theme.MEM_ACTIVATION,
                 "activation peak (+ vision encoder) + CUDA graphs + non-torch"),
         Segment("KV", kv, theme.MEM_KV, "KV cache"),
@@ -658,22 +657,11 @@ class PlannerPanel(QWidget):
     def _quality_lines(self, row: PlanRow) -> list[tuple[str, str]]:
         """The selected plan's published quality figure with its source, and why it ranks
         above the next plan (none for a plan the recommender did not rank)."""
-        from kvpilot.core.fit.recommend import Candidate, why_above
+        from kvpilot.core.app.recommend import quality_notes
 
-        cand = row.source
-        if not isinstance(cand, Candidate):
-            return []
-        q = cand.quality
-        figure = (f"{q.score:.1f} on {q.benchmark} ({q.date or 'date not given'}): {q.source}"
-                  if q.rated else f"unrated: {q.source}")
-        if q.recovery_note:
-            figure += f"; {q.recovery_note}"
-        lines = [("quality", figure)]
         at = next((i for i, r in enumerate(self.rows) if r is row), -1)
         below = self.rows[at + 1].source if 0 <= at < len(self.rows) - 1 else None
-        if isinstance(below, Candidate):
-            lines.append(("ranked above the next", why_above(cand, below)))
-        return lines
+        return quality_notes(row.source, below)
 
     # ----------------------------------------------------------------- chart
 

@@ -46,8 +46,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.vllm.phases import DOWNLOADING, PHASES, phase_words  # not the log parser
-from kvpilot.core.vllm.states import SupervisorState
+from kvpilot.core.base.lifecycle import (  # not the log parser
+    DOWNLOADING,
+    PHASES,
+    SupervisorState,
+    phase_words,
+)
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 import kvpilot.gui  # noqa: E402, F401
 from kvpilot.core.app import settings as st  # noqa: E402
-from kvpilot.core.vllm.states import SupervisorState  # noqa: E402
+from kvpilot.core.base.lifecycle import SupervisorState  # noqa: E402
 from kvpilot.gui import app as gui_app  # noqa: E402
 from kvpilot.gui.bridge import CoreBridge  # noqa: E402
 from kvpilot.gui.services import AppServices  # noqa: E402

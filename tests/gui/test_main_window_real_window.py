@@ -23,8 +23,8 @@ from xwindow import RealApp, Xvfb, missing_programs, wait_for
 
 from kvpilot.core.app import native_crash
 from kvpilot.core.app import settings as st
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.vllm.command import find_free_port
 
 MAIN = "^kvpilot$"

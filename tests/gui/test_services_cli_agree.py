@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fitkit import cli_flags
 
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import FROM_MEASURED, PlanInputs, ServingSettings
 from kvpilot.core.base.units import GiB
 from kvpilot.core.cli import build_parser, main
 from kvpilot.core.commands.plan import inputs_from_args
 from kvpilot.core.fit.calibrate import key_for
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.fit.measurements import Measured, MeasurementStore
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanRow

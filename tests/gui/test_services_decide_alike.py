@@ -18,10 +18,10 @@ from testpaths import DATA, TESTS
 
 from kvpilot.core.app.launch_settings import choose_utilization
 from kvpilot.core.app.settings import Profile
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.cli import build_parser, main
 from kvpilot.core.commands.plan import inputs_from_args
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanRow

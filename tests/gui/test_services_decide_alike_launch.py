@@ -18,8 +18,8 @@ from orphankit import make_orphan
 from testpaths import DATA, TESTS
 
 from kvpilot.core.app import settings as st
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.cli import main
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.hardware.proctree import alive
 from kvpilot.core.runs.store import RunStore
 from kvpilot.core.runtimes.discovery import discover

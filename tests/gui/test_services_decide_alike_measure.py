@@ -20,8 +20,9 @@ from testpaths import DATA, TESTS
 
 from kvpilot.core.app.settings import Profile
 from kvpilot.core.base.errors import CommandError
+from kvpilot.core.base.goal import Goal
+from kvpilot.core.base.lifecycle import PHASE_WORDS
 from kvpilot.core.cli import main
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.vllm.orphans import ServerRecord, write_pidfile
 from kvpilot.gui.records import PlanRequest, PlanRow
@@ -83,10 +84,16 @@ def _entries(path: Path) -> list[dict]:
 
 
 def test_the_cli_and_the_window_store_the_same_measurement(
-    window: AppServices, vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    window: AppServices, vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot
 ) -> None:
     row = _row(window)
+    phases: list[str] = []
+    window.bridge.measure_phase.connect(phases.append)
     _window_measure(window, discover(str(vllm)), row)
+    qtbot.waitUntil(lambda: bool(phases), timeout=5000)
+    # the window hears the dry run's start-up phases in the user's words, in vLLM's order
+    assert phases and set(phases) <= set(PHASE_WORDS.values())
+    assert phases == sorted(phases, key=list(PHASE_WORDS.values()).index)
     assert _cli_measure(vllm, row, tmp_path / "cli", monkeypatch) == 0
     (windows,) = _entries(tmp_path / "window" / "measurements.json")
     (clis,) = _entries(tmp_path / "cli" / "measurements.json")

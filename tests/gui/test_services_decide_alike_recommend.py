@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from testpaths import DATA
 
+from kvpilot.core.base.goal import DEFAULT_CONTEXT_TOKENS, USE_CASE_CONTEXT_TOKENS, Goal
 from kvpilot.core.cli import main
-from kvpilot.core.fit.goal import DEFAULT_CONTEXT_TOKENS, USE_CASE_CONTEXT_TOKENS, Goal
 from kvpilot.gui.records import PlanRequest, PlanRow
 from kvpilot.gui.services import AppServices
 

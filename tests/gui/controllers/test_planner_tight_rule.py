@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.cli import main
-from kvpilot.core.fit.goal import Goal
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest

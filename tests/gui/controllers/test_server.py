@@ -19,9 +19,10 @@ from testpaths import TESTS as TESTS_DIR
 
 from kvpilot.core.app import settings as st
 from kvpilot.core.base import failures
+from kvpilot.core.base import lifecycle as phases
 from kvpilot.core.hardware.proctree import alive as _alive
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm import logparse, phases
+from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import find_free_port
 
 TESTS = TESTS_DIR

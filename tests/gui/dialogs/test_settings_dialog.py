@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
 from kvpilot.core.app import settings as st
-from kvpilot.core.fit.goal import Goal
+from kvpilot.core.base.goal import Goal
 from kvpilot.gui.dialogs.settings_dialog import SettingsDialog
 
 

@@ -58,8 +58,8 @@ def test_memory_bar_includes_the_vision_encoder_profile() -> None:
 
 
 def test_detail_shows_the_quality_figure_and_why_it_beat_the_next(qtbot) -> None:
+    from kvpilot.core.base.goal import Goal
     from kvpilot.core.base.plan import GpuTarget
-    from kvpilot.core.fit.goal import Goal
     from kvpilot.core.fit.recommend import recommend
     from kvpilot.core.models.catalog import get
     from kvpilot.core.models.quality import figure_for

@@ -4,8 +4,8 @@ KV dtype the box shows under a shorter name) are planned with and saved as they 
 from __future__ import annotations
 
 from kvpilot.core.app import settings as st
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 
 KV_BYTES = 2 << 30
 

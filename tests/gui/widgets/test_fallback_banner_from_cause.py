@@ -13,8 +13,8 @@ from testpaths import DATA
 from kvpilot.core.app.launch import FallbacksOffered
 from kvpilot.core.app.settings import Profile
 from kvpilot.core.base import failures
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.units import GiB
-from kvpilot.core.fit.goal import Goal
 from kvpilot.core.vllm.logparse import LogScanner
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kvpilot.core.app import profiles
 from kvpilot.core.app import settings as st
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 
 
 def test_the_settings_module_names_the_profile_records() -> None:
@@ -121,3 +121,20 @@ def test_problems_are_structured_and_each_reset_repairs_its_problem() -> None:
 def test_an_empty_name_is_a_problem_without_a_repair() -> None:
     (problem,) = st.profile_problems(st.Profile(name=" "))
     assert problem.label == "name" and problem.reset is None
+
+
+def test_a_vllm_choice_that_names_nothing_here_keeps_the_profile_from_being_saved(
+    tmp_path,
+) -> None:
+    exe = tmp_path / "vllm"
+    exe.write_text("#!/bin/sh\n")
+    good = st.Profile(name="p", vllm_runtime=str(exe))
+    assert profiles.problems_here(good) == []
+    assert profiles.problems_here(st.Profile(name="p")) == []  # "" = detect automatically
+    missing = tmp_path / "gone" / "vllm"
+    (problem,) = profiles.problems_here(st.Profile(name="p", vllm_runtime=str(missing)))
+    assert problem.startswith(f"vLLM: {missing} does not exist")
+    # the profile's own problems come first, the vLLM choice's after them
+    both = profiles.problems_here(st.Profile(name="p", port=0, vllm_runtime=str(missing)))
+    assert both[:-1] == profiles.validate_profile(st.Profile(name="p", port=0)) and both[:-1]
+    assert both[-1] == problem

@@ -160,3 +160,21 @@ def test_an_unreadable_measurement_file_is_said_and_the_plans_are_predictions(
     result = _rank([qwen7b], Goal(context_tokens=8192, users=2), measurements=bad)
     assert "measurements" in result.measurements_problem and str(bad) in result.measurements_problem
     assert result.plans[0].fits
+
+
+def test_a_ranked_plan_notes_its_quality_figure_and_why_it_ranks_above_the_next(
+    qwen7b, llama8b
+) -> None:
+    from kvpilot.core.app.recommend import quality_notes
+    from kvpilot.core.fit.recommend import why_above
+
+    result = _rank([qwen7b, llama8b], Goal(context_tokens=8192, users=2))
+    first, second = result.candidates[:2]
+    notes = quality_notes(first, second)
+    assert [label for label, _ in notes] == ["quality", "ranked above the next"]
+    q = first.quality
+    assert notes[0][1].startswith(f"{q.score:.1f} on {q.benchmark}" if q.rated else "unrated: ")
+    assert q.source in notes[0][1]
+    assert notes[1][1] == why_above(first, second)
+    assert [label for label, _ in quality_notes(second)] == ["quality"]  # the last: its figure
+    assert quality_notes(None, first) == []  # not ranked by the recommender

@@ -11,8 +11,8 @@ import pytest
 
 from kvpilot.core.app import settings as st
 from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.goal import Goal
 
 
 @pytest.fixture()

@@ -163,3 +163,20 @@ def test_capacity_from_a_saved_log_when_metrics_have_none(tmp_path):
     assert cap.reported.max_concurrency == 1024.0 and cap.reported.num_blocks is None
     with pytest.raises(WatchError, match="cannot read the log"):
         capacity_from_log(tmp_path / "missing.log")
+
+
+def test_a_saved_failure_log_is_read_as_a_launch_reads_its_output(tmp_path):
+    from kvpilot.core.app.watch import scan_log
+    from kvpilot.core.base import failures
+    from kvpilot.core.vllm.loglevel import line_level
+
+    log = DATA / "vllm_logs" / "cpu_0.32" / "fail_b1_kvbytes_tiny.log"
+    scanned = scan_log(log)
+    text = log.read_text(encoding="utf-8").splitlines()
+    assert [line for _, line in scanned.lines] == text
+    assert [level for level, _ in scanned.lines] == [line_level(line) for line in text]
+    assert {level for level, _ in scanned.lines} >= {"INFO", "ERROR"}
+    assert scanned.failure is not None and scanned.failure.kind == failures.KV_CACHE_TOO_SMALL
+    assert scan_log(DATA / "vllm_logs" / "cpu_0.32" / "startup.log").failure is None
+    with pytest.raises(WatchError, match="cannot read the log"):
+        scan_log(tmp_path / "missing.log")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 import json
 
+from kvpilot.core.base import lifecycle as phases
 from kvpilot.core.commands.serve import EventPrinter
-from kvpilot.core.vllm import logparse, phases
+from kvpilot.core.vllm import logparse
 
 
 def test_a_phase_line_names_the_phase_in_words_and_json_keeps_the_name() -> None:

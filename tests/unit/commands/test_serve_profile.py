@@ -95,7 +95,7 @@ def test_a_context_the_profile_leaves_open_is_its_goals(config_dir: Path, tmp_pa
     from dataclasses import replace as dc_replace
 
     from kvpilot.core.app.profile_launch import profile_settings
-    from kvpilot.core.fit.goal import Goal
+    from kvpilot.core.base.goal import Goal
 
     model = tmp_path / "model"
     model.mkdir()

@@ -104,14 +104,3 @@ def test_the_planner_plans_034_with_the_same_decision(display, free, expected_ca
     assert util == cap.gpu_memory_utilization
     # 0.33 keeps the largest utilization that passes its start-up check
     assert utilization_for(gpu, "0.33.0") == utilization_for(gpu)
-
-
-def test_the_desktop_headroom_signal_relaunches_with_less_utilization():
-    from fitkit import fixture_spec, rtx4090
-
-    from kvpilot.core.fit import fallback
-
-    inputs = rtx4090(fixture_spec("qwen2.5-7b-instruct"), vllm_version="0.34.0",
-                     gpu_memory_utilization=0.83)
-    fixed = fallback.fix_for_pressure(fallback.PRESSURE_DESKTOP_HEADROOM, inputs)
-    assert fixed is not None and fixed.gpu_memory_utilization == 0.8

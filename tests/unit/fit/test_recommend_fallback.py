@@ -157,16 +157,6 @@ def test_neighbouring_measurement_corrects_by_its_offset(qwen7b):
     assert "corrected" in term.note and term.source == "calibrated"
 
 
-def test_pressure_fixes_follow_the_signal(qwen7b):
-    inputs = rtx4090(qwen7b, max_model_len=8192, max_num_seqs=4, gpu_memory_utilization=0.9)
-    assert fallback.fix_for_pressure("kv_full", inputs).kv_cache_dtype == "fp8"
-    old_gpu = replace(inputs, compute_capability=(7, 5))
-    assert fallback.fix_for_pressure("kv_full", old_gpu).max_num_seqs == 3
-    assert fallback.fix_for_pressure("preemptions", inputs).max_num_seqs == 3
-    assert fallback.fix_for_pressure("vram_full", inputs).gpu_memory_utilization == 0.87
-    assert fallback.fix_for_pressure("cpu_bound", inputs) is None
-
-
 def test_feasibility_chart_rows(qwen7b):
     from kvpilot.core.fit.recommend import feasibility
 

@@ -83,8 +83,8 @@ def test_why_above_names_both_figures() -> None:
 
 
 def _any_candidate() -> Any:
+    from kvpilot.core.base.goal import Goal
     from kvpilot.core.base.plan import GpuTarget
-    from kvpilot.core.fit.goal import Goal
     from kvpilot.core.fit.recommend import recommend
     from kvpilot.core.models.catalog import get
 

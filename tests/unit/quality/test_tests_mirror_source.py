@@ -28,7 +28,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "hardware/target.py": ("tests/unit/hardware/test_selection_multi_gpu.py",
                            "the one device target, built from probes, snapshots and specs"),
     "vllm/states.py": ("tests/unit/vllm/test_supervisor.py",
-                       "the supervisor's states, entered and reported by the supervisor"),
+                       "the supervisor's events, reported by the supervisor"),
     "hub/download_errors.py": ("tests/unit/hub/test_download.py",
                                "the download's errors, raised and checked by the downloader"),
     "commands/bench.py": ("tests/unit/vllm/test_client.py", "the CLI face of the load generator"),

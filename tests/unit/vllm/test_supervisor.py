@@ -19,20 +19,20 @@ from testpaths import DATA as TESTS_DATA
 from testpaths import TESTS
 
 from kvpilot.core.base import failures
+from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm import logparse
 from kvpilot.core.vllm.command import LaunchSpec, find_free_port
-from kvpilot.core.vllm.states import SupervisorState
-from kvpilot.core.vllm.supervisor import (
+from kvpilot.core.vllm.states import (
     FAILED,
     READY,
     STOPPED,
     CapacityUpdatedEvent,
     LogLineEvent,
     StateEvent,
-    Supervisor,
     iter_states,
 )
+from kvpilot.core.vllm.supervisor import Supervisor
 
 FAKE = TESTS / "fakes" / "fake_vllm.py"
 DATA = TESTS_DATA / "supervisor"

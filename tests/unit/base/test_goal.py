@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvpilot.core.base.errors import FitError
-from kvpilot.core.fit.goal import (
+from kvpilot.core.base.goal import (
     MAX_CONTEXT_TOKENS,
     MIN_CONTEXT_TOKENS,
     Goal,

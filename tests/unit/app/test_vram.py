@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from fitkit import fixture_spec, rtx4090
 
-from kvpilot.core.fit.budget import compute_capacity, overhead_bytes
-from kvpilot.core.fit.measurements import ReportedCapacity
-from kvpilot.core.fit.vram import (
+from kvpilot.core.app.vram import (
     UNATTRIBUTED,
     VramSplit,
+    plan_bytes,
     process_bytes,
     short_process_name,
     split_vram,
 )
+from kvpilot.core.fit.budget import compute_capacity, overhead_bytes
+from kvpilot.core.fit.measurements import ReportedCapacity
 from kvpilot.core.hardware.probe import GpuProcess, GpuSnapshot
 from kvpilot.core.hardware.sampler import GpuSample
 
@@ -143,3 +144,12 @@ def test_short_names() -> None:
     assert short_process_name("/usr/bin/python3", 4) == "python3"
     assert short_process_name(None, 4) == "pid 4"
     assert short_process_name("", 9) == "pid 9"
+
+
+def test_a_plan_places_its_weights_overhead_and_kv() -> None:
+    plan = compute_capacity(rtx4090(fixture_spec("qwen2.5-7b-instruct", 15_231_233_024),
+                                    max_model_len=8192))
+    weights, activation, kv = plan_bytes(plan)
+    assert weights == plan.weights_bytes > 0
+    assert activation == overhead_bytes(plan) > 0
+    assert kv == plan.available_kv_bytes > 0

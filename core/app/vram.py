@@ -5,6 +5,7 @@ sampler's :class:`~kvpilot.core.hardware.sampler.GpuSample`) is split into byte 
 up to the card's total. While a server runs, vLLM's processes hold the weights, KV cache and
 overhead (activation peak, CUDA graphs, non-torch memory) in the sizes vLLM reported; without a
 server, a selected plan is placed inside the free memory ("planned"). Pure arithmetic: no I/O.
+The window's memory bar draws what :func:`split_vram` says.
 """
 
 from __future__ import annotations
@@ -157,13 +158,21 @@ def split_vram(
         others[UNATTRIBUTED] = others.get(UNATTRIBUTED, 0) + rest
     planned = False
     if not running and isinstance(capacity, Capacity):
-        # the budget module (and the hardware it imports) only once there is a plan to draw
-        from kvpilot.core.fit.budget import overhead_bytes
-
         planned = True
-        weights = min(free, capacity.weights_bytes)
-        activation = min(free - weights, overhead_bytes(capacity))
-        kv = min(free - weights - activation, max(0, capacity.available_kv_bytes))
+        plan_weights, plan_activation, plan_kv = plan_bytes(capacity)
+        weights = min(free, plan_weights)
+        activation = min(free - weights, plan_activation)
+        kv = min(free - weights - activation, plan_kv)
         free = free - weights - activation - kv
     ordered = tuple(sorted(others.items(), key=lambda item: -item[1]))
     return VramSplit(total, ordered, reserved, weights, activation, kv, free, planned)
+
+
+def plan_bytes(capacity: Capacity) -> tuple[int, int, int]:
+    """What a plan places on the card, in bytes: (weights, activation peak with the vision
+    encoder, CUDA graphs and non-torch memory, KV cache); the planner's bar of a plan and the
+    memory bar's "planned" segments both draw them."""
+    # the budget module (and the hardware it imports) only once there is a plan to draw
+    from kvpilot.core.fit.budget import overhead_bytes
+
+    return capacity.weights_bytes, overhead_bytes(capacity), max(0, capacity.available_kv_bytes)

@@ -1,8 +1,24 @@
-"""The start-up phases of a vLLM server, in order (what :mod:`kvpilot.core.vllm.logparse` reads
-from its log). A module of its own so that the GUI names them without loading the log parser
-and its pattern tables at start-up; ``logparse`` re-exports them."""
+"""Where a supervised vLLM server is: its state (:class:`SupervisorState`, what the supervisor
+reports) and its start-up phases in order (what :mod:`kvpilot.core.vllm.logparse` reads from its
+log). Vocabulary of the supervisor, the run records, both faces and the window's panels, which
+name them without loading the supervisor or the log parser and its pattern tables at start-up;
+``logparse`` re-exports the phases."""
 
 from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SupervisorState(StrEnum):
+    """Where a supervised server is (:attr:`kvpilot.core.vllm.supervisor.Supervisor.state`,
+    ``StateEvent.state``)."""
+
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
 
 RESOLVING = "resolving"
 DOWNLOADING = "downloading"

@@ -1,10 +1,12 @@
-"""The start-up phase names: one table, in start order, that the log scanner reports from."""
+"""A server's lifecycle words: the start-up phase names (one table, in start order, that the log
+scanner reports from) and the supervisor's states."""
 
 from __future__ import annotations
 
 from testpaths import DATA
 
-from kvpilot.core.vllm import logparse, phases
+from kvpilot.core.base import lifecycle as phases
+from kvpilot.core.vllm import logparse
 
 
 def test_the_scanner_reports_phases_of_the_table_in_its_order() -> None:
@@ -26,3 +28,12 @@ def test_every_phase_has_words_for_the_user() -> None:
     assert phases.phase_words(phases.CAPTURING_CUDA_GRAPHS) == "capturing CUDA graphs"
     assert phases.phase_words("warming_up") == "warming up"  # a name a later parser may add
     assert phases.phase_words(None) == ""
+
+
+def test_the_supervisor_states_are_the_words_of_the_events() -> None:
+    from kvpilot.core.vllm import states
+
+    assert [str(s) for s in phases.SupervisorState] == [
+        "starting", "ready", "stopping", "stopped", "failed"]
+    assert states.TERMINAL_STATES == (phases.SupervisorState.STOPPED,
+                                      phases.SupervisorState.FAILED)

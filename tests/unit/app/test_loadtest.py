@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kvpilot.core.app.loadtest import record_load_test
 from kvpilot.core.hardware.energy import GpuEnergy
-from kvpilot.core.runs.loadtests import record_load_test
 from kvpilot.core.runs.record import RUNNING, STOPPED, RunRecord
 from kvpilot.core.runs.store import RunStore
 from kvpilot.core.vllm.client import LevelResult, LoadTestReport

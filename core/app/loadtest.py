@@ -1,5 +1,6 @@
 """A load test that is kept with the run it measured: the one call ``kvpilot bench`` and the
-window's load-test dialog make.
+window's load-test dialog make (the load test of :mod:`kvpilot.core.vllm.client`, the GPU's
+energy sampled by :mod:`kvpilot.core.hardware`, the run records of :mod:`kvpilot.core.runs`).
 
 :func:`run_recorded_load_test` runs :func:`~kvpilot.core.vllm.client.run_load_test` and adds
 its summary (tokens/s, TTFT/TPOT percentiles, J/token and throttling per level) to the running
@@ -23,7 +24,7 @@ from kvpilot.core.vllm.client import (
     run_load_test,
 )
 
-log = logging.getLogger("kvpilot.runs")
+log = logging.getLogger("kvpilot.runs")  # the run records' log, where it always wrote
 
 
 def record_load_test(data_dir: Path, report: LoadTestReport, source: str) -> RunRecord | None:
