@@ -340,9 +340,12 @@ class FittedConstants:
     activation_residual_bytes: dict[str, int] = field(default_factory=dict)
 
     def source(self, name: str) -> str:
-        """``"fitted on <case ids>"`` for one constant (the plan's term note)."""
+        """``"fitted on <case ids>"`` for one constant, or that it is a prior (the plan's term
+        note)."""
         cases = self.fitted_on.get(name, ())
-        return "fitted on " + (", ".join(cases) if cases else "no case (prior)")
+        if not cases:
+            return "a prior (no public start-up to fit it on)"
+        return "fitted on " + ", ".join(cases)
 
 
 #: the file ``benchmarks/fit_accuracy.py --write-constants`` writes (all known-version cases)

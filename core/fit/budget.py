@@ -464,15 +464,16 @@ def compute_capacity(
         requested_note += (", only a cap with the extensible KV cache ("
                            + extensible_kv.SOURCE_UTILIZATION + "; no start-up check, "
                            "v1/worker/utils.py request_memory)")
+    non_torch_name = "non_torch_tensor_parallel_bytes" if tp > 1 else "non_torch_single_gpu_bytes"
     terms: tuple[BudgetTerm, ...] = (
         BudgetTerm("requested", requested, util_source, requested_note),
         BudgetTerm("weights", weights, weights_src, weights_note),
-        BudgetTerm("non_torch", non_torch, FROM_FITTED,
+        BudgetTerm("non_torch", non_torch,
+                   FROM_FITTED if fitted.fitted_on.get(non_torch_name) else FROM_MODEL,
                    "cuBLAS/attention workspaces"
                    + parallel.non_torch_note(tp, inputs.pipeline_parallel_size,
                                              inputs.gpu_allreduce, constants=fitted) + "; "
-                   + fitted.source("non_torch_tensor_parallel_bytes" if tp > 1
-                                   else "non_torch_single_gpu_bytes")),
+                   + fitted.source(non_torch_name)),
         BudgetTerm("activation_peak", act, act_source, act_note),
         *((BudgetTerm(ENCODER_PROFILE_TERM, encoder_bytes, FROM_MODEL, encoder.note),)
           if encoder is not None else ()),

@@ -180,7 +180,6 @@ class PlannerPanel(QWidget):
         self.allow_4bit.setToolTip("Allow 4-bit quantized checkpoints (AWQ, GPTQ, ...)")
         self.allow_4bit.setChecked(True)
         self.allow_4bit.toggled.connect(self._changed)
-        # eager mode shares the row, so that the adapters' row keeps the panel's height
         self.enforce_eager = QCheckBox("eager")
         self.enforce_eager.setToolTip("vLLM's --enforce-eager: no CUDA graphs are captured")
         self.enforce_eager.toggled.connect(self._changed)
@@ -189,12 +188,14 @@ class PlannerPanel(QWidget):
         self.language_only.setToolTip("vLLM's --language-model-only: no vision or audio tower "
                                       "is loaded and no image budget profiled")
         self.language_only.toggled.connect(self._changed)
-        quality_row = QHBoxLayout()
-        quality_row.addWidget(self.allow_4bit)
-        quality_row.addWidget(self.enforce_eager)
-        quality_row.addWidget(self.language_only)
-        quality_row.addStretch(1)
-        form.addRow("Quality", quality_row)
+        form.addRow("Quality", self.allow_4bit)
+        # the engine's switches on a row of their own: three checkboxes on one row of the
+        # left column clipped their labels
+        engine_row = QHBoxLayout()
+        engine_row.addWidget(self.enforce_eager)
+        engine_row.addWidget(self.language_only)
+        engine_row.addStretch(1)
+        form.addRow("Engine", engine_row)
         self.kv_dtype = QComboBox()
         self.kv_dtype.addItem("auto (model dtype)", "auto")
         self.kv_dtype.addItem("fp8", "fp8")
