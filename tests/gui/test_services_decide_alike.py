@@ -18,6 +18,7 @@ from testpaths import DATA, TESTS
 
 from kvpilot.core.app.launch_settings import choose_utilization
 from kvpilot.core.app.settings import Profile
+from kvpilot.core.base.errors import CommandError
 from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.cli import build_parser, main
@@ -162,21 +163,29 @@ def test_the_application_layer_keeps_what_the_user_gave(desktop: AppServices) ->
     assert sized.utilization is None and not sized.automatic
 
 
+@pytest.mark.parametrize("fmt", ["command", "docker", "compose", "helm"])
 def test_window_and_cli_export_the_same_text(
-    desktop: AppServices, capsys: pytest.CaptureFixture
+    desktop: AppServices, capsys: pytest.CaptureFixture, fmt: str
 ) -> None:
-    """One export function: the calibrated capacity and the plan's pipeline size, both faces."""
+    """One export function: the calibrated capacity and the plan's pipeline size, both faces,
+    in every format (the command, docker run, a compose service, Helm values)."""
     row, _ = _window_row(desktop, 8192, 4)
     assert row.inputs is not None
     profile = Profile(name="default")
-    window = desktop.export_text(row.inputs, str(MODEL), profile, "command")
     argv = ["export", "--model", str(MODEL), "--max-model-len", str(row.inputs.max_model_len),
             "--max-num-seqs", str(row.inputs.max_num_seqs), "--vllm-version", VLLM_VERSION,
-            "--kv-cache-dtype", row.inputs.kv_cache_dtype, "--format", "command"]
+            "--kv-cache-dtype", row.inputs.kv_cache_dtype, "--format", fmt]
+    if fmt == "helm":  # a cluster cannot pull a local folder: both faces refuse in one sentence
+        with pytest.raises(CommandError) as refused:
+            desktop.export_text(row.inputs, str(MODEL), profile, fmt)
+        assert main(argv) == 2
+        assert str(refused.value) in capsys.readouterr().err
+        return
+    window = desktop.export_text(row.inputs, str(MODEL), profile, fmt)
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out == window
-    assert "--gpu-memory-utilization 0.91" in window
+    assert "0.91" in window and "gpu-memory-utilization" in window
     assert captured.err.count("chosen automatically") == 1
     args = build_parser("export").parse_args(argv)
     assert inputs_from_args(args).gpu_memory_utilization == row.inputs.gpu_memory_utilization
