@@ -61,6 +61,35 @@ class FrontRequest:
     data_dir: Path | None = None
 
 
+def front_request(
+    profiles: tuple[str, ...] | list[str],
+    *,
+    host: str = "",
+    port: int = DEFAULT_PORT,
+    api_key: str | None = None,
+    idle_unload_s: float | None = None,
+    max_loaded: int | None = None,
+    max_queue: int | None = None,
+    queue_timeout_s: float | None = None,
+    allow_sleep: bool = True,
+    vllm: str | None = None,
+    data_dir: Path | None = None,
+) -> FrontRequest:
+    """The request both faces make from what the user gave: an empty ``host`` is this machine's
+    loopback, an empty key none, an idle unload of None switched off, and a queue limit or
+    timeout left out (None) the pool's default. The limits are checked by :func:`check_request`."""
+    defaults = FrontOptions()
+    options = FrontOptions(
+        idle_unload_s=None if idle_unload_s is None else float(idle_unload_s),
+        max_loaded=max_loaded,
+        max_queue=defaults.max_queue if max_queue is None else max_queue,
+        queue_timeout_s=defaults.queue_timeout_s if queue_timeout_s is None else queue_timeout_s,
+        allow_sleep=allow_sleep,
+    )
+    return FrontRequest(profiles=tuple(profiles), host=host or "127.0.0.1", port=port,
+                        api_key=api_key or None, vllm=vllm, options=options, data_dir=data_dir)
+
+
 def check_request(req: FrontRequest) -> None:
     """The address and the names, before anything is read.
 

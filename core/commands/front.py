@@ -56,17 +56,12 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvpilot.core.app.front import FrontRequest, build_front
-    from kvpilot.core.front.pool import FrontOptions
+    from kvpilot.core.app.front import build_front, front_request
 
-    options = FrontOptions(
-        idle_unload_s=args.idle_unload, max_loaded=args.max_loaded,
-        max_queue=args.max_queue, queue_timeout_s=args.queue_timeout,
-        allow_sleep=not args.no_sleep,
-    )
-    request = FrontRequest(
-        profiles=tuple(args.profile), host=args.host, port=args.port,
-        api_key=os.environ.get(API_KEY_ENV) or None, vllm=args.vllm, options=options,
+    request = front_request(
+        args.profile, host=args.host, port=args.port, api_key=os.environ.get(API_KEY_ENV),
+        idle_unload_s=args.idle_unload, max_loaded=args.max_loaded, max_queue=args.max_queue,
+        queue_timeout_s=args.queue_timeout, allow_sleep=not args.no_sleep, vllm=args.vllm,
         data_dir=args.data_dir,
     )
     front = build_front(request)

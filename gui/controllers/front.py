@@ -47,15 +47,13 @@ class FrontController(Controller):
 
     def start(self, names: list[str], host: str, port: int, idle_s: int) -> None:
         """Build the front on the pool, then serve it from its thread."""
-        from kvpilot.core.app.front import FrontRequest, build_front
-        from kvpilot.core.front.pool import FrontOptions
+        from kvpilot.core.app.front import build_front, front_request
 
         if self.front is not None:
             return
         key = self.window.profile.api_key or None  # the active profile's key guards the front
-        request = FrontRequest(profiles=tuple(names), host=host or "127.0.0.1", port=port,
-                               api_key=key,
-                               options=FrontOptions(idle_unload_s=float(idle_s) or None))
+        request = front_request(names, host=host, port=port, api_key=key,
+                                idle_unload_s=idle_s or None)  # 0 on the spin box: off
         self.panel.show_running(False, "planning the profiles…", busy=True)
         run_in_pool(lambda: build_front(request), self._built, self._failed)
 

@@ -41,7 +41,6 @@ LOOSE = {"__init__", "cli"}
 GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/benchmark.py": frozenset({"vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
-    "controllers/front.py": frozenset({"front"}),
     "controllers/runs.py": frozenset({"runs"}),
     "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),

@@ -80,7 +80,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
                         "the front's uvicorn server, started and stopped by every pool test"),
     "front/members.py": ("tests/unit/front/test_pool_fake.py",
                          "a profile as the pool needs it (app/front.py fills it in), launched"),
-    "app/front.py": ("tests/unit/commands/test_front.py", "the front's build, behind the CLI"),
 }
 
 
