@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from kvpilot.core.base.errors import HardwareError, KvpilotError
+from kvpilot.core.base.throttle import is_throttled, reason_words, throttle_text
 from kvpilot.core.base.units import MiB, gib_text
 from kvpilot.core.base.versions import supports
 from kvpilot.core.commands import Subparsers
@@ -36,7 +37,6 @@ from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.selection import drives_display
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
-from kvpilot.core.hardware.throttle import is_throttled, reason_words, throttle_text
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ Two sources, best first:
   went backwards (driver reloaded mid-window).
 
 A window is throttled when any sample in it has a clock-event reason that slows the card
-(power cap, thermal, hardware slowdown; see :mod:`kvpilot.core.hardware.throttle`).
+(power cap, thermal, hardware slowdown; see :mod:`kvpilot.core.base.throttle`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kvpilot.core.hardware.throttle import is_throttled, reason_words
+from kvpilot.core.base.throttle import is_throttled, reason_words
 
 __all__ = ["EnergySource", "GpuEnergy", "gpu_energy", "joules_per_token", "throttle_note"]
 

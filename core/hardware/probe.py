@@ -20,13 +20,13 @@ from typing import Any, Literal
 
 import psutil
 
+from kvpilot.core.base.throttle import MASK_FUNCTIONS
 from kvpilot.core.fit.budget_now import GpuMemoryNow
 from kvpilot.core.hardware import nvml as nvml_mod
 from kvpilot.core.hardware.nvml import GpuLostError, Nvml, NvmlInitError
 from kvpilot.core.hardware.problems import HardwareProblem, ProblemKind
 from kvpilot.core.hardware.recorded_nvml import RecordedNvml
 from kvpilot.core.hardware.system import SystemSnapshot, read_system
-from kvpilot.core.hardware.throttle import MASK_FUNCTIONS
 
 __all__ = [
     "GpuProcess",
@@ -74,7 +74,7 @@ class GpuSnapshot:
     """One GPU at one moment (None: not reported by this GPU/driver).
 
     ``throttle_reasons_mask`` is NVML's clock-event reason bits (see
-    :mod:`kvpilot.core.hardware.throttle`); ``energy_mj`` the millijoules the GPU used since
+    :mod:`kvpilot.core.base.throttle`); ``energy_mj`` the millijoules the GPU used since
     the driver loaded (NVML's energy counter, on Volta and newer).
     """
 

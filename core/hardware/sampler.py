@@ -45,7 +45,7 @@ class GpuSample:
 
     ``process_used_bytes`` maps pid -> bytes (None: the driver does not report it, as on WSL2).
     ``throttle_reasons_mask`` holds NVML's clock-event reason bits (see
-    :mod:`kvpilot.core.hardware.throttle`), ``energy_mj`` the GPU's energy counter in
+    :mod:`kvpilot.core.base.throttle`), ``energy_mj`` the GPU's energy counter in
     millijoules since the driver loaded. ``read_s`` is how long the NVML pass took.
     """
 

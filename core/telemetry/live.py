@@ -22,7 +22,7 @@ per-process bytes of the vLLM process tree, see :meth:`Telemetry.set_vllm_pids`)
 ``other_memory_bytes``, ``gpu_util_percent``, ``power_w``, ``power_limit_w``, ``temperature_c``,
 ``sm_clock_mhz``, ``throttle_reasons_mask`` (NVML's clock-event reason bits, as a float) and
 ``throttled`` (1 when a reason that slows the card is set, 0 when none is, NaN when not
-reported; see :mod:`kvpilot.core.hardware.throttle`). GPU samples are read duck-typed (any
+reported; see :mod:`kvpilot.core.base.throttle`). GPU samples are read duck-typed (any
 object with ``t_monotonic_s``, ``memory_used_bytes``, ...).
 
 Readers (the GUI's timer) call :meth:`Telemetry.series` and :meth:`Telemetry.latest`; both take a
@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from kvpilot.core.base.throttle import is_throttled
 from kvpilot.core.fit.extensible_kv import LaunchCap, headroom_warning
-from kvpilot.core.hardware.throttle import is_throttled
 from kvpilot.core.vllm.metrics import (
     DISABLED_STATS_MESSAGE,
     HistogramSnapshot,

@@ -35,8 +35,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.base.throttle import throttle_text
 from kvpilot.core.base.units import GiB
-from kvpilot.core.hardware.throttle import throttle_text
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvpilot.core.base.throttle import reason_words
 from kvpilot.core.hardware.energy import gpu_energy
 from kvpilot.core.hardware.sampler import GpuSample
-from kvpilot.core.hardware.throttle import reason_words
 from kvpilot.core.vllm.client import LevelResult, LoadTestConfig, LoadTestReport
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.dialogs.benchmark_dialog import RESULT_COLUMNS, BenchmarkDialog

@@ -48,7 +48,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "panels/adapter_inputs.py": frozenset({"fit"}),
     "panels/chat_panel.py": frozenset({"chat"}),
-    "panels/dashboard_panel.py": frozenset({"hardware"}),
     "panels/runs_view.py": frozenset({"runs"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }

@@ -6,7 +6,9 @@ NVML reports a bit mask (``nvml.h``: ``nvmlClocksEventReason*``, older drivers a
 runs slower than it would otherwise (the power cap, a thermal limit, a hardware slowdown), which
 is what a load test or the dashboard must flag.
 
-Pure: the NVML call itself goes through :class:`~kvpilot.core.hardware.nvml.Nvml`.
+Base vocabulary: the sampler, the probe, the live telemetry, ``kvpilot gpu`` and the dashboard
+word the mask alike. Pure: the NVML call itself goes through
+:class:`~kvpilot.core.hardware.nvml.Nvml`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.core.hardware.throttle import (
+from kvpilot.core.base.throttle import (
     MASK_FUNCTIONS,
     REASONS,
     SLOWING_MASK,
