@@ -14,11 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from kvpilot.core.base import paths
+from kvpilot.core.app.runs import compare_runs, list_runs, read_runs, run_store
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.runs.compare import compare, format_cell, format_comparison
+from kvpilot.core.runs.compare import format_cell, format_comparison
 from kvpilot.core.runs.record import RunRecord
-from kvpilot.core.runs.store import RunStore
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -91,23 +90,22 @@ def _show(rec: RunRecord) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """List, show or compare; an unknown or damaged id is a user error (exit 2)."""
-    store = RunStore(args.data_dir or paths.data_dir())
     if args.action == "show":
-        rec = store.read(args.run_id)
+        (rec,) = read_runs([args.run_id], args.data_dir)
         print(json.dumps(rec.to_json(), indent=2) if args.json else _show(rec))
         return 0
     if args.action == "compare":
-        table = compare([store.read(i) for i in args.run_ids])
+        table = compare_runs(read_runs(args.run_ids, args.data_dir)).comparison
         print(json.dumps(table.to_json(), indent=2) if args.json else format_comparison(table))
         return 0
-    found = store.records()
+    found = list_runs(args.data_dir)
     for w in found.warnings:
         print(f"kvpilot: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps({"runs": [r.to_json() for r in found.records],
                           "warnings": list(found.warnings)}, indent=2))
     elif not found.records:
-        print(f"kvpilot: no runs kept yet in {store.folder}")
+        print(f"kvpilot: no runs kept yet in {run_store(args.data_dir).folder}")
     else:
         for rec in found.records:
             print(_line(rec))

@@ -1,10 +1,11 @@
 """The Runs tab: read the run records on the pool, compare them, relaunch one.
 
-Records are read (:class:`kvpilot.core.runs.store.RunStore`) when the tab is shown, on Refresh
-and after a server of this window ended. Relaunch plans the run's model with the run's settings
-on the GPU the window plans for (:meth:`~kvpilot.core.hardware.target.DeviceTarget.plan_inputs`,
-on the pool) and launches it through the server controller like a plan of the table, under the
-run's profile when it still exists (else the active one).
+Records are read (:func:`kvpilot.core.app.runs.list_runs`, as ``kvpilot runs`` reads them) when
+the tab is shown, on Refresh and after a server of this window ended. Relaunch plans the run's
+model with the run's settings on the GPU the window plans for
+(:meth:`~kvpilot.core.hardware.target.DeviceTarget.plan_inputs`, on the pool) and launches it
+through the server controller like a plan of the table, under the run's profile when it still
+exists (else the active one).
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ class RunsController(Controller):
 
     def refresh(self) -> None:
         """Read the records (pool) and show them."""
-        from kvpilot.core.runs.store import RunStore
+        from kvpilot.core.app.runs import list_runs
 
-        store = RunStore(self.services.data_dir)
+        data_dir = self.services.data_dir
         self.reading = True
-        run_in_pool(store.records, self._on_records, self._on_error)
+        run_in_pool(lambda: list_runs(data_dir), self._on_records, self._on_error)
 
     def on_server_event(self, ev: object) -> None:
         """A run of this window ended (its record is written by then): re-read when shown."""

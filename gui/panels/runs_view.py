@@ -1,14 +1,16 @@
 """The Runs tab: the server runs kept (:mod:`kvpilot.core.runs`), side by side, and relaunch.
 
 The upper table lists the runs, newest first; selecting two or more lines them up in the lower
-table row by row (:func:`kvpilot.core.runs.compare.compare`: capacity, tokens/s, TTFT/TPOT
-percentiles and J/token at each concurrency), the best value of each figure in bold green. One
-selected run is shown alone. "Relaunch" asks to serve the selected run's model with its
-settings again (:attr:`relaunch_requested`). The view only shows what the controller gives it
-(:meth:`set_runs`); reading the folder happens on the pool.
+table row by row (:func:`kvpilot.core.app.runs.compare_runs`, as ``kvpilot runs compare`` does:
+capacity, tokens/s, TTFT/TPOT percentiles and J/token at each concurrency), the best value of
+each figure in bold green. One selected run is shown alone. "Relaunch" asks to serve the
+selected run's model with its settings again (:attr:`relaunch_requested`). The view only shows
+what the controller gives it (:meth:`set_runs`); reading the folder happens on the pool.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
@@ -25,10 +27,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.app.runs import RunsCompared, compare_runs
 from kvpilot.core.base.words import counted
-from kvpilot.core.runs.compare import Comparison, compare, format_cell
-from kvpilot.core.runs.record import RunRecord
 from kvpilot.gui import theme
+
+if TYPE_CHECKING:
+    from kvpilot.core.runs.record import RunRecord
 
 LIST_COLUMNS = ("started (UTC)", "model", "profile", "ended", "KV tokens", "best tok/s",
                 "load tests")
@@ -49,7 +53,7 @@ class RunsView(QWidget):
         super().__init__(parent)
         self.setObjectName("runsView")
         self._runs: list[RunRecord] = []
-        self.comparison: Comparison | None = None
+        self.comparison: RunsCompared | None = None
 
         self.table = QTableWidget(0, len(LIST_COLUMNS))
         self.table.setObjectName("runsList")
@@ -186,7 +190,7 @@ class RunsView(QWidget):
         if not table.isVisible():
             table.setVisible(True)
             self._size_split()
-        shown = compare(runs, minimum=1)
+        shown = compare_runs(runs, minimum=1)
         self.comparison = shown
         table.setColumnCount(len(runs))
         table.setHorizontalHeaderLabels(
@@ -196,10 +200,9 @@ class RunsView(QWidget):
         bold = QFont()
         bold.setBold(True)
         for r, row in enumerate(shown.rows):
-            best = row.best_index()
-            for c, value in enumerate(row.values):
-                item = QTableWidgetItem(format_cell(value, row.unit))
-                if c == best:
+            for c, text in enumerate(row.cells):
+                item = QTableWidgetItem(text)
+                if c == row.best:
                     item.setFont(bold)
                     item.setForeground(QBrush(QColor(theme.OK)))
                     item.setToolTip(f"best {row.label} of the runs shown ({row.better} is "
@@ -225,7 +228,7 @@ class RunsView(QWidget):
         """The column holding the best value of the row called ``label`` (None: no best)."""
         if self.comparison is None:
             return None
-        return self.comparison.row(label).best_index()
+        return self.comparison.best_of(label)
 
     def _relaunch(self) -> None:
         chosen = self.selected_runs()

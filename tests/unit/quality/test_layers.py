@@ -41,14 +41,12 @@ LOOSE = {"__init__", "cli"}
 GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/benchmark.py": frozenset({"vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
-    "controllers/runs.py": frozenset({"runs"}),
     "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
     "dialogs/hub_search_dialog.py": frozenset({"hub"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "panels/adapter_inputs.py": frozenset({"fit"}),
     "panels/chat_panel.py": frozenset({"chat"}),
-    "panels/runs_view.py": frozenset({"runs"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
 
