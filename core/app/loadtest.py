@@ -5,7 +5,8 @@ energy sampled by :mod:`kvpilot.core.hardware`, the run records of :mod:`kvpilot
 :func:`run_recorded_load_test` runs :func:`~kvpilot.core.vllm.client.run_load_test` and adds
 its summary (tokens/s, TTFT/TPOT percentiles, J/token and throttling per level) to the running
 run record of this data directory that serves at the test's URL; a server kvpilot did not start
-(an attached one, a remote one) has no record, and the test is only returned.
+(an attached one, a remote one) has no record, and the test is only returned. Both faces build
+what to send with :func:`load_test_config`, checked before anything runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvpilot.core.runs.record import RunRecord, summary_of_report
 from kvpilot.core.runs.store import RunStore, utc_now
@@ -25,6 +27,19 @@ from kvpilot.core.vllm.client import (
 )
 
 log = logging.getLogger("kvpilot.runs")  # the run records' log, where it always wrote
+
+
+def load_test_config(base_url: str, **settings: Any) -> LoadTestConfig:  # noqa: ANN401 - fields
+    """What the load test sends to ``base_url`` (``settings``: the other fields of
+    :class:`~kvpilot.core.vllm.client.LoadTestConfig`, seconds and tokens), checked.
+
+    Raises:
+        LoadTestError: the first bad setting (levels, sizes, times, API or key), in words.
+        TypeError: a setting the load test does not have.
+    """
+    config = LoadTestConfig(base_url=base_url, **settings)
+    config.validate()
+    return config
 
 
 def record_load_test(data_dir: Path, report: LoadTestReport, source: str) -> RunRecord | None:

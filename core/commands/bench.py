@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from kvpilot.core.app.loadtest import run_recorded_load_test
+from kvpilot.core.app.loadtest import load_test_config, run_recorded_load_test
 from kvpilot.core.base import paths
 from kvpilot.core.base.hosts import URL_HELP
 from kvpilot.core.commands import Subparsers
@@ -138,8 +138,8 @@ def _config(args: argparse.Namespace) -> LoadTestConfig:
             raise LoadTestError(
                 f"environment variable {args.api_key_env} is not set; export the API key there"
             )
-    return LoadTestConfig(
-        base_url=args.url,
+    return load_test_config(
+        args.url,
         model=args.model,
         concurrency_levels=tuple(args.concurrency),
         prompt_tokens=args.prompt_tokens,

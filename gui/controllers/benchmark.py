@@ -33,8 +33,7 @@ class BenchmarkController(Controller):
         there is none)."""
         from functools import partial
 
-        from kvpilot.core.app.loadtest import run_recorded_load_test
-        from kvpilot.core.vllm.client import LoadTestConfig
+        from kvpilot.core.app.loadtest import load_test_config, run_recorded_load_test
         from kvpilot.gui.dialogs.benchmark_dialog import BenchmarkDialog
 
         attached = self.attach.attached
@@ -62,7 +61,7 @@ class BenchmarkController(Controller):
             model,
             self.services.bridge,
             runner,
-            LoadTestConfig,
+            load_test_config,
             self.window,
             api_key=api_key or None,
         )

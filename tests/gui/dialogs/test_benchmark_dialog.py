@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvpilot.core.app.loadtest import load_test_config
 from kvpilot.core.base.throttle import reason_words
 from kvpilot.core.hardware.energy import gpu_energy
 from kvpilot.core.hardware.sampler import GpuSample
-from kvpilot.core.vllm.client import LevelResult, LoadTestConfig, LoadTestReport
+from kvpilot.core.vllm.client import LevelResult, LoadTestReport
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.dialogs.benchmark_dialog import RESULT_COLUMNS, BenchmarkDialog
 
@@ -47,7 +48,7 @@ def test_gpu_columns_and_throttle_note(qtbot) -> None:
         slo_break_reason=None, warmup_output_tokens=0, cancelled=False,
     )
     dialog = BenchmarkDialog("http://127.0.0.1:9", "m", CoreBridge(), lambda *_: report,
-                             LoadTestConfig)
+                             load_test_config)
     qtbot.addWidget(dialog)
     assert dialog.start()
     qtbot.waitUntil(lambda: dialog.report is not None, timeout=10_000)

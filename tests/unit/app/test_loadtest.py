@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvpilot.core.app.loadtest import record_load_test
+import pytest
+
+from kvpilot.core.app.loadtest import load_test_config, record_load_test
 from kvpilot.core.hardware.energy import GpuEnergy
 from kvpilot.core.runs.record import RUNNING, STOPPED, RunRecord
 from kvpilot.core.runs.store import RunStore
-from kvpilot.core.vllm.client import LevelResult, LoadTestReport
+from kvpilot.core.vllm.client import LevelResult, LoadTestError, LoadTestReport
 
 
 def _report(base_url: str) -> LoadTestReport:
@@ -54,3 +56,14 @@ def test_the_test_goes_to_the_running_record_at_its_url(tmp_path: Path) -> None:
     assert store.read(old.id).load_tests == () and store.read(other.id).load_tests == ()
     # a server kvpilot does not run here: the result is only returned, nothing is written
     assert record_load_test(tmp_path, _report("http://127.0.0.1:9999"), "cli") is None
+
+
+def test_the_settings_are_checked_before_anything_runs() -> None:
+    config = load_test_config("http://127.0.0.1:8000", concurrency_levels=(1, 4),
+                              prompt_tokens=64, requests_per_level=8)
+    assert (config.base_url, config.concurrency_levels, config.prompt_tokens) == (
+        "http://127.0.0.1:8000", (1, 4), 64)
+    with pytest.raises(LoadTestError, match="concurrency levels must be integers >= 1"):
+        load_test_config("http://127.0.0.1:8000", concurrency_levels=(0,))
+    with pytest.raises(LoadTestError, match="prompt and output tokens must be >= 1"):
+        load_test_config("http://127.0.0.1:8000", output_tokens=0)

@@ -39,7 +39,6 @@ LOOSE = {"__init__", "cli"}
 
 #: gui module (relative to gui/) -> the core domain packages it still imports directly
 GUI_DIRECT: dict[str, frozenset[str]] = {
-    "controllers/benchmark.py": frozenset({"vllm"}),
     "controllers/chat.py": frozenset({"chat", "vllm"}),
     "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
