@@ -19,7 +19,7 @@ import time
 
 from PySide6.QtWidgets import QApplication
 
-from kvpilot.core.chat.conversation import ChatMessage, ReplyStats
+from kvpilot.core.base.conversation import ChatMessage, ReplyStats
 from kvpilot.gui.panels.chat_panel import ChatPanel
 
 STATS = ReplyStats(ttft_s=0.12, duration_s=3.0, prompt_tokens=900, completion_tokens=200,

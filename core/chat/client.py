@@ -25,15 +25,15 @@ from typing import Any
 
 import httpx
 
-from kvpilot.core.base.hosts import is_loopback_host, server_root
-from kvpilot.core.chat import errors
-from kvpilot.core.chat.conversation import (
+from kvpilot.core.base.conversation import (
     ROLE_ASSISTANT,
     ChatMessage,
     ChatSettings,
     ReplyStats,
     request_messages,
 )
+from kvpilot.core.base.hosts import is_loopback_host, server_root
+from kvpilot.core.chat import errors
 from kvpilot.core.chat.errors import ChatError
 from kvpilot.core.chat.sse import StreamParser
 

@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvpilot.core.base.conversation import ChatMessage, ChatSettings, Conversation
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.base.paths import atomic_write_text, data_dir, write_failure
-from kvpilot.core.chat.conversation import ChatMessage, ChatSettings, Conversation
 
 log = logging.getLogger("kvpilot.chat")
 

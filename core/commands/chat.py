@@ -33,8 +33,8 @@ FIGURE_KEYS = (
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Register ``chat`` on the top-level parser."""
+    from kvpilot.core.base.conversation import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
     from kvpilot.core.base.hosts import URL_HELP
-    from kvpilot.core.chat.conversation import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
 
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "chat",
@@ -88,15 +88,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from kvpilot.core.app import settings as st
-    from kvpilot.core.base.hosts import server_root
-    from kvpilot.core.chat.client import ChatCall, ChatTarget, Reply
-    from kvpilot.core.chat.conversation import (
+    from kvpilot.core.base.conversation import (
         ROLE_USER,
         ChatMessage,
         ChatSettings,
         Conversation,
         stats_text,
     )
+    from kvpilot.core.base.hosts import server_root
+    from kvpilot.core.chat.client import ChatCall, ChatTarget, Reply
     from kvpilot.core.chat.images import image_data_url
     from kvpilot.core.chat.store import ConversationStore
     from kvpilot.core.vllm.client import detect_model

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from kvpilot.core.chat.conversation import ROLE_ASSISTANT, ROLE_USER, ChatMessage, Conversation
+from kvpilot.core.base.conversation import ROLE_ASSISTANT, ROLE_USER, ChatMessage, Conversation
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.workers import run_in_pool, run_in_thread
 

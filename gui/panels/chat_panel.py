@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvpilot.core.chat.conversation import (
+from kvpilot.core.base.conversation import (
     MAX_MAX_TOKENS,
     MAX_TEMPERATURE,
     ROLE_USER,

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kvpilot.core.base.conversation import ChatMessage, ChatSettings, Conversation
 from kvpilot.core.chat import errors
 from kvpilot.core.chat.client import ChatCall, ChatTarget, request_body
-from kvpilot.core.chat.conversation import ChatMessage, ChatSettings, Conversation
 from kvpilot.core.chat.errors import ChatError
 from kvpilot.core.chat.store import ConversationStore
 from kvpilot.core.runtimes.discovery import VllmRuntime

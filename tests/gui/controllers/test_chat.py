@@ -8,7 +8,7 @@ from pathlib import Path
 from testpaths import DATA
 
 from kvpilot.core.app.watch import ServerIdentity
-from kvpilot.core.chat.conversation import ChatMessage, ReplyStats
+from kvpilot.core.base.conversation import ChatMessage, ReplyStats
 from kvpilot.core.chat.store import ConversationStore
 
 
@@ -68,7 +68,7 @@ def test_kvpilot_gui_screenshots_the_chat_tab_with_the_saved_conversation(tmp_pa
 
     from PySide6.QtGui import QImage
 
-    from kvpilot.core.chat.conversation import Conversation
+    from kvpilot.core.base.conversation import Conversation
 
     data = tmp_path / "data"
     conv = Conversation().add(ChatMessage("user", "hello")).add(ChatMessage(

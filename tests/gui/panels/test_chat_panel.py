@@ -3,7 +3,7 @@ window (cut when a user message is very long)."""
 
 from __future__ import annotations
 
-from kvpilot.core.chat.conversation import ChatMessage, ReplyStats
+from kvpilot.core.base.conversation import ChatMessage, ReplyStats
 from kvpilot.gui.panels.chat_panel import stats_line
 
 

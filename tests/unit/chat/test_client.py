@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from chatkit import PostServer, json_reply, piece, sse_reply
 
+from kvpilot.core.base.conversation import ChatMessage, ChatSettings
 from kvpilot.core.chat import errors
 from kvpilot.core.chat.client import ChatCall, ChatTarget, request_body
-from kvpilot.core.chat.conversation import ChatMessage, ChatSettings
 from kvpilot.core.chat.errors import ChatError
 
 HISTORY = (ChatMessage("user", "hi"),)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvpilot.core.chat.conversation import (
+from kvpilot.core.base.conversation import (
     ChatMessage,
     ChatSettings,
     Conversation,

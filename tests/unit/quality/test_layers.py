@@ -45,7 +45,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "dialogs/hub_search_dialog.py": frozenset({"hub"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "panels/adapter_inputs.py": frozenset({"fit"}),
-    "panels/chat_panel.py": frozenset({"chat"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
 

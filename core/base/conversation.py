@@ -2,7 +2,8 @@
 
 Plain frozen dataclasses with ``to_dict`` / ``from_dict`` (the JSON kept per profile by
 :mod:`kvpilot.core.chat.store`) and :func:`request_messages`, the OpenAI ``messages`` list of a
-conversation.
+conversation. Base vocabulary: the chat client and store, ``kvpilot chat`` and the window's chat
+panel name them alike.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpilot.core.chat.conversation import (
+from kvpilot.core.base.conversation import (
     ChatMessage,
     ChatSettings,
     Conversation,
