@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
     from kvpilot.core.hardware.target import DeviceTarget
+    from kvpilot.core.hub.catalog_refresh import RefreshResult
 
 BADGE_FITS = "fits"
 BADGE_BORDERLINE = "borderline"
@@ -352,3 +353,18 @@ def runtime_filter() -> tuple[frozenset[str] | None, str]:
     return found.architectures, (
         f"kept to the {len(found.architectures)} architectures vLLM {found.version} registers"
     )
+
+
+def refresh_catalog_here(
+    limit: int = 20, on_progress: Callable[[str], None] | None = None
+) -> RefreshResult:
+    """Rebuild the user's catalog from the Hub (``limit`` repos per listing), kept to the
+    architectures the installed vLLM registers (:func:`runtime_filter`; every one when no vLLM
+    can say); ``kvpilot catalog refresh`` and the window's search dialog call it.
+
+    Never raises for an unreachable Hub: the result says which catalog stays in use, and its date.
+    """
+    from kvpilot.core.hub.catalog_refresh import refresh_catalog
+
+    registered, _line = runtime_filter()
+    return refresh_catalog(limit=limit, registered=registered, on_progress=on_progress)

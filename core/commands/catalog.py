@@ -41,15 +41,12 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def _refresh(args: argparse.Namespace) -> int:
     import sys
 
-    from kvpilot.core.app.search import runtime_filter
-    from kvpilot.core.hub.catalog_refresh import refresh_catalog
+    from kvpilot.core.app.search import refresh_catalog_here
 
     if args.limit < 1:
         print("catalog refresh: --limit must be 1 or more", file=sys.stderr)
         return 2
-    registered, _line = runtime_filter()
-    result = refresh_catalog(limit=args.limit, registered=registered,
-                             on_progress=None if args.json else print)
+    result = refresh_catalog_here(args.limit, on_progress=None if args.json else print)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

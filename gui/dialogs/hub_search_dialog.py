@@ -188,18 +188,14 @@ class HubSearchDialog(QDialog):
     def start_catalog_refresh(self, refresh: Callable[[], object] | None = None) -> None:
         """Rebuild the user's catalog on a worker thread (``refresh`` replaces the Hub one in
         tests); the status line says the outcome, or which catalog stays in use offline."""
-        from kvpilot.core.hub.catalog_refresh import RefreshResult, refresh_catalog
+        from kvpilot.core.app.search import refresh_catalog_here
 
         def work() -> object:
-            if refresh is not None:
-                return refresh()
-            from kvpilot.core.app.search import runtime_filter
-
-            return refresh_catalog(registered=runtime_filter()[0])
+            return refresh() if refresh is not None else refresh_catalog_here()
 
         def done(result: object) -> None:
             self.catalog_button.setEnabled(True)
-            text = result.message if isinstance(result, RefreshResult) else str(result)
+            text = str(getattr(result, "message", result))  # a RefreshResult's one line
             self.status.setText(text)
             self.catalog_refreshed.emit(text)
 

@@ -91,7 +91,7 @@ def test_a_second_search_comes_from_the_cache_and_errors_are_told(make_window, q
 def test_catalog_refresh_runs_off_the_gui_thread_and_says_its_date(
     make_window, qtbot, hub, tmp_path, monkeypatch
 ):
-    from kvpilot.core.hub.catalog_refresh import refresh_catalog
+    from kvpilot.core.app.search import refresh_catalog_here
     from kvpilot.core.models.catalog import forget_loaded_catalog
 
     monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "refresh-data"))
@@ -104,7 +104,7 @@ def test_catalog_refresh_runs_off_the_gui_thread_and_says_its_date(
     timer.start(10)
     try:
         with qtbot.waitSignal(dialog.catalog_refreshed, timeout=60_000) as got:
-            dialog.start_catalog_refresh(lambda: refresh_catalog(limit=3))
+            dialog.start_catalog_refresh(lambda: refresh_catalog_here(3))
             assert not dialog.catalog_button.isEnabled()
         timer.stop()
         assert got.args[0].startswith("catalog refreshed on ")

@@ -42,7 +42,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/chat.py": frozenset({"chat", "vllm"}),
     "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
-    "dialogs/hub_search_dialog.py": frozenset({"hub"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "panels/adapter_inputs.py": frozenset({"fit"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
