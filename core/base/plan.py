@@ -55,6 +55,13 @@ VERDICT_DOES_NOT_FIT = Verdict.DOES_NOT_FIT
 
 #: failure kinds, in vLLM's terms (``Failure.kind``): see :mod:`kvpilot.core.base.failures`
 
+#: vLLM's default ``--max-lora-rank`` (config/lora.py LoRAConfig)
+DEFAULT_MAX_LORA_RANK = 16
+
+#: the ranks ``--max-lora-rank`` accepts (config/lora.py ``MaxLoRARanks``: the same in the
+#: 0.20.0, 0.24.0, 0.28.0 and 0.32.0 wheels); 0.11.0's ``possible_max_ranks`` lacks 1
+ALLOWED_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServingSettings:

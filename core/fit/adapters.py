@@ -15,15 +15,13 @@ planned by kvpilot).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.model_spec import ModelSpec
-from kvpilot.core.base.plan import PlanInputs, ServingSettings
-from kvpilot.core.base.speculative_config import parse_speculative_config, speculative_settings
+from kvpilot.core.base.plan import PlanInputs
+from kvpilot.core.base.speculative_config import parse_speculative_config
 from kvpilot.core.base.versions import supports
 from kvpilot.core.fit import kv
 from kvpilot.core.fit.lora import LoraBudget, lora_budget
@@ -172,64 +170,3 @@ def plan_layout(inputs: PlanInputs, model: ModelSpec, block_size: int | None,
             return base
         terms = adapter_terms(inputs, model, max_num_batched_tokens=1)
     return terms.layout(base)
-
-
-#: the drafters the planner's inputs offer (the CLI takes any ``--speculative-config``)
-PLANNER_DRAFTERS = ("ngram", "mtp")
-
-
-def adapter_settings(
-    *, lora_slots: int = 0, lora_rank: int = 16, speculative_method: str = "",
-    speculative_tokens: int = 1,
-) -> dict[str, Any]:
-    """The :class:`~kvpilot.core.base.plan.ServingSettings` fields for the planner's adapter
-    inputs: ``lora_slots`` adapters per batch (0: LoRA off) at ``lora_rank``, and a drafter
-    (``""``: off; ``ngram``: prompt lookup up to 4 tokens; ``mtp``: the checkpoint's MTP
-    layers) proposing ``speculative_tokens`` tokens per step.
-
-    Raises:
-        FitError: an unknown drafter or a count below 1.
-    """
-    values: dict[str, Any] = {}
-    if lora_slots > 0:
-        values.update(enable_lora=True, max_loras=lora_slots, max_lora_rank=lora_rank)
-    method = speculative_method.strip().lower()
-    if method:
-        if method not in PLANNER_DRAFTERS:
-            raise FitError(f"speculative method must be one of {', '.join(PLANNER_DRAFTERS)}, "
-                           f"got {speculative_method!r}")
-        if speculative_tokens < 1:
-            raise FitError(f"draft tokens must be at least 1, got {speculative_tokens}")
-        config: dict[str, Any] = {"method": method, "num_speculative_tokens": speculative_tokens}
-        if method == "ngram":
-            config["prompt_lookup_max"] = 4
-        values["speculative_config"] = json.dumps(config)
-    return values
-
-
-@dataclass(frozen=True)
-class PlannerAdapters:
-    """The planner's adapter inputs for a set of serving settings: LoRA slots (0: off) and
-    rank, the drafter ("" off, "ngram", "mtp") and its tokens; ``other_speculative_config`` a
-    drafter the inputs do not offer (kept as it is, e.g. EAGLE-3 set on the command line)."""
-
-    lora_slots: int = 0
-    lora_rank: int = 16
-    speculative_method: str = ""
-    speculative_tokens: int = 2
-    other_speculative_config: str | None = None
-
-
-def planner_adapters(settings: ServingSettings) -> PlannerAdapters:
-    """What the planner's adapter inputs show for ``settings`` (the inverse of
-    :func:`adapter_settings`)."""
-    slots = (settings.max_loras or 1) if settings.enable_lora else 0
-    rank = settings.max_lora_rank or 16
-    method, tokens, other = "", 2, None
-    if settings.speculative_config:
-        parsed = speculative_settings(settings.speculative_config)
-        if parsed is not None and parsed.method in PLANNER_DRAFTERS:
-            method, tokens = parsed.method, parsed.num_speculative_tokens or 1
-        else:
-            other = settings.speculative_config
-    return PlannerAdapters(slots, rank, method, tokens, other)

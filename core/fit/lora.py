@@ -45,17 +45,14 @@ from kvpilot.core.base import failures
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.failures import Failure
 from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.plan import ALLOWED_RANKS, DEFAULT_MAX_LORA_RANK
 from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import supports
 from kvpilot.core.fit import kv
 
-#: vLLM's defaults (config/lora.py LoRAConfig): one slot, rank 16
+#: vLLM's default (config/lora.py LoRAConfig): one slot (the rank's default and the ranks
+#: ``--max-lora-rank`` accepts are serving vocabulary, in :mod:`kvpilot.core.base.plan`)
 DEFAULT_MAX_LORAS = 1
-DEFAULT_MAX_LORA_RANK = 16
-
-#: the ranks ``--max-lora-rank`` accepts (config/lora.py ``MaxLoRARanks``: the same in the
-#: 0.20.0, 0.24.0, 0.28.0 and 0.32.0 wheels); 0.11.0's ``possible_max_ranks`` lacks 1
-ALLOWED_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 #: the largest vocabulary ``LogitsProcessorWithLoRA.create_lora_weights`` accepts (257,024
 #: in the 0.11.0 wheel, whose check counts the extra LoRA vocabulary)

@@ -1,7 +1,7 @@
 """The planner's adapter inputs: LoRA slots and rank, a drafter and its tokens (one form row).
 
 The widgets only read and show values; the settings they mean come from
-:func:`kvpilot.core.fit.adapters.adapter_settings`.
+:func:`kvpilot.core.app.adapters.adapter_settings`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QSpinBox, QWidget
 
-from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.fit.adapters import adapter_settings, planner_adapters
-from kvpilot.core.fit.lora import ALLOWED_RANKS, DEFAULT_MAX_LORA_RANK
+from kvpilot.core.app.adapters import adapter_settings, planner_adapters
+from kvpilot.core.base.plan import ALLOWED_RANKS, DEFAULT_MAX_LORA_RANK, ServingSettings
 
 
 class AdapterInputs(QObject):

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from fitkit import cli_flags
 
+from kvpilot.core.app.adapters import adapter_settings
 from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.cli import build_parser, main
 from kvpilot.core.commands.plan import inputs_from_args
-from kvpilot.core.fit.adapters import adapter_settings
 from kvpilot.core.fit.calibrate import key_for
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest

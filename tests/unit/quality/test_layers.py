@@ -43,7 +43,6 @@ GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/server.py": frozenset({"vllm"}),
     "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
-    "panels/adapter_inputs.py": frozenset({"fit"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
 
