@@ -14,15 +14,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvpilot.core.hardware.energy import GpuEnergy, throttle_note
 from kvpilot.core.runs.record import RunRecord, summary_of_report
 from kvpilot.core.runs.store import RunStore, utc_now
 from kvpilot.core.vllm.client import (
     LoadTestConfig,
     LoadTestProgress,
     LoadTestReport,
+    gpu_line,
     run_load_test,
 )
 
@@ -40,6 +43,47 @@ def load_test_config(base_url: str, **settings: Any) -> LoadTestConfig:  # noqa:
     config = LoadTestConfig(base_url=base_url, **settings)
     config.validate()
     return config
+
+
+@dataclass(frozen=True)
+class LevelGpuWords:
+    """One level's GPU figures in words: ``cells`` the J/token, mean watts and throttle columns
+    ("-" without GPU samples), ``line`` all of them in one line ("" without samples) and
+    ``throttled`` whether a clock-event reason slowed the card during the level."""
+
+    cells: tuple[str, str, str]
+    line: str
+    throttled: bool
+
+
+@dataclass(frozen=True)
+class ReportGpuWords:
+    """A report's GPU figures in words: one :class:`LevelGpuWords` per level, in order, and
+    ``throttle_note`` (one sentence naming the levels a hot card slowed, None when none did)."""
+
+    levels: tuple[LevelGpuWords, ...]
+    throttle_note: str | None
+
+
+def level_gpu_words(gpu: GpuEnergy | None) -> LevelGpuWords:
+    """The words of one level's GPU figures (``gpu`` None: no samples)."""
+    if gpu is None:
+        return LevelGpuWords(("-", "-", "-"), "", False)
+    per_token = "-" if gpu.j_per_token is None else f"{gpu.j_per_token:.3g}"
+    if gpu.throttled is None:
+        throttled = "-"
+    elif gpu.throttled:
+        throttled = ", ".join(gpu.throttle_reasons) or "yes"
+    else:
+        throttled = "no"
+    return LevelGpuWords((per_token, f"{gpu.mean_power_w:.0f}", throttled), gpu_line(gpu),
+                         bool(gpu.throttled))
+
+
+def report_gpu_words(report: LoadTestReport) -> ReportGpuWords:
+    """The words of ``report``'s GPU figures, level by level, and its throttle sentence."""
+    return ReportGpuWords(tuple(level_gpu_words(lv.gpu) for lv in report.levels),
+                          throttle_note(report.levels))
 
 
 def record_load_test(data_dir: Path, report: LoadTestReport, source: str) -> RunRecord | None:

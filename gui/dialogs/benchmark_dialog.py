@@ -31,9 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvpilot.core.app.loadtest import report_gpu_words
 from kvpilot.core.base.errors import KvpilotError
-from kvpilot.core.hardware.energy import GpuEnergy, throttle_note
-from kvpilot.core.vllm.client import gpu_line
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
@@ -63,20 +62,6 @@ GPU_TIP = (
     "clock-event reason slowed the card (power cap, thermal, hardware slowdown). '-': no GPU "
     "samples (no NVIDIA GPU, or a server on another machine)."
 )
-
-
-def gpu_cells(gpu: GpuEnergy | None) -> list[str]:
-    """The J/token, mean power and throttle cells of one level ("-" without GPU samples)."""
-    if gpu is None:
-        return ["-", "-", "-"]
-    per_token = "-" if gpu.j_per_token is None else f"{gpu.j_per_token:.3g}"
-    if gpu.throttled is None:
-        throttled = "-"
-    elif gpu.throttled:
-        throttled = ", ".join(gpu.throttle_reasons) or "yes"
-    else:
-        throttled = "no"
-    return [per_token, f"{gpu.mean_power_w:.0f}", throttled]
 
 
 class BenchmarkDialog(QDialog):
@@ -229,7 +214,8 @@ class BenchmarkDialog(QDialog):
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         self.table.setRowCount(len(report.levels))
-        for r, lv in enumerate(report.levels):
+        gpu_words = report_gpu_words(report)
+        for r, (lv, words) in enumerate(zip(report.levels, gpu_words.levels, strict=True)):
             cells = [
                 str(lv.concurrency),
                 f"{lv.requests_ok} / {lv.errors}",
@@ -240,15 +226,14 @@ class BenchmarkDialog(QDialog):
                 f"{lv.output_tokens_per_s:,.0f}",
                 f"{lv.goodput_per_s:.2f}",
                 "yes" if lv.meets_slo_p99 else "no",
-                *gpu_cells(lv.gpu),
+                *words.cells,
             ]
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                if c == len(cells) - 1 and lv.gpu is not None and lv.gpu.throttled:
+                if c == len(cells) - 1 and words.throttled:
                     item.setForeground(QBrush(QColor(theme.FAIL)))
-                    item.setToolTip(gpu_line(lv.gpu))
-                elif c >= len(cells) - 3 and lv.gpu is not None:
-                    item.setToolTip(gpu_line(lv.gpu))
+                if c >= len(cells) - 3 and words.line:
+                    item.setToolTip(words.line)
                 self.table.setItem(r, c, item)
         note = "cancelled; finished levels shown" if getattr(report, "cancelled", False) else "done"
         if report.slo_break_concurrency is not None:
@@ -259,7 +244,7 @@ class BenchmarkDialog(QDialog):
         if report.server_lost is not None:
             self._set_status(f"stopped early: {report.server_lost}", theme.FAIL)
             return
-        throttled = throttle_note(report.levels)
+        throttled = gpu_words.throttle_note
         if throttled is not None:  # a hot card's numbers are not the configuration's
             self._set_status(f"{note} · {throttled}", theme.TIGHT)
             return

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kvpilot.core.app.loadtest import load_test_config, record_load_test
+from kvpilot.core.app.loadtest import (
+    level_gpu_words,
+    load_test_config,
+    record_load_test,
+    report_gpu_words,
+)
 from kvpilot.core.hardware.energy import GpuEnergy
 from kvpilot.core.runs.record import RUNNING, STOPPED, RunRecord
 from kvpilot.core.runs.store import RunStore
@@ -67,3 +72,16 @@ def test_the_settings_are_checked_before_anything_runs() -> None:
         load_test_config("http://127.0.0.1:8000", concurrency_levels=(0,))
     with pytest.raises(LoadTestError, match="prompt and output tokens must be >= 1"):
         load_test_config("http://127.0.0.1:8000", output_tokens=0)
+
+
+def test_the_gpu_figures_in_words_level_by_level() -> None:
+    report = _report("http://127.0.0.1:8000")
+    words = report_gpu_words(report)
+    (level,) = words.levels
+    assert level.cells == ("1.25", "250", "power cap")
+    assert level.throttled
+    assert level.line == "500.0 J, 1.25 J/token, mean 250 W (counter); THROTTLED: power cap"
+    assert words.throttle_note is not None
+    assert words.throttle_note.startswith("the GPU was throttled at concurrency 2 (power cap)")
+    none = level_gpu_words(None)
+    assert (none.cells, none.line, none.throttled) == (("-", "-", "-"), "", False)

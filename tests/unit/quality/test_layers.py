@@ -41,7 +41,6 @@ LOOSE = {"__init__", "cli"}
 GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/chat.py": frozenset({"chat", "vllm"}),
     "controllers/server.py": frozenset({"vllm"}),
-    "dialogs/benchmark_dialog.py": frozenset({"hardware", "vllm"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
