@@ -243,7 +243,7 @@ class ServerController(Controller):
             return
         if self.services.supervisor is None:
             return
-        from kvpilot.core.vllm.loglevel import line_level
+        from kvpilot.core.app.server_events import leveled_lines
 
         batch: list[tuple[str, str]] = []
         if dropped:
@@ -251,39 +251,36 @@ class ServerController(Controller):
                 ("WARNING", f"… {dropped:,} lines of a log flood are not shown here; the log "
                  "file has every line")
             )
-        batch.extend((line_level(ev.line, ev.stream), ev.line) for ev in lines)
+        batch.extend(leveled_lines(lines))
         self.window.log_view.append_many(batch)
 
     def on_server_event(self, ev: object) -> None:
         """A supervisor event (queued onto the GUI thread by the bridge)."""
         if self.services.supervisor is None:
             return
-        from kvpilot.core.vllm import logparse
-        from kvpilot.core.vllm import supervisor as sv
+        from kvpilot.core.app.server_events import server_news
 
         window = self.window
-        if isinstance(ev, sv.LogLineEvent):
-            from kvpilot.core.vllm.loglevel import line_level
-
-            window.log_view.append(line_level(ev.line, ev.stream), ev.line)
-        elif isinstance(ev, logparse.PhaseEvent):
-            window.server_panel.show_phase(ev.phase)
-        elif isinstance(ev, sv.StateEvent):
-            self._on_state(ev)
-        elif isinstance(ev, sv.CapacityUpdatedEvent):
-            self._reported = ev.capacity
-            window.server_panel.show_capacity(self._predicted_tokens(), ev.capacity.kv_cache_tokens)
+        news = server_news(ev)
+        if news.log is not None:
+            window.log_view.append(*news.log)
+        elif news.phase is not None:
+            window.server_panel.show_phase(news.phase)
+        elif news.state is not None:
+            self._on_state(news.state)
+        elif news.capacity is not None:
+            self._reported = news.capacity
+            window.server_panel.show_capacity(self._predicted_tokens(),
+                                              news.capacity.kv_cache_tokens)
             sup = self.services.supervisor
-            if sup is not None and sup.state == sv.READY:
-                window.gpu_panel.set_server(sup.tree_pids(), ev.capacity)
+            if sup is not None and sup.state == SupervisorState.READY:
+                window.gpu_panel.set_server(sup.tree_pids(), news.capacity)
 
     def _on_state(self, ev: StateEvent) -> None:
-        from kvpilot.core.vllm import supervisor as sv
-
         window = self.window
         sup = self.services.supervisor
         model = sup.model_name if sup is not None else ""
-        if ev.state == sv.READY and sup is not None:
+        if ev.state == SupervisorState.READY and sup is not None:
             window.server_panel.show_state(
                 SupervisorState.READY, model=model, endpoint=f"{sup.base_url}/v1"
             )
@@ -293,12 +290,12 @@ class ServerController(Controller):
             api_key = self.current_request.profile.api_key if self.current_request else ""
             self.services.start_metrics(sup.base_url, window.profile.sampling_hz, api_key or None)
             window.tabs.setCurrentWidget(window.dashboard)
-        elif ev.state == sv.FAILED:
+        elif ev.state == SupervisorState.FAILED:
             self.services.stop_metrics()
             window.server_panel.show_state(SupervisorState.FAILED, model=model)
             window.gpu_panel.set_server((), None)
-            self.failed(ev.failure, ev.previous == sv.READY)
-        elif ev.state == sv.STOPPED:
+            self.failed(ev.failure, ev.previous == SupervisorState.READY)
+        elif ev.state == SupervisorState.STOPPED:
             self.services.stop_metrics()
             window.server_panel.show_state(SupervisorState.STOPPED, model=model)
             window.gpu_panel.set_server((), None)
@@ -309,10 +306,8 @@ class ServerController(Controller):
 
     def serving(self) -> tuple[str, str, str | None] | None:
         """(base URL, model, API key) of this window's server once it is ready, else None."""
-        from kvpilot.core.vllm import supervisor as sv
-
         sup = self.services.supervisor
-        if sup is None or sup.state != sv.READY:
+        if sup is None or sup.state != SupervisorState.READY:
             return None
         api_key = self.current_request.profile.api_key if self.current_request else ""
         return sup.base_url, sup.model_name, api_key or None

@@ -40,7 +40,6 @@ LOOSE = {"__init__", "cli"}
 #: gui module (relative to gui/) -> the core domain packages it still imports directly
 GUI_DIRECT: dict[str, frozenset[str]] = {
     "controllers/chat.py": frozenset({"chat", "vllm"}),
-    "controllers/server.py": frozenset({"vllm"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
