@@ -102,9 +102,9 @@ class ChatController(Controller):
             self.refresh()
 
     def _on_server_event(self, ev: object) -> None:
-        from kvpilot.core.vllm.supervisor import StateEvent
+        from kvpilot.core.app.server_events import server_news
 
-        if isinstance(ev, StateEvent):
+        if server_news(ev).state is not None:  # whom the chat talks to may have changed
             self.refresh()
 
     def refresh(self) -> None:

@@ -39,7 +39,7 @@ LOOSE = {"__init__", "cli"}
 
 #: gui module (relative to gui/) -> the core domain packages it still imports directly
 GUI_DIRECT: dict[str, frozenset[str]] = {
-    "controllers/chat.py": frozenset({"chat", "vllm"}),
+    "controllers/chat.py": frozenset({"chat"}),
     "dialogs/runtime_install.py": frozenset({"runtimes"}),
     "services.py": frozenset({"fit", "hardware", "hub", "runtimes", "telemetry", "vllm"}),
 }
