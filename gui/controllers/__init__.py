@@ -25,6 +25,7 @@ that use them, so that importing the window stays cheap before its first paint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 _Dialog = TypeVar("_Dialog", bound="QDialog")
+T = TypeVar("T")
 
 
 def _nothing(*_args: object, **_kwargs: object) -> None:
@@ -45,6 +47,18 @@ class Controller:
     def __init__(self, window: WindowWidgets) -> None:
         self.window = window
         self.services = window.services
+
+    def in_pool(
+        self,
+        fn: Callable[[], T],
+        on_result: Callable[[T], None],
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Run ``fn()`` on a pool thread with this window as the owner of its outcome: a result
+        that arrives after the window was deleted (closed while a job ran) is dropped."""
+        from kvpilot.gui.workers import run_in_pool
+
+        run_in_pool(fn, on_result, on_error, owner=self.window)
 
     def say(self, text: str, timeout_ms: int = 0) -> None:
         """A status-bar message (``timeout_ms`` 0: until the next one)."""

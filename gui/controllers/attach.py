@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.panels.server_panel import ATTACHED
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.app.watch import ServerIdentity, WatchSample
@@ -44,7 +43,7 @@ class AttachController(ServerAware):
         if target is not None and target.measured:
             self.services.attach_gpu = (target.total_bytes, target.name)
         self.window.server_panel.show_state(SupervisorState.STARTING, detail=f"attaching to {url}")
-        run_in_pool(
+        self.in_pool(
             lambda: self.services.attach(url, api_key, log_path),
             lambda sample: self._on_attached(url, sample, api_key),
             self._on_attach_error,

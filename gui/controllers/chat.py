@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from kvpilot.core.base.conversation import ROLE_ASSISTANT, ROLE_USER, ChatMessage, Conversation
 from kvpilot.gui.controllers import Controller
-from kvpilot.gui.workers import run_in_pool, run_in_thread
+from kvpilot.gui.workers import run_in_thread
 
 if TYPE_CHECKING:
     from kvpilot.core.chat.client import ChatCall, ChatTarget, Reply
@@ -143,7 +143,7 @@ class ChatController(Controller):
         )
         if ref and ref not in self._vision and ref != self._model_ref:
             self._model_ref = ref
-            run_in_pool(lambda: _takes_images(ref), lambda yes: self._on_vision(ref, yes))
+            self.in_pool(lambda: _takes_images(ref), lambda yes: self._on_vision(ref, yes))
 
     def _on_vision(self, ref: str, yes: bool) -> None:
         self._vision[ref] = yes
@@ -160,7 +160,7 @@ class ChatController(Controller):
         self.conversation = Conversation()
         self.panel.set_busy(False)
         self.panel.show_messages(())
-        run_in_pool(lambda: self.store.load(name), lambda got: self._on_loaded(name, got))
+        self.in_pool(lambda: self.store.load(name), lambda got: self._on_loaded(name, got))
 
     def _on_loaded(self, name: str, got: Loaded) -> None:
         if name != self.profile_name:
@@ -284,7 +284,7 @@ class ChatController(Controller):
         self._revision += 1
         revision = self._revision
 
-        run_in_pool(
+        self.in_pool(
             lambda: self._write(revision, name, conv),
             lambda _none: None,
             lambda exc: self.say(str(exc), 15_000),
@@ -321,7 +321,7 @@ class ChatController(Controller):
                 return
             path = Path(chosen)
         picked = path
-        run_in_pool(
+        self.in_pool(
             lambda: image_data_url(picked),
             lambda url: self._on_image(picked.name, url),
             lambda exc: self.say(str(exc), 10_000),

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from kvpilot.core.app.launch import FallbacksOffered, FallbackTaken, fix_for_pressure
 from kvpilot.gui.controllers.server import ServerAware
 from kvpilot.gui.services import LaunchRequest
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.app.launch import FallbackChoice, FallbackStep
@@ -53,7 +52,7 @@ class FallbackController(ServerAware):
         window.banner.show_failure(message, [], note="working out what would fit…")
         if after_ready:
             window.banner.set_title(STOPPED_TITLE)
-        run_in_pool(
+        self.in_pool(
             lambda: self.services.after_failure(failure, request),
             lambda step: self._on_step(failure, step, after_ready),
             lambda exc: self._on_step(failure, FallbacksOffered(failure, ()), after_ready,

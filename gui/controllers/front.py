@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 
 from kvpilot.gui.controllers import Controller
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.front.server import FrontServer
@@ -55,7 +54,7 @@ class FrontController(Controller):
         request = front_request(names, host=host, port=port, api_key=key,
                                 idle_unload_s=idle_s or None)  # 0 on the spin box: off
         self.panel.show_running(False, "planning the profiles…", busy=True)
-        run_in_pool(lambda: build_front(request), self._built, self._failed)
+        self.in_pool(lambda: build_front(request), self._built, self._failed)
 
     def _built(self, front: FrontServer) -> None:
         front.start()
@@ -92,7 +91,7 @@ class FrontController(Controller):
         if front is None:
             return
         self.panel.show_running(True, "stopping the front and its servers…", busy=True)
-        run_in_pool(front.stop, lambda _done: self._stopped(then), lambda _e: self._stopped(then))
+        self.in_pool(front.stop, lambda _done: self._stopped(then), lambda _e: self._stopped(then))
 
     def _stopped(self, then: object = None) -> None:
         self.timer.stop()

@@ -18,7 +18,6 @@ from shiboken6 import Shiboken
 
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui.controllers import Controller, _nothing
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.app.detect import GpuChoice
@@ -55,7 +54,7 @@ class GpuController(Controller):
     def probe(self) -> None:
         """One NVML pass on the pool."""
         self._probe_in_flight = True
-        run_in_pool(self.services.probe, self.on_probe, self.on_probe_error)
+        self.in_pool(self.services.probe, self.on_probe, self.on_probe_error)
 
     def on_probe(self, result: ProbeResult) -> None:
         self._probe_in_flight = False

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvpilot.gui.controllers import Controller
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.hardware.proctree import StopReport
@@ -29,7 +28,7 @@ class OrphanController(Controller):
 
     def find(self) -> None:
         """Look for orphaned servers on the pool."""
-        run_in_pool(self.services.find_orphans, self.on_orphans)
+        self.in_pool(self.services.find_orphans, self.on_orphans)
 
     def on_orphans(self, orphans: list[OrphanServer]) -> None:
         window = self.window
@@ -61,7 +60,7 @@ class OrphanController(Controller):
             self.say(f"stopped the earlier server on port {orphan.record.port}", 10_000)
             self.find()
 
-        run_in_pool(lambda: self.services.stop_orphan(orphan), done, lambda _exc: done(None))
+        self.in_pool(lambda: self.services.stop_orphan(orphan), done, lambda _exc: done(None))
         return True
 
     def adopt_orphan(self) -> bool:

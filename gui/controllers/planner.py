@@ -19,7 +19,6 @@ from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.base.goal import Goal
@@ -68,7 +67,7 @@ class PlannerController(Controller):
         self.plan_generation += 1
         gen = self.plan_generation
         window.planner.set_status("planning…")
-        run_in_pool(
+        self.in_pool(
             lambda: self.services.plan(target, request),
             lambda res: self._on_plans(gen, res, request.goal.context_tokens),
             lambda exc: self._on_plan_error(gen, exc),
@@ -106,7 +105,7 @@ class PlannerController(Controller):
         inputs = row.inputs
         goal = window.planner.request().goal
         gen = self.plan_generation
-        run_in_pool(
+        self.in_pool(
             lambda: self.services.feasibility(inputs, CHART_CONTEXTS),
             lambda res: self._on_feasibility(gen, row, goal, res),
         )

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui.controllers import Controller
 from kvpilot.gui.services import LaunchRequest
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from kvpilot.core.base.plan import PlanInputs
@@ -46,7 +45,7 @@ class RunsController(Controller):
 
         data_dir = self.services.data_dir
         self.reading = True
-        run_in_pool(lambda: list_runs(data_dir), self._on_records, self._on_error)
+        self.in_pool(lambda: list_runs(data_dir), self._on_records, self._on_error)
 
     def on_server_event(self, ev: object) -> None:
         """A run of this window ended (its record is written by then): re-read when shown."""
@@ -92,4 +91,4 @@ class RunsController(Controller):
             message = exc.message if isinstance(exc, KvpilotError) else str(exc)
             self.say(f"cannot relaunch run {record.id}: {message}", 15_000)
 
-        run_in_pool(plan, launch, failed)
+        self.in_pool(plan, launch, failed)

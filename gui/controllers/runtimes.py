@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvpilot.gui.controllers import Controller, _nothing
-from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
@@ -42,7 +41,7 @@ class RuntimeController(Controller):
         configured = self.window.profile.vllm_runtime
         self.runtime_problem = LOOKING
         self.window.server_panel.set_launch_blocked(self.runtime_problem)
-        run_in_pool(
+        self.in_pool(
             lambda: self.services.discover_runtime(configured),
             self.set_runtime,
             self.on_runtime_error,

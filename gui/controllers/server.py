@@ -21,7 +21,7 @@ from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.base.plan import Verdict
 from kvpilot.gui.controllers import Controller, _nothing
 from kvpilot.gui.services import LaunchRequest
-from kvpilot.gui.workers import run_in_pool, run_in_thread
+from kvpilot.gui.workers import run_in_thread
 
 if TYPE_CHECKING:
     from kvpilot.core.base.failures import Failure
@@ -216,7 +216,7 @@ class ServerController(Controller):
             if then is not None:
                 then()
 
-        run_in_pool(self.services.stop_server, done, lambda _exc: done())
+        self.in_pool(self.services.stop_server, done, lambda _exc: done())
         return True
 
     def relaunch(self, request: LaunchRequest) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
 
 from kvpilot.core.hub.download_errors import DownloadCancelled
-from kvpilot.core.vllm.command import LaunchSpec
+from kvpilot.core.vllm.command import LaunchSpec, find_free_port
 from kvpilot.gui.bridge import CoreBridge as Bridge
 from kvpilot.gui.services import AppServices
 
@@ -46,7 +46,10 @@ def test_download_progress_reaches_the_gui_thread(qtbot, hub, tmp_path):
         check_params_cb=lambda p: p.bytes_done == p.bytes_total,
     )
     with done, pytest.raises(Exception):  # noqa: B017 - no runtime: the launch cannot proceed
-        services.start_server(_NoRuntime(), LaunchSpec(model=REPO))
+        # a port of its own: the default 8000 may be held by another test's server, which the
+        # orphan policy refuses before any download
+        services.start_server(_NoRuntime(),
+                              LaunchSpec(model=REPO, port=find_free_port("127.0.0.1", 20500)))
     assert seen and seen[-1][0] == seen[-1][1]
     assert all(on_gui for *_, on_gui in seen)
     assert seen[-1][1] == sum(len(b) for b in FILES.values())
@@ -68,7 +71,9 @@ def test_stop_cancels_a_running_download(qtbot, tmp_path, monkeypatch):
 
     def launch() -> None:
         try:
-            services.start_server(_NoRuntime(), LaunchSpec(model=REPO))
+            services.start_server(
+                _NoRuntime(), LaunchSpec(model=REPO, port=find_free_port("127.0.0.1", 20500))
+            )
         except DownloadCancelled as exc:
             errors.append(exc)
 
