@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -36,7 +37,6 @@ def qt_objects_on_their_own_threads() -> Iterator[None]:
             pytest.fail("a Qt object was used off its thread:\n" + "\n".join(seen))
 
 
-
 # tests/run runs the suite as two pytest processes side by side (``--part``): the tests that start
 # servers, vLLM engines or an X server run one after another in one of them (they bind ports found
 # free a moment before, share the tiny checkpoint and the CPU engine's cores, and several judge
@@ -47,7 +47,6 @@ SERVER_WORDS = (
     "fake_vllm", "find_free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer",
 )
 PARTS = ("servers", "others")
-_source_cache: dict[Path, str] = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,13 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@functools.cache
 def _module_text(path: Path) -> str:
-    if path not in _source_cache:
-        try:
-            _source_cache[path] = path.read_text(encoding="utf-8")
-        except OSError:
-            _source_cache[path] = ""
-    return _source_cache[path]
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def part_of(item: pytest.Item) -> str:
@@ -83,7 +81,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wanted = config.getoption("--part")
     if wanted is None:
         return
-    kept = [item for item in items if part_of(item) == wanted]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if part_of(i) != wanted])
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if part_of(item) == wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
