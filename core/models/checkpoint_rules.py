@@ -58,23 +58,15 @@ NVFP4_MAJORS = (10, 12)
 NVFP4_GROUP_SIZE = 16
 
 
-def _first_weights(qcfg: Mapping[str, Any]) -> Mapping[str, Any]:
+def _first_group_part(qcfg: Mapping[str, Any], part: str) -> Mapping[str, Any] | None:
+    """The first ``config_groups`` entry's ``part`` (``weights``, ``input_activations``) of a
+    compressed-tensors ``quantization_config``; None when no group has one."""
     groups = qcfg.get("config_groups")
     if isinstance(groups, Mapping):
         for group in groups.values():
-            weights = group.get("weights") if isinstance(group, Mapping) else None
-            if isinstance(weights, Mapping):
-                return weights
-    return {}
-
-
-def _first_activations(qcfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    groups = qcfg.get("config_groups")
-    if isinstance(groups, Mapping):
-        for group in groups.values():
-            acts = group.get("input_activations") if isinstance(group, Mapping) else None
-            if isinstance(acts, Mapping):
-                return acts
+            found = group.get(part) if isinstance(group, Mapping) else None
+            if isinstance(found, Mapping):
+                return found
     return None
 
 
@@ -100,10 +92,10 @@ def scheme_of(qcfg: Mapping[str, Any] | None) -> str:
     if method == "compressed-tensors":
         if "nvfp4" in str(qcfg.get("format") or "").lower():
             return SCHEME_NVFP4
-        weights = _first_weights(qcfg)
+        weights = _first_group_part(qcfg, "weights") or {}
         bits = weights.get("num_bits")
         kind = str(weights.get("type") or "int").lower()
-        acts = _first_activations(qcfg)
+        acts = _first_group_part(qcfg, "input_activations")
         if bits == 4 and kind == "float":
             return SCHEME_NVFP4 if weights.get("group_size") == NVFP4_GROUP_SIZE else SCHEME_MXFP4
         if bits == 8 and kind == "float":

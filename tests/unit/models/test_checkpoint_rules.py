@@ -15,6 +15,7 @@ from kvpilot.core.models.checkpoint_rules import (
     SCHEME_MXFP4,
     SCHEME_NVFP4,
     SCHEME_W4A16,
+    SCHEME_W8A8_INT8,
     caveat,
     refusal,
     scheme_of,
@@ -40,6 +41,13 @@ def test_schemes_of_real_quantization_configs():
              "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float",
                                                        "group_size": 16}}}}
     assert scheme_of(nvfp4) == SCHEME_NVFP4
+    # INT8 W8A8 (reference/quantized.json, neuralmagic/DeepSeek-R1-Distill-Llama-8B-quantized.w8a8
+    # config.json: int8 per-channel weights, int8 per-token dynamic activations)
+    w8a8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True},
+    }}}
+    assert scheme_of(w8a8) == SCHEME_W8A8_INT8
     assert scheme_of({"quant_method": "modelopt", "quant_algo": "NVFP4"}) == SCHEME_NVFP4
     assert scheme_of_quantization(Quantization("compressed-tensors", 4, 16)) == SCHEME_NVFP4
     assert scheme_of_quantization(Quantization("compressed-tensors", 4, 128)) == SCHEME_W4A16
