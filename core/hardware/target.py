@@ -197,23 +197,27 @@ def from_probe(result: ProbeResult, indices: Sequence[int] | None = None) -> Dev
         p2p=_every([x.p2p if x else None for x in links]),
         nvlink=_every([x.nvlink if x else None for x in links]),
     )
-    per = per_gpu(gpu_set.cards)
     smallest = min(targets, key=lambda t: t.total_bytes)
     holders = tuple(sorted((h for t in targets for h in t.memory_holders), key=lambda h: -h[1]))
     return replace(
-        smallest,
-        name=gpu_set.label,
-        total_bytes=per.total_bytes,
-        free_bytes=per.free_bytes,
-        compute_capability=per.compute_capability,
-        bandwidth_bytes_per_s=per.bandwidth_bytes_per_s,
-        bf16_dense_tflops=per.bf16_dense_tflops,
+        _over_set(smallest, gpu_set),
         memory_holders=holders,
-        drives_display=per.drives_display,
         gpu_indices=tuple(t.gpu_indices[0] for t in targets),
         uuids=tuple(t.uuids[0] for t in targets),
-        allreduce=gpu_set.allreduce_path(len(targets)),
-        gpu_set=gpu_set,
+    )
+
+
+def _over_set(target: DeviceTarget, gpu_set: GpuSet) -> DeviceTarget:
+    """``target`` (one card of ``gpu_set``) as the target of the whole set: the set's name, what
+    each rank can count on (:func:`~kvpilot.core.fit.parallel.per_gpu`) and how the ranks
+    all-reduce."""
+    per = per_gpu(gpu_set.cards)
+    return replace(
+        target, name=gpu_set.label, total_bytes=per.total_bytes, free_bytes=per.free_bytes,
+        compute_capability=per.compute_capability,
+        bandwidth_bytes_per_s=per.bandwidth_bytes_per_s,
+        bf16_dense_tflops=per.bf16_dense_tflops, drives_display=per.drives_display,
+        allreduce=gpu_set.allreduce_path(len(gpu_set.cards)), gpu_set=gpu_set,
     )
 
 
@@ -268,27 +272,25 @@ def from_spec(name: str, platform: str | None = None) -> DeviceTarget:
     names = parse_gpu_names(name)
     if len(names) > 1:
         gpu_set = gpu_set_from_names(name, where)  # raises for an unknown name
-        per = per_gpu(gpu_set.cards)
         boards = [s for s in (specs.lookup(None, n) for n in names) if s is not None]
-        first = boards[0]
-        _, source = first.cuda_total(where)
-        return DeviceTarget(
-            name=gpu_set.label, total_bytes=per.total_bytes, free_bytes=None,
-            compute_capability=per.compute_capability,
+        return replace(
+            _over_set(_spec_target(boards[0], where), gpu_set),
             nvml_total_bytes=min(s.memory_total_bytes for s in boards),
-            total_source=source, bandwidth_bytes_per_s=per.bandwidth_bytes_per_s,
-            bf16_dense_tflops=per.bf16_dense_tflops, gpu_set=gpu_set, spec=first,
-            allreduce=gpu_set.allreduce_path(len(gpu_set.cards)), platform=where,
         )
     spec = specs.lookup(None, name)
     if spec is None:
         raise _unknown_gpu(name)
-    total, source = spec.cuda_total(where)
+    return _spec_target(spec, where)
+
+
+def _spec_target(spec: GpuSpec, platform: str) -> DeviceTarget:
+    """Planner mode: the target of one spec-table board on ``platform`` (its CUDA total)."""
+    total, source = spec.cuda_total(platform)
     return DeviceTarget(
         name=spec.name, total_bytes=total, free_bytes=None,
         compute_capability=spec.compute_capability, nvml_total_bytes=spec.memory_total_bytes,
         total_source=source, bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s,
-        bf16_dense_tflops=spec.bf16_dense_tflops, spec=spec, platform=where,
+        bf16_dense_tflops=spec.bf16_dense_tflops, spec=spec, platform=platform,
     )
 
 
