@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.gui.controllers import Controller
+from kvpilot.gui.controllers import TargetController
 
 if TYPE_CHECKING:
     from kvpilot.core.app.search import SearchResult
@@ -20,15 +20,13 @@ if TYPE_CHECKING:
     from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
-class HubSearchController(Controller):
+class HubSearchController(TargetController):
     """Owns the dialog (one at a time)."""
 
     def __init__(
         self, window: WindowWidgets, gpus: GpuController, runtimes: RuntimeController
     ) -> None:
-        super().__init__(window)
-        self.gpus = gpus
-        self.runtimes = runtimes
+        super().__init__(window, gpus, runtimes)
         self.dialog: HubSearchDialog | None = None
 
     def open(self) -> HubSearchDialog | None:

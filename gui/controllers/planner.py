@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFileDialog
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
-from kvpilot.gui.controllers import Controller
+from kvpilot.gui.controllers import TargetController
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ EXPORT_LABELS = {"command": "vllm serve command", "docker": "docker run command"
                  "compose": "Compose file", "helm": "Helm values"}
 
 
-class PlannerController(Controller):
+class PlannerController(TargetController):
     """Asks for plans and shows them; ``plan_generation`` numbers the requests."""
 
     def __init__(
@@ -44,9 +44,7 @@ class PlannerController(Controller):
         runtimes: RuntimeController,
         profiles: ProfileController,
     ) -> None:
-        super().__init__(window)
-        self.gpus = gpus
-        self.runtimes = runtimes
+        super().__init__(window, gpus, runtimes)
         self.profiles = profiles
         self.plan_generation = 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvpilot.core.base.errors import KvpilotError
-from kvpilot.gui.controllers import Controller
+from kvpilot.gui.controllers import TargetController
 from kvpilot.gui.services import LaunchRequest
 
 if TYPE_CHECKING:
@@ -27,16 +27,14 @@ if TYPE_CHECKING:
     from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 
-class RunsController(Controller):
+class RunsController(TargetController):
     """Feeds the Runs view; ``reading`` is True while the pool reads the folder."""
 
     def __init__(self, window: WindowWidgets, view: RunsView, server: ServerController,
                  gpus: GpuController, runtimes: RuntimeController) -> None:
-        super().__init__(window)
+        super().__init__(window, gpus, runtimes)
         self.view = view
         self.server = server
-        self.gpus = gpus
-        self.runtimes = runtimes
         self.reading = False
 
     def refresh(self) -> None:

@@ -19,7 +19,7 @@ from PySide6.QtCore import QTimer
 from kvpilot.core.base.errors import FolderError, KvpilotError, ProcUnreadableError
 from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.base.plan import Verdict
-from kvpilot.gui.controllers import Controller, _nothing
+from kvpilot.gui.controllers import Controller, TargetController, _nothing
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_thread
 
@@ -40,15 +40,13 @@ log = logging.getLogger("kvpilot.gui")
 LOG_DRAIN_MS = 100
 
 
-class ServerController(Controller):
+class ServerController(TargetController):
     """Owns the launch in progress (``current_request``) and whether this window started it."""
 
     def __init__(
         self, window: WindowWidgets, gpus: GpuController, runtimes: RuntimeController
     ) -> None:
-        super().__init__(window)
-        self.gpus = gpus
-        self.runtimes = runtimes
+        super().__init__(window, gpus, runtimes)
         #: called when a launch starts (a new failure may follow)
         self.launching: Callable[[], None] = _nothing
         #: called with a failure (None: vLLM said nothing) and whether the server was ready
