@@ -34,6 +34,7 @@ from pathlib import Path
 
 from kvpilot.core.base import paths
 from kvpilot.core.base.errors import KvpilotError
+from kvpilot.core.base.programs import run_for_output
 
 AUTOSTART_NAME = "kvpilot.desktop"
 UNIT_NAME = "kvpilot-serve.service"
@@ -233,8 +234,7 @@ def _systemctl(*args: str) -> subprocess.CompletedProcess[str] | None:
     if exe is None:
         return None
     try:
-        return subprocess.run([exe, "--user", *args], capture_output=True, text=True,
-                              timeout=SYSTEMCTL_TIMEOUT_S, check=False)
+        return run_for_output([exe, "--user", *args], SYSTEMCTL_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from kvpilot.core.base import paths
 from kvpilot.core.base.errors import CommandError, RuntimeNotFoundError
+from kvpilot.core.base.programs import run_for_output
 from kvpilot.core.base.versions import (
     Feature,
     Release,
@@ -262,15 +263,7 @@ def parse_version_output(text: str) -> str | None:
 
 def _run(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, NO_COLOR="1", VLLM_LOGGING_COLOR="0", VLLM_NO_USAGE_STATS="1")
-    return subprocess.run(
-        list(argv),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return run_for_output(argv, timeout_s, env)
 
 
 def ask_runtime(

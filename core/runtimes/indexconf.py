@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvpilot.core.base.programs import run_for_output
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the tomli backport (a dependency there)
@@ -101,14 +103,7 @@ def pip_config(
     environ.pop("PYTHONHOME", None)
     for command in _pip_commands(python):
         try:
-            proc = subprocess.run(
-                [*command, "config", "list"],
-                capture_output=True,
-                text=True,
-                env=environ,
-                timeout=timeout_s,
-                check=False,
-            )
+            proc = run_for_output([*command, "config", "list"], timeout_s, environ)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if proc.returncode == 0:

@@ -45,6 +45,7 @@ from kvpilot.core.base.errors import (
     RuntimeInstallError,
     RuntimeNotFoundError,
 )
+from kvpilot.core.base.programs import run_for_output
 from kvpilot.core.base.units import size_text
 from kvpilot.core.hardware import proctree
 from kvpilot.core.runtimes import managed_python, store
@@ -108,14 +109,7 @@ class PythonCandidate:
 def probe_python(path: str, timeout_s: float = 20.0) -> PythonCandidate | None:
     """Version of the interpreter at ``path`` and whether it can make a venv with pip."""
     try:
-        proc = subprocess.run(
-            [path, "-c", _PY_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        proc = run_for_output([path, "-c", _PY_PROBE], timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return None
     parts = proc.stdout.split()

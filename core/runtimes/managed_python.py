@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvpilot.core.base.programs import run_for_output
 from kvpilot.core.runtimes import store
 
 #: the marker :class:`ManagedPython` puts in place of an interpreter's path
@@ -82,10 +83,7 @@ def downloadable(uv: str, request: str, data_dir: Path | None = None) -> list[st
         "--output-format", "json",
     ]  # fmt: skip
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=60, env=env,
-            stdin=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
+        proc = run_for_output(argv, 60, env)
         entries = json.loads(proc.stdout) if proc.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return []
