@@ -22,12 +22,5 @@ def run_for_output(
         OSError: the program cannot be started (not found, not executable).
         subprocess.TimeoutExpired: it did not finish within ``timeout_s`` seconds (it is killed).
     """
-    return subprocess.run(
-        list(argv),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, env=env,
+                          stdin=subprocess.DEVNULL, check=False)
