@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QDialog
 
-    from kvpilot.gui.controllers.gpus import GpuController
-    from kvpilot.gui.controllers.runtimes import RuntimeController
     from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
 _Dialog = TypeVar("_Dialog", bound="QDialog")
@@ -78,15 +76,3 @@ class Controller:
         else:
             dialog.show()
         return dialog
-
-
-class TargetController(Controller):
-    """Base of the controllers that work for the window's GPU target (``gpus``) on the
-    selected vLLM (``runtimes``): planning, searching, launching, the runs list."""
-
-    def __init__(
-        self, window: WindowWidgets, gpus: GpuController, runtimes: RuntimeController
-    ) -> None:
-        super().__init__(window)
-        self.gpus = gpus
-        self.runtimes = runtimes

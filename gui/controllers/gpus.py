@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
     from kvpilot.core.hardware.sampler import GpuSample
     from kvpilot.core.hardware.target import DeviceTarget
+    from kvpilot.gui.controllers.runtimes import RuntimeController
     from kvpilot.gui.records import PlanRow
     from kvpilot.gui.widgets.window_widgets import WindowWidgets
 
@@ -214,3 +215,15 @@ class GpuController(Controller):
         if pp > 1:
             out["pipeline_parallel_size"] = pp  # spelled by command.build_argv_tail
         return out
+
+
+class TargetController(Controller):
+    """Base of the controllers that work for the window's GPU target (``gpus``) on the
+    selected vLLM (``runtimes``): planning, searching, launching, the runs list."""
+
+    def __init__(
+        self, window: WindowWidgets, gpus: GpuController, runtimes: RuntimeController
+    ) -> None:
+        super().__init__(window)
+        self.gpus = gpus
+        self.runtimes = runtimes

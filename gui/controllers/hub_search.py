@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvpilot.gui.controllers import TargetController
+from kvpilot.gui.controllers.gpus import TargetController
 
 if TYPE_CHECKING:
     from kvpilot.core.app.search import SearchResult

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFileDialog
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
-from kvpilot.gui.controllers import TargetController
+from kvpilot.gui.controllers.gpus import TargetController
 from kvpilot.gui.panels.planner_panel import CHART_CONTEXTS
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvpilot.core.base.errors import KvpilotError
-from kvpilot.gui.controllers import TargetController
+from kvpilot.gui.controllers.gpus import TargetController
 from kvpilot.gui.services import LaunchRequest
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from PySide6.QtCore import QTimer
 from kvpilot.core.base.errors import FolderError, KvpilotError, ProcUnreadableError
 from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.base.plan import Verdict
-from kvpilot.gui.controllers import Controller, TargetController, _nothing
+from kvpilot.gui.controllers import Controller, _nothing
+from kvpilot.gui.controllers.gpus import TargetController
 from kvpilot.gui.services import LaunchRequest
 from kvpilot.gui.workers import run_in_thread
 
