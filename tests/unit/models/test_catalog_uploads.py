@@ -116,3 +116,18 @@ def test_on_the_4090_six_checkpoints_of_2026_models_are_planned_at_8k(
     assert {"Qwen/Qwen3.5-9B", "davidyu-nv/Qwen3.5-9B-NVFP4-MSE",
             "cyankiwi/gemma-4-26B-A4B-it-AWQ-4bit"} <= planned
     assert len(planned) >= 6, sorted(planned)
+
+
+def test_catalog_json_lists_15_checkpoints_of_2026_models_under_24_gib(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    from kvpilot.core import cli
+
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli.main(["catalog", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)["models"]
+    small = [c["repo"] for m in models if (m["release_date"] or "").startswith("2026")
+             for c in m["checkpoints"] if c["weights_bytes"] < 24 * GIB and not c["refused"]]
+    assert len(small) >= 15, small
