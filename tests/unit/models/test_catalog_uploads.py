@@ -21,6 +21,7 @@ PUBLISHED_GIB = {
     "palmfuture/Qwen3.6-35B-A3B-GPTQ-Int4": 24.4e9 / GIB,  # the model card's 24.4 GB
     "davidyu-nv/Qwen3.5-9B-NVFP4-MSE": 12.38e9 / GIB,  # the model card's 12.38 GB
     "caiovicentino1/Qwen3.6-35B-A3B-HLWQ-CT-INT4": 19.43e9 / GIB,  # the model card's 19.43 GB
+    "natfii/Qwen3.6-27B-VLM-NVFP4-MTP": 20.6e9 / GIB,  # the model card's ~20.6 GB file
 }
 
 
