@@ -104,6 +104,20 @@ def test_on_the_4090_the_top_plan_is_a_rated_2026_upload_of_published_size(
     assert ckpt.weights_source == "catalog", top["model"]
 
 
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
+def test_on_the_4090_three_of_the_top_five_are_rated_2026_uploads(
+    goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    top5 = _recommend(goal, monkeypatch, tmp_path, capsys, snapshot="rtx4090-desktop")[:5]
+    rated_2026 = []
+    for cand in top5:
+        found = catalog.find(cand["model"])
+        assert found is not None, cand["model"]
+        if found[0].release_date.startswith("2026") and cand["quality"]["score"] is not None:
+            rated_2026.append(cand["model"])
+    assert len(rated_2026) >= 3, [c["model"] for c in top5]
+
+
 def test_on_the_4090_six_checkpoints_of_2026_models_are_planned_at_8k(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
 ) -> None:
