@@ -20,6 +20,8 @@ PUBLISHED_GIB = {
     "LibertAIDAI/Qwen3.6-27B-W4A16-G128": 19.0,  # the model card's disk size
     "palmfuture/Qwen3.6-35B-A3B-GPTQ-Int4": 24.4e9 / GIB,  # the model card's 24.4 GB
     "davidyu-nv/Qwen3.5-9B-NVFP4-MSE": 12.38e9 / GIB,  # the model card's 12.38 GB
+    "caiovicentino1/Qwen3.6-35B-A3B-HLWQ-CT-INT4": 19.43e9 / GIB,  # the model card's 19.43 GB
+    "natfii/Qwen3.6-27B-VLM-NVFP4-MTP": 20.6e9 / GIB,  # the model card's ~20.6 GB file
 }
 
 
@@ -102,6 +104,20 @@ def test_on_the_4090_the_top_plan_is_a_rated_2026_upload_of_published_size(
     assert ckpt.weights_source == "catalog", top["model"]
 
 
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
+def test_on_the_4090_three_of_the_top_five_are_rated_2026_uploads(
+    goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    top5 = _recommend(goal, monkeypatch, tmp_path, capsys, snapshot="rtx4090-desktop")[:5]
+    rated_2026 = []
+    for cand in top5:
+        found = catalog.find(cand["model"])
+        assert found is not None, cand["model"]
+        if found[0].release_date.startswith("2026") and cand["quality"]["score"] is not None:
+            rated_2026.append(cand["model"])
+    assert len(rated_2026) >= 3, [c["model"] for c in top5]
+
+
 def test_on_the_4090_six_checkpoints_of_2026_models_are_planned_at_8k(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
 ) -> None:
@@ -115,3 +131,18 @@ def test_on_the_4090_six_checkpoints_of_2026_models_are_planned_at_8k(
     assert {"Qwen/Qwen3.5-9B", "davidyu-nv/Qwen3.5-9B-NVFP4-MSE",
             "cyankiwi/gemma-4-26B-A4B-it-AWQ-4bit"} <= planned
     assert len(planned) >= 6, sorted(planned)
+
+
+def test_catalog_json_lists_15_checkpoints_of_2026_models_under_24_gib(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    from kvpilot.core import cli
+
+    monkeypatch.setenv("KVPILOT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KVPILOT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli.main(["catalog", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)["models"]
+    small = [c["repo"] for m in models if (m["release_date"] or "").startswith("2026")
+             for c in m["checkpoints"] if c["weights_bytes"] < 24 * GIB and not c["refused"]]
+    assert len(small) >= 15, small
