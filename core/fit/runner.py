@@ -22,11 +22,12 @@ and that sampler keeps the logits only (:data:`activation.SAMPLER_V2`): :func:`r
 
 The V2 runner's ``profile_cudagraph_memory`` returns 0 up to 0.28.0 (0.29.0 estimates), so by
 the code no CUDA-graph estimate enters a V2 run's budget before 0.29. The logs agree: vLLM's
-"peak activation" figure is the profile run's transient peak plus the estimate it applied
-(``determine_available_memory``, 0.28.0 wheel), and the V2 start-ups that print the breakdown
-close their budget without the captured pool (Qwen2.5-7B-AWQ with 0.26.0 on an RTX 4080 and
-with 0.28.0 on an L4: 1.04 GiB peak, 0.48 / 0.53 GiB of graphs apart; Gemma 4 E4B with 0.28.0
-on an L4: 0.27 GiB peak, 0.78 GiB apart). What the plan lacks there is the transient peak
+"peak activation" figure is the profile run's transient peak (0.26.0, the applied estimate
+taken off beside it) or that peak plus the applied estimate (0.28.0), by each wheel's
+``determine_available_memory``, and the V2 start-ups that print the breakdown close their
+budget without the captured pool (Qwen2.5-7B-AWQ with 0.26.0 on an RTX 4080 and with 0.28.0
+on an L4: 1.04 GiB peak, 0.48 / 0.53 GiB of graphs apart; Gemma 4 E4B with 0.28.0 on an L4:
+0.27 GiB peak, 0.78 GiB apart). What the plan lacks there is the transient peak
 itself: the V2 profile run of dense Qwen2.5 and Llama 3.1 checkpoints peaks 0.7 to 0.9 GiB above
 the modelled forward and sampler (1.04 GiB logged against 0.34 for Qwen2.5-7B-AWQ at 2,048
 tokens), while Gemma 4 E4B's matches (0.27 against 0.28). Taken out of the budget without that
