@@ -21,11 +21,19 @@ Under the V2 runner the profile run keeps the forward's buffers while the dummy 
 and that sampler keeps the logits only (:data:`activation.SAMPLER_V2`): :func:`runner_profile`.
 
 The V2 runner's ``profile_cudagraph_memory`` returns 0 up to 0.28.0 (0.29.0 estimates), so by
-the code no CUDA-graph estimate enters a V2 run's budget before 0.29. The public start-ups do
-not bear that out: left out of the budget, leave-one-source-out error of the 0.26 to 0.28 V2
-runs grows (Qwen3-14B on an L40S with 0.28.0: 0.4 % -> 11.8 %; Qwen2.5-7B-AWQ with 0.26.0:
-1.6 % -> 8.7 %), so the plan keeps the estimate inside the budget there until a log shows
-where those bytes go.
+the code no CUDA-graph estimate enters a V2 run's budget before 0.29. The logs agree: vLLM's
+"peak activation" figure is the profile run's transient peak (0.26.0, the applied estimate
+taken off beside it) or that peak plus the applied estimate (0.28.0), by each wheel's
+``determine_available_memory``, and the V2 start-ups that print the breakdown close their
+budget without the captured pool (Qwen2.5-7B-AWQ with 0.26.0 on an RTX 4080 and with 0.28.0
+on an L4: 1.04 GiB peak, 0.48 / 0.53 GiB of graphs apart; Gemma 4 E4B with 0.28.0 on an L4:
+0.27 GiB peak, 0.78 GiB apart). What the plan lacks there is the transient peak
+itself: the V2 profile run of dense Qwen2.5 and Llama 3.1 checkpoints peaks 0.7 to 0.9 GiB above
+the modelled forward and sampler (1.04 GiB logged against 0.34 for Qwen2.5-7B-AWQ at 2,048
+tokens), while Gemma 4 E4B's matches (0.27 against 0.28). Taken out of the budget without that
+term, leave-one-source-out error of the 0.26 to 0.28 V2 runs grows (Qwen3-14B on an L40S with
+0.28.0: 0.4 % -> 11.8 %; Qwen2.5-7B-AWQ with 0.26.0: 1.6 % -> 8.7 %), so the plan keeps the
+estimate inside the budget, where it stands in for that peak, until its source is found.
 """
 
 from __future__ import annotations
