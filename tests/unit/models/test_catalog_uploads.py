@@ -146,3 +146,17 @@ def test_catalog_json_lists_15_checkpoints_of_2026_models_under_24_gib(
     small = [c["repo"] for m in models if (m["release_date"] or "").startswith("2026")
              for c in m["checkpoints"] if c["weights_bytes"] < 24 * GIB and not c["refused"]]
     assert len(small) >= 15, small
+
+
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
+def test_every_rated_upload_in_the_top_five_says_where_its_recovery_comes_from(
+    goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    for snapshot in ("rtx5090", "rtx4090-desktop"):
+        for cand in _recommend(goal, monkeypatch, tmp_path, capsys, snapshot=snapshot)[:5]:
+            q = cand["quality"]
+            found = catalog.find(cand["model"])
+            if q["score"] is None or (found and found[0].id == cand["model"]):
+                continue  # unrated, or a base checkpoint (nothing to recover)
+            assert q["recovery_kind"] in ("quantizer", "scheme"), cand["model"]
+            assert q["score"] == pytest.approx(q["raw_score"] * q["recovery"], abs=0.01)
