@@ -22,6 +22,11 @@ PUBLISHED_GIB = {
     "davidyu-nv/Qwen3.5-9B-NVFP4-MSE": 12.38e9 / GIB,  # the model card's 12.38 GB
     "caiovicentino1/Qwen3.6-35B-A3B-HLWQ-CT-INT4": 19.43e9 / GIB,  # the model card's 19.43 GB
     "natfii/Qwen3.6-27B-VLM-NVFP4-MTP": 20.6e9 / GIB,  # the model card's ~20.6 GB file
+    # the on-disk sizes an independent study lists at pinned commits (sch0tten/nvfp4-benchmark)
+    "nvidia/Qwen3.6-35B-A3B-NVFP4": 23.5e9 / GIB,
+    "nvidia/Gemma-4-26B-A4B-NVFP4": 18.8e9 / GIB,
+    "nvidia/Gemma-4-31B-IT-NVFP4": 32.7e9 / GIB,
+    "Qwen/Qwen3.6-27B-FP8": 30.9e9 / GIB,
 }
 
 
