@@ -46,11 +46,14 @@ def test_an_upload_of_no_known_scheme_without_published_recovery_keeps_the_base_
 
 
 def test_figures_of_another_benchmark_are_never_mixed_in() -> None:
-    # gpt-oss-20b has a SWE-bench Verified figure and no Intelligence Index v4.0 one
-    assert figure_for("openai/gpt-oss-20b", "coding").score == pytest.approx(60.7)
-    chat = figure_for("openai/gpt-oss-20b", "chat")
+    # Qwen3.5-35B-A3B has a SWE-bench Verified figure and no Intelligence Index v4.0 one
+    assert figure_for("Qwen/Qwen3.5-35B-A3B", "coding").score == pytest.approx(70.0)
+    chat = figure_for("Qwen/Qwen3.5-35B-A3B", "chat")
     assert not chat.rated and chat.benchmark == UNRATED
     assert "Intelligence Index v4.0" in chat.source
+    # gpt-oss-20b has one of each: every use case reads its own
+    assert figure_for("openai/gpt-oss-20b", "coding").score == pytest.approx(60.7)
+    assert figure_for("openai/gpt-oss-20b", "chat").score == pytest.approx(24.5)
 
 
 def test_the_json_form_keeps_the_contract_keys() -> None:
