@@ -165,3 +165,16 @@ def test_every_rated_upload_in_the_top_five_says_where_its_recovery_comes_from(
                 continue  # unrated, or a base checkpoint (nothing to recover)
             assert q["recovery_kind"] in ("quantizer", "scheme"), cand["model"]
             assert q["score"] == pytest.approx(q["raw_score"] * q["recovery"], abs=0.01)
+
+
+@pytest.mark.parametrize("snapshot", ["rtx4090-desktop", "rtx5090"])
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
+def test_every_one_of_the_top_five_carries_a_published_figure(
+    goal: list[str], snapshot: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    top5 = _recommend(goal, monkeypatch, tmp_path, capsys, snapshot=snapshot)[:5]
+    assert len(top5) == 5
+    for cand in top5:
+        q = cand["quality"]
+        assert q["score"] is not None and q["source"].startswith("http"), cand["model"]
+        assert q["benchmark"] == "Artificial Analysis Intelligence Index v4.0", cand["model"]
