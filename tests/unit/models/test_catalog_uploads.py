@@ -27,6 +27,7 @@ PUBLISHED_GIB = {
     "nvidia/Gemma-4-26B-A4B-NVFP4": 18.8e9 / GIB,
     "nvidia/Gemma-4-31B-IT-NVFP4": 32.7e9 / GIB,
     "Qwen/Qwen3.6-27B-FP8": 30.9e9 / GIB,
+    "nvidia/Qwen3.6-27B-NVFP4": 21.9e9 / GIB,  # measured from the checkpoint, kept 4-bit
 }
 
 
@@ -178,3 +179,14 @@ def test_every_one_of_the_top_five_carries_a_published_figure(
         q = cand["quality"]
         assert q["score"] is not None and q["source"].startswith("http"), cand["model"]
         assert q["benchmark"] == "Artificial Analysis Intelligence Index v4.0", cand["model"]
+
+
+@pytest.mark.parametrize("goal", ISSUE_GOALS)
+def test_on_the_5090_every_one_of_the_top_five_has_a_sourced_size(
+    goal: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    for cand in _recommend(goal, monkeypatch, tmp_path, capsys)[:5]:
+        found = catalog.find(cand["model"])
+        assert found is not None, cand["model"]
+        assert found[1].weights_source == "catalog", cand["model"]
+        assert found[0].release_date.startswith("2026"), cand["model"]
