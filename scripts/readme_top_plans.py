@@ -64,6 +64,9 @@ def table() -> str:
             figure = (f"{q['score']} on {q['benchmark']} ({q.get('date') or 'undated'}), "
                       f"{q['source']}" if q.get("score") is not None
                       else f"unrated ({q.get('source', '')})")
+            if q.get("score") is not None and q.get("recovery"):
+                figure += (f"; {q['raw_score']} times the {q.get('recovery_kind') or 'published'} "
+                           f"recovery {q['recovery']}")
             rows.append(f"| {label} | {goal_label} | `{top['model']}` "
                         f"({top['kv_cache_dtype']} KV, {top['max_model_len']:,} tokens) "
                         f"| {figure} |")

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.goal import Goal
-from kvpilot.core.base.model_spec import ModelSpec
+from kvpilot.core.base.model_spec import ModelSpec, Quantization
 from kvpilot.core.base.plan import (
     CPU_DEVICE_NAME,
     USE_CASES,
@@ -352,7 +352,7 @@ def _evaluate(
     kv_headroom = kv_headroom_bytes(cap, goal.users)
     tight = is_tight(cap, goal.users)
     short_context = cap.max_model_len < goal.context_tokens
-    quality = quality_of(model.model_id, goal.use_case)
+    quality = quality_of(model.model_id, goal.use_case, model.quantization)
     score = _score(goal, total, active, weight_bits_of(model), cap, tps, ttft, quality)
     if short_context:
         score -= 5
@@ -381,13 +381,14 @@ def _evaluate(
     )
 
 
-def quality_of(repo: str, use_case: str) -> QualityFigure:
+def quality_of(repo: str, use_case: str, quant: Quantization | None = None) -> QualityFigure:
     """The published figure of checkpoint ``repo`` in ``use_case``'s benchmark (its catalog
-    entry is its base model), or unrated."""
+    entry is its base model), or unrated; ``quant`` (the checkpoint's quantization) picks the
+    per-scheme recovery where its quantizer published none."""
     from kvpilot.core.models.catalog import find
 
     found = find(repo)
-    return figure_for(repo, use_case, found[0].id if found else None)
+    return figure_for(repo, use_case, found[0].id if found else None, quant)
 
 
 def quality_points(quality: QualityFigure, params: int, active: int, bits: int) -> float:
