@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -37,16 +38,20 @@ def qt_objects_on_their_own_threads() -> Iterator[None]:
             pytest.fail("a Qt object was used off its thread:\n" + "\n".join(seen))
 
 
-# tests/run runs the suite as two pytest processes side by side (``--part``): the tests that start
-# servers, vLLM engines or an X server run one after another in one of them (they bind ports found
-# free a moment before, share the tiny checkpoint and the CPU engine's cores, and several judge
-# time); everything else runs in the other.
+# tests/run runs the suite as pytest processes side by side (``--part``): the tests that start
+# servers, vLLM engines or an X server run one after another within each of the ``servers``
+# streams (``--stream K/N``; a stream takes whole modules, balanced by the seconds each module took
+# in a recorded run, ``tests/server_streams.json``), each stream on ports of its own
+# (``tests/ports.py``); everything else runs in the ``others`` part alongside.
 SERVER_DIRS = ("e2e", "faults", "system")
 SERVER_FIXTURES = frozenset({"vllm_runtime", "tiny_model", "vllm_server", "vllm_scratch"})
 SERVER_WORDS = (
-    "fake_vllm", "find_free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer",
+    "fake_vllm", "free_port", "FAKE_VLLM", "xwindow", "Xvfb", "ThreadingHTTPServer",
 )
 PARTS = ("servers", "others")
+STREAM_SECONDS = TESTS_DIR / "server_streams.json"
+UNTIMED_MODULE_S = 30.0  # a module the recorded run did not see counts as one vLLM start
+PORTS_PER_STREAM = 3000  # the tests name ports from 18000 to 20600
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,6 +59,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--part", choices=PARTS, default=None,
         help="only the tests that start servers (servers) or only the others (others)",
     )
+    parser.addoption(
+        "--stream", default=None, metavar="K/N",
+        help="with --part servers: only the K-th of N streams of whole modules (1/2, 2/2)",
+    )
+
+
+def _stream(config: pytest.Config) -> tuple[int, int] | None:
+    text = config.getoption("--stream")
+    if not text:
+        return None
+    try:
+        k, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--stream {text}: give it as K/N, e.g. 1/2") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--stream {text}: K must be from 1 to N")
+    return k, n
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this process's stream its own block of ports (``tests/ports.py``)."""
+    stream = _stream(config)
+    if stream is not None:
+        os.environ["KVPILOT_TEST_PORT_OFFSET"] = str((stream[0] - 1) * PORTS_PER_STREAM)
 
 
 @functools.cache
@@ -76,15 +105,47 @@ def part_of(item: pytest.Item) -> str:
     return "servers" if any(word in text for word in SERVER_WORDS) else "others"
 
 
+def _module_of(item: pytest.Item) -> str:
+    path = Path(str(item.fspath)).resolve()
+    return path.relative_to(REPO_ROOT).as_posix() if REPO_ROOT in path.parents else str(path)
+
+
+def split_streams(modules: list[str], seconds: dict[str, float], count: int) -> dict[str, int]:
+    """Each module's stream (0-based): the longest first, each to the stream with the fewest
+    seconds so far (ties to the lower stream; names break ties in length, so it is stable)."""
+    loads = [0.0] * count
+    chosen: dict[str, int] = {}
+    for module in sorted(set(modules), key=lambda m: (-seconds.get(m, UNTIMED_MODULE_S), m)):
+        k = min(range(count), key=lambda i: (loads[i], i))
+        chosen[module] = k
+        loads[k] += seconds.get(module, UNTIMED_MODULE_S)
+    return chosen
+
+
+def _recorded_seconds() -> dict[str, float]:
+    try:
+        data = json.loads(STREAM_SECONDS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.get("module_seconds", {}).items()}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--part``, keep only that part's tests."""
+    """With ``--part``, keep only that part's tests (and with ``--stream``, that stream's)."""
     wanted = config.getoption("--part")
     if wanted is None:
         return
+    stream = _stream(config) if wanted == "servers" else None
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         (kept if part_of(item) == wanted else dropped).append(item)
+    if stream is not None:
+        k, n = stream
+        chosen = split_streams([_module_of(i) for i in kept], _recorded_seconds(), n)
+        mine = [i for i in kept if chosen[_module_of(i)] == k - 1]
+        dropped += [i for i in kept if chosen[_module_of(i)] != k - 1]
+        kept = mine
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 from kvpilot.core.base.errors import RuntimeNotFoundError
 from kvpilot.core.runtimes.discovery import VllmRuntime, discover
 from kvpilot.core.runtimes.store import get_installed
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.supervisor import Supervisor
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -162,7 +163,7 @@ def launch_spec(tiny_model: Path, vllm_scratch: Path) -> Callable[..., LaunchSpe
         values: dict[str, Any] = {
             "model": str(tiny_model),
             "host": "127.0.0.1",
-            "port": find_free_port("127.0.0.1", 18000),
+            "port": free_port(18000),
             "max_model_len": 1024,
             "max_num_seqs": 4,
             "kv_cache_memory_bytes": KV_CACHE_BYTES,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import random
 import shutil
 import sys
@@ -172,16 +173,28 @@ def build(target: Path) -> None:
 def ensure_model(cache_dir: Path) -> Path:
     """Return the cached model directory, building it first when missing."""
     final = cache_dir / script_digest()
-    if (final / "model.safetensors").is_file() and (final / "tokenizer.json").is_file():
+    if _complete(final):
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir / f".{final.name}.partial"
+    # a folder of this process's own: two test processes may build at the same moment, and
+    # the first rename wins (a folder that is already complete is never replaced)
+    tmp = cache_dir / f".{final.name}.{os.getpid()}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     build(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    if final.exists() and not _complete(final):
+        shutil.rmtree(final, ignore_errors=True)
+    try:
+        tmp.rename(final)
+    except OSError:
+        if not _complete(final):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from ports import free_port
 
 from kvpilot.core.app.settings import Profile, Settings, SettingsStore
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.runs.store import RunStore
-from kvpilot.core.vllm.command import find_free_port
 
 from .conftest import KV_CACHE_BYTES, READY_TIMEOUT_S, vllm_executable_for_tests
 from .servekit import kvpilot_argv, serve_env
@@ -119,7 +119,7 @@ def _settings(config: Path, tiny_model: Path) -> None:
 def _start_front(tmp: Path, vllm_scratch: Path, tiny_model: Path, *flags: str) -> Front:
     config, data = tmp / "config", tmp / "data"
     _settings(config, tiny_model)
-    port = find_free_port("127.0.0.1", 18700)
+    port = free_port(18700)
     env = {**serve_env(vllm_scratch, data), "KVPILOT_CONFIG_DIR": str(config),
            "KVPILOT_SECRETS": "settings-file"}
     env.pop("KVPILOT_API_KEY", None)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import httpx
 import psutil
+from ports import free_port
 
 from kvpilot.core.app import autostart
 from kvpilot.core.app.settings import Profile, Settings, SettingsStore
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import find_free_port
 
 from .conftest import KV_CACHE_BYTES, READY_TIMEOUT_S, vllm_executable_for_tests
 from .servekit import kvpilot_argv, serve_env, wait_event
@@ -33,7 +33,7 @@ def test_serve_profile_headless(
 ) -> None:
     config = tmp_path / "config"
     data = tmp_path / "data"
-    port = find_free_port("127.0.0.1", 18600)
+    port = free_port(18600)
     plan = ServingSettings(max_model_len=1024, max_num_seqs=4, kv_cache_memory_bytes=KV_CACHE_BYTES,
                         enforce_eager=True, dtype="float32")
     exe, _ = vllm_executable_for_tests()

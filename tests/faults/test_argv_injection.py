@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port, parse_extra_args
+from kvpilot.core.vllm.command import LaunchSpec, parse_extra_args
 from kvpilot.core.vllm.supervisor import Supervisor
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def test_shell_syntax_in_model_path_extra_args_and_api_key_runs_nothing(
     api_key = "key" + "".join(ch for ch in payload if "!" <= ch <= "~")
     spec = LaunchSpec(
         model=str(model_dir),
-        port=find_free_port("127.0.0.1", 19600),
+        port=free_port(19600),
         api_key=api_key,
         extra_args=extra,
     )

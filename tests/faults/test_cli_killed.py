@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 from e2e.servekit import kvpilot_argv
+from ports import free_port
 
-from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.orphans import find_orphans, pidfile_path, read_pidfile
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def _fake_servers() -> set[int]:
 def test_a_killed_cli_leaves_an_orphan_the_next_serve_finds_and_never_doubles(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    port = find_free_port("127.0.0.1", 19900)
+    port = free_port(19900)
     data = tmp_path / "data"
     before = _fake_servers()
     first = _serve(env, port)

@@ -128,14 +128,16 @@ def test_a_launch_log_on_a_full_disk_is_reported_once_and_serving_goes_on(
 ) -> None:
     if not disk.real:
         pytest.skip("needs a real small disk (tmpfs mount as root)")
+    from ports import free_port
+
     from kvpilot.core.runtimes.discovery import VllmRuntime
-    from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+    from kvpilot.core.vllm.command import LaunchSpec
     from kvpilot.core.vllm.supervisor import READY, Supervisor
 
     fake = TESTS / "fakes" / "fake_vllm.py"
     monkeypatch.setenv("FAKE_VLLM_FLOOD", "20000,100000")
     runtime = VllmRuntime((sys.executable, str(fake)), "0.32.0", "env", str(fake))
-    spec = LaunchSpec(model="/models/tiny", port=find_free_port("127.0.0.1", 19700))
+    spec = LaunchSpec(model="/models/tiny", port=free_port(19700))
     caplog.set_level(logging.WARNING, logger="kvpilot.core.vllm.supervisor")
     sup = Supervisor(runtime, spec, data_dir=disk.root / "data", check_flags=False)
     sup.start()

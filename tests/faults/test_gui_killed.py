@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 from guikit import wait_for_state
+from ports import free_port
 
 from kvpilot.core.app import settings as st
 from kvpilot.core.hardware.proctree import alive
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import find_free_port
 from kvpilot.core.vllm.orphans import find_orphans
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_a_sigkilled_gui_leaves_an_orphan_the_next_window_offers_and_never_doubl
 
     monkeypatch.setattr(launch, "launchable_spec", lambda spec, **_: spec)
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
-    port = find_free_port("127.0.0.1", 19850)
+    port = free_port(19850)
     first = subprocess.Popen(
         [sys.executable, "-c", FIRST_GUI, str(FAKE_VLLM), str(isolated_dirs / "config"),
          str(port)],

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ports import free_port
 
 from kvpilot.core.base import failures
 from kvpilot.core.hardware.proctree import alive as _alive
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.orphans import pidfile_path
 from kvpilot.core.vllm.supervisor import FAILED, READY, STARTING, Supervisor
 
@@ -39,7 +40,7 @@ def run_fake(
     ) -> Supervisor:
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
-        port = port if port is not None else find_free_port("127.0.0.1", 19800)
+        port = port if port is not None else free_port(19800)
         spec = LaunchSpec(model="/models/tiny", port=port)
         sup = Supervisor(
             runtime,
@@ -160,7 +161,7 @@ def test_port_taken_between_the_check_and_the_launch_is_port_in_use(run_fake) ->
 
     from kvpilot.core.vllm.command import port_is_free
 
-    port = find_free_port("127.0.0.1", 19850)
+    port = free_port(19850)
     assert port_is_free("127.0.0.1", port)  # the check passes ...
     with socket.socket() as thief:
         # ... then another program takes the port (SO_REUSEADDR as a server binds: a socket of

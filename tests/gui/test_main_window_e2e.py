@@ -23,6 +23,7 @@ from e2e.conftest import READY_TIMEOUT_S, scratch_env
 from e2e.servekit import kvpilot_argv, serve_env, start_serve, wait_event
 from fitkit import cli_flags
 from guikit import plan_tiny_model, wait_for_state
+from ports import free_port
 
 from kvpilot.core.app import settings as st
 from kvpilot.core.base import failures
@@ -30,7 +31,6 @@ from kvpilot.core.cli import main
 from kvpilot.core.hardware.proctree import alive as _alive
 from kvpilot.core.runs.store import RunStore
 from kvpilot.core.vllm import logparse
-from kvpilot.core.vllm.command import find_free_port
 from kvpilot.gui.dialogs.benchmark_dialog import RESULT_COLUMNS
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,7 @@ def tiny_window(make_window, vllm_runtime, tiny_model, vllm_scratch, qtbot):
             },
             supervisor_options={"ready_timeout_s": READY_TIMEOUT_S},
         )
-        port = find_free_port("127.0.0.1", 18600)
+        port = free_port(18600)
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=4.0))
         w.runtime_control.set_runtime(vllm_runtime)
         plan_tiny_model(qtbot, w, tiny_model)
@@ -286,7 +286,7 @@ def test_kvpilot_serve_then_the_window_says_measured(
     data_dir = w.services.data_dir
     env = serve_env(vllm_scratch, data_dir)
     env.update(KVPILOT_FAKE_NVML="rtx4090-desktop", HF_HUB_OFFLINE="1")
-    port = find_free_port("127.0.0.1", 18700)
+    port = free_port(18700)
     proc = start_serve(kvpilot_argv(
         "serve", "--model", row.model_ref, "--vllm", vllm_runtime.location, "--data-dir",
         str(data_dir), "--port", str(port), *cli_flags(row.inputs)), env, keep_stderr=True)

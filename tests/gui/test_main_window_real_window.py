@@ -19,13 +19,13 @@ import httpx
 import psutil
 import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
+from ports import free_port
 from xwindow import RealApp, Xvfb, missing_programs, wait_for
 
 from kvpilot.core.app import native_crash
 from kvpilot.core.app import settings as st
 from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
-from kvpilot.core.vllm.command import find_free_port
 
 MAIN = "^kvpilot$"
 SETTINGS = "^kvpilot settings$"
@@ -267,7 +267,7 @@ def test_a_soak_of_the_real_window(real_app, tmp_path: Path, vllm_runtime, tiny_
     stop, and a second launch and stop; dialog rounds go on while vLLM starts and stops. The
     app stays up, threads and memory flat between the warm-up (the first launch and the
     fallback included) and the end."""
-    port = find_free_port("127.0.0.1", 18700)
+    port = free_port(18700)
     vllm = str(vllm_runtime.argv_prefix[0])
     _write_profiles(tmp_path / "config", tiny_model, vllm, port)
     app = real_app(extra_env={**scratch_env(vllm_scratch), "HF_HUB_OFFLINE": "1"})

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from testpaths import DATA, TESTS
 
 from kvpilot.core.app.launch_settings import choose_utilization
@@ -23,7 +24,7 @@ from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.plan import ServingSettings
 from kvpilot.core.cli import build_parser, main
 from kvpilot.core.commands.plan import inputs_from_args
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.gui.bridge import CoreBridge
 from kvpilot.gui.records import PlanRequest, PlanRow
 from kvpilot.gui.services import AppServices
@@ -121,7 +122,7 @@ def test_serve_without_a_utilization_launches_with_the_windows_and_says_so_once(
     proc = subprocess.run(
         [sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(path),
          "--vllm", str(exe), "--data-dir", str(tmp_path / "data"), "--max-model-len", "2048",
-         "--max-num-seqs", "4", "--port", str(find_free_port("127.0.0.1", 19800))],
+         "--max-num-seqs", "4", "--port", str(free_port(19800))],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )
     said = proc.stdout + proc.stderr

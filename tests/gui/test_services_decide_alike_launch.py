@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from orphankit import make_orphan
+from ports import free_port
 from testpaths import DATA, TESTS
 
 from kvpilot.core.app import settings as st
@@ -102,7 +103,7 @@ def faces(
 def test_the_same_plan_starts_vllm_with_the_same_command_and_environment(
     faces: Any, capsys: pytest.CaptureFixture
 ) -> None:
-    port = find_free_port("127.0.0.1", 19620)
+    port = free_port(19620)
     window = faces("window", port, capsys)
     cli = faces("cli", port, capsys)
     assert isinstance(window, dict) and isinstance(cli, dict)
@@ -120,7 +121,7 @@ def test_the_automatic_fallbacks_walk_the_same_launches_from_both_faces(
     """Every launch fails as vLLM does when capturing CUDA graphs: the profile's policy in the
     window and ``--auto-fallback`` relaunch the same configurations in the same order, each
     once, and stop at the same place."""
-    port = find_free_port("127.0.0.1", 19630)
+    port = free_port(19630)
     faces("window", port, capsys, auto=True)
     faces("cli", port, capsys, auto=True)
     runs = RunStore(isolated_dirs / "data").records().records
@@ -143,7 +144,7 @@ def test_next_to_an_orphan_both_faces_take_the_same_decision(
     faces: Any, capsys: pytest.CaptureFixture, isolated_dirs: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    held = find_free_port("127.0.0.1", 19640)
+    held = free_port(19640)
     with monkeypatch.context() as env:  # the orphan itself serves (no failure, no recording)
         for name in ("FAKE_VLLM_MODE", "FAKE_VLLM_LOG", "FAKE_VLLM_ARGV_FILE"):
             env.delenv(name)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from fakes.fake_hub import FakeHub, isolate_hf
+from ports import free_port
 
 from kvpilot.core.hub.download_errors import DownloadCancelled
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.gui.bridge import CoreBridge as Bridge
 from kvpilot.gui.services import AppServices
 
@@ -49,7 +50,7 @@ def test_download_progress_reaches_the_gui_thread(qtbot, hub, tmp_path):
         # a port of its own: the default 8000 may be held by another test's server, which the
         # orphan policy refuses before any download
         services.start_server(_NoRuntime(),
-                              LaunchSpec(model=REPO, port=find_free_port("127.0.0.1", 20500)))
+                              LaunchSpec(model=REPO, port=free_port(20500)))
     assert seen and seen[-1][0] == seen[-1][1]
     assert all(on_gui for *_, on_gui in seen)
     assert seen[-1][1] == sum(len(b) for b in FILES.values())
@@ -72,7 +73,7 @@ def test_stop_cancels_a_running_download(qtbot, tmp_path, monkeypatch):
     def launch() -> None:
         try:
             services.start_server(
-                _NoRuntime(), LaunchSpec(model=REPO, port=find_free_port("127.0.0.1", 20500))
+                _NoRuntime(), LaunchSpec(model=REPO, port=free_port(20500))
             )
         except DownloadCancelled as exc:
             errors.append(exc)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from e2e.conftest import READY_TIMEOUT_S, scratch_env
 from guikit import plan_tiny_model, wait_for_state
+from ports import free_port
 
 from kvpilot.core.app import settings as st
 from kvpilot.core.chat.store import ConversationStore
-from kvpilot.core.vllm.command import find_free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +26,7 @@ def test_the_chat_tab_talks_to_this_windows_server_with_the_profiles_key(
     tmp_path: Path,
 ) -> None:
     settings = store.load().settings
-    port = find_free_port("127.0.0.1", 18700)
+    port = free_port(18700)
     profile = replace(settings.active, api_key=PROFILE_KEY, port=port, sampling_hz=2.0)
     store.save(st.update_profile(settings, profile))
     assert PROFILE_KEY not in (tmp_path / "config" / "settings.json").read_text() or (

@@ -70,9 +70,9 @@ def test_front_tab_starts_follows_and_stops(qtbot, make_window, tmp_path: Path,
 def _drive(qtbot, window, panel, control, built) -> None:
     window.tabs.setCurrentWidget(panel)
     panel.set_profiles(["a", "b"], ("a", "b"))
-    from kvpilot.core.vllm.command import find_free_port
+    from ports import free_port
 
-    port = find_free_port("127.0.0.1", 19600)
+    port = free_port(19600)
     panel.port.setValue(port)
     panel.idle.setValue(0)
     qtbot.mouseClick(panel.button, Qt.MouseButton.LeftButton)

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 from guikit import wait_for_state
 from orphankit import make_orphan
+from ports import free_port
 from PySide6.QtWidgets import QApplication
 from testpaths import TESTS as TESTS_DIR
 
@@ -23,7 +24,6 @@ from kvpilot.core.base import lifecycle as phases
 from kvpilot.core.hardware.proctree import alive as _alive
 from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm import logparse
-from kvpilot.core.vllm.command import find_free_port
 
 TESTS = TESTS_DIR
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
@@ -49,7 +49,7 @@ def fake_runtime() -> VllmRuntime:
 def server_window(make_window, fake_runtime, qtbot):
     def make(**kw):
         w = make_window(supervisor_options=dict(FAST), **kw)
-        port = find_free_port("127.0.0.1", 19400)
+        port = free_port(19400)
         w.settings = st.update_profile(w.settings, replace(w.profile, port=port, sampling_hz=5.0))
         w.runtime_control.set_runtime(fake_runtime)
         qtbot.waitUntil(
@@ -300,7 +300,7 @@ def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
     make_window, qtbot, isolated_dirs, monkeypatch
 ) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD", "1")
-    port = find_free_port("127.0.0.1", 19700)
+    port = free_port(19700)
     tree = make_orphan(isolated_dirs / "data", port)
     assert _alive(tree) == tree
     w = make_window()
@@ -314,7 +314,7 @@ def test_a_server_left_by_a_crashed_kvpilot_is_offered_and_stopped(
 def test_an_orphaned_server_can_be_adopted_and_closing_stops_it(
     make_window, qtbot, isolated_dirs, monkeypatch
 ) -> None:
-    port = find_free_port("127.0.0.1", 19750)
+    port = free_port(19750)
     tree = make_orphan(isolated_dirs / "data", port)
     w = make_window()
     qtbot.waitUntil(lambda: w.orphan_bar.isVisible(), timeout=10_000)

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from guikit import wait_for_state
+from ports import free_port
 from testpaths import TESTS
 
 from kvpilot.core.fit.extensible_kv import launch_cap
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import find_free_port
 
 FAKE_VLLM = TESTS / "fakes" / "fake_vllm.py"
 FAST = {"check_flags": False, "settle_s": 0.1, "health_interval_s": 0.1}
@@ -41,7 +41,7 @@ def test_034_on_the_desktop_gpu_launches_capped_and_says_why(
     monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
     w = make_window(supervisor_options=dict(FAST))
     w.settings = st.update_profile(
-        w.settings, replace(w.profile, port=find_free_port("127.0.0.1", 19450)))
+        w.settings, replace(w.profile, port=free_port(19450)))
     w.runtime_control.set_runtime(
         VllmRuntime((sys.executable, str(FAKE_VLLM)), "0.34.0", "env", str(FAKE_VLLM)))
     qtbot.waitUntil(lambda: (w.planner.selected() is not None

@@ -14,12 +14,12 @@ import keyring
 import psutil
 import pytest
 from fakes.memory_keyring import MemoryKeyring
+from ports import free_port
 from PySide6.QtWidgets import QLabel, QLineEdit, QPlainTextEdit, QTextEdit
 from testpaths import TESTS as TESTS_DIR
 
 from kvpilot.core.app import settings as st
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import find_free_port
 from kvpilot.gui.dialogs.settings_dialog import SettingsDialog
 
 TESTS = TESTS_DIR
@@ -63,7 +63,7 @@ def _visible_texts(widget) -> list[str]:
 def _window_with_secrets(make_window, qtbot):
     w = make_window(supervisor_options={"check_flags": False, "settle_s": 0.1,
                                         "health_interval_s": 0.1})
-    port = find_free_port("127.0.0.1", 19600)
+    port = free_port(19600)
     w.settings = st.update_profile(
         w.settings, replace(w.profile, api_key=KEY, hf_token=TOKEN, port=port)
     )

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 from testpaths import DATA, TESTS
 
 from kvpilot.core.base import failures
-from kvpilot.core.vllm.command import find_free_port
 
 FAKE = TESTS / "fakes" / "fake_vllm.py"
 LOGS = DATA / "supervisor"
@@ -47,7 +47,7 @@ def _serve(fake: Path, tmp_path: Path, env: dict[str, str], *args: str) -> subpr
         sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(MODEL),
         "--vllm", str(fake), "--data-dir", str(tmp_path / "data"),
         "--gpu", "RTX 4090", "--gpu-total-mib", "24564", "--json-events",
-        "--port", str(find_free_port("127.0.0.1", 19700)), *args,
+        "--port", str(free_port(19700)), *args,
     ]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full)

@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ports import free_port
 from testpaths import DATA, REPO, TESTS
-
-from kvpilot.core.vllm.command import find_free_port
 
 FAKE = TESTS / "fakes" / "fake_vllm.py"
 MODEL = DATA / "models" / "qwen2.5-7b-instruct"
@@ -53,7 +52,7 @@ def _serve(tmp_path: Path, snapshot: str) -> tuple[list[dict[str, Any]], list[st
         [sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(MODEL),
          "--vllm", str(_fake(tmp_path)), "--data-dir", str(tmp_path / "data"),
          "--json-events", "--max-model-len", "8192",
-         "--port", str(find_free_port("127.0.0.1", 19800))],
+         "--port", str(free_port(19800))],
         capture_output=True, text=True, env=env, timeout=120, check=False)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 1, proc.stderr[-2000:]

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from ports import free_port
 from testpaths import DATA, TESTS
 
 from kvpilot.core.app.front import profile_member
@@ -32,7 +33,6 @@ from kvpilot.core.front.server import FrontServer
 from kvpilot.core.hardware.target import from_spec
 from kvpilot.core.runs.store import RunStore
 from kvpilot.core.runtimes.discovery import VllmRuntime
-from kvpilot.core.vllm.command import find_free_port
 
 FAKE = TESTS / "fakes" / "fake_vllm.py"
 KEY = "sk-front-unit-0123"
@@ -65,7 +65,7 @@ def front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[
 
         pool = Pool(members, tmp_path / "data", FrontOptions(**options),  # type: ignore[arg-type]
                     session_factory=session)
-        server = FrontServer(pool, "127.0.0.1", find_free_port("127.0.0.1", 19300), api_key=KEY)
+        server = FrontServer(pool, "127.0.0.1", free_port(19300), api_key=KEY)
         server.start()
         deadline = time.monotonic() + 20
         while not server.started and time.monotonic() < deadline:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ports import free_port
 from testpaths import DATA as TESTS_DATA
 from testpaths import TESTS
 
@@ -22,7 +23,7 @@ from kvpilot.core.base import failures
 from kvpilot.core.base.lifecycle import SupervisorState
 from kvpilot.core.runtimes.discovery import VllmRuntime
 from kvpilot.core.vllm import logparse
-from kvpilot.core.vllm.command import LaunchSpec, find_free_port
+from kvpilot.core.vllm.command import LaunchSpec
 from kvpilot.core.vllm.states import (
     FAILED,
     READY,
@@ -54,7 +55,7 @@ def run_fake(
             monkeypatch.setenv(k, v)
         spec = LaunchSpec(
             model="/models/tiny",
-            port=find_free_port("127.0.0.1", 19000),
+            port=free_port(19000),
             **spec_kw,  # type: ignore[arg-type]
         )
         sup = Supervisor(
