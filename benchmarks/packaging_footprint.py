@@ -3,7 +3,7 @@ window frozen the same way (same build environment, PyInstaller, onedir, archive
 
     python3 packaging/build.py                      # dist/kvpilot/ and its tarball first
     .venv/bin/python benchmarks/packaging_footprint.py [--runs 3] [--idle-s 15] [--also DIR]
-        [--app DIR] [--base debian11|host]
+        [--app DIR] [--base debian11|host] [--times-only]
 
 The bare app is frozen on the base the app was built on (``--base``; default: what
 ``dist/kvpilot-build.json`` says): in the Debian 11 root of packaging/oldbase.py with that
@@ -241,6 +241,9 @@ def main() -> int:
                     help="the built kvpilot folder (dist/kvpilot)")
     ap.add_argument("--base", choices=("debian11", "host"),
                     help="freeze the bare app on this base (default: the app's own)")
+    ap.add_argument("--times-only", action="store_true",
+                    help="only the start times: no archives made (xz -9 of both folders takes "
+                         "minutes) and no idle RSS")
     args = ap.parse_args()
     app_dir = args.app.resolve()
     if not (app_dir / "kvpilot").exists():
@@ -253,7 +256,7 @@ def main() -> int:
         env.update(KVPILOT_DATA_DIR=str(work / "data"), KVPILOT_CACHE_DIR=str(work / "cache"),
                    KVPILOT_CONFIG_DIR=str(work / "config"))
         bare_dir = _build_bare(work, base)
-        sizes = {
+        sizes = {} if args.times_only else {
             "kvpilot": (_archive_sizes(app_dir, work), _folder_bytes(app_dir)),
             "bare": (_archive_sizes(bare_dir, work), _folder_bytes(bare_dir)),
         }
@@ -263,15 +266,17 @@ def main() -> int:
             apps["also"] = ([str(args.also / "kvpilot"), "gui", "--screenshot"], work / "c.png")
         times = _start_times(apps, args.runs, env)
         app_t, bare_t = times["kvpilot"], times["bare"]
-        app_rss = _idle_rss([str(app_dir / "kvpilot"), "gui"], args.idle_s, env)
-        bare_rss = _idle_rss([str(bare_dir / "bare"), "--idle"], args.idle_s, env)
+        if not args.times_only:
+            app_rss = _idle_rss([str(app_dir / "kvpilot"), "gui"], args.idle_s, env)
+            bare_rss = _idle_rss([str(bare_dir / "bare"), "--idle"], args.idle_s, env)
     mb = 1e6
     for name, (tars, dir_b) in sizes.items():
         print(f"{name:8s} tar.xz {tars['.tar.xz'] / mb:6.1f} MB   tar.gz "
               f"{tars['.tar.gz'] / mb:6.1f} MB   folder {dir_b / mb:6.1f} MB")
-    release = sizes["kvpilot"][0][".tar.xz"]
-    print(f"release archive (.tar.xz) goal <= 60 MB: kvpilot {release / mb:.1f} MB "
-          f"({'met' if release <= 60 * mb else 'not met'})")
+    if sizes:
+        release = sizes["kvpilot"][0][".tar.xz"]
+        print(f"release archive (.tar.xz) goal <= 60 MB: kvpilot {release / mb:.1f} MB "
+              f"({'met' if release <= 60 * mb else 'not met'})")
     for i, what in ((0, "start to first shown window (first paint)"),
                     (2, "CPU time to first shown window (process_time at the first paint)"),
                     (1, "start to screenshot written (kvpilot: GPU probed, vLLM looked up, "
@@ -299,8 +304,15 @@ def main() -> int:
         bare = statistics.median(t[0] for t in bare_t)
         print(f"start to first shown window of {args.also}, median of {args.runs} in the same "
               f"turns: {also:.2f} s, ratio {also / bare:.2f}x")
-    print(f"idle RSS after {args.idle_s:.0f} s: kvpilot {app_rss / 2**20:.0f} MiB, bare "
-          f"{bare_rss / 2**20:.0f} MiB (goal <= 250 MB)")
+        also_ranked = [t[3] for t in times["also"]]
+        if not any(math.isnan(r) for r in also_ranked):
+            ready = statistics.median(t[1] for t in bare_t)
+            print(f"start to ranked plans on screen of {args.also}, same turns: "
+                  f"{statistics.median(also_ranked):.2f} s, "
+                  f"{statistics.median(also_ranked) / ready:.2f}x the bare app's ready time")
+    if not args.times_only:
+        print(f"idle RSS after {args.idle_s:.0f} s: kvpilot {app_rss / 2**20:.0f} MiB, bare "
+              f"{bare_rss / 2**20:.0f} MiB (goal <= 250 MB)")
     return 0
 
 
