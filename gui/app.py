@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QTimer
+from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 import kvpilot.gui  # noqa: F401 - sets PYQTGRAPH_QT_LIB before pyqtgraph is imported
@@ -274,13 +274,22 @@ def loaded(window: MainWindow) -> bool:
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    """Process events until ``predicate()`` or the timeout; True when it became true."""
+    """Process events until ``predicate()`` or the timeout; True when it became true.
+
+    Waits for the next event rather than sleeping between looks, so that a result a pool
+    thread sends is handled as it arrives, as in the running app's event loop; a 20 ms timer
+    wakes the wait when nothing else happens."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        QCoreApplication.processEvents()
-        if predicate():
-            return True
-        time.sleep(0.02)
+    wake = QTimer()
+    wake.setObjectName("wait-until-wake")
+    wake.start(20)
+    try:
+        while time.monotonic() < deadline:
+            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
+            if predicate():
+                return True
+    finally:
+        wake.stop()
     return predicate()
 
 
@@ -304,10 +313,7 @@ def screenshot(
     window.show()
     ok = wait_until(lambda: loaded(window), timeout_s)
     target = show_panel(window, panel, failure_log)
-    settle = time.monotonic() + 1.0
-    while time.monotonic() < settle:  # chart, feasibility and redraw timers
-        QCoreApplication.processEvents()
-        time.sleep(0.02)
+    wait_until(lambda: False, 1.0)  # chart, feasibility and redraw timers settle
     window.dashboard.redraw()
     QCoreApplication.processEvents()
     path.parent.mkdir(parents=True, exist_ok=True)
