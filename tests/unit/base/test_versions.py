@@ -38,7 +38,8 @@ def test_unknown_text_is_the_newest_known_release(text: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", [None, "", "0.33.0", "v0.11.0+cpu", "0.10.2rc1", "0.29.1rc1.dev17+gabc.d2026", "nightly"]
+    "text",
+    [None, "", "0.33.0", "v0.11.0+cpu", "0.10.2rc1", "0.29.1rc1.dev17+gabc.d2026", "nightly"],
 )
 def test_each_text_is_read_once_and_its_release_shared(text: str | None) -> None:
     # planning the catalog asks for a few releases thousands of times: the first reading serves
