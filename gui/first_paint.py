@@ -17,12 +17,24 @@ class FirstPaint(QObject):
     """Calls ``done`` once, from the event loop, after a widget of ``window`` (the window itself
     or any child) was painted for the first time: the window is on screen.
 
+    ``only`` narrows that to the paints of one widget of the window, and ``when`` to the paints
+    made once ``when()`` is true (the planner's table painted with ranked plans in it).
+
     Watches the application's events until then (one filter, removed after the first paint).
     """
 
-    def __init__(self, window: QWidget, done: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        window: QWidget,
+        done: Callable[[], None],
+        *,
+        only: QWidget | None = None,
+        when: Callable[[], bool] | None = None,
+    ) -> None:
         super().__init__(window)
         self._window = window
+        self._only = only
+        self._when = when
         self._done: Callable[[], None] | None = done
         app = QCoreApplication.instance()
         if app is not None:
@@ -38,7 +50,9 @@ class FirstPaint(QObject):
             self._done is not None
             and event.type() == QEvent.Type.Paint
             and isinstance(watched, QWidget)
-            and watched.window() is self._window
+            and (watched is self._only if self._only is not None
+                 else watched.window() is self._window)
+            and (self._when is None or self._when())
         ):
             done, self._done = self._done, None
             app = QCoreApplication.instance()

@@ -198,6 +198,9 @@ class MainWindow(WindowWidgets):
 
         run_in_pool(folder_problems, self.server_control.show_folder_problems, _ignore)
         self.gpu_control.probe()
+        # the catalog read beside the probe: the first plans, asked for once it is back, only
+        # plan (queued before the vLLM lookup, which the first plans do not wait for)
+        run_in_pool(self.services.warm_planner, lambda _: None, _warm_failed)
         self.runtime_control.discover()
         self.orphan_control.find()
         self.services.start_heap_releaser()
@@ -268,6 +271,11 @@ class MainWindow(WindowWidgets):
             self._closing = True
             if self.isVisible():
                 self.close()
+
+
+def _warm_failed(exc: BaseException) -> None:
+    """Reading the catalog ahead failed unexpectedly: logged; the planning says it again."""
+    logging.getLogger("kvpilot.gui").warning("reading the catalog ahead failed: %s", exc)
 
 
 def _ignore(exc: BaseException) -> None:

@@ -356,6 +356,14 @@ class AppServices:
 
     # ----------------------------------------------------------------- runtime
 
+    @staticmethod
+    def warm_planner() -> None:
+        """Blocking (pool, at start-up): what the first :meth:`plan` would read first, read
+        ahead (:func:`kvpilot.core.app.recommend.warm`)."""
+        from kvpilot.core.app.recommend import warm
+
+        warm()
+
     def discover_runtime(self, configured: str) -> VllmRuntime:
         """Blocking: find vLLM (profile path, env, PATH, managed). Raises RuntimeNotFoundError."""
         from kvpilot.core.runtimes.discovery import discover

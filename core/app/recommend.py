@@ -13,12 +13,13 @@ line prints it and the window draws it; neither orders, words or looks up anythi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvpilot.core.app.launch_settings import UtilizationChoice, planned_settings
-from kvpilot.core.base.errors import SettingsError
+from kvpilot.core.base.errors import KvpilotError, SettingsError
 from kvpilot.core.base.goal import Goal
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.plan import (
@@ -162,6 +163,39 @@ def _is_folder(ref: str) -> bool:
         return False
 
 
+#: held while the catalog and the quality figures are read, so that a :func:`rank` started
+#: during :func:`warm` waits for that reading instead of doing it a second time beside it
+_reading = threading.Lock()
+
+
+def _read_catalog() -> None:
+    """Read (once per process, cached where they are kept) the catalog's checkpoint specs,
+    the checkpoints it cannot plan and the quality figures.
+
+    Raises:
+        ModelSpecError: the catalog or the quality table cannot be read.
+    """
+    from kvpilot.core.hub import resolve  # noqa: F401 - what models_for imports on first use
+    from kvpilot.core.models import catalog
+    from kvpilot.core.models.quality import quality_table
+
+    with _reading:
+        catalog.all_checkpoint_specs()
+        catalog.unplannable()
+        quality_table()
+
+
+def warm() -> None:
+    """Do ahead what the first :func:`rank` of the catalog would do first: import what it
+    imports on first use and read the catalog and the quality figures. The window runs this on
+    a pool thread as it starts, beside the GPU probe, so that its first ranked plans wait only
+    for the planning. A catalog that cannot be read is left for :func:`rank` to say."""
+    try:
+        _read_catalog()
+    except KvpilotError:
+        return
+
+
 def rank(request: RecommendRequest) -> Ranking:
     """Rank deployments for ``request`` (see the module docstring).
 
@@ -169,6 +203,9 @@ def rank(request: RecommendRequest) -> Ranking:
         FitError: the goal or the device is not usable.
         ModelSpecError: the model reference cannot be read (see :func:`models_for`).
     """
+    ref = request.model_ref.strip()
+    if request.catalog is None and not (ref and _is_folder(ref)):
+        _read_catalog()  # after warm(), or beside it: the catalog is read once
     device = request.device
     models, catalog_filter = models_for(request.model_ref, request.catalog)
     # a model named outside the catalog is launched as it was named (its folder, its Hub id)

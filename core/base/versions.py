@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
@@ -46,10 +47,17 @@ class Release:
     def parse(cls, text: str | None) -> Release:
         """``0.33.0``, ``v0.11.0+cpu``, ``0.10.2rc1``, ``0.29.1rc1.dev17+gabc.d2026``.
 
-        Unknown or unparsable text gives :data:`NEWEST_KNOWN` (no variant).
+        Unknown or unparsable text gives :data:`NEWEST_KNOWN` (no variant). Each text is read
+        once (:func:`_parsed`): planning the catalog asks for the same few releases thousands
+        of times.
         """
+        return _parsed(text)
+
+    @classmethod
+    def _read(cls, text: str | None) -> Release:
+        """:meth:`parse` itself, uncached."""
         if not text or not text.strip():
-            return cls.parse(NEWEST_KNOWN)
+            return cls._read(NEWEST_KNOWN)
         raw = text.strip().lstrip("v")
         variant = None
         try:
@@ -63,7 +71,7 @@ class Release:
         except InvalidVersion:
             m = _LEADING.match(raw)
             if m is None:
-                return cls.parse(NEWEST_KNOWN)
+                return cls._read(NEWEST_KNOWN)
             parts = tuple(int(p) for p in m.group(1).split("."))
             local = raw.partition("+")[2]
             variant = local if _VARIANT.match(local) else None
@@ -92,6 +100,13 @@ class Release:
 
     def __str__(self) -> str:
         return self.number + (f"+{self.variant}" if self.variant else "")
+
+
+@lru_cache(maxsize=256)
+def _parsed(text: str | None) -> Release:
+    """:meth:`Release.parse`, remembered per text (a :class:`Release` is frozen, so one value
+    serves every caller; 256 texts: the releases a session meets are a handful)."""
+    return Release._read(text)
 
 
 @dataclass(frozen=True)

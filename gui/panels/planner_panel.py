@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -518,6 +518,25 @@ class PlannerPanel(QWidget):
         """Show ranked plans (best first) and select the first that fits."""
         self.rows = list(rows)
         self.heading.setText(heading)
+        first = next((i for i, row in enumerate(self.rows) if row.fits), 0 if self.rows else -1)
+        # the table is silent while it is refilled and its first plan that fits selected; that
+        # plan is then announced once (its budget detail drawn, its chart asked for), also when
+        # the same row index stays selected
+        with QSignalBlocker(self.table):
+            self._fill_table()
+            self.table.clearSelection()
+            if first >= 0:
+                self.table.selectRow(first)
+        if first >= 0:
+            self._on_selection()
+        else:
+            self._show_detail(None)
+            self.plan_selected.emit(None)
+        self.copy_button.setEnabled(first >= 0)
+        self.export_button.setEnabled(first >= 0)
+
+    def _fill_table(self) -> None:
+        """One table row per plan of :attr:`rows`."""
         self.table.setRowCount(len(self.rows))
         for r, row in enumerate(self.rows):
             cap = row.capacity
@@ -563,18 +582,6 @@ class PlannerPanel(QWidget):
                     it = self.table.item(r, c)
                     if it is not None:
                         it.setForeground(pg.mkColor(theme.MUTED))
-        first = next((i for i, row in enumerate(self.rows) if row.fits), 0 if self.rows else -1)
-        self.table.blockSignals(True)
-        self.table.clearSelection()
-        self.table.blockSignals(False)
-        if first >= 0:
-            self.table.selectRow(first)
-            self._on_selection()  # also when the same row index stays selected
-        else:
-            self._show_detail(None)
-            self.plan_selected.emit(None)
-        self.copy_button.setEnabled(first >= 0)
-        self.export_button.setEnabled(first >= 0)
 
     def _measure_clicked(self) -> None:
         row = self.selected()

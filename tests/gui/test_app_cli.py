@@ -71,6 +71,19 @@ def test_the_first_paint_is_marked_with_its_wall_clock_and_cpu_time(tmp_path: Pa
     assert 0.05 < cpu_s < 2 * (wall - started) + 0.5
 
 
+def test_the_ranked_plans_on_screen_are_marked_after_the_first_paint(tmp_path: Path) -> None:
+    shown, ranked = tmp_path / "shown", tmp_path / "ranked"
+    proc = _run(tmp_path, "--fake-gpu", "rtx4090-desktop", "--screenshot",
+                str(tmp_path / "s.png"), KVPILOT_SHOWN_MARK=str(shown),
+                KVPILOT_RANKED_MARK=str(ranked))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown_at = float(shown.read_text().split()[0])
+    ranked_at, ranked_cpu_s = (float(field) for field in ranked.read_text().split())
+    assert shown_at <= ranked_at < time.time() and ranked_cpu_s > 0
+    log_text = (tmp_path / "data" / "logs" / "kvpilot.log").read_text()
+    assert log_text.index("window shown") < log_text.index("ranked plans shown")
+
+
 def test_gui_is_the_default_command() -> None:
     parser = build_parser("gui")
     args = parser.parse_args(["gui", "--fake-gpu", "rtx4090-desktop", "--panel", "dashboard"])

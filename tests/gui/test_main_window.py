@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 from testpaths import DATA
@@ -33,6 +35,43 @@ def test_window_opens_on_a_recorded_rtx4090(make_window) -> None:
     sources = {w.planner.detail.item(r, 2).text() for r in range(len(rows[0].capacity.terms))}
     assert sources <= {"file", "catalog", "model", "default", "user", "measured", "fitted"}
     assert "RTX 4090" in w.planner.heading.text()
+
+
+def test_the_ranking_runs_beside_the_window_which_keeps_answering(
+    make_window, qtbot, monkeypatch
+) -> None:
+    from kvpilot.gui.services import AppServices
+
+    plan, warm = AppServices.plan, AppServices.warm_planner
+    threads: dict[str, threading.Thread] = {}
+
+    def slow_plan(self, target, request):
+        threads["plan"] = threading.current_thread()
+        ranked = plan(self, target, request)
+        time.sleep(0.4)  # a catalog that takes long to rank
+        return ranked
+
+    def warm_ahead() -> None:
+        threads["warm"] = threading.current_thread()
+        warm()
+
+    monkeypatch.setattr(AppServices, "plan", slow_plan)
+    monkeypatch.setattr(AppServices, "warm_planner", staticmethod(warm_ahead))
+    w = make_window(wait=False)
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.timeout.connect(
+        lambda: ticks.append(time.monotonic()) if "plan" in threads and not w.planner.rows
+        else None)
+    timer.start(10)
+    qtbot.waitUntil(lambda: gui_app.loaded(w), timeout=30_000)
+    timer.stop()
+    # the catalog was read ahead and the plans made on pool threads; the window's own loop
+    # went on turning while they were made, and then showed them
+    assert threads["warm"] is not threading.main_thread()
+    assert threads["plan"] is not threading.main_thread()
+    assert len(ticks) >= 10 and ticks[-1] - ticks[0] > 0.2
+    assert w.planner.rows and w.planner.rows[0].fits
 
 
 def test_feasibility_chart_marks_the_goal(make_window, qtbot) -> None:

@@ -80,3 +80,17 @@ def test_detail_shows_the_quality_figure_and_why_it_beat_the_next(qtbot) -> None
     assert lines["quality"].startswith("46.0 on Artificial Analysis Intelligence Index v4.0")
     assert "https://" in lines["quality"]
     assert "b is unrated" in lines["ranked above the next"]
+
+
+def test_new_plans_select_the_first_that_fits_and_announce_it_once(qtbot) -> None:
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    fits = _row("LlamaForCausalLM")
+    announced: list[PlanRow | None] = []
+    panel.plan_selected.connect(announced.append)
+    panel.set_plans([fits, fits], "Ranked plans")
+    assert announced == [fits] and panel.selected() is fits
+    panel.set_plans([fits], "Ranked plans")  # the same row index stays selected
+    assert announced == [fits, fits] and panel.selected() is fits
+    panel.set_plans([], "No plans")
+    assert announced == [fits, fits, None] and panel.selected() is None

@@ -178,3 +178,25 @@ def test_a_ranked_plan_notes_its_quality_figure_and_why_it_ranks_above_the_next(
     assert notes[1][1] == why_above(first, second)
     assert [label for label, _ in quality_notes(second)] == ["quality"]  # the last: its figure
     assert quality_notes(None, first) == []  # not ranked by the recommender
+
+
+def test_warm_reads_the_catalog_once_even_beside_a_rank_and_changes_no_plan() -> None:
+    import threading
+
+    from kvpilot.core.app.recommend import warm
+    from kvpilot.core.models import catalog
+
+    goal = Goal(context_tokens=8192, users=4)
+    catalog.forget_loaded_catalog()
+    cold = rank(RecommendRequest(device=RTX4090, goal=goal))
+    catalog.forget_loaded_catalog()
+    ahead = threading.Thread(target=warm)
+    ahead.start()
+    beside = rank(RecommendRequest(device=RTX4090, goal=goal))  # while it reads, or after
+    ahead.join()
+    # one reading of the catalog for both: the rank waited for it instead of reading beside it
+    assert catalog.all_checkpoint_specs.cache_info().misses == 1
+    assert catalog.catalog_entries.cache_info().misses == 1
+    assert [(p.model_id, p.capacity, p.reason) for p in beside.plans] == [
+        (p.model_id, p.capacity, p.reason) for p in cold.plans]
+    assert len(beside.plans) > 20

@@ -37,6 +37,16 @@ def test_unknown_text_is_the_newest_known_release(text: str | None) -> None:
     assert Release.parse(text).number == NEWEST_KNOWN
 
 
+@pytest.mark.parametrize(
+    "text",
+    [None, "", "0.33.0", "v0.11.0+cpu", "0.10.2rc1", "0.29.1rc1.dev17+gabc.d2026", "nightly"],
+)
+def test_each_text_is_read_once_and_its_release_shared(text: str | None) -> None:
+    # planning the catalog asks for a few releases thousands of times: the first reading serves
+    assert Release.parse(text) is Release.parse(text)
+    assert Release.parse(text) == Release._read(text)
+
+
 def test_comparison_ignores_the_variant_and_pre_releases() -> None:
     assert Release.parse("0.32.0+cpu").at_least("0.32")
     assert Release.parse("0.10.2rc1").at_least("0.10.2")
