@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ports import free_port
+
 from .conftest import scratch_env
 
 #: serving flags that let the tiny test model start in seconds on two CPU cores
@@ -38,11 +40,13 @@ def serve_argv(
     vllm: str, model: str | Path, data_dir: Path, *extra: str, tiny: bool = True
 ) -> list[str]:
     """``kvpilot serve`` of ``model`` with the runtime at ``vllm`` and kvpilot's files in
-    ``data_dir``; ``extra`` flags come after the tiny model's (a later flag wins)."""
+    ``data_dir``, on a free port of this test process's block (not the default 8000, which a
+    server of the other stream may hold); ``extra`` flags come after the tiny model's (a later
+    flag wins, ``--port`` too)."""
     flags = TINY_SERVING_FLAGS if tiny else ()
     return kvpilot_argv(
         "serve", "--model", str(model), "--vllm", vllm, "--data-dir", str(data_dir),
-        *flags, *extra,
+        "--port", str(free_port(18400)), *flags, *extra,
     )
 
 

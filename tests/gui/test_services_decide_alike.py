@@ -145,7 +145,7 @@ def test_a_refusal_is_said_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     proc = subprocess.run(
         [sys.executable, "-m", "kvpilot.core.cli", "serve", "--model", str(MODEL),
          "--vllm", str(exe), "--data-dir", str(tmp_path / "data"), "--max-model-len", "8192",
-         "--gpu-memory-utilization", "0.95"],
+         "--gpu-memory-utilization", "0.95", "--port", str(free_port(19810))],
         capture_output=True, text=True, timeout=120, check=False,
         env=dict(os.environ, FAKE_VLLM_VERSION=VLLM_VERSION,
                  KVPILOT_CACHE_DIR=str(tmp_path / "cache")),
