@@ -110,15 +110,38 @@ def _module_of(item: pytest.Item) -> str:
     return path.relative_to(REPO_ROOT).as_posix() if REPO_ROOT in path.parents else str(path)
 
 
+# Two streams at once are not the default (tests/run, KVPILOT_TEST_SERVER_STREAMS=1): in a
+# clean-clone run with two, the front's end-to-end tests failed while the other stream's servers
+# ran (the CPU engine sizes its KV cache from the machine's RAM, which both streams' engines
+# share); the cause is not pinned down yet.
+#: modules that must share one stream: kvpilot's front picks its backends' ports itself, the
+#: first free from 18100 (core/front/pool.py PORT_BASE), so two fronts at once would race there
+SAME_STREAM = {
+    "tests/e2e/test_front_e2e.py": "front",
+    "tests/gui/controllers/test_front.py": "front",
+    "tests/unit/commands/test_front.py": "front",
+    "tests/unit/front/test_pool_fake.py": "front",
+}
+
+
 def split_streams(modules: list[str], seconds: dict[str, float], count: int) -> dict[str, int]:
     """Each module's stream (0-based): the longest first, each to the stream with the fewest
-    seconds so far (ties to the lower stream; names break ties in length, so it is stable)."""
+    seconds so far (ties to the lower stream; names break ties in length, so it is stable).
+    The modules of one :data:`SAME_STREAM` group go together, as one unit."""
+    units: dict[str, list[str]] = {}
+    for module in sorted(set(modules)):
+        units.setdefault(SAME_STREAM.get(module, module), []).append(module)
+
+    def unit_s(unit: str) -> float:
+        return sum(seconds.get(m, UNTIMED_MODULE_S) for m in units[unit])
+
     loads = [0.0] * count
     chosen: dict[str, int] = {}
-    for module in sorted(set(modules), key=lambda m: (-seconds.get(m, UNTIMED_MODULE_S), m)):
+    for unit in sorted(units, key=lambda u: (-unit_s(u), u)):
         k = min(range(count), key=lambda i: (loads[i], i))
-        chosen[module] = k
-        loads[k] += seconds.get(module, UNTIMED_MODULE_S)
+        for module in units[unit]:
+            chosen[module] = k
+        loads[k] += unit_s(unit)
     return chosen
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import STREAM_SECONDS, UNTIMED_MODULE_S, split_streams
+from conftest import SAME_STREAM, STREAM_SECONDS, UNTIMED_MODULE_S, split_streams
 from ports import PORT_OFFSET_ENV, free_port
 from testpaths import REPO
 
@@ -42,3 +42,10 @@ def test_each_stream_finds_its_ports_in_a_block_of_its_own(monkeypatch: pytest.M
     monkeypatch.setenv(PORT_OFFSET_ENV, "3000")
     second = free_port(18000)
     assert 18000 <= first < 18050 and 21000 <= second < 21050
+
+
+def test_the_modules_that_start_fronts_share_one_stream() -> None:
+    seconds = _recorded()
+    chosen = split_streams(list(seconds) + list(SAME_STREAM), seconds, 2)
+    assert len({chosen[m] for m in SAME_STREAM}) == 1
+    assert all((REPO / m).is_file() for m in SAME_STREAM)
