@@ -112,8 +112,7 @@ def _module_of(item: pytest.Item) -> str:
 
 # Two streams at once are not the default (tests/run, KVPILOT_TEST_SERVER_STREAMS=1): in a
 # clean-clone run with two, the front's end-to-end tests failed while the other stream's servers
-# ran (the CPU engine sizes its KV cache from the machine's RAM, which both streams' engines
-# share); the cause is not pinned down yet.
+# ran: its backends loaded in 55-66 s instead of about 25 s, beyond what those tests wait.
 #: modules that must share one stream: kvpilot's front picks its backends' ports itself, the
 #: first free from 18100 (core/front/pool.py PORT_BASE), so two fronts at once would race there
 SAME_STREAM = {
