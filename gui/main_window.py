@@ -196,7 +196,7 @@ class MainWindow(WindowWidgets):
         from kvpilot.core.base.paths import folder_problems
         from kvpilot.gui.workers import run_in_pool
 
-        run_in_pool(folder_problems, self.server_control.show_folder_problems, _ignore)
+        run_in_pool(folder_problems, self.server_control.show_folder_problems, _ignore, owner=self)
         self.gpu_control.probe()
         # the catalog read beside the probe: the first plans, asked for once it is back, only
         # plan (queued before the vLLM lookup, which the first plans do not wait for)
