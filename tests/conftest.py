@@ -164,10 +164,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if part_of(item) == wanted else dropped).append(item)
     if stream is not None:
         k, n = stream
-        chosen = split_streams([_module_of(i) for i in kept], _recorded_seconds(), n)
-        mine = [i for i in kept if chosen[_module_of(i)] == k - 1]
-        dropped += [i for i in kept if chosen[_module_of(i)] != k - 1]
-        kept = mine
+        modules = [_module_of(i) for i in kept]
+        chosen = split_streams(modules, _recorded_seconds(), n)
+        mine = [chosen[m] == k - 1 for m in modules]
+        dropped += [i for i, ok in zip(kept, mine, strict=True) if not ok]
+        kept = [i for i, ok in zip(kept, mine, strict=True) if ok]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
