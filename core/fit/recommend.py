@@ -21,7 +21,7 @@ from typing import Any
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.goal import Goal
-from kvpilot.core.base.model_spec import ModelSpec, Quantization
+from kvpilot.core.base.model_spec import SOURCE_ESTIMATE, ModelSpec, Quantization
 from kvpilot.core.base.plan import (
     CPU_DEVICE_NAME,
     USE_CASES,
@@ -79,6 +79,12 @@ class Candidate:
     parallel_note: str = ""
     #: the published figure the score ranks by (or "unrated"), with its source and date
     quality: QualityFigure = field(default_factory=lambda: unrated("not looked up"))
+    #: the model this checkpoint is an upload of (its catalog entry; itself outside the catalog)
+    base_model: str = ""
+    #: the checkpoint's byte size is the byte model's estimate (no published size was read)
+    size_estimated: bool = False
+    #: a better plan of the same model ranks above it (:func:`ranked_order`)
+    repeat_of_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,10 +289,30 @@ def recommend(
             ))
         if last is not None and not any(c.model_id == model.model_id for c in candidates):
             rejected.append(last)
-    candidates.sort(key=lambda c: (-c.score, c.model_id))
+    candidates = ranked_order(candidates)
     if limit is not None:
         candidates = candidates[:limit]
     return Recommendation(gpu, goal, tuple(candidates), tuple(rejected))
+
+
+def ranked_order(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The order plans are shown in: rated plans before unrated ones; among the rated, those
+    whose checkpoint size was published before those sized only by the byte model (the unrated
+    already rank by the parameter-count fallback, so their sizes do not part them); in each of
+    these tiers, every model's best plan (by score) before the other uploads of a model already
+    shown (marked ``repeat_of_model``); then by score. So the first rows are distinct models
+    whose quality and size are both sourced, and four uploads of one model do not fill them."""
+    def tier(c: Candidate) -> tuple[bool, bool]:
+        return (not c.quality.rated, c.quality.rated and c.size_estimated)
+
+    by_score = sorted(candidates, key=lambda c: (tier(c), -c.score, c.model_id))
+    seen: set[str] = set()
+    marked: list[Candidate] = []
+    for c in by_score:
+        model = (c.base_model or c.model_id).lower()
+        marked.append(replace(c, repeat_of_model=model in seen))
+        seen.add(model)
+    return sorted(marked, key=lambda c: (tier(c), c.repeat_of_model))
 
 
 def target_of(cards: Sequence[GpuTarget]) -> GpuTarget:
@@ -353,6 +379,7 @@ def _evaluate(
     tight = is_tight(cap, goal.users)
     short_context = cap.max_model_len < goal.context_tokens
     quality = quality_of(model.model_id, goal.use_case, model.quantization)
+    base = base_model_of(model.model_id)
     score = _score(goal, total, active, weight_bits_of(model), cap, tps, ttft, quality)
     if short_context:
         score -= 5
@@ -378,17 +405,25 @@ def _evaluate(
         tight=tight,
         kv_headroom_bytes=kv_headroom,
         quality=quality,
+        base_model=base,
+        size_estimated=model.weights_source == SOURCE_ESTIMATE,
     )
+
+
+def base_model_of(repo: str) -> str:
+    """The model checkpoint ``repo`` is an upload of: its catalog entry's id, else ``repo``."""
+    from kvpilot.core.models.catalog import find
+
+    found = find(repo)
+    return found[0].id if found else repo
 
 
 def quality_of(repo: str, use_case: str, quant: Quantization | None = None) -> QualityFigure:
     """The published figure of checkpoint ``repo`` in ``use_case``'s benchmark (its catalog
     entry is its base model), or unrated; ``quant`` (the checkpoint's quantization) picks the
     per-scheme recovery where its quantizer published none."""
-    from kvpilot.core.models.catalog import find
-
-    found = find(repo)
-    return figure_for(repo, use_case, found[0].id if found else None, quant)
+    base = base_model_of(repo)
+    return figure_for(repo, use_case, base if base != repo else None, quant)
 
 
 def quality_points(quality: QualityFigure, params: int, active: int, bits: int) -> float:
@@ -468,14 +503,22 @@ def feasibility(
 
 
 def why_above(first: Candidate, second: Candidate) -> str:
-    """One sentence saying why ``first`` ranks above ``second`` (quality figure, then speed)."""
+    """One sentence saying why ``first`` ranks above ``second``: the tier of
+    :func:`ranked_order` that parts them (a published figure, a published size, the model's
+    best plan), else the quality figure, then speed."""
     qa, qb = first.quality, second.quality
-    if qa.rated and qb.rated and qa.score != qb.score:
-        return (f"{first.model_id} scores {qa.score:.1f} on {qa.benchmark} against "
-                f"{qb.score:.1f} for {second.model_id}")
     if qa.rated and not qb.rated:
         return (f"{first.model_id} has a published {qa.benchmark} figure; "
                 f"{second.model_id} is unrated")
+    if qb.rated and second.size_estimated and not first.size_estimated:
+        return (f"{first.model_id}'s size is published; {second.model_id}'s is only the byte "
+                "model's estimate, so it ranks after every rated plan of published size")
+    if second.repeat_of_model and not first.repeat_of_model:
+        return (f"{second.model_id} is another upload of {second.base_model or second.model_id}, "
+                "whose best plan ranks above; each model's best plan is shown first")
+    if qa.rated and qb.rated and qa.score != qb.score:
+        return (f"{first.model_id} scores {qa.score:.1f} on {qa.benchmark} against "
+                f"{qb.score:.1f} for {second.model_id}")
     speed_a, speed_b = first.decode_tokens_per_s, second.decode_tokens_per_s
     if speed_a and speed_b and abs(speed_a - speed_b) >= 1:
         return (f"same quality evidence; {first.model_id} decodes ~{speed_a:.0f} tok/s against "

@@ -91,3 +91,52 @@ def _any_candidate() -> Any:
     gpu = GpuTarget("NVIDIA GeForce RTX 4090", 24 * 2**30, 22 * 2**30, (8, 9), 1.008e12, 165.2)
     found = recommend(gpu, Goal("chat", 4096, 1), [get("Qwen/Qwen3-8B-AWQ")])
     return found.candidates[0]
+
+
+def _plan(model: str, score: float, *, base: str, rated: bool = True,
+          estimated: bool = False) -> Any:
+    from dataclasses import replace
+
+    quality = figure_for("Qwen/Qwen3.5-9B", "chat") if rated else unrated("none")
+    return replace(_any_candidate(), model_id=model, score=score, base_model=base,
+                   quality=quality, size_estimated=estimated)
+
+
+def test_each_models_best_plan_ranks_before_the_other_uploads_of_a_model_shown() -> None:
+    from kvpilot.core.fit.recommend import ranked_order
+
+    plans = [_plan("m/a-fp8", 133.0, base="m/a"), _plan("m/a-nvfp4", 135.0, base="m/a"),
+             _plan("n/b", 120.0, base="n/b"), _plan("m/a-awq", 134.0, base="m/a"),
+             _plan("o/c", 90.0, base="o/c", rated=False)]
+    order = ranked_order(plans)
+    assert [p.model_id for p in order] == ["m/a-nvfp4", "n/b", "m/a-awq", "m/a-fp8", "o/c"]
+    # the rated tier still comes first: an unrated model's best plan after every rated upload
+    assert [p.repeat_of_model for p in order] == [False, False, True, True, False]
+    assert "another upload of m/a" in why_above(order[1], order[2])
+
+
+def test_a_rated_plan_sized_by_the_byte_model_ranks_after_every_one_of_published_size() -> None:
+    from kvpilot.core.fit.recommend import ranked_order
+
+    plans = [_plan("m/a-est", 140.0, base="m/a", estimated=True),
+             _plan("n/b", 110.0, base="n/b"), _plan("m/a-pub", 130.0, base="m/a"),
+             _plan("o/c", 60.0, base="o/c", rated=False),
+             _plan("q/e", 70.0, base="q/e", rated=False, estimated=True),
+             _plan("p/d", 120.0, base="p/d", estimated=True)]
+    order = ranked_order(plans)
+    # unrated plans keep their fallback order whatever their size's source
+    assert [p.model_id for p in order] == ["m/a-pub", "n/b", "p/d", "m/a-est", "q/e", "o/c"]
+    assert "only the byte model's estimate" in why_above(order[1], order[2])
+    assert order[3].repeat_of_model and not order[2].repeat_of_model
+
+
+@pytest.mark.parametrize("goal", ["chat", "long-docs", "batch"])
+def test_on_the_4090_the_top_plans_are_distinct_models_before_any_second_upload(
+    goal: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    cands = _recommend("rtx4090-desktop", goal, monkeypatch, tmp_path, capsys)["candidates"]
+    bases = [c["base_model"] for c in cands]
+    first_repeat = next(i for i, c in enumerate(cands) if c["repeat_of_model"])
+    assert len(set(bases[:first_repeat])) == first_repeat >= 3, bases[:first_repeat]
+    for c in cands[:first_repeat]:
+        assert c["quality"]["score"] is not None and not c["size_estimated"], c["model"]
