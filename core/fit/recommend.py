@@ -37,7 +37,7 @@ from kvpilot.core.base.words import estimated_rate, join_clauses, more_kv_text, 
 from kvpilot.core.fit import budget, extensible_kv, parallel
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
-from kvpilot.core.models.quality import QualityFigure, figure_for, unrated
+from kvpilot.core.models.quality import QualityFigure, base_of, figure_for, unrated
 
 #: fraction of peak bandwidth / compute a single stream reaches in practice
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -411,19 +411,22 @@ def _evaluate(
 
 
 def base_model_of(repo: str) -> str:
-    """The model checkpoint ``repo`` is an upload of: its catalog entry's id, else ``repo``."""
+    """The model checkpoint ``repo`` is an upload of: the quality table's base for it, else its
+    catalog entry's id, else ``repo`` (:func:`kvpilot.core.models.quality.base_of`)."""
     from kvpilot.core.models.catalog import find
 
     found = find(repo)
-    return found[0].id if found else repo
+    return base_of(repo, found[0].id if found else None)
 
 
 def quality_of(repo: str, use_case: str, quant: Quantization | None = None) -> QualityFigure:
     """The published figure of checkpoint ``repo`` in ``use_case``'s benchmark (its catalog
     entry is its base model), or unrated; ``quant`` (the checkpoint's quantization) picks the
     per-scheme recovery where its quantizer published none."""
-    base = base_model_of(repo)
-    return figure_for(repo, use_case, base if base != repo else None, quant)
+    from kvpilot.core.models.catalog import find
+
+    found = find(repo)
+    return figure_for(repo, use_case, found[0].id if found else None, quant)
 
 
 def quality_points(quality: QualityFigure, params: int, active: int, bits: int) -> float:

@@ -132,6 +132,13 @@ def _recovery(repo: str, base: str, upload: dict[str, Any] | None,
         RECOVERY_SCHEME
 
 
+def base_of(repo: str, base_id: str | None = None) -> str:
+    """The model checkpoint ``repo`` is an upload of: the base the table's ``uploads`` names
+    for it, else ``base_id`` (its catalog entry), else ``repo`` itself."""
+    upload = _lower_keys(quality_table().get("uploads", {})).get(repo.lower())
+    return str(upload["base"]) if upload else (base_id or repo)
+
+
 def figure_for(repo: str, use_case: str, base_id: str | None = None,
                quant: Quantization | None = None) -> QualityFigure:
     """The quality figure of checkpoint ``repo`` for ``use_case``.
@@ -146,7 +153,7 @@ def figure_for(repo: str, use_case: str, base_id: str | None = None,
     if not key:
         return unrated(f"the use case {use_case!r} names no benchmark")
     upload = _lower_keys(table.get("uploads", {})).get(repo.lower())
-    base = str(upload["base"]) if upload else (base_id or repo)
+    base = base_of(repo, base_id)
     recovery, note, kind = _recovery(repo, base, upload, quant)
     for row in _lower_keys(table.get("figures", {})).get(base.lower(), ()):
         if row.get("benchmark") == key:

@@ -130,11 +130,12 @@ def test_a_rated_plan_sized_by_the_byte_model_ranks_after_every_one_of_published
     assert order[3].repeat_of_model and not order[2].repeat_of_model
 
 
+@pytest.mark.parametrize("snapshot", ["rtx4090-desktop", "rtx5090"])
 @pytest.mark.parametrize("goal", ["chat", "long-docs", "batch"])
-def test_on_the_4090_the_top_plans_are_distinct_models_before_any_second_upload(
-    goal: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+def test_the_top_plans_are_distinct_models_before_any_second_upload(
+    goal: str, snapshot: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
 ) -> None:
-    cands = _recommend("rtx4090-desktop", goal, monkeypatch, tmp_path, capsys)["candidates"]
+    cands = _recommend(snapshot, goal, monkeypatch, tmp_path, capsys)["candidates"]
     bases = [c["base_model"] for c in cands]
     first_repeat = next(i for i, c in enumerate(cands) if c["repeat_of_model"])
     assert len(set(bases[:first_repeat])) == first_repeat >= 3, bases[:first_repeat]

@@ -189,7 +189,6 @@ def test_on_the_5090_every_one_of_the_top_five_has_a_sourced_size(
         found = catalog.find(cand["model"])
         assert found is not None, cand["model"]
         assert found[1].weights_source == "catalog", cand["model"]
-        assert found[0].release_date.startswith("2026"), cand["model"]
 
 
 @pytest.mark.parametrize("goal", ISSUE_GOALS)

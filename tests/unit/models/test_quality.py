@@ -119,3 +119,12 @@ def test_every_scheme_figure_names_the_study_and_its_date() -> None:
     for row in schemes.values():
         assert 0.9 < row["recovery"] <= 1.0 and row["date"] == "2026-06-09"
         assert row["source"].startswith("https://github.com/sch0tten/nvfp4-benchmark")
+
+
+def test_an_upload_listed_as_its_own_catalog_entry_belongs_to_the_base_the_table_names() -> None:
+    from kvpilot.core.models.quality import base_of
+
+    # nvidia/Qwen3.6-27B-NVFP4 is its own catalog entry; the table names its base model
+    assert base_of("nvidia/Qwen3.6-27B-NVFP4", "nvidia/Qwen3.6-27B-NVFP4") == "Qwen/Qwen3.6-27B"
+    assert base_of("RedHatAI/Qwen3.5-9B-FP8-dynamic", "Qwen/Qwen3.5-9B") == "Qwen/Qwen3.5-9B"
+    assert base_of("someone/unlisted") == "someone/unlisted"
