@@ -128,3 +128,17 @@ def test_an_upload_listed_as_its_own_catalog_entry_belongs_to_the_base_the_table
     assert base_of("nvidia/Qwen3.6-27B-NVFP4", "nvidia/Qwen3.6-27B-NVFP4") == "Qwen/Qwen3.6-27B"
     assert base_of("RedHatAI/Qwen3.5-9B-FP8-dynamic", "Qwen/Qwen3.5-9B") == "Qwen/Qwen3.5-9B"
     assert base_of("someone/unlisted") == "someone/unlisted"
+
+
+@pytest.mark.parametrize(("model", "score"), [("Qwen/Qwen3.5-4B", 27), ("Qwen/Qwen3.5-2B", 16),
+                                               ("Qwen/Qwen3.5-0.8B", 9)])
+def test_the_small_qwen35_models_are_rated_for_a_catalog_refreshed_from_the_hub(
+    model: str, score: float
+) -> None:
+    # not in the shipped catalog (no config.json copy or byte size was sourced); a refreshed
+    # catalog that lists them, or an upload of them, finds their published figure
+    assert find(model) is None
+    fig = figure_for(model, "chat")
+    assert fig.score == score and fig.date == "2026-03-05"
+    assert fig.source.startswith("https://artificialanalysis.ai/articles/qwen3-5-small-models")
+    assert figure_for(f"someone/{model.split('/')[1]}-AWQ", "chat", model).rated
