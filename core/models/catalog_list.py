@@ -13,24 +13,22 @@ from typing import Any
 
 from kvpilot.core.base.model_spec import Quantization
 from kvpilot.core.models.catalog import CatalogEntry, catalog_entries
-from kvpilot.core.models.checkpoint_rules import caveat, refusal, scheme_of_quantization
+from kvpilot.core.models.checkpoint_rules import (
+    SizedCheckpoint,
+    caveat,
+    refusal,
+    scheme_of_quantization,
+)
 
 
 @dataclass(frozen=True)
-class ListedCheckpoint:
-    """One checkpoint: repo, vLLM method (None: 16-bit), scheme, bits, weight bytes (None: not
-    known yet, the entry's note says why), their source (``catalog`` exact or listed;
-    ``estimate`` byte model), why this GPU refuses it ("" when it does not, or no GPU was
-    given) and ``note``, how it runs differently there."""
+class ListedCheckpoint(SizedCheckpoint):
+    """One catalog checkpoint, sized (weight bytes None: the entry's note says why; source
+    ``catalog`` exact or listed, ``estimate`` byte model), with its vLLM quantization
+    ``method`` (None: 16-bit) and ``bits``."""
 
-    repo: str
-    method: str | None
-    scheme: str
-    bits: int | None
-    weights_bytes: int | None
-    weights_source: str
-    refused: str = ""
-    note: str = ""
+    method: str | None = None
+    bits: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,9 +52,9 @@ def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
     for c in entry.checkpoints:
         quant = Quantization(c.method, c.bits, c.group_size) if c.method else None
         scheme = scheme_of_quantization(quant)
-        rows.append(ListedCheckpoint(c.repo, c.method, scheme, c.bits, c.weights_bytes or None,
-                                     c.weights_source, refusal(scheme, cc) or "",
-                                     caveat(scheme, cc)))
+        rows.append(ListedCheckpoint(c.repo, scheme, c.weights_bytes or None, c.weights_source,
+                                     refusal(scheme, cc) or "", caveat(scheme, cc),
+                                     method=c.method, bits=c.bits))
     return ListedModel(entry.id, entry.family, entry.release_date, entry.params_total,
                        entry.context_length, entry.license, entry.gated, tuple(rows),
                        entry.release_date_source)
