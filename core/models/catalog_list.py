@@ -33,18 +33,11 @@ class ListedCheckpoint(SizedCheckpoint):
 
 @dataclass(frozen=True)
 class ListedModel:
-    """One catalog entry as listed."""
+    """One catalog entry as listed: the entry (id, family, release date and its source,
+    parameters, context, license) with its checkpoints as listed for the GPU."""
 
-    id: str
-    family: str
-    release_date: str
-    params_total: int
-    context_length: int
-    license: str
-    gated: bool
+    entry: CatalogEntry
     checkpoints: tuple[ListedCheckpoint, ...]
-    #: where the release date was read ("date unknown: ..." when none was)
-    release_date_source: str = ""
 
 
 def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
@@ -55,9 +48,7 @@ def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
         rows.append(ListedCheckpoint(c.repo, scheme, c.weights_bytes or None, c.weights_source,
                                      refusal(scheme, cc) or "", caveat(scheme, cc),
                                      method=c.method, bits=c.bits))
-    return ListedModel(entry.id, entry.family, entry.release_date, entry.params_total,
-                       entry.context_length, entry.license, entry.gated, tuple(rows),
-                       entry.release_date_source)
+    return ListedModel(entry, tuple(rows))
 
 
 def catalog_listing(
@@ -76,20 +67,22 @@ def catalog_listing(
     )
 
 
+def _model_json(m: ListedModel) -> dict[str, Any]:
+    e = m.entry
+    return {
+        "id": e.id, "family": e.family, "release_date": e.release_date or None,
+        "release_date_source": e.release_date_source or None,
+        "params_total": e.params_total, "context_length": e.context_length,
+        "license": e.license, "gated": e.gated,
+        "checkpoints": [
+            {"repo": c.repo, "quantization": c.method, "scheme": c.scheme, "bits": c.bits,
+             "weights_bytes": c.weights_bytes, "weights_source": c.weights_source,
+             "refused": c.refused or None, "note": c.note or None}
+            for c in m.checkpoints
+        ],
+    }
+
+
 def listing_to_json(models: tuple[ListedModel, ...]) -> list[dict[str, Any]]:
     """The JSON form (``kvpilot catalog --json``)."""
-    return [
-        {
-            "id": m.id, "family": m.family, "release_date": m.release_date or None,
-            "release_date_source": m.release_date_source or None,
-            "params_total": m.params_total, "context_length": m.context_length,
-            "license": m.license, "gated": m.gated,
-            "checkpoints": [
-                {"repo": c.repo, "quantization": c.method, "scheme": c.scheme, "bits": c.bits,
-                 "weights_bytes": c.weights_bytes, "weights_source": c.weights_source,
-                 "refused": c.refused or None, "note": c.note or None}
-                for c in m.checkpoints
-            ],
-        }
-        for m in models
-    ]
+    return [_model_json(m) for m in models]
