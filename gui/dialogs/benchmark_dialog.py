@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
@@ -33,6 +32,7 @@ from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.widgets.small import wrapped_label
 from kvpilot.gui.widgets.tables import read_only_table
 from kvpilot.gui.workers import run_in_pool
 
@@ -121,8 +121,7 @@ class BenchmarkDialog(QDialog):
         self.cancel_button.clicked.connect(self.cancel)
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m requests")
-        self.status = QLabel(f"Target: {base_url} · model {model}")
-        self.status.setWordWrap(True)
+        self.status = wrapped_label(f"Target: {base_url} · model {model}")
         self.table = read_only_table("benchmarkResults", RESULT_COLUMNS)
         for c in range(len(RESULT_COLUMNS) - 3, len(RESULT_COLUMNS)):
             header_item = self.table.horizontalHeaderItem(c)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from kvpilot.core.base.words import estimated_rate
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.small import wrapped_label
 from kvpilot.gui.widgets.tables import SELECT_ONE, read_only_table
 from kvpilot.gui.workers import run_in_thread
 
@@ -116,8 +117,7 @@ class HubSearchDialog(QDialog):
             "Rebuild your model catalog from the Hub's most downloaded and trending models "
             "(their quantized uploads, sizes and release dates); the window stays usable")
         self.catalog_button.clicked.connect(lambda: self.start_catalog_refresh())
-        self.context = QLabel(context_text)
-        self.context.setWordWrap(True)
+        self.context = wrapped_label(context_text)
         self.status = QLabel("Type a name and press Enter. Nothing is downloaded: sizes come "
                              "from the Hub's metadata.")
         self.status.setObjectName("hubStatus")

@@ -62,7 +62,7 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
 from kvpilot.gui.records import PlanRequest, PlanRow
-from kvpilot.gui.widgets.small import Segment, StackedBar
+from kvpilot.gui.widgets.small import Segment, StackedBar, wrapped_label
 from kvpilot.gui.widgets.tables import SELECT_ONE, read_only_table
 
 if TYPE_CHECKING:
@@ -294,14 +294,11 @@ class PlannerPanel(QWidget):
         box.addWidget(self.measure_text)
         self.measure_box.setVisible(False)
         form.addRow(self.measure_box)
-        self.status = QLabel("")
-        self.status.setWordWrap(True)
+        self.status = wrapped_label()
         form.addRow(self.status)
 
         # --- plans table
-        self.heading = QLabel("Ranked plans")
-        self.heading.setStyleSheet("font-weight: 600")
-        self.heading.setWordWrap(True)
+        self.heading = wrapped_label("Ranked plans", heading=True)
         self.table = read_only_table("plansTable", COLUMNS, select=SELECT_ONE, stretch=-1)
         spare = self.table.horizontalHeaderItem(COLUMNS.index("KV spare"))
         assert spare is not None  # set by read_only_table just above

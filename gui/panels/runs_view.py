@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from kvpilot.core.app.runs import RunsCompared, compare_runs
 from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.layouts import column_layout
 from kvpilot.gui.widgets.tables import SELECT_MANY, read_only_table
 
 if TYPE_CHECKING:
@@ -90,9 +91,7 @@ class RunsView(QWidget):
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
         self.compare_table.setVisible(False)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(split)
+        column_layout(self, split, margins_px=2)
 
     # ------------------------------------------------------------------ content
 
