@@ -23,11 +23,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from kvpilot.core.base import versions
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import Release
+
+if TYPE_CHECKING:
+    from kvpilot.core.base.plan import PlanInputs
 
 
 @dataclass(frozen=True)
@@ -629,6 +633,32 @@ def cudagraph_bytes(
         * model.num_hidden_layers
         * model.hidden_size
         * share
+    )
+
+
+def plan_cudagraph_bytes(
+    inputs: PlanInputs,
+    model: ModelSpec,
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    constants: FittedConstants | None = None,
+) -> int:
+    """:func:`cudagraph_bytes` (bytes per rank) with the graph settings of ``inputs``: eager
+    mode, ``--cudagraph-mode``, ``--max-cudagraph-capture-size`` and the release and compute
+    capability that set the default largest capture, for ``model`` (the whole model, or the
+    pipeline stage a rank holds) capturing up to ``max_num_seqs`` sequences."""
+    return cudagraph_bytes(
+        model,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        tensor_parallel_size=inputs.tensor_parallel_size,
+        enforce_eager=inputs.enforce_eager,
+        constants=constants,
+        largest_default=largest_default_capture(inputs.vllm_version, inputs.compute_capability),
+        capture_size=inputs.max_cudagraph_capture_size,
+        cudagraph_mode=inputs.cudagraph_mode,
+        vllm_version=inputs.vllm_version,
     )
 
 
