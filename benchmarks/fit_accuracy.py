@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -709,15 +709,7 @@ def fit_constants(
         remainder, left_ids = {}, defaultdict(list)
     for k, ids in left_ids.items():
         fitted_on[f"row_remainder_bytes[{k}]"] = tuple(ids)
-    return FittedConstants(
-        non_torch_single_gpu_bytes=stage.non_torch_single_gpu_bytes,
-        non_torch_tensor_parallel_bytes=stage.non_torch_tensor_parallel_bytes,
-        cudagraph_bytes_per_layer_hidden_token=stage.cudagraph_bytes_per_layer_hidden_token,
-        activation_residual_units=residual,
-        row_remainder_bytes=remainder,
-        fitted_on=fitted_on,
-        activation_residual_bytes=residual_bytes,
-    )
+    return replace(stage, row_remainder_bytes=remainder, fitted_on=fitted_on)
 
 
 def _row(case: Case, cap: Capacity, mode: str) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from kvpilot.core.hub.search_fetch import (
     read_cached,
     write_cached,
 )
-from kvpilot.core.models.checkpoint_rules import caveat, refusal
+from kvpilot.core.models.checkpoint_rules import SizedCheckpoint, caveat, refusal
 from kvpilot.core.models.local import parse_quantization, spec_from_config
 
 log = logging.getLogger(__name__)
@@ -68,20 +68,6 @@ BADGE_LABELS = {BADGE_FITS: "fits", BADGE_BORDERLINE: "borderline",
                 BADGE_DOES_NOT_FIT: "does not fit", BADGE_CANNOT_PLAN: "cannot plan yet"}
 #: a cached search older than this is fetched again when the Hub answers (seconds)
 CACHE_MAX_AGE_S = 24 * 3600.0
-
-
-@dataclass(frozen=True)
-class SizedCheckpoint:
-    """One checkpoint of a hit: repo, scheme, weight bytes (``weights_source`` ``hub`` when the
-    Hub counted them, ``estimate`` from the byte model) and why it is refused here ("" if not)."""
-
-    repo: str
-    scheme: str
-    weights_bytes: int | None
-    weights_source: str
-    refused: str = ""
-    #: how it runs differently on this GPU (FP8 weight-only below sm_89), "" when as built
-    note: str = ""
 
 
 @dataclass(frozen=True)

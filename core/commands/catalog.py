@@ -77,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
     total = sum(len(m.checkpoints) for m in models)
     lines = [f"{len(models)} models, {total} checkpoints (catalog of {catalog_date()})"]
     for m in models:
-        params = f"{m.params_total / 1e9:.1f}B parameters" if m.params_total \
+        e = m.entry
+        params = f"{e.params_total / 1e9:.1f}B parameters" if e.params_total \
             else "parameters not counted yet"
-        lines.append(f"\n{m.id}  ({m.family}, released {m.release_date or 'date not recorded'}, "
-                     f"{params}, {m.context_length:,} context)")
+        lines.append(f"\n{e.id}  ({e.family}, released {e.release_date or 'date not recorded'}, "
+                     f"{params}, {e.context_length:,} context)")
         for c in m.checkpoints:
             size = f"{c.weights_bytes / GiB:6.2f} GiB" if c.weights_bytes else "size unknown"
             how = "" if c.weights_source == "catalog" or not c.weights_bytes \

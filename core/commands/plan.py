@@ -35,9 +35,7 @@ from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     add_serving_arguments,
-    device_from_args,
-    settings_for_device,
-    settings_from_args,
+    device_and_settings,
 )
 from kvpilot.core.fit.budget import borderline_note
 from kvpilot.core.fit.calibrate import planned_capacity
@@ -104,7 +102,7 @@ def plan_inputs_and_choice(
 
     The vLLM version is, in order: ``vllm_version``, ``--vllm-version``, the installed vLLM's,
     then the newest kvpilot knows. The device is the one the flags name, else this machine's
-    (:func:`~kvpilot.core.commands.serving_args.device_from_args`). Without
+    (:func:`~kvpilot.core.commands.serving_args.device_and_settings`). Without
     ``--gpu-memory-utilization`` the utilization is chosen as the window chooses it
     (:func:`kvpilot.core.app.launch_settings.choose_utilization`).
 
@@ -117,10 +115,8 @@ def plan_inputs_and_choice(
         or detected_vllm_version(getattr(args, "vllm", None))
         or DEFAULT_VLLM_VERSION
     )
-    device = device_from_args(args, version)
-    settings, choice = with_chosen_utilization(
-        settings_for_device(settings_from_args(args), device), device, version
-    )
+    device, settings = device_and_settings(args, version)
+    settings, choice = with_chosen_utilization(settings, device, version)
     model = load_model_spec(args.model)
     return device.plan_inputs(model, version, settings), choice
 

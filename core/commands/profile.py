@@ -31,8 +31,7 @@ from kvpilot.core.commands import Subparsers
 from kvpilot.core.commands.serving_args import (
     add_device_arguments,
     add_serving_arguments,
-    device_from_args,
-    settings_for_device,
+    device_and_settings,
     settings_from_args,
 )
 
@@ -281,8 +280,7 @@ def plan_profile(args: argparse.Namespace, profile: Profile) -> Capacity | None:
 
     version = (getattr(args, "vllm_version", None)
                or detected_vllm_version(profile.vllm_runtime or None) or DEFAULT_VLLM_VERSION)
-    device = device_from_args(args, version)
-    settings = settings_for_device(profile_settings(profile), device)
+    device, settings = device_and_settings(args, version, profile_settings(profile))
     util = auto_utilization(profile, device)
     if util is not None:
         settings = dataclasses.replace(settings, gpu_memory_utilization=util)

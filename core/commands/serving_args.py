@@ -332,3 +332,18 @@ def settings_for_device(settings: ServingSettings, device: DeviceTarget) -> Serv
         return replace(settings, tensor_parallel_size=device.count)
     return settings
 
+
+def device_and_settings(
+    args: argparse.Namespace, vllm_version: str | None, settings: ServingSettings | None = None
+) -> tuple[DeviceTarget, ServingSettings]:
+    """The device the flags name (:func:`device_from_args`) and ``settings`` (default: the
+    serving flags', :func:`settings_from_args`) on it (:func:`settings_for_device`).
+
+    Raises:
+        FitError: an unknown GPU name, no device at all, or a size or count that is not
+            positive.
+    """
+    device = device_from_args(args, vllm_version)
+    if settings is None:
+        settings = settings_from_args(args)
+    return device, settings_for_device(settings, device)

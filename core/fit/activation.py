@@ -23,11 +23,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from kvpilot.core.base import versions
 from kvpilot.core.base.model_spec import ModelSpec
 from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import Release
+
+if TYPE_CHECKING:
+    from kvpilot.core.base.plan import PlanInputs
 
 
 @dataclass(frozen=True)
@@ -104,27 +108,30 @@ SAMPLER_V2: tuple[Buffer, ...] = (
 class VersionProfile:
     """How one range of vLLM versions accounts for memory.
 
+    The defaults are the V1 engine's rules from 0.10.2 to 0.27 (the V1 model runner, KV tokens
+    from concurrency, no reserved null block): a row names only where its release differs.
+
     Attributes:
         since: first release the row applies to, as written (``"0.10.2"``, ``"0.28"``,
             ``"0"``; compared as a :class:`~kvpilot.core.base.versions.Release`).
-        engine: ``V0`` or ``V1``.
         sampler: the tensors alive at the dummy sampler's peak (logit units).
+        source: the release files and functions this row reproduces.
+        engine: ``V0`` or ``V1``.
         sampler_adds_to_forward: True when the forward's activations are still alive while the
             sampler runs (V2 model runner): peak = forward + sampler; otherwise the larger wins.
         tokens_from_concurrency: "KV cache size: N tokens" = int(concurrency x max_model_len).
         null_block_reserved: the fit check keeps one block aside.
-        source: the release files and functions this row reproduces.
         v2_sampler: the V2 model runner's sampler for dense (non-MoE) models, None before 0.28.
         fitted_on: calibration cases a choice of this row was fitted on (empty: code only).
     """
 
     since: str
-    engine: str
     sampler: tuple[Buffer, ...]
-    sampler_adds_to_forward: bool
-    tokens_from_concurrency: bool
-    null_block_reserved: bool
     source: str
+    engine: str = "V1"
+    sampler_adds_to_forward: bool = False
+    tokens_from_concurrency: bool = True
+    null_block_reserved: bool = False
     v2_sampler: tuple[Buffer, ...] | None = None
     fitted_on: tuple[str, ...] = ()
 
@@ -167,11 +174,9 @@ class VersionProfile:
 PROFILES: tuple[VersionProfile, ...] = (
     VersionProfile(
         since="0.28",
-        engine="V1",
         sampler=SAMPLER_TRITON,
         v2_sampler=SAMPLER_V2,
         sampler_adds_to_forward=True,
-        tokens_from_concurrency=True,
         null_block_reserved=True,
         source=(
             "0.28.0 config/vllm.py use_v2_model_runner (V2 runner default for dense "
@@ -181,11 +186,7 @@ PROFILES: tuple[VersionProfile, ...] = (
     ),
     VersionProfile(
         since="0.20",
-        engine="V1",
         sampler=SAMPLER_TRITON,
-        sampler_adds_to_forward=False,
-        tokens_from_concurrency=True,
-        null_block_reserved=False,
         source=(
             "0.20.2 envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1 and "
             "v1/worker/gpu_worker.py determine_available_memory (graph estimate inside the "
@@ -194,11 +195,7 @@ PROFILES: tuple[VersionProfile, ...] = (
     ),
     VersionProfile(
         since="0.19",
-        engine="V1",
         sampler=SAMPLER_TRITON,
-        sampler_adds_to_forward=False,
-        tokens_from_concurrency=True,
-        null_block_reserved=False,
         source=(
             "0.19.1 v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p -> "
             "topk_topp_triton.py apply_top_k_top_p_triton for >= 8 rows (no sort)"
@@ -206,11 +203,7 @@ PROFILES: tuple[VersionProfile, ...] = (
     ),
     VersionProfile(
         since="0.13",
-        engine="V1",
         sampler=SAMPLER_SORT,
-        sampler_adds_to_forward=False,
-        tokens_from_concurrency=True,
-        null_block_reserved=False,
         source=(
             "0.13.0 v1/sample/ops/topk_topp_sampler.py TopKTopPSampler.__init__ (FlashInfer "
             "sampler only with VLLM_USE_FLASHINFER_SAMPLER=1) -> forward_native sort path; "
@@ -219,11 +212,7 @@ PROFILES: tuple[VersionProfile, ...] = (
     ),
     VersionProfile(
         since="0.10.2",
-        engine="V1",
         sampler=SAMPLER_SORT,
-        sampler_adds_to_forward=False,
-        tokens_from_concurrency=True,
-        null_block_reserved=False,
         source=(
             "0.10.2 v1/worker/gpu_model_runner.py _dummy_sampler_run, forward_native sort path "
             "(FlashInfer sampler is used by default only where FlashInfer is installed: which "
@@ -233,11 +222,8 @@ PROFILES: tuple[VersionProfile, ...] = (
     ),
     VersionProfile(
         since="0.8",
-        engine="V1",
         sampler=SAMPLER_FLASHINFER,
-        sampler_adds_to_forward=False,
         tokens_from_concurrency=False,
-        null_block_reserved=False,
         source=(
             "0.8.5-0.10.1.1 v1/sample/ops/topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER "
             "unset means FlashInfer in V1 when installed (vllm-openai images ship it: which "
@@ -249,9 +235,7 @@ PROFILES: tuple[VersionProfile, ...] = (
         since="0",
         engine="V0",
         sampler=SAMPLER_SORT,
-        sampler_adds_to_forward=False,
         tokens_from_concurrency=False,
-        null_block_reserved=False,
         source=(
             "0.6.6 / 0.7.3 worker/model_runner.py GPUModelRunnerBase.profile_run (max_num_seqs "
             "dummy sequences, top_k = vocab - 1, top_p 0.99); model_executor/layers/sampler.py "
@@ -649,6 +633,32 @@ def cudagraph_bytes(
         * model.num_hidden_layers
         * model.hidden_size
         * share
+    )
+
+
+def plan_cudagraph_bytes(
+    inputs: PlanInputs,
+    model: ModelSpec,
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    constants: FittedConstants | None = None,
+) -> int:
+    """:func:`cudagraph_bytes` (bytes per rank) with the graph settings of ``inputs``: eager
+    mode, ``--cudagraph-mode``, ``--max-cudagraph-capture-size`` and the release and compute
+    capability that set the default largest capture, for ``model`` (the whole model, or the
+    pipeline stage a rank holds) capturing up to ``max_num_seqs`` sequences."""
+    return cudagraph_bytes(
+        model,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        tensor_parallel_size=inputs.tensor_parallel_size,
+        enforce_eager=inputs.enforce_eager,
+        constants=constants,
+        largest_default=largest_default_capture(inputs.vllm_version, inputs.compute_capability),
+        capture_size=inputs.max_cudagraph_capture_size,
+        cudagraph_mode=inputs.cudagraph_mode,
+        vllm_version=inputs.vllm_version,
     )
 
 

@@ -247,18 +247,9 @@ def compute_capacity(
     capture_seqs = seqs
     if supports("spec_decode_capture_scaled", inputs.vllm_version):
         capture_seqs = seqs * adapt.capture_seqs_factor
-    graphs = activation.cudagraph_bytes(
-        model,
-        max_num_seqs=capture_seqs,
-        max_num_batched_tokens=batched,
-        tensor_parallel_size=tp,
-        enforce_eager=inputs.enforce_eager,
+    graphs = activation.plan_cudagraph_bytes(
+        inputs, model, max_num_seqs=capture_seqs, max_num_batched_tokens=batched,
         constants=fitted,
-        largest_default=activation.largest_default_capture(
-            inputs.vllm_version, inputs.compute_capability),
-        capture_size=inputs.max_cudagraph_capture_size,
-        cudagraph_mode=inputs.cudagraph_mode,
-        vllm_version=inputs.vllm_version,
     )
     graphs_band = adapt.cudagraph_band_bytes(graphs) if graphs_counted else 0
     graphs = int(graphs * adapt.cudagraph_factor(model.num_hidden_layers))

@@ -392,7 +392,7 @@ def _graph_oom_options(
     room outside vLLM's budget. Eager mode is proposed by :func:`propose` for every OOM.
 
     Each effect is the fit engine's CUDA-graph estimate
-    (:func:`kvpilot.core.fit.activation.cudagraph_bytes`) for the new setting.
+    (:func:`kvpilot.core.fit.activation.plan_cudagraph_bytes`) for the new setting.
     """
     if failure.kind != failures.CUDA_OOM_GRAPHS or inputs.enforce_eager:
         return []
@@ -401,11 +401,8 @@ def _graph_oom_options(
     largest = activation.largest_default_capture(version, inputs.compute_capability)
 
     def graphs(new: PlanInputs) -> int:
-        return activation.cudagraph_bytes(
-            new.model, max_num_seqs=seqs, max_num_batched_tokens=batched,
-            tensor_parallel_size=new.tensor_parallel_size, enforce_eager=new.enforce_eager,
-            largest_default=largest, capture_size=new.max_cudagraph_capture_size,
-            cudagraph_mode=new.cudagraph_mode, vllm_version=version,
+        return activation.plan_cudagraph_bytes(
+            new, new.model, max_num_seqs=seqs, max_num_batched_tokens=batched
         )
 
     now = graphs(inputs)

@@ -13,40 +13,31 @@ from typing import Any
 
 from kvpilot.core.base.model_spec import Quantization
 from kvpilot.core.models.catalog import CatalogEntry, catalog_entries
-from kvpilot.core.models.checkpoint_rules import caveat, refusal, scheme_of_quantization
+from kvpilot.core.models.checkpoint_rules import (
+    SizedCheckpoint,
+    caveat,
+    refusal,
+    scheme_of_quantization,
+)
 
 
 @dataclass(frozen=True)
-class ListedCheckpoint:
-    """One checkpoint: repo, vLLM method (None: 16-bit), scheme, bits, weight bytes (None: not
-    known yet, the entry's note says why), their source (``catalog`` exact or listed;
-    ``estimate`` byte model), why this GPU refuses it ("" when it does not, or no GPU was
-    given) and ``note``, how it runs differently there."""
+class ListedCheckpoint(SizedCheckpoint):
+    """One catalog checkpoint, sized (weight bytes None: the entry's note says why; source
+    ``catalog`` exact or listed, ``estimate`` byte model), with its vLLM quantization
+    ``method`` (None: 16-bit) and ``bits``."""
 
-    repo: str
-    method: str | None
-    scheme: str
-    bits: int | None
-    weights_bytes: int | None
-    weights_source: str
-    refused: str = ""
-    note: str = ""
+    method: str | None = None
+    bits: int | None = None
 
 
 @dataclass(frozen=True)
 class ListedModel:
-    """One catalog entry as listed."""
+    """One catalog entry as listed: the entry (id, family, release date and its source,
+    parameters, context, license) with its checkpoints as listed for the GPU."""
 
-    id: str
-    family: str
-    release_date: str
-    params_total: int
-    context_length: int
-    license: str
-    gated: bool
+    entry: CatalogEntry
     checkpoints: tuple[ListedCheckpoint, ...]
-    #: where the release date was read ("date unknown: ..." when none was)
-    release_date_source: str = ""
 
 
 def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
@@ -54,12 +45,10 @@ def _listed(entry: CatalogEntry, cc: tuple[int, int] | None) -> ListedModel:
     for c in entry.checkpoints:
         quant = Quantization(c.method, c.bits, c.group_size) if c.method else None
         scheme = scheme_of_quantization(quant)
-        rows.append(ListedCheckpoint(c.repo, c.method, scheme, c.bits, c.weights_bytes or None,
-                                     c.weights_source, refusal(scheme, cc) or "",
-                                     caveat(scheme, cc)))
-    return ListedModel(entry.id, entry.family, entry.release_date, entry.params_total,
-                       entry.context_length, entry.license, entry.gated, tuple(rows),
-                       entry.release_date_source)
+        rows.append(ListedCheckpoint(c.repo, scheme, c.weights_bytes or None, c.weights_source,
+                                     refusal(scheme, cc) or "", caveat(scheme, cc),
+                                     method=c.method, bits=c.bits))
+    return ListedModel(entry, tuple(rows))
 
 
 def catalog_listing(
@@ -78,20 +67,22 @@ def catalog_listing(
     )
 
 
+def _model_json(m: ListedModel) -> dict[str, Any]:
+    e = m.entry
+    return {
+        "id": e.id, "family": e.family, "release_date": e.release_date or None,
+        "release_date_source": e.release_date_source or None,
+        "params_total": e.params_total, "context_length": e.context_length,
+        "license": e.license, "gated": e.gated,
+        "checkpoints": [
+            {"repo": c.repo, "quantization": c.method, "scheme": c.scheme, "bits": c.bits,
+             "weights_bytes": c.weights_bytes, "weights_source": c.weights_source,
+             "refused": c.refused or None, "note": c.note or None}
+            for c in m.checkpoints
+        ],
+    }
+
+
 def listing_to_json(models: tuple[ListedModel, ...]) -> list[dict[str, Any]]:
     """The JSON form (``kvpilot catalog --json``)."""
-    return [
-        {
-            "id": m.id, "family": m.family, "release_date": m.release_date or None,
-            "release_date_source": m.release_date_source or None,
-            "params_total": m.params_total, "context_length": m.context_length,
-            "license": m.license, "gated": m.gated,
-            "checkpoints": [
-                {"repo": c.repo, "quantization": c.method, "scheme": c.scheme, "bits": c.bits,
-                 "weights_bytes": c.weights_bytes, "weights_source": c.weights_source,
-                 "refused": c.refused or None, "note": c.note or None}
-                for c in m.checkpoints
-            ],
-        }
-        for m in models
-    ]
+    return [_model_json(m) for m in models]

@@ -20,6 +20,7 @@ reduced to one scheme name, and each scheme has the compute capability vLLM's ke
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kvpilot.core.base import versions
@@ -56,6 +57,21 @@ FP8_W8A8_CAPABILITY = (8, 9)
 NVFP4_MAJORS = (10, 12)
 #: NVFP4 scales every 16 weights; MXFP4 every 32; integer 4-bit schemes 32..128
 NVFP4_GROUP_SIZE = 16
+
+
+@dataclass(frozen=True)
+class SizedCheckpoint:
+    """One checkpoint as a GPU sees it: repo, scheme, weight bytes (None: not known yet) and
+    where they came from (``catalog``, ``hub`` when the Hub counted them, ``estimate`` from the
+    byte model), why this GPU refuses it (:func:`refusal`; "" when it does not, or no GPU was
+    given) and ``note``, how it runs differently there (:func:`caveat`; "" when as built)."""
+
+    repo: str
+    scheme: str
+    weights_bytes: int | None
+    weights_source: str
+    refused: str = ""
+    note: str = ""
 
 
 def _first_group_part(qcfg: Mapping[str, Any], part: str) -> Mapping[str, Any] | None:

@@ -77,6 +77,18 @@ _OOM_SIZES = (
 )
 
 
+def _context_too_long(text: str, max_len: int, fits: int | None, **figures: int) -> Failure:
+    """``kv_cache_too_small``: the ``max_len``-token context does not fit the KV cache; ``fits``
+    is the longest context that does (tokens, None when vLLM does not say), ``figures`` the
+    other numbers the line gave (bytes or tokens), kept in the details between the two."""
+    return Failure(
+        fk.KV_CACHE_TOO_SMALL,
+        text,
+        fits,
+        details={"max_model_len": max_len, **figures, "estimated_max_model_len": fits},
+    )
+
+
 def _kv_too_small(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     max_len = int(m[1])
     needed = gib_to_bytes(m[2])
@@ -86,34 +98,18 @@ def _kv_too_small(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     text = (f"The {tokens_text(max_len)}-token context needs more KV cache than the {m[3]} GiB "
             "available")
     text += f"; vLLM estimates {tokens_text(est)} tokens would fit." if est else "."
-    return Failure(
-        fk.KV_CACHE_TOO_SMALL,
-        text,
-        est,
-        details={
-            "max_model_len": max_len,
-            "needed_kv_bytes": needed,
-            "available_kv_bytes": available,
-            "estimated_max_model_len": est,
-        },
+    return _context_too_long(
+        text, max_len, est, needed_kv_bytes=needed, available_kv_bytes=available
     )
 
 
 def _kv_tokens_too_few(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:
     """The V0 wording: the KV cache holds M tokens, fewer than one max-length sequence."""
     max_len, capacity = int(m[1]), int(m[2])
-    return Failure(
-        fk.KV_CACHE_TOO_SMALL,
-        f"The {tokens_text(max_len)}-token context is longer than the "
-        f"{tokens_text(capacity)} tokens the KV cache holds; a context of "
-        f"{tokens_text(capacity)} tokens fits.",
-        capacity,
-        details={
-            "max_model_len": max_len,
-            "kv_capacity_tokens": capacity,
-            "estimated_max_model_len": capacity,
-        },
-    )
+    text = (f"The {tokens_text(max_len)}-token context is longer than the "
+            f"{tokens_text(capacity)} tokens the KV cache holds; a context of "
+            f"{tokens_text(capacity)} tokens fits.")
+    return _context_too_long(text, max_len, capacity, kv_capacity_tokens=capacity)
 
 
 def _mamba_blocks(m: re.Match[str], msg: str, ctx: ScanContext) -> Failure:

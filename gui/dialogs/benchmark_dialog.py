@@ -15,17 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
-    QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -36,6 +32,8 @@ from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
+from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.tables import read_only_table
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
@@ -123,14 +121,8 @@ class BenchmarkDialog(QDialog):
         self.cancel_button.clicked.connect(self.cancel)
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m requests")
-        self.status = QLabel(f"Target: {base_url} · model {model}")
-        self.status.setWordWrap(True)
-        self.table = QTableWidget(0, len(RESULT_COLUMNS))
-        self.table.setObjectName("benchmarkResults")
-        self.table.setHorizontalHeaderLabels(RESULT_COLUMNS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.status = wrapped_label(f"Target: {base_url} · model {model}")
+        self.table = read_only_table("benchmarkResults", RESULT_COLUMNS)
         for c in range(len(RESULT_COLUMNS) - 3, len(RESULT_COLUMNS)):
             header_item = self.table.horizontalHeaderItem(c)
             if header_item is not None:

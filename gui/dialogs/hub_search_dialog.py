@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -31,6 +28,8 @@ from PySide6.QtWidgets import (
 
 from kvpilot.core.base.words import estimated_rate
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.tables import SELECT_ONE, read_only_table
 from kvpilot.gui.workers import run_in_thread
 
 if TYPE_CHECKING:
@@ -118,23 +117,12 @@ class HubSearchDialog(QDialog):
             "Rebuild your model catalog from the Hub's most downloaded and trending models "
             "(their quantized uploads, sizes and release dates); the window stays usable")
         self.catalog_button.clicked.connect(lambda: self.start_catalog_refresh())
-        self.context = QLabel(context_text)
-        self.context.setWordWrap(True)
+        self.context = wrapped_label(context_text)
         self.status = QLabel("Type a name and press Enter. Nothing is downloaded: sizes come "
                              "from the Hub's metadata.")
         self.status.setObjectName("hubStatus")
         self.status.setWordWrap(True)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setObjectName("hubResults")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        self.table = read_only_table("hubResults", COLUMNS, select=SELECT_ONE, stretch=0)
         self.table.itemSelectionChanged.connect(self._selection_changed)
         self.table.cellDoubleClicked.connect(lambda *_: self._plan_selected())
         self.detail = QLabel()

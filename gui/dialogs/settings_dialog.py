@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from kvpilot.core.app import settings as st
 from kvpilot.core.base.errors import KvpilotError, SettingsError
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.small import wrapped_label
 
 if TYPE_CHECKING:
     from kvpilot.core.app.secrets import KeyringConsent
@@ -134,8 +135,7 @@ class SettingsDialog(QDialog):
         self.runtime_install.clicked.connect(self._install_runtime)
         runtime_row.addWidget(self.runtime_install)
         form.addRow("vLLM", runtime_row)
-        self.runtime_status = QLabel("")
-        self.runtime_status.setWordWrap(True)
+        self.runtime_status = wrapped_label()
         form.addRow("", self.runtime_status)
         from kvpilot.core.base import versions
 

@@ -37,6 +37,7 @@ from kvpilot.core.base.conversation import (
 )
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import wrap_anywhere
+from kvpilot.gui.widgets.layouts import column_layout, row_layout
 
 #: the input box's height in text lines
 INPUT_LINES = 3
@@ -178,21 +179,10 @@ class ChatPanel(QWidget):
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.image_button)
         buttons.addStretch(1)
-        entry = QHBoxLayout()
-        entry.addWidget(self.input, 1)
-        entry.addLayout(buttons)
-        image_row = QHBoxLayout()
-        image_row.addWidget(self.image_label, 1)
-        image_row.addWidget(self.image_remove)
-
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        lay.setSpacing(4)
-        lay.addLayout(top)
-        lay.addLayout(options)
-        lay.addWidget(self.view, 1)
-        lay.addLayout(image_row)
-        lay.addLayout(entry)
+        entry = row_layout((self.input, 1), buttons)
+        image_row = row_layout((self.image_label, 1), self.image_remove)
+        column_layout(self, top, options, (self.view, 1), image_row, entry, margins_px=4,
+                      spacing_px=4)
 
         self.send_button.clicked.connect(self.send_requested)
         self.input.submitted.connect(self.send_requested)

@@ -39,6 +39,7 @@ from kvpilot.core.base.throttle import throttle_text
 from kvpilot.core.base.units import GiB
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.layouts import column_layout
 
 if TYPE_CHECKING:
     from kvpilot.core.telemetry.live import Telemetry
@@ -193,11 +194,7 @@ class DashboardPanel(QWidget):
         self._pressure_widgets: list[QWidget] = []
         self._pressure_kinds: tuple[str, ...] = ()
 
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        lay.addLayout(win_row)
-        lay.addWidget(self.graphics, 1)
-        lay.addLayout(self.pressure_box)
+        column_layout(self, win_row, (self.graphics, 1), self.pressure_box, margins_px=4)
 
         self.timer = QTimer(self)
         self.timer.setObjectName("dashboard-redraw")

@@ -16,12 +16,13 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QWidget
 
 from kvpilot.core.app.vram import MIN_SHOWN_BYTES, VramSplit, process_bytes, split_vram
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
-from kvpilot.gui.widgets.small import Segment, StackedBar
+from kvpilot.gui.widgets.layouts import column_layout, row_layout
+from kvpilot.gui.widgets.small import Segment, StackedBar, wrapped_label
 
 if TYPE_CHECKING:
     from kvpilot.core.app.vram import ReportedMemory
@@ -60,30 +61,18 @@ class GpuPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.title = QLabel("GPU: probing…")
-        self.title.setObjectName("gpuTitle")
-        self.title.setStyleSheet("font-weight: 600")
-        self.title.setWordWrap(True)
+        self.title = wrapped_label("GPU: probing…", name="gpuTitle", heading=True)
         self.spec_combo = QComboBox()
         self.spec_combo.setToolTip("Plan for this card (no GPU was found on this machine)")
         self.spec_combo.setVisible(False)
         self.spec_combo.currentTextChanged.connect(self._on_spec_changed)
         self.bar = StackedBar()
-        self.legend = QLabel("")
-        self.legend.setWordWrap(True)
-        self.warning = QLabel("")
-        self.warning.setWordWrap(True)
+        self.legend = wrapped_label()
+        self.warning = wrapped_label()
         self.warning.setVisible(False)
-        top = QHBoxLayout()
-        top.addWidget(self.title, 1)
-        top.addWidget(self.spec_combo)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(6, 4, 6, 4)
-        lay.setSpacing(3)
-        lay.addLayout(top)
-        lay.addWidget(self.bar)
-        lay.addWidget(self.legend)
-        lay.addWidget(self.warning)
+        top = row_layout((self.title, 1), self.spec_combo)
+        column_layout(self, top, self.bar, self.legend, self.warning, margins_px=(6, 4, 6, 4),
+                      spacing_px=3)
         self._gpu: GpuSnapshot | GpuSample | None = None
         self._vllm_pids: frozenset[int] = frozenset()
         self._capacity: Capacity | ReportedMemory | None = None

@@ -26,7 +26,6 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QButtonGroup,
     QCheckBox,
     QComboBox,
@@ -42,7 +41,6 @@ from PySide6.QtWidgets import (
     QRadioButton,
     QSpinBox,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QToolButton,
     QVBoxLayout,
@@ -64,7 +62,8 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
 from kvpilot.gui.records import PlanRequest, PlanRow
-from kvpilot.gui.widgets.small import Segment, StackedBar
+from kvpilot.gui.widgets.small import Segment, StackedBar, wrapped_label
+from kvpilot.gui.widgets.tables import SELECT_ONE, read_only_table
 
 if TYPE_CHECKING:
     from kvpilot.core.base.plan import Capacity, PlanInputs
@@ -295,32 +294,21 @@ class PlannerPanel(QWidget):
         box.addWidget(self.measure_text)
         self.measure_box.setVisible(False)
         form.addRow(self.measure_box)
-        self.status = QLabel("")
-        self.status.setWordWrap(True)
+        self.status = wrapped_label()
         form.addRow(self.status)
 
         # --- plans table
-        self.heading = QLabel("Ranked plans")
-        self.heading.setStyleSheet("font-weight: 600")
-        self.heading.setWordWrap(True)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setObjectName("plansTable")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.heading = wrapped_label("Ranked plans", heading=True)
+        self.table = read_only_table("plansTable", COLUMNS, select=SELECT_ONE, stretch=-1)
         spare = self.table.horizontalHeaderItem(COLUMNS.index("KV spare"))
-        assert spare is not None  # set by setHorizontalHeaderLabels just above
+        assert spare is not None  # set by read_only_table just above
         spare.setToolTip(
             "KV cache left once every user has a full-context request, at the low edge of the "
             "prediction's band; amber below 1 GiB (the same rule as `kvpilot recommend`)"
         )
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
         hh = self.table.horizontalHeader()
-        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
-        hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
         hh.setMinimumSectionSize(28)
         self.table.setColumnWidth(1, 250)
         self.table.setWordWrap(False)
@@ -357,14 +345,8 @@ class PlannerPanel(QWidget):
         self.chart_note = QLabel("")
 
         # --- detail
-        self.detail = QTableWidget(0, 4)
-        self.detail.setObjectName("budgetDetail")
-        self.detail.setHorizontalHeaderLabels(["budget term", "GiB", "source", "note"])
-        self.detail.verticalHeader().setVisible(False)
-        self.detail.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        dh = self.detail.horizontalHeader()
-        dh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        dh.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.detail = read_only_table("budgetDetail", ["budget term", "GiB", "source", "note"],
+                                      stretch=-1)
         self.detail_title = QLabel("Budget of the selected plan")
         self.detail_title.setStyleSheet("font-weight: 600")
 

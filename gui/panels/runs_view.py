@@ -15,13 +15,10 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -30,6 +27,8 @@ from PySide6.QtWidgets import (
 from kvpilot.core.app.runs import RunsCompared, compare_runs
 from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.layouts import column_layout
+from kvpilot.gui.widgets.tables import SELECT_MANY, read_only_table
 
 if TYPE_CHECKING:
     from kvpilot.core.runs.record import RunRecord
@@ -55,16 +54,7 @@ class RunsView(QWidget):
         self._runs: list[RunRecord] = []
         self.comparison: RunsCompared | None = None
 
-        self.table = QTableWidget(0, len(LIST_COLUMNS))
-        self.table.setObjectName("runsList")
-        self.table.setHorizontalHeaderLabels(LIST_COLUMNS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.table = read_only_table("runsList", LIST_COLUMNS, select=SELECT_MANY, stretch=1)
         self.table.itemSelectionChanged.connect(self._on_selection)
 
         self.refresh_button = QPushButton("Refresh")
@@ -84,11 +74,7 @@ class RunsView(QWidget):
         row.addWidget(self.relaunch_button)
         row.addWidget(self.hint, 1)
 
-        self.compare_table = QTableWidget(0, 0)
-        self.compare_table.setObjectName("runsCompare")
-        self.compare_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.compare_table.horizontalHeader().setSectionResizeMode(
-            QHeaderView.ResizeMode.ResizeToContents)
+        self.compare_table = read_only_table("runsCompare", (), row_numbers=True)
 
         top = QWidget()
         top_lay = QVBoxLayout(top)
@@ -105,9 +91,7 @@ class RunsView(QWidget):
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
         self.compare_table.setVisible(False)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(split)
+        column_layout(self, split, margins_px=2)
 
     # ------------------------------------------------------------------ content
 

@@ -42,7 +42,6 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QTableView,
     QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -55,6 +54,7 @@ from kvpilot.core.base.lifecycle import (  # not the log parser
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
+from kvpilot.gui.widgets.layouts import column_layout, row_layout
 
 #: the panel's state for a server kvpilot watches but did not start (``kvpilot watch``)
 ATTACHED: Literal["attached"] = "attached"
@@ -161,13 +161,8 @@ class ServerPanel(QWidget):
         reason_row.addWidget(self.reason, 1)
         reason_row.addWidget(self.install_button, 0, Qt.AlignmentFlag.AlignTop)
 
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(6, 2, 6, 2)
-        lay.setSpacing(2)
-        lay.addLayout(row)
-        lay.addWidget(self.progress)
-        lay.addWidget(self.capacity)
-        lay.addLayout(reason_row)
+        column_layout(self, row, self.progress, self.capacity, reason_row,
+                      margins_px=(6, 2, 6, 2), spacing_px=2)
 
         self._tick = QTimer(self)
         self._tick.setObjectName("server-elapsed")
@@ -433,16 +428,8 @@ class LogView(QWidget):
         copy_all = QAction("Copy all shown lines", self.rows)
         copy_all.triggered.connect(lambda: self._to_clipboard(self.visible_text()))
         self.rows.addActions([copy, copy_all])
-        top = QHBoxLayout()
-        top.addWidget(QLabel("level"))
-        top.addWidget(self.level)
-        top.addWidget(self.search, 1)
-        top.addWidget(self.follow)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        lay.addLayout(top)
-        lay.addWidget(self.rows, 1)
-        lay.addWidget(self.path_label)
+        top = row_layout(QLabel("level"), self.level, (self.search, 1), self.follow)
+        column_layout(self, top, (self.rows, 1), self.path_label, margins_px=4)
 
     def _min_rank(self) -> int:
         return {0: -1, 1: 1, 2: 2, 3: 3}[self.level.currentIndex()]

@@ -22,13 +22,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
 from kvpilot.gui.widgets.flow_layout import FlowLayout
+from kvpilot.gui.widgets.layouts import column_layout
+from kvpilot.gui.widgets.small import wrapped_label
 
 if TYPE_CHECKING:
     from kvpilot.core.app.launch import FallbackChoice
@@ -72,14 +73,9 @@ class FallbackBanner(QFrame):
         # a flow, not a row or a fixed grid: the buttons wrap onto as many rows as the window's
         # width leaves, so long option labels never widen the window past the screen
         self.buttons_row = FlowLayout(h_spacing_px=6, v_spacing_px=4)
-        self.note = QLabel()
-        self.note.setWordWrap(True)
+        self.note = wrapped_label()
         self.note.setVisible(False)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 6)
-        lay.addLayout(top)
-        lay.addLayout(self.buttons_row)
-        lay.addWidget(self.note)
+        column_layout(self, top, self.buttons_row, self.note, margins_px=(8, 6, 8, 6))
         self.option_buttons: list[QPushButton] = []
         self.setVisible(False)
 

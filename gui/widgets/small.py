@@ -1,4 +1,4 @@
-"""Small reusable widgets: the stacked memory bar and a coloured status dot."""
+"""Small reusable widgets: the stacked memory bar, a coloured status dot and the wrapping label."""
 
 from __future__ import annotations
 
@@ -7,9 +7,21 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPen
-from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
 from kvpilot.gui import format as fmt
+
+
+def wrapped_label(text: str = "", *, name: str = "", heading: bool = False) -> QLabel:
+    """A label whose text wraps to the width it is given: object name ``name`` (none when
+    ""), in bold with ``heading``."""
+    label = QLabel(text)
+    if name:
+        label.setObjectName(name)
+    if heading:
+        label.setStyleSheet("font-weight: 600")
+    label.setWordWrap(True)
+    return label
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from kvpilot.gui.panels.planner_panel import PlannerPanel
 from kvpilot.gui.panels.server_panel import LogView, ServerPanel
 from kvpilot.gui.services import AppServices
 from kvpilot.gui.widgets.fallback_banner import FallbackBanner
+from kvpilot.gui.widgets.small import wrapped_label
 
 SHORTCUT_LAUNCH = "F5"
 SHORTCUT_STOP = "Shift+F5"
@@ -87,8 +88,7 @@ class WindowWidgets(QMainWindow):
 
         self.orphan_bar = QWidget()
         self.orphan_bar.setObjectName("orphanBar")
-        self.orphan_label = QLabel()
-        self.orphan_label.setWordWrap(True)
+        self.orphan_label = wrapped_label()
         self.orphan_adopt = QPushButton("Keep it and watch it")
         self.orphan_stop = QPushButton("Stop it")
         ob = QHBoxLayout(self.orphan_bar)

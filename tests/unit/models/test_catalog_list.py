@@ -19,7 +19,7 @@ def test_the_listing_holds_every_checkpoint_the_recommender_ranks():
     assert sorted(repos) == sorted(ranked + waiting)
     assert len(listed) == len(catalog_entries())
     for model, entry in zip(listed, catalog_entries(), strict=True):
-        assert model.family == entry.family
+        assert model.entry is entry
         assert [c.weights_bytes for c in model.checkpoints] == [
             c.weights_bytes or None for c in entry.checkpoints]
 
