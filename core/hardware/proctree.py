@@ -65,6 +65,22 @@ def group_members(pgid: int) -> set[int]:
     return found
 
 
+def group_reused(pgid: int, create_times: dict[int, float] | None) -> bool:
+    """True when process group ``pgid`` now belongs to somebody else: its number is the pid of
+    a leader whose create time is known (``create_times``), and a live process with that pid
+    started at another time. Once a server's whole group has exited, its number is free; on a
+    busy machine (pid numbers wrap at ``/proc/sys/kernel/pid_max``, 32,768 by default) a new
+    session leader, such as another program's server, can get it, and signalling the old number
+    would stop that program instead."""
+    if not create_times or pgid not in create_times:
+        return False
+    try:
+        started = psutil.Process(pgid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return abs(started - create_times[pgid]) > 0.05
+
+
 def alive(pids: Iterable[int], create_times: dict[int, float] | None = None) -> set[int]:
     """The subset of ``pids`` still running (not zombies; same create time when known)."""
     out: set[int] = set()
@@ -136,9 +152,12 @@ def stop_tree(
             return leader_exited()
         return not alive([leader_pid], times)
 
+    def group() -> set[int]:
+        return set() if group_reused(pgid, times) else group_members(pgid)
+
     def all_gone() -> bool:
         tree.update(descendants(leader_pid))
-        return leader_gone() and not alive(tree - {leader_pid}, times) and not group_members(pgid)
+        return leader_gone() and not alive(tree - {leader_pid}, times) and not group()
 
     if not all_gone():
         if not leader_gone():
@@ -163,13 +182,17 @@ def stop_tree(
 
         _wait_gone(done_or_leader_long_gone, sigint_wait_s)
         if not all_gone():
-            if _killpg(pgid, signal.SIGTERM):
+            if not group_reused(pgid, times) and _killpg(pgid, signal.SIGTERM):
                 sent.append("SIGTERM")
-            if not _wait_gone(all_gone, sigterm_wait_s) and _killpg(pgid, signal.SIGKILL):
+            if (
+                not _wait_gone(all_gone, sigterm_wait_s)
+                and not group_reused(pgid, times)
+                and _killpg(pgid, signal.SIGKILL)
+            ):
                 sent.append("SIGKILL")
                 _wait_gone(all_gone, sigkill_wait_s)
     # stragglers that left the group (or were never in it) but belong to the tree
-    for pid in sorted(alive(tree - {leader_pid}, times) | group_members(pgid)):
+    for pid in sorted(alive(tree - {leader_pid}, times) | group()):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             sent.append(f"SIGKILL:{pid}")

@@ -51,3 +51,32 @@ def test_kill_tree_of_a_gone_pid_is_empty() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     proc.wait(10)
     assert proctree.kill_tree(proc.pid) == []
+
+
+def test_a_group_whose_number_another_leader_took_is_not_signalled() -> None:
+    # our server's group has ended and a later session leader (another program) got its number:
+    # the stop that comes late sends that program nothing
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        ours_started = psutil.Process(other.pid).create_time() - 30.0
+        times = {other.pid: ours_started}
+        assert proctree.group_reused(other.pid, times)
+        report = proctree.stop_tree(
+            other.pid, other.pid, create_times=times, leader_exited=lambda: True,
+            sigint_wait_s=0.2, sigterm_wait_s=0.2, sigkill_wait_s=0.2,
+        )
+        assert report.signals == ()
+        assert other.poll() is None and not _gone(other.pid)
+        # with the leader's own start time the same group is ours, and it is stopped
+        mine = {other.pid: psutil.Process(other.pid).create_time()}
+        assert not proctree.group_reused(other.pid, mine)
+        assert proctree.stop_tree(
+            other.pid, other.pid, create_times=mine, leader_exited=lambda: other.poll() is not None,
+            sigint_wait_s=0.2, sigterm_wait_s=2.0,
+        ).clean
+    finally:
+        if other.poll() is None:
+            other.kill()
+        other.wait(5)

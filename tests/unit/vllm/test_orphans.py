@@ -193,3 +193,17 @@ def test_stale_and_reused_pidfiles_are_removed(
     (tmp_path / "servers" / "8128.json").write_text("garbage")
     assert find_orphans(tmp_path) == []
     assert list((tmp_path / "servers").glob("*.json")) == []
+
+
+def test_a_pidfile_whose_group_number_a_later_leader_took_is_stale(
+    tmp_path: Path, dead_owner: tuple[int, float]
+) -> None:
+    # our server (pid = pgid = N) ended long ago and another program's session leader got N:
+    # its group is not ours, so it is neither reported nor stopped, and the pidfile goes
+    other = spawn(POLITE_TREE)
+    rec = record_for(other.pid, 8129, *dead_owner)
+    stale = ServerRecord(**{**rec.__dict__, "create_time": rec.create_time - 30.0})
+    write_pidfile(tmp_path, stale)
+    assert find_orphans(tmp_path) == []
+    assert not pidfile_path(tmp_path, 8129).exists()
+    assert other.poll() is None
