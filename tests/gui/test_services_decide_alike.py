@@ -126,7 +126,7 @@ def test_serve_without_a_utilization_launches_with_the_windows_and_says_so_once(
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )
     said = proc.stdout + proc.stderr
-    assert said.count("utilization 0.91 chosen automatically") == 1, said
+    assert said.count("utilization 0.91 chosen automatically") == 1, (proc.returncode, said)
     launched = json.loads(argv_file.read_text())["argv"]
     assert row.capacity.gpu_memory_utilization == 0.91  # the window's, for the same goal
     assert launched[launched.index("--gpu-memory-utilization") + 1] == "0.91", launched
