@@ -47,10 +47,19 @@ l. 232-236); 0.28.0 copies the logits to fp32 only for slots that need processin
 attention of the profile run is skipped (``profile_run`` -> ``_dummy_run(skip_attn=True)``) and
 ``unified_kv_cache_update`` returns an empty tensor (``model_executor/layers/attention/
 attention.py`` 0.28.0 l. 701-724). Nothing there grows with the model beyond what the plan
-counts, and the figures do not follow the batch: Qwen2.5-7B-AWQ logs the same 1.04 GiB with
-0.26.0 and 0.28.0 on two cards, and, with the graphs left out and the penalty tables below
-counted, the Qwen3-14B AWQ run with 8,192 batched tokens and 8 sequences on an L40S leaves
-0.6 GiB unexplained against 1.2 GiB for the runs at 2,048 tokens and 256 sequences.
+counts. What does charge the dense runs is the compile: vLLM's profile window
+(``v1/worker/gpu_worker.py`` ``determine_available_memory``: ``profile_run`` inside
+``memory_profiling``, which resets the allocator's peak only on entry, ``utils/mem_utils.py``)
+holds the model's first call, where torch.compile and Inductor run when no compile cache of
+that shape exists, so a first boot counts the compiler's temporaries as activation memory (vLLM
+issue 54383 reports first boots on 0.28.0 with about 4.5 % less KV than repeated ones). The
+Qwen3-14B write-up's L4 runs with 0.28.0 (Qwen3-14B-AWQ, defaults, servers started one after
+another on the same box) got 9.10 GiB of KV in the single-server round and 10.33 GiB per server
+in the replica round, 1.23 GiB apart, as much as the L40S runs above miss; with the graphs left
+out and the penalty tables below counted the plan predicts 10.28 GiB, with the estimate inside
+the budget 9.04 GiB. The size of that charge is the compiler's, not set by the runner's code,
+and the public V2 start-ups do not say whether they compiled (Gemma 4 E4B's logged peak carries
+none of it).
 
 The budgets also differ in what they count beside the peak: 0.26.0 takes weights (measured
 around loading), memory outside torch and the profile window's torch peak
