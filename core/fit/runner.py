@@ -71,7 +71,9 @@ budget; from 0.27 the budget takes the fall of free memory since start-up
 Counted that way (0.27+) with the graphs left out (before 0.29), the Gemma 4 E4B L4 start-up is
 predicted within 0.3 %, but the dense runs above lose their stand-in: both validation splits'
 median grows (leave-one-source-out 0.82 % -> 1.24 %, leave-one-release-out 1.01 % -> 1.27 %;
-worst 14.39 % -> 10.52 % in both), so the plan does not count them yet.
+worst 14.39 % -> 10.52 % in both). So the plan counts the tables where the rest of the V2
+budget is vLLM's own terms (from 0.29, and eager runs: :mod:`kvpilot.core.fit.v2_sampler_states`)
+and keeps the stand-in on compiled 0.27 / 0.28 V2 runs.
 """
 
 from __future__ import annotations
