@@ -58,6 +58,7 @@ from kvpilot.core.fit import (
     parallel,
     profiling_kv,
     runner,
+    v2_sampler_states,
 )
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
@@ -221,9 +222,10 @@ def compute_capacity(
     # the RoPE tables: buffers each rank builds whole, in "Model loading took" but no file
     rope = model.rope_cache_bytes
     weights += rope
+    tables = v2_sampler_states.budget_bytes(profile, model, inputs, max_num_seqs=seqs)
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
-    )
+    ) + tables
     batch = multimodal.ProfileBatch(
         vllm_version=inputs.vllm_version,
         max_model_len=max_len,
@@ -461,7 +463,7 @@ def compute_capacity(
         BudgetTerm("weights", weights, weights_src, weights_note),
         BudgetTerm("non_torch", non_torch,
                    FROM_FITTED if fitted.fitted_on.get(non_torch_name) else FROM_MODEL,
-                   "cuBLAS/attention workspaces"
+                   "cuBLAS/attention workspaces" + v2_sampler_states.note(tables)
                    + parallel.non_torch_note(tp, inputs.pipeline_parallel_size,
                                              inputs.gpu_allreduce, constants=fitted) + "; "
                    + fitted.source(non_torch_name)),

@@ -10,7 +10,7 @@ from fitkit import fixture_spec, rtx4090
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.plan import GpuTarget
-from kvpilot.core.fit import activation, parallel
+from kvpilot.core.fit import activation, parallel, v2_sampler_states
 from kvpilot.core.fit.budget import compute_capacity
 from kvpilot.core.fit.recommend import Goal, recommend, target_of
 from kvpilot.core.hardware.target import gpu_set_from_names
@@ -45,13 +45,17 @@ def test_tensor_parallel_splits_weights_and_kv_heads_per_gpu(qwen3):
     # half the checkpoint per rank, and each rank's own RoPE table
     assert two.weights_bytes == math.ceil(QWEN3_8B_BYTES / 2) + qwen3.rope_cache_bytes
     assert two.kv_bytes_per_token == one.kv_bytes_per_token // 2  # 8 KV heads -> 4 per rank
-    # without P2P vLLM creates no custom all-reduce buffers: only NCCL's part of non-torch
-    assert two.non_torch_bytes == activation.non_torch_bytes(2) - parallel.CUSTOM_ALLREDUCE_BYTES
+    # without P2P vLLM creates no custom all-reduce buffers: only NCCL's part of non-torch,
+    # beside the V2 sampler's penalty tables of the newest releases
+    tables = v2_sampler_states.penalty_state_bytes(max_num_seqs=two.max_num_seqs,
+                                                   vocab_size=qwen3.vocab_size)
+    assert two.non_torch_bytes == (activation.non_torch_bytes(2) - parallel.CUSTOM_ALLREDUCE_BYTES
+                                   + tables)
     nccl = next(t for t in two.terms if t.name == "non_torch")
     assert "no custom all-reduce" in nccl.note
     p2p = compute_capacity(rtx4090(qwen3, max_model_len=16384, tensor_parallel_size=2,
                                    gpu_allreduce="p2p"))
-    assert p2p.non_torch_bytes == activation.non_torch_bytes(2)
+    assert p2p.non_torch_bytes == activation.non_torch_bytes(2) + tables
     assert p2p.available_kv_bytes == two.available_kv_bytes - parallel.CUSTOM_ALLREDUCE_BYTES
     assert parallel.CUSTOM_ALLREDUCE_BYTES == 24 << 20
     # each rank holds half the heads, so twice the tokens fit in the freed memory and more
@@ -153,5 +157,8 @@ def test_cli_plan_on_two_local_gpus_says_no_custom_allreduce(monkeypatch, capsys
           "--gpu-memory-utilization", "0.85", "--vllm-version", "0.33.0", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert out["inputs"]["tensor_parallel_size"] == 2
-    assert out["non_torch_bytes"] == activation.non_torch_bytes(2) - parallel.CUSTOM_ALLREDUCE_BYTES
+    tables = v2_sampler_states.penalty_state_bytes(  # the V2 sampler's, 0.27+
+        max_num_seqs=out["max_num_seqs"], vocab_size=151_936)
+    assert out["non_torch_bytes"] == (activation.non_torch_bytes(2)
+                                      - parallel.CUSTOM_ALLREDUCE_BYTES + tables)
     assert out["fits"] is True
