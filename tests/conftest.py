@@ -121,9 +121,10 @@ def _module_of(item: pytest.Item) -> str:
     return path.relative_to(REPO_ROOT).as_posix() if REPO_ROOT in path.parents else str(path)
 
 
-# Two streams at once are not the default (tests/run, KVPILOT_TEST_SERVER_STREAMS=1): in a
-# clean-clone run with two, the front's end-to-end tests failed while the other stream's servers
-# ran: its backends loaded in 55-66 s instead of about 25 s, beyond what those tests wait.
+# Two streams are the default (tests/run, KVPILOT_TEST_SERVER_STREAMS=2). What made them disturb
+# each other before: every CPU server was pinned to core 0 (VLLM_CPU_BINDING above), so the
+# front's backends loaded in 55-66 s instead of about 25 s; a front test bounded a reply by wall
+# time; a dialog closed late by a key press failed the next press (tests/xwindow.py).
 #: modules that must share one stream: kvpilot's front picks its backends' ports itself, the
 #: first free from 18100 (core/front/pool.py PORT_BASE), so two fronts at once would race there
 SAME_STREAM = {
