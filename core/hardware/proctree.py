@@ -51,9 +51,13 @@ def descendants(pid: int) -> set[int]:
         return set()
 
 
-def group_members(pgid: int) -> set[int]:
-    """Pids of live processes whose process group is ``pgid`` (zombies excluded)."""
+def group_members(pgid: int, create_times: dict[int, float] | None = None) -> set[int]:
+    """Pids of live processes whose process group is ``pgid`` (zombies excluded); none when
+    the group's number now belongs to another leader (:func:`group_reused`, from
+    ``create_times``)."""
     found: set[int] = set()
+    if group_reused(pgid, create_times):
+        return found
     for proc in psutil.process_iter(["status"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
@@ -101,7 +105,10 @@ def alive(pids: Iterable[int], create_times: dict[int, float] | None = None) -> 
     return out
 
 
-def _killpg(pgid: int, sig: signal.Signals) -> bool:
+def _killpg(pgid: int, sig: signal.Signals, create_times: dict[int, float]) -> bool:
+    """Signal group ``pgid``; False when it is gone or is no longer ours (:func:`group_reused`)."""
+    if group_reused(pgid, create_times):
+        return False
     try:
         os.killpg(pgid, sig)
         return True
@@ -152,12 +159,13 @@ def stop_tree(
             return leader_exited()
         return not alive([leader_pid], times)
 
-    def group() -> set[int]:
-        return set() if group_reused(pgid, times) else group_members(pgid)
-
     def all_gone() -> bool:
         tree.update(descendants(leader_pid))
-        return leader_gone() and not alive(tree - {leader_pid}, times) and not group()
+        return (
+            leader_gone()
+            and not alive(tree - {leader_pid}, times)
+            and not group_members(pgid, times)
+        )
 
     if not all_gone():
         if not leader_gone():
@@ -182,17 +190,13 @@ def stop_tree(
 
         _wait_gone(done_or_leader_long_gone, sigint_wait_s)
         if not all_gone():
-            if not group_reused(pgid, times) and _killpg(pgid, signal.SIGTERM):
+            if _killpg(pgid, signal.SIGTERM, times):
                 sent.append("SIGTERM")
-            if (
-                not _wait_gone(all_gone, sigterm_wait_s)
-                and not group_reused(pgid, times)
-                and _killpg(pgid, signal.SIGKILL)
-            ):
+            if not _wait_gone(all_gone, sigterm_wait_s) and _killpg(pgid, signal.SIGKILL, times):
                 sent.append("SIGKILL")
                 _wait_gone(all_gone, sigkill_wait_s)
     # stragglers that left the group (or were never in it) but belong to the tree
-    for pid in sorted(alive(tree - {leader_pid}, times) | group()):
+    for pid in sorted(alive(tree - {leader_pid}, times) | group_members(pgid, times)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             sent.append(f"SIGKILL:{pid}")

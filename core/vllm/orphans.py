@@ -22,13 +22,7 @@ from typing import Any
 import psutil
 
 from kvpilot.core.base.paths import atomic_write_text
-from kvpilot.core.hardware.proctree import (
-    StopReport,
-    alive,
-    group_members,
-    group_reused,
-    stop_tree,
-)
+from kvpilot.core.hardware.proctree import StopReport, alive, group_members, stop_tree
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +169,8 @@ def _live_pids(record: ServerRecord) -> tuple[bool, set[int]]:
     times = {record.pid: record.create_time}
     leader = bool(alive([record.pid], times))
     members: set[int] = set()
-    # a group whose number a later leader took is somebody else's (proctree.group_reused)
-    others = group_reused(record.pgid, times)
-    for pid in () if others else group_members(record.pgid):
+    # a group whose number a later leader took is somebody else's: no members
+    for pid in group_members(record.pgid, times):
         with contextlib.suppress(psutil.Error):
             # only processes started after our server can belong to it (pgid reuse guard)
             if psutil.Process(pid).create_time() >= record.create_time - 0.05:
