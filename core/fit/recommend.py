@@ -21,7 +21,7 @@ from typing import Any
 
 from kvpilot.core.base.errors import FitError
 from kvpilot.core.base.goal import Goal
-from kvpilot.core.base.model_spec import SOURCE_ESTIMATE, ModelSpec, Quantization
+from kvpilot.core.base.model_spec import SOURCE_ESTIMATE, ModelSpec
 from kvpilot.core.base.plan import (
     CPU_DEVICE_NAME,
     USE_CASES,
@@ -378,8 +378,9 @@ def _evaluate(
     kv_headroom = kv_headroom_bytes(cap, goal.users)
     tight = is_tight(cap, goal.users)
     short_context = cap.max_model_len < goal.context_tokens
-    quality = quality_of(model.model_id, goal.use_case, model.quantization)
-    base = base_model_of(model.model_id)
+    catalog_id = _catalog_id(model.model_id)
+    quality = figure_for(model.model_id, goal.use_case, catalog_id, model.quantization)
+    base = base_of(model.model_id, catalog_id)
     score = _score(goal, total, active, weight_bits_of(model), cap, tps, ttft, quality)
     if short_context:
         score -= 5
@@ -410,23 +411,12 @@ def _evaluate(
     )
 
 
-def base_model_of(repo: str) -> str:
-    """The model checkpoint ``repo`` is an upload of: the quality table's base for it, else its
-    catalog entry's id, else ``repo`` (:func:`kvpilot.core.models.quality.base_of`)."""
+def _catalog_id(repo: str) -> str | None:
+    """The id of the catalog entry checkpoint ``repo`` belongs to (None outside the catalog)."""
     from kvpilot.core.models.catalog import find
 
     found = find(repo)
-    return base_of(repo, found[0].id if found else None)
-
-
-def quality_of(repo: str, use_case: str, quant: Quantization | None = None) -> QualityFigure:
-    """The published figure of checkpoint ``repo`` in ``use_case``'s benchmark (its catalog
-    entry is its base model), or unrated; ``quant`` (the checkpoint's quantization) picks the
-    per-scheme recovery where its quantizer published none."""
-    from kvpilot.core.models.catalog import find
-
-    found = find(repo)
-    return figure_for(repo, use_case, found[0].id if found else None, quant)
+    return found[0].id if found else None
 
 
 def quality_points(quality: QualityFigure, params: int, active: int, bits: int) -> float:
