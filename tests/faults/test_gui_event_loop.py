@@ -102,6 +102,15 @@ def test_a_log_flood_reaches_the_log_view_in_batches_and_the_loop_stays_responsi
     sink = w.services._supervisor_event_sink()
     total = faultkit.FLOOD_LINES
 
+    take, batches = w.services.take_log_lines, []
+
+    def counted_take():
+        lines, dropped = take()
+        if lines:
+            batches.append(len(lines))
+        return lines, dropped
+
+    w.services.take_log_lines = counted_take
     t = threading.Thread(target=faultkit.flood_log, args=(sink,))
     qtbot.wait(300)
     loop_probe.ticks.clear()
@@ -115,9 +124,11 @@ def test_a_log_flood_reaches_the_log_view_in_batches_and_the_loop_stays_responsi
     shown_s = time.monotonic() - t0
     t.join()
     worst = loop_probe.worst_lateness_s
-    print(f"GUI log flood: {total:,} lines, last shown after {shown_s:.1f} s; worst lateness "
-          f"{worst * 1000:.0f} ms")
-    assert shown_s < 5.0  # was 7 s for this second of output, one queued signal per line
+    print(f"GUI log flood: {total:,} lines, last shown after {shown_s:.1f} s in {len(batches)} "
+          f"batches; worst lateness {worst * 1000:.0f} ms")
+    # taken in batches by the window's timer, not one queued signal a line (which took 7 s to
+    # show this second of output); how soon is printed above, not bounded on a busy machine
+    assert 0 < len(batches) <= total // 100
     assert worst < BLOCKED_S
     assert w.log_view.line_count() <= 5000
     assert any("not shown here" in line for _, line in w.log_view._lines)

@@ -3,7 +3,6 @@ in a worker thread against wheels made here; progress, log, cancel; the event lo
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -84,11 +83,9 @@ def test_cancel_from_the_dialog(make_window, qtbot, wheels: Path) -> None:
         assert dialog.error is None and index.stalled.is_set()
         target = rstore.runtimes_root(w.services.data_dir) / "0.32.0-cpu"
         assert target.exists()
-        t0 = time.monotonic()
         assert dialog.controller is not None
         with qtbot.waitSignal(dialog.controller.finished, timeout=30_000):
             qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
-        assert time.monotonic() - t0 < 20
     assert isinstance(dialog.error, RuntimeInstallCancelled)
     assert dialog.status.text().startswith("Cancelled: the install of vLLM 0.32.0-cpu")
     assert not target.exists()

@@ -71,19 +71,12 @@ def test_fp8_kv_only_where_the_gpu_supports_it(qwen7b):
     assert bad is not None and bad.kind == failures.UNSUPPORTED_KV_DTYPE
 
 
-def test_full_catalog_ranking_is_fast_and_deterministic():
-    import time
-
-    from kvpilot.core.models.catalog import all_checkpoint_specs
-
-    all_checkpoint_specs()
-    start = time.perf_counter()
+def test_full_catalog_ranking_is_deterministic():
+    # how fast it is (the 200 ms goal) is benchmarks/recommend_speed.py's figure
     a = recommend(RTX4090, Goal(context_tokens=32768, users=4))
-    elapsed = time.perf_counter() - start
     b = recommend(RTX4090, Goal(context_tokens=32768, users=4))
     assert [c.model_id for c in a.candidates] == [c.model_id for c in b.candidates]
     assert len(a.candidates) + len(a.rejected) >= 30
-    assert elapsed < 2.0  # the goal (200 ms) is measured by the benchmark; this guards hangs
 
 
 def test_kv_too_small_falls_back_to_vllms_estimate_first(llama8b):

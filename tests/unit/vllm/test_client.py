@@ -44,8 +44,10 @@ def test_levels_latencies_and_tokens(fake_openai):
     for lv in report.levels:
         assert lv.requests_sent == lv.requests_ok == 6 and lv.errors == 0
         assert lv.output_tokens_total == 6 * 8
-        assert 0.02 <= lv.ttft_p50_s <= lv.ttft_p90_s <= lv.ttft_p99_s < 1.0
-        assert 0.004 <= lv.tpot_p50_s < 0.05
+        # at least the server's delays; the upper bounds (100 times them) catch a wrong unit and
+        # leave room for a busy machine's scheduling
+        assert 0.02 <= lv.ttft_p50_s <= lv.ttft_p90_s <= lv.ttft_p99_s < 2.0
+        assert 0.004 <= lv.tpot_p50_s < 0.5
         assert lv.e2e_p50_s >= lv.ttft_p50_s + 7 * 0.005 * 0.9
         assert lv.output_tokens_per_s == pytest.approx(48 / lv.duration_s)
         assert lv.requests_per_s == pytest.approx(6 / lv.duration_s)

@@ -129,7 +129,9 @@ def test_kv_too_small_is_classified_while_the_process_lingers(
     assert sup.failure is not None
     assert sup.failure.kind == failures.KV_CACHE_TOO_SMALL
     assert sup.failure.estimated_max_model_len == 128
-    assert failed.at_s - json.loads(marks.read_text())["fail_line_at"] < 0.5
+    # failed on the line itself: the process lingers, and its end could come no sooner than the
+    # 3 s exit grace after the line (how soon the line is read: benchmarks/supervisor_latency.py)
+    assert failed.at_s - json.loads(marks.read_text())["fail_line_at"] < 2.5
     assert sup.wait_stopped(20)
     report = sup.stop_report
     assert report is not None and report.clean and "SIGKILL" in report.signals
