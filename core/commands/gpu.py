@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import enum
 import json
-import os
 from typing import Any
 
 from kvpilot.core.base.errors import HardwareError, KvpilotError
@@ -33,7 +32,6 @@ from kvpilot.core.hardware.probe import (
     memory_now,
     probe,
 )
-from kvpilot.core.hardware.recorded_nvml import load_recorded
 from kvpilot.core.hardware.selection import drives_display
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
@@ -83,9 +81,7 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.margin_mib < 0:
         raise HardwareError(f"--margin-mib must not be negative, got {args.margin_mib}")
-    fake = args.fake_nvml or os.environ.get(nvml_mod.FAKE_ENV)
-    module = load_recorded(fake) if fake else None
-    result = probe(module, model_dir=args.model_dir)
+    result = probe(nvml_mod.option_replay(args.fake_nvml), model_dir=args.model_dir)
     margin = args.margin_mib * MiB
     version = getattr(args, "vllm_version", None)
     if version is None:

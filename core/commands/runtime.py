@@ -158,18 +158,14 @@ class _Printer:
 
 
 def _install(args: argparse.Namespace) -> int:
-    import os
-
     from kvpilot.core.hardware import nvml as nvml_mod
-    from kvpilot.core.hardware.recorded_nvml import load_recorded
     from kvpilot.core.runtimes.installer import RuntimeInstaller
     from kvpilot.core.runtimes.releases import choose_for_this_machine
 
-    fake = args.fake_nvml or os.environ.get(nvml_mod.FAKE_ENV)
     choice = choose_for_this_machine(
         version=args.version,
         variant=args.variant,
-        nvml_module=load_recorded(fake) if fake else None,
+        nvml_module=nvml_mod.option_replay(args.fake_nvml),
     )
     rel = choice.release
     printer = _Printer(quiet=args.json)

@@ -134,6 +134,16 @@ def default_module() -> Any:
     return import_pynvml()
 
 
+def option_replay(fake_nvml: str | None) -> RecordedNvml | None:
+    """The replay a command's ``--fake-nvml`` names, else ``$KVPILOT_FAKE_NVML``'s, else None.
+
+    Raises:
+        HardwareError: the snapshot named cannot be read.
+    """
+    fake = fake_nvml or os.environ.get(FAKE_ENV)
+    return load_recorded(fake) if fake else None
+
+
 def resolve_module(nvml_module: Any | None) -> Any:
     """``nvml_module`` itself, or :func:`default_module` when it is None."""
     return default_module() if nvml_module is None else nvml_module

@@ -9,7 +9,6 @@ import pytest
 from fakes import pynvml_stub
 
 from kvpilot.core.cli import main
-from kvpilot.core.commands import gpu as gpu_command
 from kvpilot.core.hardware import nvml as nvml_mod
 
 
@@ -108,7 +107,7 @@ def test_lost_gpu_and_unsupported_fields_are_shown(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a GPU lost mid-probe is an injected fault, not a recording: the test double loads the file
-    monkeypatch.setattr(gpu_command, "load_recorded", pynvml_stub.load_file)
+    monkeypatch.setattr(nvml_mod, "load_recorded", pynvml_stub.load_file)
     assert main(["gpu", "--fake-nvml", str(pynvml_stub.DATA_DIR / "notsupported.json")]) == 0
     out = capsys.readouterr().out
     assert "power n/a" in out

@@ -144,3 +144,15 @@ def test_without_env_the_real_pynvml_is_default() -> None:
     module = nvml_mod.default_module()
     assert not nvml_mod.is_fake(module)
     assert nvml_mod.describe_source(module) == "nvml"
+
+
+def test_a_commands_fake_nvml_option_comes_before_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(nvml_mod.FAKE_ENV, raising=False)
+    assert nvml_mod.option_replay(None) is None  # the real library is the caller's default
+    monkeypatch.setenv(nvml_mod.FAKE_ENV, "rtx3090-idle")
+    from_env = nvml_mod.option_replay(None)
+    from_option = nvml_mod.option_replay("rtx4090-desktop")
+    assert from_env is not None and "rtx3090-idle" in str(from_env.source)
+    assert from_option is not None and "rtx4090-desktop" in str(from_option.source)
