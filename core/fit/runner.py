@@ -58,8 +58,11 @@ another on the same box) got 9.10 GiB of KV in the single-server round and 10.33
 in the replica round, 1.23 GiB apart, as much as the L40S runs above miss; with the graphs left
 out and the penalty tables below counted the plan predicts 10.28 GiB, with the estimate inside
 the budget 9.04 GiB. The size of that charge is the compiler's, not set by the runner's code,
-and the public V2 start-ups do not say whether they compiled (Gemma 4 E4B's logged peak carries
-none of it).
+and a compile does not always bring it: the Gemma 4 E4B start-up on the L4 compiled on that boot
+(its write-up times torch.compile at 68.0 s; a boot that finds the cache loads the compiled
+graphs instead, ``compilation/backends.py`` 0.28.0 l. 293) and its logged peak carries none of
+the charge. The public logs do not name the kernels that make it, so the plan cannot tell the
+Gemma 4 E4B run apart from the dense Qwen ones: it stays -14 % there rather than move the others.
 
 The budgets also differ in what they count beside the peak: 0.26.0 takes weights (measured
 around loading), memory outside torch and the profile window's torch peak
