@@ -219,6 +219,9 @@ class PlanInputs(ServingSettings):
     #: several GPUs (see :mod:`kvpilot.core.fit.parallel`): how the tensor-parallel ranks
     #: all-reduce (``nvlink``, ``p2p``, ``host``; None: not known)
     gpu_allreduce: str | None = None
+    #: ``VLLM_USE_V2_MODEL_RUNNER`` in the start-up's environment (None: unset, the release's
+    #: own choice; :mod:`kvpilot.core.fit.runner`)
+    use_v2_model_runner: bool | None = None
 
     @classmethod
     def on_gpu(

@@ -186,6 +186,11 @@ FEATURES: dict[str, Feature] = {
                 "scheduling, x max_num_batched_tokens) read by v1/kv_cache_interface.py: a "
                 "sliding-window layer reserves window - 1 + in-flight tokens per request "
                 "(window - 1 + max_num_batched_tokens in 0.25)"),
+        Feature("inductor_combo_benchmark", "0.12.0",
+                "config/compilation.py: on torch >= 2.9 (pinned from the 0.12.0 wheel, 2.8 in "
+                "0.11.0) Inductor's combo_kernels and benchmark_combo_kernel are set, so a "
+                "first compile times kernels on full-size copies of their arguments inside "
+                "the memory profile (0.12.0 l. 832-839, 0.28.0 l. 977-986)"),
         Feature("cudagraph_in_budget", "0.20.0",
                 "v1/worker/gpu_worker.py determine_available_memory subtracts the CUDA-graph "
                 "estimate before the KV cache"),

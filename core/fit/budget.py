@@ -49,6 +49,7 @@ from kvpilot.core.fit import (
     activation,
     adapters,
     budget_now,
+    compile_charge,
     extensible_kv,
     kv,
     linear_state,
@@ -167,7 +168,9 @@ def compute_capacity(
         profile = activation.V0_PROFILE  # vLLM falls back to V0 for this architecture
     # the model runner this release picks for the model (V2 from 0.22: its sampler path)
     profile = runner.runner_profile(profile, model, inputs)
-    graphs_counted = profile.cudagraph_in_budget
+    # no estimate before 0.20; the V2 runner's profile_cudagraph_memory returns 0 before 0.29
+    graphs_counted = (profile.cudagraph_in_budget
+                      and not runner.graphs_outside_budget(profile, model, inputs))
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
@@ -222,7 +225,7 @@ def compute_capacity(
     # the RoPE tables: buffers each rank builds whole, in "Model loading took" but no file
     rope = model.rope_cache_bytes
     weights += rope
-    tables = v2_sampler_states.budget_bytes(profile, model, inputs, max_num_seqs=seqs)
+    tables = v2_sampler_states.budget_bytes(model, inputs, max_num_seqs=seqs)
     non_torch = parallel.non_torch_bytes(
         tp, inputs.pipeline_parallel_size, inputs.gpu_allreduce, constants=fitted
     ) + tables
@@ -246,6 +249,8 @@ def compute_capacity(
         compiled=not inputs.enforce_eager,
     )
     act += adapter_activation_bytes(adapt, model, sampler_seqs, profile, tp, fitted)
+    compile_note = compile_charge.note(act, model, inputs)
+    act = compile_charge.peak_bytes(act, model, inputs)
     capture_seqs = seqs
     if supports("spec_decode_capture_scaled", inputs.vllm_version):
         capture_seqs = seqs * adapt.capture_seqs_factor
@@ -405,6 +410,7 @@ def compute_capacity(
         act_source = FROM_FITTED
         act_note += (f"; plus {remainder / GiB:+.2f} GiB row remainder "
                      + fitted.source(f"row_remainder_bytes[{profile.key}]"))
+    act_note += compile_note
     if ext is not None:
         act_note += ("; 0.34 keeps this transient peak free after warm-up (the larger of it and "
                      "the warm-up steps' peak: " + extensible_kv.SOURCE_PEAK + ")")
@@ -477,7 +483,8 @@ def compute_capacity(
                     + extensible_kv.SOURCE_NO_GRAPH_ESTIMATE + ")" if ext is not None else
                     f"estimate {graphs / GiB:.2f} GiB"
                     + adapter_graphs_note(adapt, inputs.vllm_version) +
-                    ("" if graphs_counted else ", outside the budget before 0.20")
+                    ("" if graphs_counted else ", outside the budget before 0.20 (before "
+                     "0.29 on the V2 runner)")
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
         *(extensible_terms(ext) if ext is not None else ()),

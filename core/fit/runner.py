@@ -1,10 +1,11 @@
 """Which model runner a vLLM release uses for a model, and what that changes in the budget.
 
-vLLM 0.22 introduced a second GPU model runner (``v1/worker/gpu/model_runner.py``, logged as
-"Using V2 Model Runner") and each release picks it by its own rule
+vLLM has a second GPU model runner (``v1/worker/gpu/model_runner.py``, logged as "Using V2 Model
+Runner"; in the wheels from 0.12.0, chosen with ``VLLM_USE_V2_MODEL_RUNNER=1`` alone before
+0.22), and from 0.22 each release picks it by its own rule unless that variable is set
 (``VllmConfig.use_v2_model_runner`` / ``_is_default_v2_model_runner_model``, read in each wheel):
 
-* 0.20, 0.21: no default architecture; the V1 runner (``VLLM_USE_V2_MODEL_RUNNER`` only).
+* 0.12 to 0.21: no default architecture; the V1 runner.
 * 0.22: ``Qwen3ForCausalLM``, not MoE, not quantized; 0.23 adds ``LlamaForCausalLM`` and
   ``MistralForCausalLM``.
 * 0.24: any of Qwen3, Llama, Mistral, DeepseekV2, Qwen2Moe and GraniteMoe (quantized too).
@@ -22,21 +23,16 @@ and that sampler keeps the logits only (:data:`activation.SAMPLER_V2`): :func:`r
 
 The V2 runner's ``profile_cudagraph_memory`` returns 0 up to 0.28.0 (``v1/worker/gpu/
 model_runner.py`` 0.26.0 l. 705-707, 0.27.x l. 749-751, 0.28.0 l. 843-845; 0.29.0 estimates), so
-by the code no CUDA-graph estimate enters a V2 run's budget before 0.29. The logs agree: vLLM's
-"peak activation" figure is the profile run's transient peak (0.26.0, the applied estimate
-taken off beside it) or that peak plus the applied estimate (0.28.0), by each wheel's
-``determine_available_memory``, and the V2 start-ups that print the breakdown close their
-budget without the captured pool (Qwen2.5-7B-AWQ with 0.26.0 on an RTX 4080 and with 0.28.0
-on an L4: 1.04 GiB peak, 0.48 / 0.53 GiB of graphs apart; Gemma 4 E4B with 0.28.0 on an L4:
-0.27 GiB peak, 0.78 GiB apart). What the plan lacks there is the transient peak
-itself: the V2 profile run of dense Qwen2.5 and Llama 3.1 checkpoints peaks 0.7 to 0.9 GiB above
-the modelled forward and sampler (1.04 GiB logged against 0.34 for Qwen2.5-7B-AWQ at 2,048
-tokens), while Gemma 4 E4B's matches (0.27 against 0.28). Taken out of the budget without that
-term, leave-one-source-out error of the 0.26 to 0.28 V2 runs grows (Qwen3-14B on an L40S with
-0.28.0: 0.4 % -> 11.8 %; Qwen2.5-7B-AWQ with 0.26.0: 1.6 % -> 8.7 %), so the plan keeps the
-estimate inside the budget, where it stands in for that peak, until its source is found.
+no CUDA-graph estimate enters a V2 run's budget before 0.29: the graphs are captured after the
+KV cache from memory outside it (:func:`graphs_outside_budget`). The logs agree: vLLM's "peak
+activation" figure is the profile run's transient peak (0.26.0, the applied estimate taken off
+beside it) or that peak plus the applied estimate (0.28.0), by each wheel's
+``determine_available_memory``, and the V2 start-ups that print the breakdown close their budget
+without the captured pool (Qwen2.5-7B-AWQ with 0.26.0 on an RTX 4080 and with 0.28.0 on an L4:
+1.04 GiB peak, 0.48 / 0.53 GiB of graphs apart; Gemma 4 E4B with 0.28.0 on an L4: 0.27 GiB
+peak, 0.78 GiB apart).
 
-Where that peak does not come from, read in the 0.26.0 and 0.28.0 wheels: the dummy batch has
+The profile run itself, read in the 0.26.0 and 0.28.0 wheels: the dummy batch has
 ``min(max_num_batched_tokens, max_num_seqs)`` requests and one logit row each
 (``v1/worker/gpu/input_batch.py`` ``make_dummy``, ``logits_indices = query_start_loc[1:] - 1``,
 0.26.0 l. 146); the dummy slots keep temperature 0, top-k = vocabulary and top-p 1
@@ -46,20 +42,11 @@ l. 232-236); 0.28.0 copies the logits to fp32 only for slots that need processin
 (``sample/sampler.py`` ``apply_sampling_params`` l. 192-196, none in the dummy batch); the
 attention of the profile run is skipped (``profile_run`` -> ``_dummy_run(skip_attn=True)``) and
 ``unified_kv_cache_update`` returns an empty tensor (``model_executor/layers/attention/
-attention.py`` 0.28.0 l. 701-724). Nothing there grows with the model beyond what the plan
-counts. What does charge the dense runs is the compile: vLLM's profile window
-(``v1/worker/gpu_worker.py`` ``determine_available_memory``: ``profile_run`` inside
-``memory_profiling``, which resets the allocator's peak only on entry, ``utils/mem_utils.py``)
-holds the model's first call, where torch.compile and Inductor run when no compile cache of
-that shape exists, so a first boot counts the compiler's temporaries as activation memory (vLLM
-issue 54383 reports first boots on 0.28.0 with about 4.5 % less KV than repeated ones). The
-Qwen3-14B write-up's L4 runs with 0.28.0 (Qwen3-14B-AWQ, defaults, servers started one after
-another on the same box) got 9.10 GiB of KV in the single-server round and 10.33 GiB per server
-in the replica round, 1.23 GiB apart, as much as the L40S runs above miss; with the graphs left
-out and the penalty tables below counted the plan predicts 10.28 GiB, with the estimate inside
-the budget 9.04 GiB. The size of that charge is the compiler's, not set by the runner's code,
-and the public V2 start-ups do not say whether they compiled (Gemma 4 E4B's logged peak carries
-none of it).
+attention.py`` 0.28.0 l. 701-724). Beyond these, the dense V2 start-ups log a peak of about
+their embedding table (1.04 GiB for Qwen2.5-7B-AWQ against 0.34 modelled): a first compile's
+benchmark of the embedding gather, inside the same profile window
+(:mod:`kvpilot.core.fit.compile_charge`; a multimodal model, fed embeddings, has none, which is
+why Gemma 4 E4B's 0.27 GiB matches the forward and sampler alone).
 
 The budgets also differ in what they count beside the peak: 0.26.0 takes weights (measured
 around loading), memory outside torch and the profile window's torch peak
@@ -67,13 +54,8 @@ around loading), memory outside torch and the profile window's torch peak
 the profile (the sampler's penalty tables, ``sample/penalties.py`` l. 32-42: int32
 [max_num_seqs, vocab] and [max_num_seqs, vocab / 32]) are in no term and take memory outside the
 budget; from 0.27 the budget takes the fall of free memory since start-up
-(``utils/mem_utils.py`` ``memory_profiling`` l. 317-326, ``total_consumed``), which holds them.
-Counted that way (0.27+) with the graphs left out (before 0.29), the Gemma 4 E4B L4 start-up is
-predicted within 0.3 %, but the dense runs above lose their stand-in: both validation splits'
-median grows (leave-one-source-out 0.82 % -> 1.24 %, leave-one-release-out 1.01 % -> 1.27 %;
-worst 14.39 % -> 10.52 % in both). So the plan counts the tables where the rest of the V2
-budget is vLLM's own terms (from 0.29, and eager runs: :mod:`kvpilot.core.fit.v2_sampler_states`)
-and keeps the stand-in on compiled 0.27 / 0.28 V2 runs.
+(``utils/mem_utils.py`` ``memory_profiling`` l. 317-326, ``total_consumed``), which holds them
+(:mod:`kvpilot.core.fit.v2_sampler_states`).
 """
 
 from __future__ import annotations
@@ -100,9 +82,17 @@ _V2_DRAFTERS = ("eagle", "eagle3", "mtp")
 
 
 def uses_v2_runner(model: ModelSpec, inputs: PlanInputs) -> bool:
-    """Whether ``inputs.vllm_version`` runs ``model`` on the V2 model runner (rules above)."""
+    """Whether ``inputs.vllm_version`` runs ``model`` on the V2 model runner (rules above).
+
+    ``VLLM_USE_V2_MODEL_RUNNER`` (:attr:`PlanInputs.use_v2_model_runner`) decides first where
+    the runner exists (``v1/worker/gpu/model_runner.py`` from the 0.12.0 wheel, none in
+    0.11.0), as ``VllmConfig.use_v2_model_runner`` reads it before any rule (pooling waits for
+    0.29 all the same)."""
     v = Release.parse(inputs.vllm_version)
-    if not v.at_least("0.22") or (inputs.runner == "pooling" and not v.at_least("0.29")):
+    pooling_on_v1 = inputs.runner == "pooling" and not v.at_least("0.29")
+    if inputs.use_v2_model_runner is not None and v.at_least("0.12"):
+        return inputs.use_v2_model_runner and not pooling_on_v1
+    if not v.at_least("0.22") or pooling_on_v1:
         return False
     arch = model.architecture
     moe = model.moe is not None

@@ -22,13 +22,10 @@ The request states' token table (``states.py`` ``all_token_ids``, ``[max_num_req
 max_model_len]``) is host memory (``uva_instead_of_gpu``) and costs the GPU nothing; the V1
 runner keeps no per-vocabulary table on the GPU.
 
-The plan counts the tables where the rest of a V2 budget is vLLM's own terms: from 0.29 (the V2
-runner's graph estimate), and eager runs. On compiled 0.27 / 0.28 V2 runs the plan keeps its
-graph estimate inside the budget as a stand-in for the first-boot compile charge
-(:mod:`kvpilot.core.fit.runner`), and counting the tables beside it takes the Gemma 4 E4B L4
-start-up with 0.28.0 from -14.4 % to -22.7 % in both validation splits; counted from 0.29 the
-leave-one-source-out median goes from 0.82 % to 0.73 % (Llama 3.1 8B on an A100 with 0.31.0:
-0.79 % -> 0.56 %; Gemma 4 E2B on a T4 with 0.29.0: 1.62 % -> 1.44 %).
+The plan counts the tables wherever vLLM's budget holds them (0.27+ on the V2 runner), beside
+the rest of that budget as vLLM takes it: the graphs outside it before 0.29
+(:func:`kvpilot.core.fit.runner.graphs_outside_budget`) and a first compile's benchmark in the
+profiled peak (:mod:`kvpilot.core.fit.compile_charge`).
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import Release
 from kvpilot.core.fit import runner
-from kvpilot.core.fit.activation import VersionProfile
 
 #: bytes of one int32 element
 _INT32_BYTES = 4
@@ -63,16 +59,13 @@ def penalty_state_bytes(*, max_num_seqs: int, vocab_size: int) -> int:
     return counts + mask
 
 
-def budget_bytes(profile: VersionProfile, model: ModelSpec, inputs: PlanInputs, *,
-                 max_num_seqs: int) -> int:
+def budget_bytes(model: ModelSpec, inputs: PlanInputs, *, max_num_seqs: int) -> int:
     """The tables as the plan counts them in the KV budget (bytes per rank).
 
-    0 where the V1 runner runs the model, before 0.27 (outside vLLM's budget), where the plan's
-    graph estimate stands in inside a V2 budget (compiled runs before 0.29:
-    :func:`kvpilot.core.fit.runner.graphs_outside_budget`), and for pooling runs (no sampler).
+    0 where the V1 runner runs the model, before 0.27 (outside vLLM's budget) and for pooling
+    runs (no sampler).
     """
     if (not runner.uses_v2_runner(model, inputs) or inputs.runner == "pooling"
-            or runner.graphs_outside_budget(profile, model, inputs)
             or not Release.parse(inputs.vllm_version).at_least(IN_BUDGET_SINCE)):
         return 0
     return penalty_state_bytes(max_num_seqs=max_num_seqs, vocab_size=model.vocab_size)

@@ -16,7 +16,7 @@ GPU = "NVIDIA GeForce RTX 4090"
 
 def test_gui_and_cli_flag_the_same_plans_tight(qtbot, capsys, monkeypatch) -> None:
     monkeypatch.setenv("KVPILOT_FAKE_NVML", "no-driver")
-    assert main(["recommend", "--gpu", GPU, "--context", "32768", "--users", "4",
+    assert main(["recommend", "--gpu", GPU, "--context", "32768", "--users", "6",
                  "--vllm-version", "0.32.0", "--limit", "100", "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)["candidates"]
     cli_tight = [(c["model"], c["kv_cache_dtype"], c["tight"]) for c in cli]
@@ -24,7 +24,7 @@ def test_gui_and_cli_flag_the_same_plans_tight(qtbot, capsys, monkeypatch) -> No
     services = AppServices(CoreBridge())
     result = services.plan(
         services.target_from_spec(GPU),
-        PlanRequest(Goal(context_tokens=32768, users=4, vllm_version="0.32.0")),
+        PlanRequest(Goal(context_tokens=32768, users=6, vllm_version="0.32.0")),
     )
     rows = [r for r in result.rows if r.source is not None and hasattr(r.source, "tight")]
     gui_tight = [(r.source.model_id, r.capacity.kv_cache_dtype, r.tight) for r in rows]

@@ -13,9 +13,11 @@ from kvpilot.core.fit.budget import compute_capacity
 
 
 def test_pooling_runs_no_sampler(qwen7b):
-    generate = compute_capacity(rtx4090(qwen7b, max_model_len=8192, vllm_version="0.20.0"))
+    # eager: a first compile's copy of the embedding table would set both peaks
+    generate = compute_capacity(rtx4090(qwen7b, max_model_len=8192, vllm_version="0.20.0",
+                                        enforce_eager=True))
     pooling = compute_capacity(rtx4090(qwen7b, max_model_len=8192, vllm_version="0.20.0",
-                                       runner="pooling"))
+                                       runner="pooling", enforce_eager=True))
     profile = activation.profile_for("0.20.0", (8, 9))
     batched = generate.max_num_batched_tokens
     forward = activation.forward_peak_bytes(qwen7b, batched, 1, 2)

@@ -42,7 +42,8 @@ def gemma4_31b():  # type: ignore[no-untyped-def]
 def _b300(model, version: str) -> PlanInputs:  # type: ignore[no-untyped-def]
     return PlanInputs(model=model, gpu_total_bytes=B300_TOTAL, gpu_name="NVIDIA B300 SXM6 AC",
                       compute_capability=(10, 3), gpu_memory_utilization=0.92,
-                      max_model_len=16384, vllm_version=version)
+                      max_model_len=16384, vllm_version=version,
+                      use_v2_model_runner=False)  # VLLM_USE_V2_MODEL_RUNNER=0
 
 
 def test_two_batches_in_flight_from_0_26() -> None:
@@ -94,7 +95,10 @@ def test_the_in_place_sampler_leaves_bytes_not_logit_units(gemma4_31b) -> None:
     assert abs(v1_peak / logged_peak - 1) < 0.1
     # without the variable 0.26 runs a dense Gemma 4 on the V2 runner, which holds the forward
     # through a logits-only sampler: the plan's peak is that path's (no log here checks it)
-    inputs = _b300(gemma4_31b, "0.26.0")
+    logged = _b300(gemma4_31b, "0.26.0")
+    assert not runner.uses_v2_runner(gemma4_31b, logged)
+    assert compute_capacity(logged).activation_peak_bytes == v1_peak
+    inputs = replace(logged, use_v2_model_runner=None)
     assert runner.uses_v2_runner(gemma4_31b, inputs)
     v2_peak = activation.activation_peak_bytes(
         gemma4_31b, max_num_batched_tokens=8192, max_num_seqs=1024,

@@ -140,9 +140,12 @@ def test_the_encoder_term_comes_out_of_the_kv_budget(qwen2vl):
     assert cap.inputs["encoder_profile_bytes"] == enc.bytes
     text_only = compute_capacity(rtx4090(qwen2vl, max_model_len=8192, vllm_version="0.32.0",
                                          limit_mm_per_prompt=0))
-    # the profile and the tower both come back
+    # the profile and the tower both come back; text-only mode feeds token ids, so a first
+    # compile benchmarks the embedding gather and its copy of the table sets the peak
+    charge = text_only.activation_peak_bytes - cap.activation_peak_bytes
+    assert charge > 0 and "embedding gather" in _terms(text_only)["activation_peak"].note
     assert text_only.available_kv_bytes - cap.available_kv_bytes == (
-        enc.bytes + QWEN2VL_TOWER_BYTES
+        enc.bytes + QWEN2VL_TOWER_BYTES - charge
     )
     assert text_only.weights_bytes == (QWEN2VL_BYTES - QWEN2VL_TOWER_BYTES
                                        + qwen2vl.rope_cache_bytes)
@@ -242,8 +245,9 @@ def test_plan_cli_limit_mm_per_prompt(tmp_path, capsys, monkeypatch):
     text_only = json.loads(capsys.readouterr().out)
     assert text_only["inputs"]["limit_mm_per_prompt"] == 0
     enc = next(t for t in images["terms"] if t["name"] == ENCODER_PROFILE_TERM)
+    charge = text_only["activation_peak_bytes"] - images["activation_peak_bytes"]
     assert text_only["available_kv_bytes"] - images["available_kv_bytes"] == (
-        enc["bytes"] + QWEN2VL_TOWER_BYTES
+        enc["bytes"] + QWEN2VL_TOWER_BYTES - charge
     )
 
 

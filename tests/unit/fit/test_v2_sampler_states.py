@@ -7,7 +7,7 @@ import pytest
 from fitkit import fixture_spec, rtx4090
 
 from kvpilot.core.base.units import GiB
-from kvpilot.core.fit import activation, v2_sampler_states
+from kvpilot.core.fit import v2_sampler_states
 from kvpilot.core.fit.budget import compute_capacity
 
 QWEN3_8B = fixture_spec("qwen3-8b", weights_bytes=int(15.3 * GiB))  # vocabulary 151,936
@@ -28,14 +28,13 @@ def test_negative_sizes_are_refused() -> None:
 
 def _budget_bytes(model: object, version: str, **kw: object) -> int:
     inputs = rtx4090(model, vllm_version=version, **kw)
-    return v2_sampler_states.budget_bytes(
-        activation.profile_for(version), inputs.model, inputs, max_num_seqs=256)
+    return v2_sampler_states.budget_bytes(inputs.model, inputs, max_num_seqs=256)
 
 
 @pytest.mark.parametrize(("version", "eager", "counted"), [
     ("0.26.0", True, False),   # outside 0.26's budget (weights + non-torch + torch peak)
     ("0.27.1", True, True),    # total_consumed holds them from 0.27
-    ("0.28.0", False, False),  # compiled before 0.29: the graph estimate stands in
+    ("0.28.0", False, True),   # compiled: total_consumed holds them all the same
     ("0.28.0", True, True),
     ("0.29.0", False, True),   # the V2 runner's own graph estimate from 0.29
 ])
@@ -57,9 +56,9 @@ def test_the_plan_takes_them_out_of_the_kv_budget_and_says_so() -> None:
                                         max_num_seqs=256, gpu_memory_utilization=0.9))
 
     tables = v2_sampler_states.penalty_state_bytes(max_num_seqs=256, vocab_size=151_936)
-    on_029 = plan("0.29.0")
-    note = next(t.note for t in on_029.terms if t.name == "non_torch")
-    assert "penalty tables" in note and f"{tables / GiB:.2f} GiB" in note
     on_028 = plan("0.28.0")
-    assert "penalty tables" not in next(t.note for t in on_028.terms if t.name == "non_torch")
-    assert on_029.non_torch_bytes - on_028.non_torch_bytes == tables
+    note = next(t.note for t in on_028.terms if t.name == "non_torch")
+    assert "penalty tables" in note and f"{tables / GiB:.2f} GiB" in note
+    on_026 = plan("0.26.0")  # outside 0.26's budget
+    assert "penalty tables" not in next(t.note for t in on_026.terms if t.name == "non_torch")
+    assert on_028.non_torch_bytes - on_026.non_torch_bytes == tables
