@@ -110,7 +110,14 @@ CUDA_TOTAL_GIB = {
 #: 4096-token run and the 2048-token run that started only through max_num_batched_tokens, 2048
 #: in both (engine/arg_utils.py get_batch_defaults: a 24 GB card, API server), yet the second had
 #: at least the 0.5 GiB one request needs; what moved is outside vLLM (the display server holds
-#: 2,275 MiB of that card under WSL2, about the amount missing), which no plan term sees
+#: 2,275 MiB of that card under WSL2, about the amount missing), which no plan term sees. The
+#: case carries no free-memory reading, and one built from that figure (23.99 - 2.22 = 21.77 GiB)
+#: would contradict the record: it is below the 22.07 GiB that 0.92 requests, and 0.15.1 refuses
+#: to start when free memory at start-up is below the request (request_memory,
+#: v1/worker/utils.py), yet both runs passed that check. So CUDA's free figure at start did not
+#: hold the display's memory, which came out of the budget later (the non-torch increase the
+#: profile measures); when and how much of it WSL2 makes resident is not published, and sizing
+#: it from this one run would fit a constant to it
 CASE_TOTAL_GIB = {"rtx4090-wsl2-qwen25-coder-32b-awq-4096-FAIL": 23.99}
 #: cards whose total is taken from another start-up's log: such a case validates but never
 #: tunes a constant (a few hundredths of a GiB of doubt would move the fitted non-torch term)

@@ -16,18 +16,14 @@ Beyond one GPU each rank also holds communication memory:
   GPUs); otherwise vLLM warns "Custom allreduce is disabled" and every all-reduce goes through
   NCCL, over PCIe and host memory on consumer cards: slower decode, and the plan says so;
 * with the custom all-reduce off, the CUDA graphs hold NCCL's all-reduces, whose captured
-  collectives take device memory beside the graph pool: the 0.8.5 wheel's ``env_override.py`` sets
-  ``NCCL_CUMEM_ENABLE=0`` since NCCL's cuMem allocations add 1 to 2 GiB where graphs hold
-  all-reduces (its comment), and vLLM issue 5517 still measures 1.1 to 3.8 GiB of graph memory per
-  A10G or L4, by driver version. The fitted graph estimate has no such term: the two start-ups of
-  the shared cases that capture through NCCL log 2.8 and 1.4 times it (gpt-oss-120b over four A100
-  on two nodes, Qwen3-235B over eight L40S), too few and too far apart to size one. Before 0.20
-  the graphs are captured after the KV cache from memory outside the budget, so this is memory the
-  card needs beyond it. Qwen3-30B-A3B over four A10 with 0.8.5 (vLLM issue 17469) sized its KV
-  cache, ran out of memory capturing (also at ``--max-model-len 1024`` with ``--max-num-seqs 1``)
-  and ran with ``--enforce-eager``; the plan calls it fits, as the estimate (0.64 GiB) is below
-  the 1.7 GiB that the default utilization leaves beyond the budget and the CUDA context, and
-  neither its utilization nor its all-reduce path is known.
+  collectives take device memory beside the graph pool that the fitted graph estimate lacks
+  (the two start-ups of the shared cases that capture through NCCL log 2.8 and 1.4 times it:
+  gpt-oss-120b over four A100 on two nodes, Qwen3-235B over eight L40S). Its size is published
+  only as a range (vLLM issue 5517: 1.1 to 3.8 GiB per A10G or L4, by CUDA driver), so where
+  the graphs are captured outside the budget (before 0.20) :mod:`.nccl_capture` keeps the plan
+  from "fits" while the memory beyond the budget is inside it: Qwen3-30B-A3B over four A10 with
+  0.8.5 (vLLM issue 17469), which sized its KV cache and ran out of memory capturing, has 1.7
+  GiB beyond the default budget against a 0.64 GiB estimate and is borderline.
 
 vLLM requires the attention heads to divide by the tensor-parallel size; where they do not, the
 layout falls back to pipeline parallelism (the layers split over the GPUs instead).
