@@ -440,9 +440,9 @@ def compute_capacity(
         if (runner.graphs_outside_budget(profile, model, inputs) and graphs > headroom
                 and verdict == VERDICT_FITS):
             verdict = VERDICT_BORDERLINE
-    outside = dict(graphs_outside=runner.graphs_outside_budget(profile, model, inputs),
-                   graphs_bytes=graphs, requested_bytes=requested)
-    verdict = nccl_capture.capture_verdict(verdict, inputs, **outside) if ext is None else verdict
+    capture = nccl_capture.GraphCapture(
+        runner.graphs_outside_budget(profile, model, inputs), graphs, requested)
+    verdict = nccl_capture.capture_verdict(verdict, inputs, capture) if ext is None else verdict
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
     if mxfp4_pad:
@@ -489,7 +489,7 @@ def compute_capacity(
                     + adapter_graphs_note(adapt, inputs.vllm_version) +
                     ("" if graphs_counted else ", outside the budget before 0.20 (before "
                      "0.29 on the V2 runner)")
-                    + nccl_capture.note(inputs, **outside)
+                    + nccl_capture.note(inputs, capture)
                     + ("; " + fitted.source("cudagraph_bytes_per_layer_hidden_token")
                        if graphs_in_budget else ""))),
         *(extensible_terms(ext) if ext is not None else ()),

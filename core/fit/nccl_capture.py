@@ -27,6 +27,8 @@ all-reduce may be off, and the range applies.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvpilot.core.base.plan import VERDICT_BORDERLINE, VERDICT_FITS, PlanInputs, Verdict
 from kvpilot.core.base.units import GiB
 from kvpilot.core.fit.budget_now import CUDA_CONTEXT_BYTES
@@ -66,24 +68,33 @@ def capture_need_bytes(inputs: PlanInputs, graphs_bytes: int) -> tuple[int, int]
     return graphs_bytes + NCCL_CAPTURE_LOW_BYTES, graphs_bytes + NCCL_CAPTURE_HIGH_BYTES
 
 
-def capture_verdict(verdict: Verdict, inputs: PlanInputs, *, graphs_outside: bool,
-                    graphs_bytes: int, requested_bytes: int) -> Verdict:
+@dataclass(frozen=True)
+class GraphCapture:
+    """A plan's graph capture: whether it is outside the KV budget (``graphs_outside``), the
+    graph estimate and the requested budget (bytes)."""
+
+    graphs_outside: bool
+    graphs_bytes: int
+    requested_bytes: int
+
+
+def capture_verdict(verdict: Verdict, inputs: PlanInputs, capture: GraphCapture) -> Verdict:
     """``verdict``, or "borderline" where a "fits" plan captures its graphs through NCCL outside
-    the budget (``graphs_outside``) and the spare memory is below the estimate
-    (``graphs_bytes``) plus the top of the published range."""
-    need = capture_need_bytes(inputs, graphs_bytes) if graphs_outside else None
+    the budget and the spare memory is below the graph estimate plus the top of the published
+    range."""
+    need = capture_need_bytes(inputs, capture.graphs_bytes) if capture.graphs_outside else None
     if need is None or verdict != VERDICT_FITS:
         return verdict
-    return VERDICT_BORDERLINE if spare_bytes(inputs, requested_bytes) < need[1] else verdict
+    spare = spare_bytes(inputs, capture.requested_bytes)
+    return VERDICT_BORDERLINE if spare < need[1] else verdict
 
 
-def note(inputs: PlanInputs, *, graphs_outside: bool, graphs_bytes: int,
-         requested_bytes: int) -> str:
+def note(inputs: PlanInputs, capture: GraphCapture) -> str:
     """The cudagraph line's tail where the NCCL range applies (empty otherwise)."""
-    need = capture_need_bytes(inputs, graphs_bytes) if graphs_outside else None
+    need = capture_need_bytes(inputs, capture.graphs_bytes) if capture.graphs_outside else None
     if need is None:
         return ""
+    spare = spare_bytes(inputs, capture.requested_bytes)
     return (f"; captured through NCCL (custom all-reduce off or not known on), which needs "
             f"{need[0] / GiB:.2f} to {need[1] / GiB:.2f} GiB beyond the budget (vLLM issue "
-            f"5517, by CUDA driver); {spare_bytes(inputs, requested_bytes) / GiB:.2f} GiB is "
-            "left")
+            f"5517, by CUDA driver); {spare / GiB:.2f} GiB is left")

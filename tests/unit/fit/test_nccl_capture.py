@@ -88,9 +88,11 @@ def test_the_need_is_the_estimate_plus_the_published_range() -> None:
     assert nccl_capture.capture_need_bytes(replace(inputs, gpu_allreduce="nvlink"), GiB) is None
     # only a "fits" verdict moves; a failing plan keeps its verdict
     requested = A10_TOTAL - CUDA_CONTEXT_BYTES - 2 * GiB
+    capture = nccl_capture.GraphCapture(graphs_outside=True, graphs_bytes=GiB,
+                                        requested_bytes=requested)
     for verdict, out in ((VERDICT_FITS, VERDICT_BORDERLINE),
                          (VERDICT_DOES_NOT_FIT, VERDICT_DOES_NOT_FIT)):
-        assert nccl_capture.capture_verdict(verdict, inputs, graphs_outside=True,
-                                            graphs_bytes=GiB, requested_bytes=requested) == out
-    assert nccl_capture.capture_verdict(VERDICT_FITS, inputs, graphs_outside=False,
-                                        graphs_bytes=GiB, requested_bytes=requested) == VERDICT_FITS
+        assert nccl_capture.capture_verdict(verdict, inputs, capture) == out
+    inside = replace(capture, graphs_outside=False)
+    assert nccl_capture.capture_verdict(VERDICT_FITS, inputs, inside) == VERDICT_FITS
+    assert nccl_capture.note(inputs, inside) == ""
