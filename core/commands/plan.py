@@ -37,7 +37,7 @@ from kvpilot.core.commands.serving_args import (
     add_serving_arguments,
     device_and_settings,
 )
-from kvpilot.core.fit.budget import borderline_note
+from kvpilot.core.fit.borderline import borderline_note
 from kvpilot.core.fit.calibrate import planned_capacity
 from kvpilot.core.fit.measurements import MeasurementStore
 from kvpilot.core.hub.resolve import load_model_spec

@@ -429,6 +429,7 @@ def compute_capacity(
     if adapt.unknown_draft and verdict == VERDICT_FITS:
         verdict = VERDICT_BORDERLINE  # the draft's weights and KV are not in the figures
 
+    fits_before_capture = verdict == VERDICT_FITS  # the capture rules below may move it
     headroom = None
     if ext is not None:
         headroom = ext.left_free_bytes if inputs.gpu_free_bytes is not None else None
@@ -528,6 +529,7 @@ def compute_capacity(
         "mamba_cache_mode": inputs.mamba_cache_mode,
         "mamba_ssm_cache_dtype": inputs.mamba_ssm_cache_dtype,
     }
+    used_inputs["graph_capture_borderline"] = fits_before_capture and verdict != VERDICT_FITS
     used_inputs.update(adapter_inputs(adapt))
     if encoder is not None:
         used_inputs["encoder_profile_bytes"] = encoder_bytes
@@ -601,31 +603,6 @@ def band_verdict(
     if one_request_fits(layout, band[1], max_len, in_flight, profile):
         return VERDICT_BORDERLINE
     return VERDICT_DOES_NOT_FIT
-
-
-def borderline_note(cap: Capacity, startup_s: float | None = None) -> str:
-    """The sentence a borderline plan shows: the band, and the measured dry run to settle it.
-
-    ``startup_s`` is a measured start-up time for this model and GPU (``Measured.startup_s``);
-    without one the note uses :data:`DRY_RUN_ESTIMATE_S`.
-    """
-    low, high = cap.available_kv_band_bytes
-    if startup_s is not None:
-        took = f"about {startup_s:.0f} s, as the last launch of this model here took"
-    else:
-        took = (f"about {DRY_RUN_ESTIMATE_S // 60} minutes (vLLM's start-up with dummy "
-                f"weights: profiling, torch.compile and CUDA-graph capture)")
-    return (
-        f"borderline: vLLM would have {low / GiB:.2f} to {high / GiB:.2f} GiB for the KV cache, "
-        f"and the start-up check passes only in part of that range; `kvpilot plan --measure` "
-        f"starts vLLM once with dummy weights (no download) to settle it: {took}"
-    )
-
-
-#: a documented estimate of a dry run (seconds) when no start-up was measured on this machine:
-#: 0.20+ start-ups of 7B-14B models spend 60-120 s in profiling, torch.compile and graph
-#: capture (cold compile cache); without a cache it is the upper end
-DRY_RUN_ESTIMATE_S = 180
 
 
 #: relative uncertainty of the weights by where their size came from: the checkpoint files

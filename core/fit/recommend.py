@@ -35,7 +35,7 @@ from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import supports
 from kvpilot.core.base.words import estimated_rate, join_clauses, more_kv_text, times_text
 from kvpilot.core.fit import budget, extensible_kv, parallel
-from kvpilot.core.fit.budget import borderline_note
+from kvpilot.core.fit.borderline import borderline_note
 from kvpilot.core.fit.support import check_support, fp8_kv_supported
 from kvpilot.core.models.quality import QualityFigure, base_of, figure_for, unrated
 
