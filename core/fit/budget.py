@@ -170,8 +170,8 @@ def compute_capacity(
     # the model runner this release picks for the model (V2 from 0.22: its sampler path)
     profile = runner.runner_profile(profile, model, inputs)
     # no estimate before 0.20; the V2 runner's profile_cudagraph_memory returns 0 before 0.29
-    graphs_counted = (profile.cudagraph_in_budget
-                      and not runner.graphs_outside_budget(profile, model, inputs))
+    graphs_outside = runner.graphs_outside_budget(profile, model, inputs)
+    graphs_counted = profile.cudagraph_in_budget and not graphs_outside
     fitted = constants or activation.FITTED
     tp = inputs.tensor_parallel_size
     if tp < 1:
@@ -385,7 +385,7 @@ def compute_capacity(
 
     if failure is None or failure.kind in (failures.NO_KV_MEMORY, failures.KV_CACHE_TOO_SMALL):
         failure = profiling_kv.startup_failure(  # met before the KV cache is sized
-            inputs, estimates=not runner.graphs_outside_budget(profile, model, inputs),
+            inputs, estimates=not graphs_outside,
             bytes_per_block=layout.bytes_per_block, max_num_seqs=seqs,
             max_num_batched_tokens=batched, resident_bytes=weights + non_torch) or failure
     sampler = activation.sampler_buffers(model, sampler_seqs, profile)
@@ -434,15 +434,13 @@ def compute_capacity(
     if ext is not None:
         headroom = ext.left_free_bytes if inputs.gpu_free_bytes is not None else None
     elif inputs.gpu_free_bytes is not None:
-        headroom = inputs.gpu_free_bytes - CUDA_CONTEXT_BYTES - requested
+        headroom = nccl_capture.spare_bytes(inputs, requested)
         # graphs captured after the KV cache from memory outside the budget: with less free
         # than the capture takes, vLLM runs out of memory capturing (a Gemma 4 E4B start-up on
         # an L4 shared with another process, vLLM 0.28.0)
-        if (runner.graphs_outside_budget(profile, model, inputs) and graphs > headroom
-                and verdict == VERDICT_FITS):
+        if graphs_outside and graphs > headroom and verdict == VERDICT_FITS:
             verdict = VERDICT_BORDERLINE
-    capture = nccl_capture.GraphCapture(
-        runner.graphs_outside_budget(profile, model, inputs), graphs, requested)
+    capture = nccl_capture.GraphCapture(graphs_outside, graphs, requested)
     verdict = nccl_capture.capture_verdict(verdict, inputs, capture) if ext is None else verdict
 
     weights_note = "checkpoint bytes" + (f" / {tp} ranks" if tp > 1 else "")
