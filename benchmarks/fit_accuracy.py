@@ -538,6 +538,7 @@ def load_cases(
                 vllm_version=version,
                 limit_mm_per_prompt=0 if language_only else None,
                 use_v2_model_runner=v2_runner_env(case),
+                gpu_under_wsl2="WSL2" in (case.get("display_or_other_gpu_tenants") or ""),
                 **flags,
             )
             cases.append(Case(

@@ -222,6 +222,9 @@ class PlanInputs(ServingSettings):
     #: ``VLLM_USE_V2_MODEL_RUNNER`` in the start-up's environment (None: unset, the release's
     #: own choice; :mod:`kvpilot.core.fit.runner`)
     use_v2_model_runner: bool | None = None
+    #: the GPU is reached through WSL2, sharing it with the Windows desktop through WDDM
+    #: (:mod:`kvpilot.core.fit.wsl2_residency`)
+    gpu_under_wsl2: bool = False
 
     @classmethod
     def on_gpu(
@@ -236,6 +239,7 @@ class PlanInputs(ServingSettings):
             gpu_name=gpu.name,
             compute_capability=gpu.compute_capability,
             gpu_memory_holders=gpu.memory_holders,
+            gpu_under_wsl2=gpu.under_wsl2,
             **values,
         )
 
@@ -253,6 +257,8 @@ class GpuMemoryView(Protocol):
     def compute_capability(self) -> tuple[int, int] | None: ...
     @property
     def memory_holders(self) -> tuple[tuple[str, int], ...]: ...
+    @property
+    def under_wsl2(self) -> bool: ...
 
 
 
@@ -269,7 +275,8 @@ class GpuTarget:
     One card of this machine or of the spec table, or what each rank of several can count on
     (:func:`kvpilot.core.fit.parallel.per_gpu`). ``memory_holders`` are (process name, bytes)
     holding memory when ``free_bytes`` was read, largest first; ``index``/``uuid`` name this
-    machine's GPU for NVML and ``CUDA_VISIBLE_DEVICES``.
+    machine's GPU for NVML and ``CUDA_VISIBLE_DEVICES``; ``under_wsl2`` is True when it is
+    reached through WSL2 (shared with the Windows desktop).
     """
 
     name: str
@@ -281,6 +288,7 @@ class GpuTarget:
     _: KW_ONLY
     memory_holders: tuple[tuple[str, int], ...] = ()
     drives_display: bool = False
+    under_wsl2: bool = False
     index: int | None = None
     uuid: str | None = None
 

@@ -214,7 +214,9 @@ def render(
     low, high = cap.available_kv_band_bytes
     lines.append(f"KV band         {low / GiB:.2f} to {high / GiB:.2f} GiB (validation error of "
                  f"the vLLM {cap.inputs.get('vllm_rules_since')}+ rules, weights from "
-                 f"{cap.inputs.get('weights_source')})")
+                 f"{cap.inputs.get('weights_source')}"
+                 + (f"; {room / GiB:.2f} GiB lower for Windows' memory under WSL2"
+                    if (room := cap.inputs.get("wsl2_residency_bytes")) else "") + ")")
     verdict = f"verdict         {cap.verdict.words}"
     if cap.verdict is not Verdict.FITS and cap.failure is not None:
         verdict += f" ({cap.failure.kind}): {cap.failure.message}"

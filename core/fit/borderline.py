@@ -1,7 +1,8 @@
 """The sentence a borderline plan shows, and the measured dry run that settles it.
 
 A plan is borderline for one of two reasons: the available-KV band straddles vLLM's start-up
-check (the KV cache fits at one edge and not at the other), or the KV cache fits across the
+check (the KV cache fits at one edge and not at the other; under WSL2 the lower edge allows for
+Windows' memory, :mod:`.wsl2_residency`), or the KV cache fits across the
 band but the CUDA graphs are captured after it from memory outside the budget that may not be
 free (``Capacity.inputs["graph_capture_borderline"]``: :mod:`.nccl_capture`, and the V2 runner's
 graphs before 0.29 beside another process).
@@ -31,6 +32,10 @@ def borderline_note(cap: Capacity, startup_s: float | None = None) -> str:
         took = (f"about {DRY_RUN_ESTIMATE_S // 60} minutes (vLLM's start-up with dummy "
                 f"weights: profiling, torch.compile and CUDA-graph capture)")
     why = "the start-up check passes only in part of that range"
+    room = cap.inputs.get("wsl2_residency_bytes")
+    if room:
+        why += (f" (the lower end allows {room / GiB:.2f} GiB that Windows may make resident "
+                "while vLLM loads under WSL2, which vLLM counts as its own)")
     if cap.inputs.get("graph_capture_borderline"):
         why = ("the CUDA-graph capture after it needs memory beyond the budget that may not be "
                "free (see the cudagraph line)")

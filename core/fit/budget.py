@@ -61,6 +61,7 @@ from kvpilot.core.fit import (
     profiling_kv,
     runner,
     v2_sampler_states,
+    wsl2_residency,
 )
 
 #: GPUs with at least this much memory get vLLM's large batch defaults (H100/H200 class)
@@ -422,7 +423,9 @@ def compute_capacity(
     else:
         half = activation.VALIDATION.half_width_for(profile, requested, tp)
         half += int(weights * _WEIGHTS_UNCERTAINTY.get(weights_src, 0.0)) + graphs_band
-    band = (available - half, available + half)
+    # under WSL2, memory Windows makes resident while vLLM loads is charged to it
+    wsl2_room = wsl2_residency.room_bytes(inputs) if ext is None else 0
+    band = (available - half - wsl2_room, available + half)
     verdict = band_verdict(inputs, band, failure)
     if ext is not None and ext.exceeds_free:
         verdict = VERDICT_DOES_NOT_FIT  # finalize_extensible_kv_cache finds no block
@@ -528,6 +531,8 @@ def compute_capacity(
         "mamba_ssm_cache_dtype": inputs.mamba_ssm_cache_dtype,
     }
     used_inputs["graph_capture_borderline"] = fits_before_capture and verdict != VERDICT_FITS
+    if wsl2_room:
+        used_inputs["wsl2_residency_bytes"] = wsl2_room
     used_inputs.update(adapter_inputs(adapt))
     if encoder is not None:
         used_inputs["encoder_profile_bytes"] = encoder_bytes

@@ -68,6 +68,12 @@ PLANNER_FREE_ASSUMPTION = "no free-memory reading: a GPU nothing else uses is as
 DESKTOP_ROOM_FLOOR_BYTES = 1 * GiB
 
 
+def desktop_room_bytes(others_bytes: int) -> int:
+    """The memory (bytes) the desktop and other programs holding ``others_bytes`` now may grow
+    by: as much again as they hold, at least :data:`DESKTOP_ROOM_FLOOR_BYTES`."""
+    return max(DESKTOP_ROOM_FLOOR_BYTES, others_bytes)
+
+
 def extension_off_reason(
     vllm_version: str | Release | None,
     *,
@@ -290,7 +296,7 @@ def launch_cap(
             "utilization left unset (vLLM's default, 1.0 with the extensible KV cache): "
             "nothing else uses this GPU, so the KV cache may take all the memory free at "
             "launch."))
-    room = max(DESKTOP_ROOM_FLOOR_BYTES, others)
+    room = desktop_room_bytes(others)
     usable = free_now_bytes - budget_now.CUDA_CONTEXT_BYTES - room - NON_TORCH_RESERVE_BYTES
     hundredths = max(1, math.floor(usable * 100 / total_bytes)) if usable > 0 else 1
     util = min(hundredths, 99) / 100

@@ -122,6 +122,7 @@ def per_gpu(cards: Sequence[GpuTarget]) -> GpuTarget:
         bandwidth_bytes_per_s=None if any(b is None for b in bws) else min(b or 0 for b in bws),
         bf16_dense_tflops=None if any(t is None for t in tfs) else min(t or 0 for t in tfs),
         drives_display=any(c.drives_display for c in cards),
+        under_wsl2=any(c.under_wsl2 for c in cards),
     )
 
 

@@ -93,6 +93,11 @@ class DeviceTarget:
         return self.detected and not self.is_cpu and self.free_bytes is not None
 
     @property
+    def under_wsl2(self) -> bool:
+        """True when the GPU is reached through WSL2 (``platform`` is ``wsl2``)."""
+        return self.platform == PLATFORM_WSL2
+
+    @property
     def short_name(self) -> str:
         """``RTX 4090`` for ``NVIDIA GeForce RTX 4090``."""
         return self.name.replace("NVIDIA ", "").replace("GeForce ", "")
@@ -105,6 +110,7 @@ class DeviceTarget:
             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
             bf16_dense_tflops=self.bf16_dense_tflops, memory_holders=self.memory_holders,
             drives_display=self.drives_display,
+            under_wsl2=self.under_wsl2,
             index=self.gpu_indices[0] if self.gpu_indices else None,
             uuid=self.uuids[0] if self.uuids else None,
         )
@@ -138,6 +144,15 @@ def current_platform(proc_version: Path = Path("/proc/version"),
     return PLATFORM_WSL2 if detect_wsl(text, env) else PLATFORM_LINUX
 
 
+def platform_of(gpu: GpuSnapshot) -> str:
+    """``wsl2`` when this machine runs under WSL2, or when the driver reports no per-process
+    memory on ``gpu`` (Windows' WDDM driver, which WSL2 goes through, reports none: a replayed
+    WSL2 snapshot); else ``linux``."""
+    if gpu.process_memory_reported is False:
+        return PLATFORM_WSL2
+    return current_platform()
+
+
 def _spec_of(gpu: GpuSnapshot) -> GpuSpec | None:
     return specs.lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
 
@@ -168,6 +183,7 @@ def from_snapshot(gpu: GpuSnapshot) -> DeviceTarget:
         bf16_dense_tflops=spec.bf16_dense_tflops if spec else None,
         memory_holders=memory_holders(gpu),
         drives_display=drives_display(gpu),
+        platform=platform_of(gpu),
         detected=True,
         gpu_indices=(gpu.index,),
         uuids=(gpu.uuid or str(gpu.index),),
@@ -238,7 +254,8 @@ def spec_card(spec: GpuSpec, platform: str = PLATFORM_LINUX) -> GpuTarget:
     """The fit engine's card for a spec-table board on ``platform`` (its CUDA total)."""
     total, _ = spec.cuda_total(platform)
     return GpuTarget(spec.name, total, None, spec.compute_capability,
-                     spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops)
+                     spec.bandwidth_bytes_per_s, spec.bf16_dense_tflops,
+                     under_wsl2=platform == PLATFORM_WSL2)
 
 
 def gpu_set_from_names(text: str, platform: str = PLATFORM_LINUX) -> GpuSet:

@@ -266,3 +266,24 @@ def test_recommend_keeps_a_fixed_serving_flag_in_every_candidate(capsys):
         assert c["kv_cache_dtype"] == "fp8"
         assert c["budget"]["inputs"]["enforce_eager"] is True
         assert c["budget"]["cudagraph_bytes"] == 0
+
+
+def test_plan_under_wsl2_lowers_the_band_by_what_windows_holds(tmp_path, capsys, monkeypatch):
+    # the WSL2 replay: Windows' WDDM driver reports no per-process memory, 2,040,528,896 bytes
+    # are used; vLLM 0.15.1 may count memory Windows makes resident while it loads as its own
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-wsl2")
+    model = str(_model_dir(tmp_path))
+    main(["plan", "--model", model, "--vllm-version", "0.15.1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["inputs"]["wsl2_residency_bytes"] == 2_040_528_896
+    low, high = out["available_kv_band_bytes"]
+    assert out["available_kv_bytes"] - low > 2_040_528_896 > high - out["available_kv_bytes"]
+    main(["plan", "--model", model, "--vllm-version", "0.15.1"])
+    assert "1.90 GiB lower for Windows' memory under WSL2" in capsys.readouterr().out
+    from kvpilot.core.hardware.target import current_platform
+
+    if current_platform() == "wsl2":
+        return  # this host is WSL2 itself: every plan here allows for Windows
+    monkeypatch.setenv("KVPILOT_FAKE_NVML", "rtx4090-desktop")
+    main(["plan", "--model", model, "--vllm-version", "0.15.1", "--json"])
+    assert "wsl2_residency_bytes" not in json.loads(capsys.readouterr().out)["inputs"]

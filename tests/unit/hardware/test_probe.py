@@ -289,3 +289,17 @@ def test_old_driver_process_list_falls_back_to_v2(fake: Fake, system: SystemSnap
     (gpu,) = probe(replay, system=system).gpus
     assert {p.name for p in gpu.processes} == {"Xorg", "gnome-shell", "firefox"}
     assert "graphics_processes" not in gpu.unavailable_fields
+
+
+def test_a_wsl2_snapshot_is_planned_as_wsl2_and_a_linux_one_is_not(
+    fake: Fake, system: SystemSnapshot
+) -> None:
+    from kvpilot.core.hardware import target
+
+    (wsl,) = probe(fake("rtx4090-wsl2"), system=system).gpus
+    (desk,) = probe(fake("rtx4090-desktop"), system=system).gpus
+    # Windows' WDDM driver reports no per-process memory: the replay is WSL2 on any host
+    assert target.from_snapshot(wsl).under_wsl2
+    assert target.from_snapshot(wsl).card().under_wsl2
+    if target.current_platform() != "wsl2":
+        assert not target.from_snapshot(desk).under_wsl2
