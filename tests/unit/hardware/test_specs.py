@@ -51,6 +51,16 @@ def test_unknown_pci_id_falls_back_to_name() -> None:
     assert spec is not None and spec.short_name == "RTX 3090"
 
 
+@pytest.mark.parametrize("name", ["RTX PRO 6000", "rtx pro 6000", "RTX PRO 6000 Blackwell",
+                                  "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"])
+def test_the_rtx_pro_6000_resolves_by_the_name_people_use(name: str) -> None:
+    # the only RTX PRO 6000 the table knows is the Blackwell board (its three editions share
+    # the 96 GB of memory); the Ada "RTX 6000" is another name
+    spec = lookup(None, name)
+    assert spec is not None and spec.short_name == "RTX PRO 6000 Blackwell"
+    assert lookup(None, "RTX 6000 Ada") is not spec
+
+
 def test_unknown_gpu_is_none() -> None:
     assert lookup(None, "NVIDIA GeForce GTX 1080") is None
     assert lookup(None, None) is None
