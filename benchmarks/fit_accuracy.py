@@ -172,6 +172,10 @@ REAL_CONFIG_CASES.update({
     # with a quantization_config added, which is dropped (None removes a key)
     "b300-gemma4-31b-it-bf16-16k-u0.92-v0260": (
         "gemma-4-31b-it-nvfp4", {"quantization_config": None}),
+    # the same BF16 checkpoint (Kaggle's copy of google/gemma-4-31B-it); its card is not named,
+    # so it stays unreplayable until a total is known
+    "gpu-unnamed-kaggle-gemma4-31b-it-bf16-32k-u0.94-seqs20-v0230": (
+        "gemma-4-31b-it-nvfp4", {"quantization_config": None}),
     "h100class-x4-qwen35-35b-a3b-ft-tp4-u0.85-v0260-runB": ("qwen3.5-35b-a3b", {}),
     "h100class-x4-qwen35-35b-a3b-ft-dflash-tp4-u0.85-v0260-runA": ("qwen3.5-35b-a3b", {}),
 })
