@@ -20,10 +20,12 @@ from kvpilot.core.fit.budget import compute_capacity
 
 BENCH = REPO / "benchmarks" / "fit_accuracy.py"
 
-#: validation thresholds (known-version cases), from the benchmark's leave-one-out output
-MEDIAN_KV_ERROR_PCT = 1.1
-#: per split, over the started runs that log their weights (the rule of thumb's cases)
-SPLIT_MEDIAN_KV_ERROR_PCT = 1.0
+#: validation thresholds (known-version cases), from the benchmark's leave-one-out output (1.25 %
+#: with the two 4 x RTX PRO 6000 runs tuning the constants; the goal is 2.5 %)
+MEDIAN_KV_ERROR_PCT = 1.3
+#: per split, over the started runs that log their weights (the rule of thumb's cases): 0.93 %
+#: leave-one-source-out, 1.27 % leave-one-release-out
+SPLIT_MEDIAN_KV_ERROR_PCT = 1.3
 SPLIT_WORST_KV_ERROR_PCT = 9.5
 
 
