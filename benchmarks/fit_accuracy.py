@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shutil
 import statistics
@@ -130,6 +131,17 @@ SIBLING_WEIGHTS_GIB = {
     # run of the same write-up logs 9.44 GiB)
     "l40s-qwen3-14b-awq-1k-u0.95-seqs8-v0280": 9.44,
 }
+#: the whole checkpoint's loaded size for a case split over several GPUs that does not print
+#: its ranks' share, from a one-GPU start-up of the same checkpoint and vLLM release on a card of
+#: the same compute capability (the GiB vLLM logged there); such a case validates the planner's
+#: split but has no logged weights for the rule of thumb
+SIBLING_CHECKPOINT_GIB = {
+    # Qwen3-14B-AWQ over two L4 (8.9) with vLLM 0.28.0: the L40S (8.9) start-up of the same
+    # checkpoint and release logs "Model loading took 9.44 GiB" (calibration_cases_more.json),
+    # as the L4 write-up itself gives 9.44 GiB for the model
+    "l4-x2-qwen3-14b-awq-40k-tp2-v0280": 9.44,
+    "l4-x2-qwen3-14b-awq-40k-pp2-v0280": 9.44,
+}
 
 #: compute capability of GPUs in the cases where a rule depends on it: below 8.0 vLLM 0.8-0.10
 #: fall back to V0; the MXFP4 MoE kernel (and its padding) follows it (gpt-oss cases)
@@ -227,8 +239,6 @@ def _unusable(case: dict[str, Any], cfg: dict[str, Any] | None,
         return "the GPU's total memory is not reported"
     if weights_gib is None and real is None:
         return "weights not reported"
-    if (case.get("pipeline_parallel_size") or 1) > 1:
-        return "pipeline parallelism is not modelled"
     if case["reported"].get("available_kv_gib") is None and _failure_kind(case["outcome"]) is None:
         # a start-up that failed checks the verdict without a KV figure; one that ran needs it
         return "available KV memory not reported"
@@ -469,7 +479,9 @@ def load_cases(
             util = case["gpu_memory_utilization"] or case.get("gpu_memory_utilization_inferred")
             total_gib = case["gpu_total_gib_reported"] or CASE_TOTAL_GIB.get(
                 case["case_id"]) or CUDA_TOTAL_GIB.get(case.get("gpu_class", ""))
+            checkpoint_gib = SIBLING_CHECKPOINT_GIB.get(case["case_id"])
             weights_gib = rep.get("weights_gib") or SIBLING_WEIGHTS_GIB.get(case["case_id"])
+            weights_gib = weights_gib or checkpoint_gib
             real = REAL_CONFIG_CASES.get(case["case_id"])
             cfg = _config_for(arch, case) if arch and real is None else None
             why = _undescribed(case) or _unusable(case, cfg, real, total_gib, weights_gib)
@@ -477,6 +489,7 @@ def load_cases(
                 skipped.append({"case": case["case_id"], "skipped": why})
                 continue
             tp = case["tensor_parallel_size"] or 1
+            pp = case.get("pipeline_parallel_size") or 1
             # --language-model-only: vLLM skips the towers (limit 0 for every modality)
             language_only = "--language-model-only" in str(case.get("other_flags") or "")
             flags = adapter_flags(case)
@@ -501,7 +514,13 @@ def load_cases(
                                     "skipped": f"config.json not plannable: {exc}"})
                     continue
                 model = from_config
-                weights_total = round(weights_gib * GiB * tp) if weights_gib else None
+                # a logged size is one rank's: a tensor-parallel slice of the first pipeline
+                # stage, ceil(layers / PP) of the layers (vLLM gives the first stages the extra)
+                layers = from_config.num_hidden_layers
+                stages = layers / math.ceil(layers / pp)
+                weights_total = round(weights_gib * GiB * tp * stages) if weights_gib else None
+                if checkpoint_gib is not None:
+                    weights_total = round(checkpoint_gib * GiB)
                 # vLLM's logged size holds the MXFP4 kernel's padding, the plan adds it itself
                 pad = mxfp4_padding.padding_bytes(
                     from_config, tp, _compute_capability(case["gpu_name"] or "")) * tp
@@ -537,6 +556,7 @@ def load_cases(
                 max_num_batched_tokens=case["max_num_batched_tokens"],
                 kv_cache_dtype=case["kv_cache_dtype"] or "auto",
                 tensor_parallel_size=tp,
+                pipeline_parallel_size=pp,
                 enforce_eager=bool(case["enforce_eager"]),
                 block_size=case["block_size"],
                 vllm_version=version,
@@ -558,7 +578,7 @@ def load_cases(
                 config_weights_bytes=None if case["case_id"] in RECONSTRUCTED_QUANTIZATION
                 else (from_config.weights_bytes or 0) + pad,
                 weights_from_config=weights_total is None,
-                logged_weights_gib=weights_gib,
+                logged_weights_gib=None if checkpoint_gib is not None else weights_gib,
                 source=source_of(case),
                 release=release_of(raw_version),
                 tunes=not (case["gpu_total_gib_reported"] is None

@@ -116,12 +116,13 @@ def calibrated_capacity(
                         exact=True)
     # neighbouring settings: carry the newest offset over (only budgets vLLM computed itself)
     # the offset carries the error in weights, non-torch and activation terms per GPU; with
-    # another tensor-parallel size those terms are split (and NCCL buffers added) differently,
-    # so only measurements of the same parallel layout calibrate
+    # another tensor-parallel or pipeline size those terms are split (and NCCL buffers added)
+    # differently, so only measurements of the same parallel layout calibrate
     comparable = [
         r for r in usable
         if r.key.settings.kv_cache_memory_bytes is None and inputs.kv_cache_memory_bytes is None
         and r.key.settings.tensor_parallel_size == inputs.tensor_parallel_size
+        and r.key.settings.pipeline_parallel_size == inputs.pipeline_parallel_size
     ]
     if not comparable:
         return predicted

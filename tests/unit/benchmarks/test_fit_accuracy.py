@@ -20,12 +20,13 @@ from kvpilot.core.fit.budget import compute_capacity
 
 BENCH = REPO / "benchmarks" / "fit_accuracy.py"
 
-#: validation thresholds (known-version cases), from the benchmark's leave-one-out output (1.25 %
-#: with the two 4 x RTX PRO 6000 runs tuning the constants; the goal is 2.5 %)
-MEDIAN_KV_ERROR_PCT = 1.3
-#: per split, over the started runs that log their weights (the rule of thumb's cases): 0.93 %
-#: leave-one-source-out, 1.27 % leave-one-release-out
-SPLIT_MEDIAN_KV_ERROR_PCT = 1.3
+#: validation thresholds (known-version cases), from the benchmark's leave-one-out output (1.34 %
+#: with the 4 x RTX PRO 6000 runs tuning the constants and the pipeline runs replayed; the goal
+#: is 2.5 %)
+MEDIAN_KV_ERROR_PCT = 1.5
+#: per split, over the started runs that log their weights (the rule of thumb's cases): 0.99 %
+#: leave-one-source-out, 1.44 % leave-one-release-out
+SPLIT_MEDIAN_KV_ERROR_PCT = 1.5
 SPLIT_WORST_KV_ERROR_PCT = 9.5
 
 
@@ -86,7 +87,7 @@ def test_graphs_captured_through_nccl_keep_the_a10_failure_from_fits(bench, spli
     summary = bench.summarize_splits(splits)
     for split, st in summary.items():
         assert st["failures_flagged"] == "7/7", split
-        assert st["started_called_borderline"] == "5/43", split
+        assert st["started_called_borderline"] == "6/46", split
 
 
 def test_the_wsl2_failure_is_borderline_and_the_wsl2_runs_that_started_fit(bench, splits):

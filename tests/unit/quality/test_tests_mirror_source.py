@@ -40,8 +40,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
                        "the error tree is checked whole"),
     "base/failures.py": ("tests/unit/vllm/test_logparse.py",
                          "failure kinds come from the log scanner"),
-    "fit/calibrate.py": ("tests/unit/base/test_plan_serving_settings.py",
-                         "calibration is part of planning with a measurement"),
     "fit/support.py": ("tests/unit/fit/test_recommend_fallback.py",
                        "support checks decide what the recommender offers"),
     "hardware/problems.py": ("tests/unit/hardware/test_nvml.py", "NVML's typed problems"),
