@@ -62,6 +62,8 @@ PROSE = "the author's prose or another program's output, not a vLLM line"
 COMMAND = "the command line the author ran, not vLLM output"
 HINT = "the author's paraphrase of the summary's --kv-cache-memory hint (no report field)"
 ECHO = "vLLM's echo of its settings, version or device: no capacity figure"
+PRE_0_21_ADVICE = ("vLLM's advice on the utilization that would keep the pre-0.21 budget: "
+                   "utilizations, no capacity figure")
 
 #: (case id, evidence index) -> why that line gives no figure
 NO_FIGURE: dict[tuple[str, int], str] = {
@@ -162,8 +164,25 @@ NO_FIGURE: dict[tuple[str, int], str] = {
     ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 1): ECHO,
     ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 3): "the encoder cache's budget and "
     "dummy items: the encoder profile's settings, no capacity figure",
-    ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 6): "vLLM's advice on the utilization "
-    "that would keep the pre-0.21 budget: utilizations, no capacity figure",
+    ("rtx3090ti-vm-gemma4-e4b-it-bf16-32k-u0.90-v0221", 6): PRE_0_21_ADVICE,
+    ("gpu-unnamed-kaggle-gemma4-31b-it-bf16-32k-u0.94-seqs20-v0230", 0): ECHO,
+    ("gpu-unnamed-kaggle-gemma4-31b-it-bf16-32k-u0.94-seqs20-v0230", 1): ECHO,
+    ("gpu-unnamed-kaggle-gemma4-31b-it-bf16-32k-u0.94-seqs20-v0230", 2): ECHO,
+    ("gpu-unnamed-kaggle-gemma4-31b-it-bf16-32k-u0.94-seqs20-v0230", 6): PRE_0_21_ADVICE,
+    ("gpu-unnamed-qwen25-7b-instruct-bf16-4k-u0.95-v0220", 0): ECHO,
+    ("gpu-unnamed-qwen25-7b-instruct-bf16-4k-u0.95-v0220", 1): ECHO,
+    ("gpu-unnamed-qwen25-7b-instruct-bf16-4k-u0.95-v0220", 5): PRE_0_21_ADVICE,
+    ("rtx4070laptop-qwen25-1.5b-instruct-4k-u0.80-v0300", 3): PROSE,
+    ("rtx4070laptop-qwen25-1.5b-instruct-4k-u0.80-v0300", 4): PROSE,
+    ("rtxpro6000x4-qwen3-235b-2507-fp8-tp4-32k-u0.90-v0271", 4): PROSE,
+    ("rtxpro6000x4-qwen3-235b-2507-fp8-tp4-ep-32k-u0.90-v0271", 0): TABLE,
+    ("rtxpro6000x4-qwen3-235b-2507-fp8-tp4-ep-32k-u0.90-v0271", 1): PROSE,
+    ("rtxpro6000x4-qwen3-235b-2507-fp8-pp4-32k-u0.90-v0271", 0): TABLE,
+    ("rtxpro6000x2-qwen3-235b-2507-fp8-tp2-32k-u0.90-v0271-FAIL-oom-loading", 2): PROSE,
+    ("rtx5090-qwen3-32b-awq-8k-u0.70-v0280", 0): TABLE,
+    ("rtx5090-qwen3-32b-awq-8k-u0.70-v0280", 1): TABLE,
+    ("rtx5090-qwen3-32b-awq-8k-u0.70-v0280", 2): PROSE,
+    ("rtx5090-qwen3-32b-awq-8k-u0.85-v0280", 0): TABLE,
 }
 
 #: vLLM lines that carry a figure the scanner cannot read: (case id, index) -> reason.
@@ -236,6 +255,22 @@ NOT_IN_EVIDENCE: dict[str, tuple[frozenset[str], str]] = {
         frozenset(), "a failed start-up: the error's block counts, no capacity figure"),
     "rtxpro6000-qwen38-27b-bf16-u0.95-FAIL-mamba-blocks": (
         frozenset(), "a failed start-up known from a table row only"),
+    "rtxpro6000x4-qwen3-235b-2507-fp8-tp4-ep-32k-u0.90-v0271": (
+        frozenset({"weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+                   "max_concurrency_at_len"}), _TABLE_ONLY),
+    "rtxpro6000x4-qwen3-235b-2507-fp8-pp4-32k-u0.90-v0271": (
+        frozenset({"weights_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+                   "max_concurrency_at_len"}), _TABLE_ONLY),
+    "rtxpro6000x2-qwen3-235b-2507-fp8-tp2-32k-u0.90-v0271-FAIL-oom-loading": (
+        frozenset(), "a start-up that ran out of memory loading its weights: no capacity figure"),
+    "rtx5090-qwen3-32b-awq-8k-u0.70-v0280": (
+        frozenset({"activation_peak_gib", "consumed_weights_plus_nontorch_gib",
+                   "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+                   "max_concurrency_at_len", "cuda_graph_gib"}), _TABLE_ONLY),
+    "rtx5090-qwen3-32b-awq-8k-u0.85-v0280": (
+        frozenset({"activation_peak_gib", "consumed_weights_plus_nontorch_gib",
+                   "available_kv_gib", "kv_cache_tokens", "max_concurrency",
+                   "max_concurrency_at_len", "cuda_graph_gib"}), _TABLE_ONLY),
 }
 
 #: failed start-ups whose report quotes no vLLM line of the failure (a table row only)
@@ -250,6 +285,7 @@ OUTCOME_KINDS = (
     ("tokens storable in KV cache", {fk.KV_CACHE_TOO_SMALL}),
     ("KV cache too small", {fk.KV_CACHE_TOO_SMALL}),
     ("exceeds available Mamba cache blocks", {fk.MAMBA_CACHE_BLOCKS}),
+    ("CUDA out of memory while loading weights", {fk.CUDA_OOM_LOADING}),
 )
 
 
@@ -356,4 +392,4 @@ def test_the_cases_span_the_supported_range() -> None:
     known = [versions.release(c["vllm_version"]) for c in CASES if c["vllm_version"]]
     assert min(r for r in known if r) >= versions.release(versions.SUPPORTED_MIN)
     assert max(r for r in known if r) <= versions.release(versions.SUPPORTED_MAX)
-    assert len(CASES) == 55
+    assert len(CASES) == 65
