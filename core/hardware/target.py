@@ -144,21 +144,22 @@ def current_platform(proc_version: Path = Path("/proc/version"),
     return PLATFORM_WSL2 if detect_wsl(text, env) else PLATFORM_LINUX
 
 
-def platform_of(gpu: GpuSnapshot) -> str:
-    """``wsl2`` when this machine runs under WSL2, or when the driver reports no per-process
-    memory on ``gpu`` (Windows' WDDM driver, which WSL2 goes through, reports none: a replayed
-    WSL2 snapshot); else ``linux``."""
-    if gpu.process_memory_reported is False:
+def platform_of(gpu: GpuSnapshot, host_is_wsl2: bool) -> str:
+    """``wsl2`` when this machine runs under WSL2 (``host_is_wsl2``, the probe's reading), or
+    when the driver reports no per-process memory on ``gpu`` (Windows' WDDM driver, which WSL2
+    goes through, reports none: a replayed WSL2 snapshot); else ``linux``."""
+    if host_is_wsl2 or gpu.process_memory_reported is False:
         return PLATFORM_WSL2
-    return current_platform()
+    return PLATFORM_LINUX
 
 
 def _spec_of(gpu: GpuSnapshot) -> GpuSpec | None:
     return specs.lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
 
 
-def from_snapshot(gpu: GpuSnapshot) -> DeviceTarget:
-    """One GPU as NVML read it (a probe or a replayed snapshot), with its free memory now.
+def from_snapshot(gpu: GpuSnapshot, host_is_wsl2: bool = False) -> DeviceTarget:
+    """One GPU as NVML read it (a probe or a replayed snapshot), with its free memory now;
+    ``host_is_wsl2`` is the probe's reading of this machine (:func:`platform_of`).
 
     Raises:
         FitError: NVML gave no memory total for it (a lost or unreadable GPU).
@@ -183,7 +184,7 @@ def from_snapshot(gpu: GpuSnapshot) -> DeviceTarget:
         bf16_dense_tflops=spec.bf16_dense_tflops if spec else None,
         memory_holders=memory_holders(gpu),
         drives_display=drives_display(gpu),
-        platform=platform_of(gpu),
+        platform=platform_of(gpu, host_is_wsl2),
         detected=True,
         gpu_indices=(gpu.index,),
         uuids=(gpu.uuid or str(gpu.index),),
@@ -204,7 +205,7 @@ def from_probe(result: ProbeResult, indices: Sequence[int] | None = None) -> Dev
 
     wanted = tuple(indices) if indices else ((result.gpus[0].index,) if result.gpus else (0,))
     gpus = select_gpus(result, wanted)
-    targets = [from_snapshot(g) for g in gpus]
+    targets = [from_snapshot(g, result.system.is_wsl2) for g in gpus]
     if len(targets) == 1:
         return targets[0]
     links = [result.link(a.index, b.index) for i, a in enumerate(gpus) for b in gpus[i + 1:]]

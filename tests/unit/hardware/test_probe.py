@@ -301,5 +301,6 @@ def test_a_wsl2_snapshot_is_planned_as_wsl2_and_a_linux_one_is_not(
     # Windows' WDDM driver reports no per-process memory: the replay is WSL2 on any host
     assert target.from_snapshot(wsl).under_wsl2
     assert target.from_snapshot(wsl).card().under_wsl2
-    if target.current_platform() != "wsl2":
-        assert not target.from_snapshot(desk).under_wsl2
+    assert not target.from_snapshot(desk).under_wsl2
+    # a Linux replay read on a WSL2 host: the probe's reading of the host decides
+    assert target.from_snapshot(desk, host_is_wsl2=True).under_wsl2
