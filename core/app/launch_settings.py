@@ -121,7 +121,7 @@ def planned_launch_cap(
     from kvpilot.core.fit.extensible_kv import launch_cap
 
     if vllm_version is None or not versions.supports("extensible_kv_cache", vllm_version) \
-            or inputs.gpu_name.lower() == "cpu" or inputs.kv_cache_memory_bytes is not None:
+            or inputs.on_cpu_backend or inputs.kv_cache_memory_bytes is not None:
         return None
     cap = launch_cap(vllm_version=vllm_version, total_bytes=inputs.gpu_total_bytes,
                      free_now_bytes=inputs.gpu_free_bytes,

@@ -226,6 +226,11 @@ class PlanInputs(ServingSettings):
     #: (:mod:`kvpilot.core.fit.wsl2_residency`)
     gpu_under_wsl2: bool = False
 
+    @property
+    def on_cpu_backend(self) -> bool:
+        """True for vLLM's CPU backend (``gpu_name`` :data:`CPU_DEVICE_NAME`, in any case)."""
+        return self.gpu_name.lower() == CPU_DEVICE_NAME
+
     @classmethod
     def on_gpu(
         cls, model: ModelSpec, gpu: GpuMemoryView, **values: Any  # noqa: ANN401 - fields, typed below

@@ -181,7 +181,7 @@ def compute_capacity(
         raise FitError("the GPU's total memory must be positive (give --gpu-total-mib)")
     # 0.34+: the extensible KV cache sizes the final cache from the memory free at launch
     extension_off = extensible_kv.extension_off_reason(
-        inputs.vllm_version, is_cpu=inputs.gpu_name.lower() == CPU_DEVICE_NAME,
+        inputs.vllm_version, is_cpu=inputs.on_cpu_backend,
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes)
     extensible = extension_off is None
     util_source = FROM_USER
@@ -680,7 +680,7 @@ def block_size_of(inputs: PlanInputs) -> int:
     given, the CPU backend's own default there, else the GPU backends' default of the release."""
     if inputs.block_size:
         return inputs.block_size
-    if inputs.gpu_name.lower() != CPU_DEVICE_NAME:
+    if not inputs.on_cpu_backend:
         return default_block_size(inputs.vllm_version)
     model = inputs.model
     if model.model_type in _CPU_BLOCK_BY_TYPE:

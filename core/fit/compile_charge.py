@@ -36,7 +36,7 @@ mode (the spec does not carry its shape), and what later pieces' kernels take.
 from __future__ import annotations
 
 from kvpilot.core.base.model_spec import ModelSpec
-from kvpilot.core.base.plan import CPU_DEVICE_NAME, PlanInputs
+from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.base.units import GiB
 from kvpilot.core.base.versions import supports
 from kvpilot.core.fit.activation import activation_bytes_per_element
@@ -71,7 +71,7 @@ def charge_bytes(model: ModelSpec, inputs: PlanInputs) -> int:
     without a compile (``--enforce-eager``), before 0.12, on the CPU backend (vLLM leaves combo
     kernels off there) and where the model is fed embeddings."""
     if (inputs.enforce_eager or not supports("inductor_combo_benchmark", inputs.vllm_version)
-            or inputs.gpu_name.lower() == CPU_DEVICE_NAME or not feeds_token_ids(model, inputs)):
+            or inputs.on_cpu_backend or not feeds_token_ids(model, inputs)):
         return 0
     return embedding_table_bytes(model, inputs.tensor_parallel_size, inputs.dtype)
 

@@ -32,7 +32,7 @@ borderline, and ``kvpilot plan --measure`` settles it on the machine itself.
 
 from __future__ import annotations
 
-from kvpilot.core.base.plan import CPU_DEVICE_NAME, PlanInputs
+from kvpilot.core.base.plan import PlanInputs
 from kvpilot.core.fit.extensible_kv import desktop_room_bytes
 
 
@@ -46,7 +46,7 @@ def room_bytes(inputs: PlanInputs) -> int:
     (:func:`kvpilot.core.fit.extensible_kv.launch_cap`), so the caller passes them over.
     """
     if not inputs.gpu_under_wsl2 or inputs.kv_cache_memory_bytes is not None \
-            or inputs.gpu_name.lower() == CPU_DEVICE_NAME:
+            or inputs.on_cpu_backend:
         return 0
     others = 0
     if inputs.gpu_free_bytes is not None:
