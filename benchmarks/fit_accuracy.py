@@ -480,8 +480,8 @@ def load_cases(
             total_gib = case["gpu_total_gib_reported"] or CASE_TOTAL_GIB.get(
                 case["case_id"]) or CUDA_TOTAL_GIB.get(case.get("gpu_class", ""))
             checkpoint_gib = SIBLING_CHECKPOINT_GIB.get(case["case_id"])
-            weights_gib = rep.get("weights_gib") or SIBLING_WEIGHTS_GIB.get(case["case_id"])
-            weights_gib = weights_gib or checkpoint_gib
+            weights_gib = (rep.get("weights_gib") or SIBLING_WEIGHTS_GIB.get(case["case_id"])
+                           or checkpoint_gib)
             real = REAL_CONFIG_CASES.get(case["case_id"])
             cfg = _config_for(arch, case) if arch and real is None else None
             why = _undescribed(case) or _unusable(case, cfg, real, total_gib, weights_gib)
@@ -518,9 +518,11 @@ def load_cases(
                 # stage, ceil(layers / PP) of the layers (vLLM gives the first stages the extra)
                 layers = from_config.num_hidden_layers
                 stages = layers / math.ceil(layers / pp)
-                weights_total = round(weights_gib * GiB * tp * stages) if weights_gib else None
+                weights_total = None
                 if checkpoint_gib is not None:
                     weights_total = round(checkpoint_gib * GiB)
+                elif weights_gib:
+                    weights_total = round(weights_gib * GiB * tp * stages)
                 # vLLM's logged size holds the MXFP4 kernel's padding, the plan adds it itself
                 pad = mxfp4_padding.padding_bytes(
                     from_config, tp, _compute_capability(case["gpu_name"] or "")) * tp
