@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QVBoxLayout
 from shiboken6 import isValid
 
 from kvpilot.core.app import autostart
 from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.small import push_button
 from kvpilot.gui.workers import run_in_pool
 
 NOTHING = "Nothing"
@@ -41,9 +42,7 @@ class AutostartSection(QGroupBox):
             "profile headless under systemd and restarts it after a failure. The API key stays "
             "in the keyring: it is written into neither file."
         )
-        self.apply_button = QPushButton("Apply")
-        self.apply_button.setObjectName("autostartApply")
-        self.apply_button.clicked.connect(self.apply)
+        self.apply_button = push_button("Apply", name="autostartApply", on_click=self.apply)
         self.state = QLabel("")
         self.state.setObjectName("autostartState")
         self.state.setWordWrap(True)

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLineEdit,
     QProgressBar,
-    QPushButton,
     QSpinBox,
     QTableWidgetItem,
     QVBoxLayout,
@@ -32,7 +31,7 @@ from kvpilot.core.base.errors import KvpilotError
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.bridge import CoreBridge
-from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.small import push_button, wrapped_label
 from kvpilot.gui.widgets.tables import read_only_table
 from kvpilot.gui.workers import run_in_pool
 
@@ -114,11 +113,8 @@ class BenchmarkDialog(QDialog):
         self.requests.setRange(1, 10_000)
         self.requests.setValue(16)
         form.addRow("Requests per level", self.requests)
-        self.start_button = QPushButton("Start")
-        self.start_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.cancel_button.clicked.connect(self.cancel)
+        self.start_button = push_button("Start", on_click=self.start)
+        self.cancel_button = push_button("Cancel", on_click=self.cancel, enabled=False)
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m requests")
         self.status = wrapped_label(f"Target: {base_url} · model {model}")

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QPushButton,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -28,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from kvpilot.core.base.words import estimated_rate
 from kvpilot.gui import theme
-from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.small import push_button, wrapped_label
 from kvpilot.gui.widgets.tables import SELECT_ONE, read_only_table
 from kvpilot.gui.workers import run_in_thread
 
@@ -105,18 +104,18 @@ class HubSearchDialog(QDialog):
         self.sort = QComboBox()
         self.sort.addItem("most downloaded", "downloads")
         self.sort.addItem("trending", "trending")
-        self.search_button = QPushButton("Search")
-        self.search_button.setObjectName("hubSearchButton")
-        self.search_button.clicked.connect(lambda: self.start_search())
-        self.refresh_button = QPushButton("Refresh")
-        self.refresh_button.setToolTip("Ask the Hub again instead of using cached results")
-        self.refresh_button.clicked.connect(lambda: self.start_search(refresh=True))
-        self.catalog_button = QPushButton("Refresh catalog")
-        self.catalog_button.setObjectName("catalogRefreshButton")
-        self.catalog_button.setToolTip(
-            "Rebuild your model catalog from the Hub's most downloaded and trending models "
-            "(their quantized uploads, sizes and release dates); the window stays usable")
-        self.catalog_button.clicked.connect(lambda: self.start_catalog_refresh())
+        self.search_button = push_button("Search", name="hubSearchButton",
+                                         on_click=lambda: self.start_search())
+        self.refresh_button = push_button(
+            "Refresh", tooltip="Ask the Hub again instead of using cached results",
+            on_click=lambda: self.start_search(refresh=True),
+        )
+        self.catalog_button = push_button(
+            "Refresh catalog", name="catalogRefreshButton",
+            tooltip="Rebuild your model catalog from the Hub's most downloaded and trending "
+            "models (their quantized uploads, sizes and release dates); the window stays usable",
+            on_click=lambda: self.start_catalog_refresh(),
+        )
         self.context = wrapped_label(context_text)
         self.status = QLabel("Type a name and press Enter. Nothing is downloaded: sizes come "
                              "from the Hub's metadata.")
@@ -129,12 +128,9 @@ class HubSearchDialog(QDialog):
         self.detail.setObjectName("hubDetail")
         self.detail.setWordWrap(True)
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.plan_button = QPushButton("Plan it")
-        self.plan_button.setObjectName("hubPlanButton")
-        self.plan_button.setEnabled(False)
-        self.plan_button.clicked.connect(self._plan_selected)
-        close = QPushButton("Close")
-        close.clicked.connect(self.reject)
+        self.plan_button = push_button("Plan it", name="hubPlanButton",
+                                       on_click=self._plan_selected, enabled=False)
+        close = push_button("Close", on_click=self.reject)
 
         row = QHBoxLayout()
         row.addWidget(self.query, 1)

@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
-    QPushButton,
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
@@ -42,6 +41,7 @@ from kvpilot.core.runtimes.releases import (
     load_releases,
 )
 from kvpilot.gui.screen_fit import wrap_anywhere
+from kvpilot.gui.widgets.small import push_button
 from kvpilot.gui.workers import run_in_pool
 
 if TYPE_CHECKING:
@@ -197,26 +197,19 @@ class InstallRuntimeDialog(QDialog):
         self.log.setVisible(False)
         self.log_toggle.toggled.connect(self._toggle_log)
 
-        self.install_button = QPushButton("Install")
-        self.install_button.setObjectName("installButton")
-        self.install_button.setEnabled(False)
-        self.install_button.clicked.connect(self.start_install)
-        self.cancel_button = QPushButton("Cancel install")
-        self.cancel_button.setObjectName("cancelInstallButton")
-        self.cancel_button.setEnabled(False)
-        self.cancel_button.clicked.connect(self.cancel_install)
-        self.close_button = QPushButton("Close")
-        self.close_button.clicked.connect(self.close)
+        self.install_button = push_button("Install", name="installButton",
+                                          on_click=self.start_install, enabled=False)
+        self.cancel_button = push_button("Cancel install", name="cancelInstallButton",
+                                         on_click=self.cancel_install, enabled=False)
+        self.close_button = push_button("Close", on_click=self.close)
 
         self.installed_list = QListWidget()
         self.installed_list.setObjectName("installedRuntimes")
         self.installed_list.setMaximumHeight(90)
-        self.default_button = QPushButton("Make default")
-        self.default_button.setObjectName("runtimeDefaultButton")
-        self.default_button.clicked.connect(self.make_selected_default)
-        self.remove_button = QPushButton("Remove…")
-        self.remove_button.setObjectName("runtimeRemoveButton")
-        self.remove_button.clicked.connect(self.remove_selected)
+        self.default_button = push_button("Make default", name="runtimeDefaultButton",
+                                          on_click=self.make_selected_default)
+        self.remove_button = push_button("Remove…", name="runtimeRemoveButton",
+                                         on_click=self.remove_selected)
         manage = QHBoxLayout()
         manage.addWidget(self.installed_list, 1)
         side = QVBoxLayout()

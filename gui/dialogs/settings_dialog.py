@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QMessageBox,
-    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -38,7 +37,7 @@ from PySide6.QtWidgets import (
 from kvpilot.core.app import settings as st
 from kvpilot.core.base.errors import KvpilotError, SettingsError
 from kvpilot.gui import theme
-from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.small import push_button, wrapped_label
 
 if TYPE_CHECKING:
     from kvpilot.core.app.secrets import KeyringConsent
@@ -91,16 +90,11 @@ class SettingsDialog(QDialog):
         self.profiles = QListWidget()
         self.profiles.setObjectName("profileList")
         self.profiles.currentTextChanged.connect(self._on_profile_selected)
-        self.new_button = QPushButton("New")
-        self.dup_button = QPushButton("Duplicate")
-        self.rename_button = QPushButton("Rename")
-        self.delete_button = QPushButton("Delete")
-        self.activate_button = QPushButton("Use this profile")
-        self.new_button.clicked.connect(self._new)
-        self.dup_button.clicked.connect(self._duplicate)
-        self.rename_button.clicked.connect(self._rename)
-        self.delete_button.clicked.connect(self._delete)
-        self.activate_button.clicked.connect(self._activate)
+        self.new_button = push_button("New", on_click=self._new)
+        self.dup_button = push_button("Duplicate", on_click=self._duplicate)
+        self.rename_button = push_button("Rename", on_click=self._rename)
+        self.delete_button = push_button("Delete", on_click=self._delete)
+        self.activate_button = push_button("Use this profile", on_click=self._activate)
         self.active_label = QLabel()
         left = QVBoxLayout()
         left.addWidget(QLabel("Profiles"))
@@ -123,16 +117,14 @@ class SettingsDialog(QDialog):
         self.runtime.setEditable(True)
         self.runtime.addItem(AUTO_RUNTIME, "")
         self.runtime.setToolTip("The vllm executable (or its Python) to launch")
-        self.runtime_browse = QPushButton("Browse…")
-        self.runtime_browse.clicked.connect(self._browse_runtime)
+        self.runtime_browse = push_button("Browse…", on_click=self._browse_runtime)
         runtime_row.addWidget(self.runtime, 1)
         runtime_row.addWidget(self.runtime_browse)
-        self.runtime_install = QPushButton("Install vLLM…")
-        self.runtime_install.setObjectName("settingsInstallVllm")
-        self.runtime_install.setToolTip(
-            "Install a vLLM build that fits this GPU and driver (a managed runtime)"
+        self.runtime_install = push_button(
+            "Install vLLM…", name="settingsInstallVllm",
+            tooltip="Install a vLLM build that fits this GPU and driver (a managed runtime)",
+            on_click=self._install_runtime,
         )
-        self.runtime_install.clicked.connect(self._install_runtime)
         runtime_row.addWidget(self.runtime_install)
         form.addRow("vLLM", runtime_row)
         self.runtime_status = wrapped_label()
@@ -160,8 +152,7 @@ class SettingsDialog(QDialog):
         hf_row = QHBoxLayout()
         self.hf_cache = QLineEdit()
         self.hf_cache.setPlaceholderText("default (~/.cache/huggingface)")
-        self.hf_browse = QPushButton("Browse…")
-        self.hf_browse.clicked.connect(self._browse_hf)
+        self.hf_browse = push_button("Browse…", on_click=self._browse_hf)
         hf_row.addWidget(self.hf_cache, 1)
         hf_row.addWidget(self.hf_browse)
         form.addRow("HF cache", hf_row)

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPlainTextEdit,
-    QPushButton,
     QSpinBox,
     QTextBrowser,
     QVBoxLayout,
@@ -38,6 +37,7 @@ from kvpilot.core.base.conversation import (
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import wrap_anywhere
 from kvpilot.gui.widgets.layouts import column_layout, row_layout
+from kvpilot.gui.widgets.small import push_button
 
 #: the input box's height in text lines
 INPUT_LINES = 3
@@ -118,8 +118,8 @@ class ChatPanel(QWidget):
         self.target = QLabel("no server: launch one or attach to a running one")
         self.target.setObjectName("chatTarget")
         self.target.setWordWrap(True)
-        self.clear_button = QPushButton("Clear conversation")
-        self.clear_button.setObjectName("chatClear")
+        self.clear_button = push_button("Clear conversation", name="chatClear",
+                                        on_click=self.clear_requested.emit)
 
         self.system_prompt = QLineEdit()
         self.system_prompt.setObjectName("chatSystemPrompt")
@@ -147,22 +147,19 @@ class ChatPanel(QWidget):
         self.input.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         line = self.input.fontMetrics().lineSpacing()
         self.input.setFixedHeight(line * INPUT_LINES + 12)
-        self.send_button = QPushButton("Send")
-        self.send_button.setObjectName("chatSend")
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setObjectName("chatStop")
-        self.stop_button.setEnabled(False)
-        self.image_button = QPushButton("Image…")
-        self.image_button.setObjectName("chatImage")
-        self.image_button.setToolTip("Send an image with the message (vision models)")
-        self.image_button.setVisible(False)
+        self.send_button = push_button("Send", name="chatSend", on_click=self.send_requested.emit)
+        self.stop_button = push_button("Stop", name="chatStop", on_click=self.stop_requested.emit,
+                                       enabled=False)
+        self.image_button = push_button(
+            "Image…", name="chatImage", tooltip="Send an image with the message (vision models)",
+            on_click=self.attach_image_requested.emit, hidden=True,
+        )
         self.image_label = QLabel()
         self.image_label.setObjectName("chatImageName")
-        self.image_remove = QPushButton("✕")
-        self.image_remove.setObjectName("chatImageRemove")
-        self.image_remove.setToolTip("Do not send the image")
+        self.image_remove = push_button("✕", name="chatImageRemove",
+                                        tooltip="Do not send the image",
+                                        on_click=self.remove_image_requested.emit, hidden=True)
         self.image_label.setVisible(False)
-        self.image_remove.setVisible(False)
 
         top = QHBoxLayout()
         top.addWidget(self.target, 1)
@@ -184,12 +181,7 @@ class ChatPanel(QWidget):
         column_layout(self, top, options, (self.view, 1), image_row, entry, margins_px=4,
                       spacing_px=4)
 
-        self.send_button.clicked.connect(self.send_requested)
         self.input.submitted.connect(self.send_requested)
-        self.stop_button.clicked.connect(self.stop_requested)
-        self.clear_button.clicked.connect(self.clear_requested)
-        self.image_button.clicked.connect(self.attach_image_requested)
-        self.image_remove.clicked.connect(self.remove_image_requested)
         self.system_prompt.editingFinished.connect(self.settings_changed)
         self.temperature.editingFinished.connect(self.settings_changed)
         self.max_tokens.editingFinished.connect(self.settings_changed)

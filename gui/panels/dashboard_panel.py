@@ -40,6 +40,7 @@ from kvpilot.core.base.units import GiB
 from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.widgets.layouts import column_layout
+from kvpilot.gui.widgets.small import push_button
 
 if TYPE_CHECKING:
     from kvpilot.core.telemetry.live import Telemetry
@@ -177,10 +178,11 @@ class DashboardPanel(QWidget):
             self.window_buttons.addButton(b, minutes)
             win_row.addWidget(b)
         self.window_buttons.idClicked.connect(self.set_window_minutes)
-        self.benchmark_button = QPushButton("Benchmark…")
-        self.benchmark_button.setObjectName("benchmarkButton")
-        self.benchmark_button.setToolTip("Run a load test against the running server")
-        self.benchmark_button.clicked.connect(self.benchmark_requested.emit)
+        self.benchmark_button = push_button(
+            "Benchmark…", name="benchmarkButton",
+            tooltip="Run a load test against the running server",
+            on_click=self.benchmark_requested.emit,
+        )
         win_row.addWidget(self.benchmark_button)
 
         self.graphics = pg.GraphicsLayoutWidget()

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QPushButton,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from kvpilot.core.base.units import GiB
 from kvpilot.gui import theme
+from kvpilot.gui.widgets.small import push_button
 
 COLUMNS = ("Profile", "Model", "State", "In flight", "Share", "Note")
 
@@ -59,9 +59,7 @@ class FrontPanel(QWidget):
         self.idle.setSuffix(" s")
         self.idle.setSpecialValueText("never")
         self.idle.setToolTip("stop a profile no request used for this long")
-        self.button = QPushButton("Start front")
-        self.button.setObjectName("frontButton")
-        self.button.clicked.connect(self._clicked)
+        self.button = push_button("Start front", name="frontButton", on_click=self._clicked)
         self.address = QLabel("")
         self.address.setObjectName("frontAddress")
         self.address.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -37,7 +37,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QProgressBar,
-    QPushButton,
     QRadioButton,
     QSpinBox,
     QSplitter,
@@ -62,7 +61,7 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.panels.adapter_inputs import AdapterInputs
 from kvpilot.gui.records import PlanRequest, PlanRow
-from kvpilot.gui.widgets.small import Segment, StackedBar, wrapped_label
+from kvpilot.gui.widgets.small import Segment, StackedBar, push_button, wrapped_label
 from kvpilot.gui.widgets.tables import SELECT_ONE, read_only_table
 
 if TYPE_CHECKING:
@@ -227,23 +226,22 @@ class PlannerPanel(QWidget):
         self.model.addItem("any (catalog)", "")
         self.model.setToolTip("A catalog model, a Hugging Face repo id or a local directory")
         self.model.currentTextChanged.connect(self._changed)
-        self.browse = QPushButton("Local…")
-        self.browse.clicked.connect(self.browse_model_requested.emit)
-        self.hub_search = QPushButton("Hugging Face…")
-        self.hub_search.setObjectName("hubSearchOpen")
-        self.hub_search.setToolTip("Find on Hugging Face: search the Hub, sized and badged for "
-                                   "this GPU")
-        self.hub_search.clicked.connect(self.hub_search_requested.emit)
+        self.browse = push_button("Local…", on_click=self.browse_model_requested.emit)
+        self.hub_search = push_button(
+            "Hugging Face…", name="hubSearchOpen",
+            tooltip="Find on Hugging Face: search the Hub, sized and badged for this GPU",
+            on_click=self.hub_search_requested.emit,
+        )
         form.addRow("Model", self.model)
         # the model field keeps the row's width; the two ways to pick one sit under it
         model_row.addWidget(self.browse, 1)
         model_row.addWidget(self.hub_search, 1)
         form.addRow("", model_row)
-        self.copy_button = QPushButton("Copy command")
-        self.copy_button.setObjectName("copyCommand")
-        self.copy_button.setToolTip("Copy the selected plan's exact vllm serve command")
-        self.copy_button.clicked.connect(self.copy_command_requested.emit)
-        self.copy_button.setEnabled(False)
+        self.copy_button = push_button(
+            "Copy command", name="copyCommand",
+            tooltip="Copy the selected plan's exact vllm serve command",
+            on_click=self.copy_command_requested.emit, enabled=False,
+        )
         self.export_button = QToolButton()
         self.export_button.setObjectName("exportPlan")
         self.export_button.setText("Export ▾")
@@ -259,15 +257,13 @@ class PlannerPanel(QWidget):
             )
         self.export_button.setMenu(self.export_menu)
         self.export_button.setEnabled(False)
-        self.measure_button = QPushButton("Measure on GPU")
-        self.measure_button.setObjectName("measurePlan")
-        self.measure_button.setToolTip(
-            "Start the selected plan with dummy weights (--load-format dummy: nothing is "
+        self.measure_button = push_button(
+            "Measure on GPU", name="measurePlan",
+            tooltip="Start the selected plan with dummy weights (--load-format dummy: nothing is "
             "downloaded but its config), read what vLLM reports, stop it: the plan's terms "
-            "become \"measured\""
+            "become \"measured\"",
+            on_click=self._measure_clicked, enabled=False,
         )
-        self.measure_button.clicked.connect(self._measure_clicked)
-        self.measure_button.setEnabled(False)
         copy_row = QHBoxLayout()
         copy_row.addWidget(self.copy_button, 1)
         copy_row.addWidget(self.export_button)
@@ -281,10 +277,10 @@ class PlannerPanel(QWidget):
         self.measure_text = QLabel("")
         self.measure_text.setObjectName("measureText")
         self.measure_text.setWordWrap(True)
-        self.measure_cancel = QPushButton("Cancel")
-        self.measure_cancel.setObjectName("measureCancel")
-        self.measure_cancel.clicked.connect(self.measure_cancel_requested.emit)
-        self.measure_cancel.setEnabled(False)  # enabled while a dry run runs
+        # enabled while a dry run runs
+        self.measure_cancel = push_button("Cancel", name="measureCancel",
+                                          on_click=self.measure_cancel_requested.emit,
+                                          enabled=False)
         measure_row.addWidget(self.measure_progress, 1)
         measure_row.addWidget(self.measure_cancel)
         self.measure_box = QWidget()

@@ -17,7 +17,6 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
-    QPushButton,
     QSplitter,
     QTableWidgetItem,
     QVBoxLayout,
@@ -28,6 +27,7 @@ from kvpilot.core.app.runs import RunsCompared, compare_runs
 from kvpilot.core.base.words import counted
 from kvpilot.gui import theme
 from kvpilot.gui.widgets.layouts import column_layout
+from kvpilot.gui.widgets.small import push_button
 from kvpilot.gui.widgets.tables import SELECT_MANY, read_only_table
 
 if TYPE_CHECKING:
@@ -57,13 +57,12 @@ class RunsView(QWidget):
         self.table = read_only_table("runsList", LIST_COLUMNS, select=SELECT_MANY, stretch=1)
         self.table.itemSelectionChanged.connect(self._on_selection)
 
-        self.refresh_button = QPushButton("Refresh")
-        self.refresh_button.clicked.connect(self.refresh_requested.emit)
-        self.relaunch_button = QPushButton("Relaunch")
-        self.relaunch_button.setObjectName("runsRelaunch")
-        self.relaunch_button.setToolTip("Serve the selected run's model with its settings again")
-        self.relaunch_button.setEnabled(False)
-        self.relaunch_button.clicked.connect(self._relaunch)
+        self.refresh_button = push_button("Refresh", on_click=self.refresh_requested.emit)
+        self.relaunch_button = push_button(
+            "Relaunch", name="runsRelaunch",
+            tooltip="Serve the selected run's model with its settings again",
+            on_click=self._relaunch, enabled=False,
+        )
         self.hint = QLabel("Select two or more runs (Ctrl+click) to compare them side by side")
         self.hint.setStyleSheet(f"color: {theme.MUTED}")
         self.status = QLabel("")

@@ -38,7 +38,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QProgressBar,
-    QPushButton,
     QSizePolicy,
     QTableView,
     QToolButton,
@@ -55,6 +54,7 @@ from kvpilot.gui import format as fmt
 from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
 from kvpilot.gui.widgets.layouts import column_layout, row_layout
+from kvpilot.gui.widgets.small import push_button
 
 #: the panel's state for a server kvpilot watches but did not start (``kvpilot watch``)
 ATTACHED: Literal["attached"] = "attached"
@@ -111,22 +111,16 @@ class ServerPanel(QWidget):
         self._blocked: str | None = None
         #: why no plan can be launched now (the window sets it as plans arrive and are chosen)
         self._no_plan: str | None = "no plan yet: the planner is still working"
-        self.launch_button = QPushButton("Launch")
-        self.launch_button.setObjectName("launchButton")
-        self.launch_button.clicked.connect(self.launch_clicked.emit)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setObjectName("stopButton")
-        self.stop_button.setEnabled(False)
-        self.stop_button.clicked.connect(self.stop_clicked.emit)
-        self.attach_button = QPushButton("Attach…")
-        self.attach_button.setObjectName("attachButton")
-        self.attach_button.setToolTip("Watch a vLLM server kvpilot did not start")
-        self.attach_button.clicked.connect(self.attach_clicked.emit)
-        self.detach_button = QPushButton("Detach")
-        self.detach_button.setObjectName("detachButton")
-        self.detach_button.setToolTip("Stop watching (the server keeps running)")
-        self.detach_button.clicked.connect(self.detach_clicked.emit)
-        self.detach_button.setVisible(False)
+        self.launch_button = push_button("Launch", name="launchButton",
+                                         on_click=self.launch_clicked.emit)
+        self.stop_button = push_button("Stop", name="stopButton", on_click=self.stop_clicked.emit,
+                                       enabled=False)
+        self.attach_button = push_button("Attach…", name="attachButton",
+                                         tooltip="Watch a vLLM server kvpilot did not start",
+                                         on_click=self.attach_clicked.emit)
+        self.detach_button = push_button("Detach", name="detachButton",
+                                         tooltip="Stop watching (the server keeps running)",
+                                         on_click=self.detach_clicked.emit, hidden=True)
 
         row = QHBoxLayout()
         row.addWidget(self.status, 1)
@@ -150,13 +144,11 @@ class ServerPanel(QWidget):
         self.reason.setWordWrap(True)
         self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reason.setVisible(False)
-        self.install_button = QPushButton("Install vLLM…")
-        self.install_button.setObjectName("installVllmButton")
-        self.install_button.setToolTip(
-            "Install a vLLM build that fits this GPU and driver into kvpilot's data folder"
+        self.install_button = push_button(
+            "Install vLLM…", name="installVllmButton",
+            tooltip="Install a vLLM build that fits this GPU and driver into kvpilot's data folder",
+            on_click=self.install_clicked.emit, hidden=True,
         )
-        self.install_button.setVisible(False)
-        self.install_button.clicked.connect(self.install_clicked.emit)
         reason_row = QHBoxLayout()
         reason_row.addWidget(self.reason, 1)
         reason_row.addWidget(self.install_button, 0, Qt.AlignmentFlag.AlignTop)

@@ -29,7 +29,7 @@ from kvpilot.gui import theme
 from kvpilot.gui.screen_fit import elide_middle, wrap_anywhere
 from kvpilot.gui.widgets.flow_layout import FlowLayout
 from kvpilot.gui.widgets.layouts import column_layout
-from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.small import push_button, wrapped_label
 
 if TYPE_CHECKING:
     from kvpilot.core.app.launch import FallbackChoice
@@ -105,9 +105,8 @@ class FallbackBanner(QFrame):
             b.clicked.connect(lambda _=False, c=choice: self._choose(c))
             self.buttons_row.addWidget(b)
             self.option_buttons.append(b)
-        details = QPushButton("Details (log)")
-        details.setObjectName("fallbackDetails")
-        details.clicked.connect(self.details_requested.emit)
+        details = push_button("Details (log)", name="fallbackDetails",
+                              on_click=self.details_requested.emit)
         self.buttons_row.addWidget(details)
         self._details = details
         self.note.setText(note)

@@ -1,13 +1,14 @@
-"""Small reusable widgets: the stacked memory bar, a coloured status dot and the wrapping label."""
+"""Small reusable widgets: the stacked memory bar, a coloured status dot, the wrapping label and
+the push button built in one call."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPen
-from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QToolTip, QWidget
 
 from kvpilot.gui import format as fmt
 
@@ -22,6 +23,32 @@ def wrapped_label(text: str = "", *, name: str = "", heading: bool = False) -> Q
         label.setStyleSheet("font-weight: 600")
     label.setWordWrap(True)
     return label
+
+
+def push_button(
+    text: str,
+    *,
+    name: str = "",
+    tooltip: str = "",
+    on_click: Callable[[], object] | None = None,
+    enabled: bool = True,
+    hidden: bool = False,
+) -> QPushButton:
+    """A button labelled ``text``: object name ``name`` and tooltip ``tooltip`` (none when
+    ""), ``on_click`` called on each click, greyed out unless ``enabled``, left hidden with
+    ``hidden`` (shown later by whoever owns it)."""
+    button = QPushButton(text)
+    if name:
+        button.setObjectName(name)
+    if tooltip:
+        button.setToolTip(tooltip)
+    if on_click is not None:
+        button.clicked.connect(on_click)
+    if not enabled:
+        button.setEnabled(False)
+    if hidden:
+        button.setVisible(False)
+    return button
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from kvpilot.gui.panels.planner_panel import PlannerPanel
 from kvpilot.gui.panels.server_panel import LogView, ServerPanel
 from kvpilot.gui.services import AppServices
 from kvpilot.gui.widgets.fallback_banner import FallbackBanner
-from kvpilot.gui.widgets.small import wrapped_label
+from kvpilot.gui.widgets.small import push_button, wrapped_label
 
 SHORTCUT_LAUNCH = "F5"
 SHORTCUT_STOP = "Shift+F5"
@@ -72,9 +72,10 @@ class WindowWidgets(QMainWindow):
         self.gpu_combo.setVisible(False)
         self.gpu_combo_label = QLabel("GPU:")
         self.gpu_combo_label.setVisible(False)
-        self.settings_button = QPushButton("⚙ Settings")
-        self.settings_button.setObjectName("settingsButton")
-        self.settings_button.setToolTip(f"Profiles, vLLM, host, port, keys ({SHORTCUT_SETTINGS})")
+        self.settings_button = push_button(
+            "⚙ Settings", name="settingsButton",
+            tooltip=f"Profiles, vLLM, host, port, keys ({SHORTCUT_SETTINGS})",
+        )
         self.notice = QLabel()
         self.notice.setObjectName("settingsNotice")
         self.notice.setWordWrap(True)
