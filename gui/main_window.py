@@ -67,8 +67,8 @@ class MainWindow(WindowWidgets):
         self.confirm_stop = confirm_stop or self._ask_stop
         self._closing = False
 
-        gpus = self.gpu_control = GpuController(self)
         runtimes = self.runtime_control = RuntimeController(self)
+        gpus = self.gpu_control = GpuController(self, runtimes)
         profiles = self.profile_control = ProfileController(self, runtimes)
         self.plan_control = PlannerController(self, gpus, runtimes, profiles)
         self.measure_control = MeasureController(self, runtimes, self.plan_control)
@@ -109,7 +109,11 @@ class MainWindow(WindowWidgets):
 
         # what one controller's events ask of another
         gpus.target_changed = plans.replan
-        runtimes.runtime_changed = plans.replan
+        def runtime_changed() -> None:  # the launch line and the plans speak of its release
+            gpus.on_runtime_changed()
+            plans.replan()
+
+        runtimes.runtime_changed = runtime_changed
         runtimes.runtime_removed = profiles.on_runtime_removed
         profiles.goal_restored = plans.replan
         server.launching = fallback.reset

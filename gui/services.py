@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from kvpilot.core.base.model_spec import ModelSpec
     from kvpilot.core.base.plan import Capacity, PlanInputs, ServingSettings
     from kvpilot.core.fit.measurements import Measured, MeasurementKey, MeasurementStore
-    from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
+    from kvpilot.core.hardware.probe import ProbeResult
     from kvpilot.core.hardware.proctree import StopReport
     from kvpilot.core.hardware.sampler import GpuSample, GpuSampler
     from kvpilot.core.hardware.target import DeviceTarget
@@ -236,17 +236,6 @@ class AppServices:
             return from_spec(name)
         except FitError as exc:
             raise KeyError(name) from exc
-
-    @staticmethod
-    def startup_limit(gpu: GpuSnapshot) -> tuple[str, bool]:
-        """The "at most gpu_memory_utilization X will start" line and whether to warn."""
-        from kvpilot.core.fit.budget_now import launch_budget
-        from kvpilot.core.hardware.probe import memory_now
-
-        budget = launch_budget(memory_now(gpu))
-        if budget is None:
-            return "", False
-        return budget.message, budget.max_utilization < 0.9
 
     def start_gpu_sampler(self, index: int | tuple[int, ...], rate_hz: float) -> None:
         """Sample GPU ``index`` (or exactly the GPUs of a tuple, combined) in the core sampler

@@ -12,27 +12,14 @@ import enum
 import json
 from typing import Any
 
+from kvpilot.core.app.detect import LaunchNow, launch_now
 from kvpilot.core.base.errors import HardwareError, KvpilotError
 from kvpilot.core.base.throttle import is_throttled, reason_words, throttle_text
 from kvpilot.core.base.units import MiB, gib_text
-from kvpilot.core.base.versions import supports
 from kvpilot.core.commands import Subparsers
-from kvpilot.core.fit.budget_now import (
-    CUDA_CONTEXT_BYTES,
-    SAFETY_BYTES,
-    LaunchBudget,
-    launch_budget,
-)
-from kvpilot.core.fit.extensible_kv import LaunchCap, launch_cap
+from kvpilot.core.fit.budget_now import DEFAULT_MARGIN_BYTES, LaunchBudget
 from kvpilot.core.hardware import nvml as nvml_mod
-from kvpilot.core.hardware.probe import (
-    GpuSnapshot,
-    ProbeResult,
-    memory_holders,
-    memory_now,
-    probe,
-)
-from kvpilot.core.hardware.selection import drives_display
+from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult, probe
 from kvpilot.core.hardware.specs import GpuSpec, lookup
 from kvpilot.core.hardware.system import SystemSnapshot
 
@@ -55,7 +42,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--margin-mib",
         type=int,
-        default=(CUDA_CONTEXT_BYTES + SAFETY_BYTES) // MiB,
+        default=DEFAULT_MARGIN_BYTES // MiB,
         metavar="MIB",
         help=(
             "memory kept free for vLLM's own CUDA context plus a safety allowance "
@@ -91,31 +78,14 @@ def run(args: argparse.Namespace) -> int:
             version = detected_vllm_version()
         except KvpilotError:  # a broken install: the report still shows the GPUs
             version = None
-    budgets = {g.index: launch_budget(memory_now(g), margin) for g in result.gpus}
-    caps = {g.index: _launch_cap(g, version) for g in result.gpus}
+    launches = {g.index: launch_now(g, version, margin) for g in result.gpus}
     if args.json:
-        doc = to_json(result, budgets)
-        for entry, gpu in zip(doc["gpus"], result.gpus, strict=True):
-            cap = caps.get(gpu.index)
-            entry["launch_cap"] = None if cap is None else _plain(cap)
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(to_json(result, launches), indent=2))
         return 0 if result.ok else 2
     if not result.ok and result.error is not None:
         raise result.error.to_error()
-    print(render_text(result, budgets, caps))
+    print(render_text(result, launches))
     return 0
-
-
-def _launch_cap(gpu: GpuSnapshot, vllm_version: str | None) -> LaunchCap | None:
-    """vLLM 0.34+'s launch on ``gpu`` (a utilization cap or its own default), None before 0.34
-    (those releases check free memory against the utilization: ``launch_budget``)."""
-    total = gpu.cuda_total_bytes
-    if not supports("extensible_kv_cache", vllm_version) or gpu.memory_free_bytes is None \
-            or total is None:
-        return None
-    return launch_cap(vllm_version=vllm_version, total_bytes=total,
-                      free_now_bytes=gpu.memory_free_bytes, drives_display=drives_display(gpu),
-                      holders=memory_holders(gpu))
 
 
 # ---------------------------------------------------------------------------- JSON
@@ -141,8 +111,9 @@ def _spec_json(spec: GpuSpec | None) -> dict[str, Any] | None:
     return data
 
 
-def to_json(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> dict[str, Any]:
-    """The probe as plain JSON data (bytes as integers, None as null)."""
+def to_json(result: ProbeResult, launches: dict[int, LaunchNow]) -> dict[str, Any]:
+    """The probe as plain JSON data (bytes as integers, None as null), with each GPU's
+    ``launch_budget`` (the start-up check before 0.34) and ``launch_cap`` (0.34+)."""
     gpus = []
     for gpu in result.gpus:
         entry = _plain(gpu)
@@ -155,8 +126,9 @@ def to_json(result: ProbeResult, budgets: dict[int, LaunchBudget | None]) -> dic
         entry["throttled"] = (
             None if gpu.throttle_reasons_mask is None else is_throttled(gpu.throttle_reasons_mask)
         )
-        budget = budgets.get(gpu.index)
-        entry["launch_budget"] = None if budget is None else _plain(budget)
+        launch = launches.get(gpu.index)
+        entry["launch_budget"] = None if launch is None else _plain(launch.budget)
+        entry["launch_cap"] = None if launch is None else _plain(launch.cap)
         entry["spec"] = _spec_json(
             lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
         )
@@ -259,11 +231,9 @@ def _system_lines(s: SystemSnapshot) -> list[str]:
     ]
 
 
-def render_text(
-    result: ProbeResult, budgets: dict[int, LaunchBudget | None],
-    caps: dict[int, LaunchCap | None] | None = None,
-) -> str:
-    """The human-readable report; ``caps`` (vLLM 0.34+) replaces the start-up budget line."""
+def render_text(result: ProbeResult, launches: dict[int, LaunchNow]) -> str:
+    """The human-readable report; from vLLM 0.34 the launch cap's line replaces the start-up
+    budget's."""
     head = (
         f"NVIDIA driver {_na(result.driver_version)}, CUDA {_na(result.cuda_driver_version)}, "
         f"NVML {_na(result.nvml_version)}"
@@ -272,11 +242,11 @@ def render_text(
         head += f"  [{result.source}]"
     lines = [head, ""]
     for gpu in result.gpus:
-        cap = (caps or {}).get(gpu.index)
-        lines.extend(_gpu_lines(gpu, None if cap is not None else budgets.get(gpu.index)))
-        if cap is not None:
-            lines.append("  launch now  vLLM 0.34+ sizes its KV cache from the memory free after "
-                         f"warm-up and makes no start-up check; {cap.reason}")
+        launch = launches.get(gpu.index)
+        cap = None if launch is None else launch.cap
+        lines.extend(_gpu_lines(gpu, None if launch is None or cap is not None else launch.budget))
+        if launch is not None and cap is not None:
+            lines.append(f"  launch now  {launch.text}")
         lines.append("")
     for link in result.links:
         p2p = {True: "peer-to-peer", False: "no peer-to-peer", None: "peer-to-peer unknown"}[

@@ -38,8 +38,10 @@ NAMES_REFRESH_MS = 5000
 class GpuController(Controller):
     """Owns the probe result, the planner's target and the GPUs in use."""
 
-    def __init__(self, window: WindowWidgets) -> None:
+    def __init__(self, window: WindowWidgets, runtimes: RuntimeController) -> None:
         super().__init__(window)
+        #: the vLLM launches use: the launch line speaks of its release
+        self.runtimes = runtimes
         #: called when the planner's target changed (a GPU selected, a spec-table card picked)
         self.target_changed: Callable[[], None] = _nothing
         self.probe_result: ProbeResult | None = None
@@ -80,10 +82,27 @@ class GpuController(Controller):
             self.say(f"{gpu.name}: ready to plan", 5000)
 
     def _show_gpu(self, result: ProbeResult, gpu: GpuSnapshot) -> None:
-        panel = self.window.gpu_panel
-        panel.show_probe(result, gpu)
-        text, warn = self.services.startup_limit(gpu)
-        panel.set_startup_limit(text, warn)
+        self.window.gpu_panel.show_probe(result, gpu)
+        self._show_launch_now(gpu)
+
+    def _show_launch_now(self, gpu: GpuSnapshot) -> None:
+        """What a launch on ``gpu`` could get now, in the terms of the vLLM release found
+        (:func:`kvpilot.core.app.detect.launch_now`; none found yet: the start-up check)."""
+        from kvpilot.core.app.detect import launch_now
+
+        runtime = self.runtimes.runtime
+        launch = launch_now(gpu, None if runtime is None else runtime.version)
+        self.window.gpu_panel.set_startup_limit(launch.text, launch.tight)
+
+    def on_runtime_changed(self) -> None:
+        """A vLLM release was found: say the launch line of the GPU shown in its terms."""
+        result = self.probe_result
+        if result is None or not self.gpu_indices:
+            return
+        gpu = next((g for g in result.gpus if g.index == self.gpu_indices[0] and not g.lost),
+                   None)
+        if gpu is not None:
+            self._show_launch_now(gpu)
 
     def _fill_gpu_combo(self, choices: tuple[GpuChoice, ...]) -> None:
         """Every GPU NVML reports, plus all of them together when there are several

@@ -84,3 +84,34 @@ def test_planner_mode_offers_pairs_of_cards(make_window, qtbot) -> None:
     tp = next(r for r in w.planner.rows if r.inputs is not None
               and r.inputs.tensor_parallel_size == 2)
     assert tp.title.endswith("· RTX 4090 + RTX 3090")
+
+
+def _cli_launch_line(capsys, version: str) -> str:
+    """``kvpilot gpu``'s launch line for the same recorded desktop and vLLM release."""
+    from kvpilot.core.cli import main
+
+    capsys.readouterr()
+    assert main(["gpu", "--fake-nvml", "rtx4090-desktop", "--vllm-version", version]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("  launch now  "))
+    return line.removeprefix("  launch now  ")
+
+
+def test_the_launch_line_speaks_of_the_vllm_found_as_kvpilot_gpu_does(
+        make_window, qtbot, capsys) -> None:
+    import sys
+
+    from kvpilot.core.runtimes.discovery import VllmRuntime
+
+    w = make_window()
+    line = w.gpu_panel.warning
+    for version in ("0.33.0", "0.34.0"):
+        w.runtime_control.set_runtime(
+            VllmRuntime((sys.executable, "-c", "pass"), version, "env", sys.executable))
+        cli = _cli_launch_line(capsys, version)
+        # the CLI adds what the margin keeps; the window shows the sentence they share
+        assert cli.startswith(line.text()) and line.text()
+        assert not line.isHidden()
+    assert line.text().startswith("vLLM 0.34+ sizes its KV cache from the memory free after "
+                                  "warm-up and makes no start-up check; --gpu-memory-utilization "
+                                  "0.83")

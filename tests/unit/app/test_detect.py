@@ -10,7 +10,7 @@ from typing import Any
 
 from fakes import pynvml_stub
 
-from kvpilot.core.app.detect import GpuChoice, gpu_choices
+from kvpilot.core.app.detect import GpuChoice, LaunchNow, gpu_choices, launch_now
 from kvpilot.core.hardware.probe import probe
 
 
@@ -38,3 +38,47 @@ def test_a_lost_gpu_is_not_offered(snapshot: Callable[[str], dict[str, Any]]) ->
     offered = gpu_choices(fallen)
     assert [c.indices for c in offered.choices] == [(0,)]
     assert offered.preferred == (0,)
+
+
+def test_before_0_34_the_launch_line_is_the_start_up_check(fake: Callable[[str], Any]) -> None:
+    gpu = probe(fake("rtx4090-desktop")).gpus[0]
+    launch = launch_now(gpu, "0.33.0")
+    assert launch.cap is None and launch.budget is not None
+    # the desktop holds 1.5 GiB of 23.65: 0.91 passes the check, vLLM's 0.9 default too
+    assert launch.budget.max_utilization == 0.91
+    assert launch.text == launch.budget.message
+    assert "at most gpu_memory_utilization 0.91 will start" in launch.text
+    assert not launch.tight
+
+
+def test_from_0_34_the_launch_line_is_the_cap_and_the_budget_stays_for_json(
+    fake: Callable[[str], Any],
+) -> None:
+    gpu = probe(fake("rtx4090-desktop")).gpus[0]
+    launch = launch_now(gpu, "0.34.0")
+    assert launch.cap is not None and launch.cap.gpu_memory_utilization == 0.83
+    assert launch.budget is not None and launch.budget.max_utilization == 0.91
+    assert launch.text.startswith("vLLM 0.34+ sizes its KV cache from the memory free after "
+                                  "warm-up and makes no start-up check; ")
+    assert launch.text.endswith(launch.cap.reason) and not launch.tight
+
+
+def test_a_start_up_check_that_fails_at_the_default_is_a_warning(
+    snapshot: Callable[[str], dict[str, Any]],
+) -> None:
+    data = snapshot("rtx4090-desktop")
+    device = data["devices"][0]
+    memory = device["memory"]
+    held = int(memory["total"] * 0.2)
+    memory["used"], memory["free"] = held, memory["total"] - memory["reserved"] - held
+    gpu = probe(pynvml_stub.make(data)).gpus[0]
+    launch = launch_now(gpu, "0.33.0")
+    assert launch.budget is not None and launch.budget.max_utilization < 0.9
+    assert launch.tight
+    assert not launch_now(gpu, "0.34.0").tight  # 0.34 makes no start-up check
+
+
+def test_a_gpu_whose_memory_was_not_read_has_no_launch_line(fake: Callable[[str], Any]) -> None:
+    gpu = replace(probe(fake("rtx4090-desktop")).gpus[0], memory_free_bytes=None)
+    for version in ("0.33.0", "0.34.0", None):
+        assert launch_now(gpu, version) == LaunchNow(None, None, "", tight=False)
