@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvpilot.core.base.versions import supports
+from kvpilot.core.base.versions import default_utilization, supports
 from kvpilot.core.fit.budget_now import DEFAULT_MARGIN_BYTES, LaunchBudget, launch_budget
 from kvpilot.core.fit.extensible_kv import LaunchCap, launch_cap
 from kvpilot.core.hardware.probe import memory_holders, memory_now
@@ -24,9 +24,6 @@ from kvpilot.core.hardware.selection import describe_gpu, drives_display, prefer
 
 if TYPE_CHECKING:
     from kvpilot.core.hardware.probe import GpuSnapshot, ProbeResult
-
-#: below this start-up limit a launch at vLLM's default utilization (0.9) would fail its check
-DEFAULT_UTILIZATION = 0.9
 
 
 @dataclass(frozen=True)
@@ -71,8 +68,9 @@ class LaunchNow:
         cap: the utilization kvpilot launches 0.34+ with, and why (None: an older release, or
             memory not read).
         text: the one line both faces show: the cap's reason from 0.34, else the budget's.
-        tight: True when the line is a warning: before 0.34, vLLM's default utilization (0.9)
-            would not pass the start-up check now.
+        tight: True when the line is a warning: before 0.34, the release's default
+            utilization (0.9, or 0.92 where vLLM raised it) would not pass the start-up check
+            now.
     """
 
     budget: LaunchBudget | None
@@ -101,4 +99,4 @@ def launch_now(
     if budget is None:
         return LaunchNow(None, None, "", tight=False)
     return LaunchNow(budget, None, budget.message,
-                     tight=budget.max_utilization < DEFAULT_UTILIZATION)
+                     tight=budget.max_utilization < default_utilization(vllm_version))

@@ -44,11 +44,13 @@ def test_before_0_34_the_launch_line_is_the_start_up_check(fake: Callable[[str],
     gpu = probe(fake("rtx4090-desktop")).gpus[0]
     launch = launch_now(gpu, "0.33.0")
     assert launch.cap is None and launch.budget is not None
-    # the desktop holds 1.5 GiB of 23.65: 0.91 passes the check, vLLM's 0.9 default too
+    # the desktop holds 1.5 GiB of 23.65: 0.91 passes the check, 0.33's default 0.92 does not
     assert launch.budget.max_utilization == 0.91
     assert launch.text == launch.budget.message
     assert "at most gpu_memory_utilization 0.91 will start" in launch.text
-    assert not launch.tight
+    assert launch.tight
+    # before 0.20 the default was 0.9, which passes
+    assert not launch_now(gpu, "0.19.1").tight
 
 
 def test_from_0_34_the_launch_line_is_the_cap_and_the_budget_stays_for_json(
@@ -63,7 +65,7 @@ def test_from_0_34_the_launch_line_is_the_cap_and_the_budget_stays_for_json(
     assert launch.text.endswith(launch.cap.reason) and not launch.tight
 
 
-def test_a_start_up_check_that_fails_at_the_default_is_a_warning(
+def test_a_start_up_check_that_fails_at_the_releases_default_is_a_warning(
     snapshot: Callable[[str], dict[str, Any]],
 ) -> None:
     data = snapshot("rtx4090-desktop")
@@ -72,7 +74,7 @@ def test_a_start_up_check_that_fails_at_the_default_is_a_warning(
     held = int(memory["total"] * 0.2)
     memory["used"], memory["free"] = held, memory["total"] - memory["reserved"] - held
     gpu = probe(pynvml_stub.make(data)).gpus[0]
-    launch = launch_now(gpu, "0.33.0")
+    launch = launch_now(gpu, "0.19.1")
     assert launch.budget is not None and launch.budget.max_utilization < 0.9
     assert launch.tight
     assert not launch_now(gpu, "0.34.0").tight  # 0.34 makes no start-up check
