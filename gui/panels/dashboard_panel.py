@@ -144,8 +144,10 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
 )
 
-#: milliseconds between two turns of one frame: the nine plots' turns fit in one frame period
+#: milliseconds from one turn of a frame to the next: the nine plots' turns fit in one period
 TURN_MS = int(1000 / REDRAW_HZ / len(PLOTS))
+#: the shortest pause between two turns of a late frame (the plot just set is painted in it)
+MIN_PAUSE_MS = 5
 
 
 class DashboardPanel(QWidget):
@@ -174,6 +176,7 @@ class DashboardPanel(QWidget):
         self._stamps: dict[pg.PlotDataItem, tuple[float, ...]] = {}
         self._next_plot = 0  # round-robin position of the timer's turns over self._curves
         self._turns_left = 0  # turns of the current frame still to run
+        self._frame_started_s = 0.0  # time.monotonic() at the frame's start
         self.plots: dict[str, pg.PlotItem] = {}
 
         self.summary = QLabel(NO_SERVER)
@@ -218,7 +221,6 @@ class DashboardPanel(QWidget):
         self._turn_timer = QTimer(self)
         self._turn_timer.setObjectName("dashboard-redraw-turn")
         self._turn_timer.setSingleShot(True)
-        self._turn_timer.setInterval(TURN_MS)
         self._turn_timer.timeout.connect(self._on_turn_timer)
 
     # ----------------------------------------------------------------- building
@@ -294,6 +296,7 @@ class DashboardPanel(QWidget):
         self._update_summary()
         self.frames += 1
         self._turns_left = len(self._curves)
+        self._frame_started_s = time.monotonic()
         self.last_redraw_s = 0.0
         self._turn()
 
@@ -319,7 +322,11 @@ class DashboardPanel(QWidget):
         self.last_turn_s = time.perf_counter() - started
         self.last_redraw_s += self.last_turn_s
         if self._turns_left > 0:
-            self._turn_timer.start()
+            # on the frame's schedule (turn k at k * TURN_MS), however long the turns took;
+            # a late frame catches up with shorter pauses, each still long enough for a paint
+            turn = len(self._curves) - self._turns_left
+            due_s = self._frame_started_s + turn * TURN_MS / 1000 - time.monotonic()
+            self._turn_timer.start(max(MIN_PAUSE_MS, int(due_s * 1000)))
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
