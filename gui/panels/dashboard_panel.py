@@ -378,16 +378,14 @@ class DashboardPanel(QWidget):
         changes no pixel)."""
         if t.size == 0:
             return (0.0, self.window_s)
-        view = item.getViewBox()
-        width_px = max(1, int(view.width())) if view is not None else 1
+        width_px = _width_px(item)
         pixel = math.floor(now * width_px / self.window_s)
         return (float(t.size), float(t[0]), float(t[-1]), self.window_s, width_px, pixel)
 
     def _downsample(self, item: pg.PlotDataItem, points: int) -> None:
         """Peak-downsample ``item`` to about one min/max pair per pixel of its plot's width
         (pyqtgraph's automatic choice keeps about ten points per pixel, each drawn)."""
-        view = item.getViewBox()
-        width_px = max(1, int(view.width())) if view is not None else 1
+        width_px = _width_px(item)
         factor = max(1, -(-points // width_px))  # ceil: at most width_px bins
         if item.opts.get("downsample") != factor:
             item.setDownsampling(ds=factor, auto=False, method="peak")
@@ -469,6 +467,12 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         # view box, which holds the curves and the legend, so grid lines ran through the
         # legend's words
         axis.setZValue(plot.vb.zValue() - 1)
+
+
+def _width_px(item: pg.PlotDataItem) -> int:
+    """Width in pixels of the plot ``item`` is drawn in (1 before it is laid out)."""
+    view = item.getViewBox()
+    return max(1, int(view.width())) if view is not None else 1
 
 
 def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:
