@@ -3,8 +3,12 @@
 Producers (metrics and hardware samplers) write into :class:`kvpilot.core.telemetry.live.Telemetry`
 on their threads; this panel only reads it, on a single ``QTimer`` at 5 Hz and only while it is
 visible, with ``setData`` on pre-created curves (NaN = gap, ``clipToView`` and peak downsampling
-to about one min/max pair per pixel). Paint cost is kept low on purpose (software rendering
-while vLLM uses every core): opaque grid lines and 1 px curves; see benchmarks/gui_event_loop.py.
+to about one min/max pair per pixel). A frame of that timer is spread over short event-loop turns,
+one plot each, :data:`TURN_MS` apart, so the plot repainted after each turn is one of nine and no
+turn holds the GUI thread for all of them; a curve whose series has no new row and whose x axis
+has not moved by a whole pixel since it was last set is left as it is (the same picture).
+Paint cost is kept low on purpose (software rendering while vLLM uses every core): opaque grid
+lines and 1 px curves; see benchmarks/gui_event_loop.py.
 The x axis is minutes relative to now (0 = the newest sample). Power, temperature and SM clock
 share that axis with the vLLM plots; while a reason that slows the card is set (NVML's
 clock-event mask: power cap, thermal, hardware slowdown) the power and clock plots show a filled
@@ -17,6 +21,7 @@ Signals:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -140,6 +145,11 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
 )
 
+#: milliseconds from one turn of a frame to the next: the nine plots' turns fit in one period
+TURN_MS = int(1000 / REDRAW_HZ / len(PLOTS))
+#: the shortest pause between two turns of a late frame (the plot just set is painted in it)
+MIN_PAUSE_MS = 5
+
 
 class DashboardPanel(QWidget):
     """Nine live plots, a window selector, a one-line summary and the pressure signals."""
@@ -160,7 +170,14 @@ class DashboardPanel(QWidget):
         self.window_s = 5 * 60.0
         self.frames = 0
         self.last_redraw_s = 0.0
+        self.last_turn_s = 0.0
         self._curves: dict[str, list[tuple[CurveSpec, pg.PlotDataItem]]] = {}
+        # what each curve was last set from (see _stamp); the timer's turns skip a curve whose
+        # stamp has not changed
+        self._stamps: dict[pg.PlotDataItem, tuple[float, ...]] = {}
+        self._next_plot = 0  # round-robin position of the timer's turns over self._curves
+        self._turns_left = 0  # turns of the current frame still to run
+        self._frame_started_s = 0.0  # time.monotonic() at the frame's start
         self.plots: dict[str, pg.PlotItem] = {}
 
         self.summary = QLabel(NO_SERVER)
@@ -203,6 +220,10 @@ class DashboardPanel(QWidget):
         self.timer.setInterval(int(1000 / REDRAW_HZ))
         self.timer.timeout.connect(self._on_timer)
         self.timer.start()
+        self._turn_timer = QTimer(self)
+        self._turn_timer.setObjectName("dashboard-redraw-turn")
+        self._turn_timer.setSingleShot(True)
+        self._turn_timer.timeout.connect(self._on_turn_timer)
 
     # ----------------------------------------------------------------- building
 
@@ -265,43 +286,108 @@ class DashboardPanel(QWidget):
     # ----------------------------------------------------------------- the one redraw
 
     def _on_timer(self) -> None:
-        # a hidden dashboard (another tab, a minimized window) is not redrawn; it catches up
-        # the moment it is shown again (showEvent)
-        if self.isVisible():
-            self.redraw()
+        """Start a frame: the summary now, then one plot per turn, :data:`TURN_MS` apart.
+
+        A hidden dashboard (another tab, a minimized window) is not redrawn; it catches up the
+        moment it is shown again (showEvent). A frame still running when the next one starts
+        goes on from where it was, so every plot comes up once per frame period.
+        """
+        if not self.isVisible():
+            return
+        self._ensure_plots()
+        self._update_summary()
+        self.frames += 1
+        self._turns_left = len(self._curves)
+        self._frame_started_s = time.monotonic()
+        self.last_redraw_s = 0.0
+        self._turn()
+
+    def _on_turn_timer(self) -> None:
+        # the frame's remaining turns end with the timer (the window closing) or when hidden
+        if self.timer.isActive() and self.isVisible():
+            self._turn()
+        else:
+            self._turns_left = 0
+
+    def _turn(self) -> None:
+        """Bring the next plot (round robin) that is out of date up to date; plots that are
+        not are passed over in the same turn, and each one passed counts as one of the
+        frame's turns."""
+        started = time.perf_counter()
+        keys = list(self._curves)
+        while self._turns_left > 0:
+            key = keys[self._next_plot % len(keys)]
+            self._next_plot = (self._next_plot + 1) % len(keys)
+            self._turns_left -= 1
+            if self._draw_plot(key, self._clock(), force=False):
+                break
+        self.last_turn_s = time.perf_counter() - started
+        self.last_redraw_s += self.last_turn_s
+        if self._turns_left > 0:
+            # on the frame's schedule (turn k at k * TURN_MS), however long the turns took;
+            # a late frame catches up with shorter pauses, each still long enough for a paint
+            turn = len(self._curves) - self._turns_left
+            due_s = self._frame_started_s + turn * TURN_MS / 1000 - time.monotonic()
+            self._turn_timer.start(max(MIN_PAUSE_MS, int(due_s * 1000)))
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         self.redraw()
 
     def redraw(self) -> None:
-        """Copy the visible window of every series into its curve (called by the timer)."""
+        """Copy the visible window of every series into its curve, all of them now.
+
+        The timer spreads this work over several turns (:meth:`_on_timer`); this call does it
+        in one go, so every curve is up to date when it returns.
+        """
         started = time.perf_counter()
         self._ensure_plots()
         now = self._clock()
-        for curves in self._curves.values():
-            for spec, item in curves:
-                t, y = self.telemetry.series(spec.series, self.window_s, now_s=now)
-                if t.size == 0:
-                    item.setData([], [])
-                    continue
-                x = (t - now) / 60.0
-                if spec.scale != 1.0:
-                    y = y * spec.scale
-                if spec.only_where is not None:
-                    y = _only_where(y, self.telemetry.series(spec.only_where, self.window_s,
-                                                             now_s=now)[1])
-                self._downsample(item, t.size)
-                item.setData(x, y, connect="finite")
+        for key in self._curves:
+            self._draw_plot(key, now, force=True)
         self._update_summary()
         self.frames += 1
         self.last_redraw_s = time.perf_counter() - started
 
+    def _draw_plot(self, key: str, now: float, *, force: bool) -> int:
+        """Set the curves of plot ``key`` from the window ending at ``now`` (monotonic s);
+        without ``force`` only those whose stamp changed. Returns how many were set."""
+        changed = 0
+        for spec, item in self._curves[key]:
+            t, y = self.telemetry.series(spec.series, self.window_s, now_s=now)
+            stamp = self._stamp(item, t, now)
+            if not force and self._stamps.get(item) == stamp:
+                continue
+            self._stamps[item] = stamp
+            changed += 1
+            if t.size == 0:
+                item.setData([], [])
+                continue
+            x = (t - now) / 60.0
+            if spec.scale != 1.0:
+                y = y * spec.scale
+            if spec.only_where is not None:
+                y = _only_where(y, self.telemetry.series(spec.only_where, self.window_s,
+                                                         now_s=now)[1])
+            self._downsample(item, t.size)
+            item.setData(x, y, connect="finite")
+        return changed
+
+    def _stamp(self, item: pg.PlotDataItem, t: np.ndarray, now: float) -> tuple[float, ...]:
+        """What the picture of ``item`` depends on: the window's rows (count, first and last
+        time: rows are only ever appended) and the pixel of the plot's width that ``now``
+        falls in (the curve moves left one pixel per window/width seconds; a smaller move
+        changes no pixel)."""
+        if t.size == 0:
+            return (0.0, self.window_s)
+        width_px = _width_px(item)
+        pixel = math.floor(now * width_px / self.window_s)
+        return (float(t.size), float(t[0]), float(t[-1]), self.window_s, width_px, pixel)
+
     def _downsample(self, item: pg.PlotDataItem, points: int) -> None:
         """Peak-downsample ``item`` to about one min/max pair per pixel of its plot's width
         (pyqtgraph's automatic choice keeps about ten points per pixel, each drawn)."""
-        view = item.getViewBox()
-        width_px = max(1, int(view.width())) if view is not None else 1
+        width_px = _width_px(item)
         factor = max(1, -(-points // width_px))  # ceil: at most width_px bins
         if item.opts.get("downsample") != factor:
             item.setDownsampling(ds=factor, auto=False, method="peak")
@@ -383,6 +469,12 @@ def _opaque_grid(plot: pg.PlotItem) -> None:
         # view box, which holds the curves and the legend, so grid lines ran through the
         # legend's words
         axis.setZValue(plot.vb.zValue() - 1)
+
+
+def _width_px(item: pg.PlotDataItem) -> int:
+    """Width in pixels of the plot ``item`` is drawn in (1 before it is laid out)."""
+    view = item.getViewBox()
+    return max(1, int(view.width())) if view is not None else 1
 
 
 def _only_where(y: np.ndarray, flag: np.ndarray) -> np.ndarray:
