@@ -104,7 +104,10 @@ def test_errors_are_counted_not_raised(fake_openai):
 
 def test_slo_break_concurrency(fake_openai):
     # requests that find two or more others in flight wait 0.6 s for their first token:
-    # only concurrency 4 gets there
+    # only concurrency 4 gets there; a first token 0.15 s in keeps the level's four requests
+    # open together even while other work holds both cores (at 0.01 s a loaded machine ran
+    # them one after another and nothing was busy)
+    fake_openai.ttft_s = 0.15
     fake_openai.busy_at = 2
     fake_openai.busy_extra_s = 0.6
     report = run_load_test(config(fake_openai, ttft_slo_s=0.4, requests_per_level=4))
