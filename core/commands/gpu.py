@@ -113,7 +113,8 @@ def _spec_json(spec: GpuSpec | None) -> dict[str, Any] | None:
 
 def to_json(result: ProbeResult, launches: dict[int, LaunchNow]) -> dict[str, Any]:
     """The probe as plain JSON data (bytes as integers, None as null), with each GPU's
-    ``launch_budget`` (the start-up check before 0.34) and ``launch_cap`` (0.34+)."""
+    ``launch_budget`` (the start-up check before 0.34) and ``launch_cap`` (0.34+);
+    ``launches`` holds every GPU of ``result`` by index."""
     gpus = []
     for gpu in result.gpus:
         entry = _plain(gpu)
@@ -126,9 +127,9 @@ def to_json(result: ProbeResult, launches: dict[int, LaunchNow]) -> dict[str, An
         entry["throttled"] = (
             None if gpu.throttle_reasons_mask is None else is_throttled(gpu.throttle_reasons_mask)
         )
-        launch = launches.get(gpu.index)
-        entry["launch_budget"] = None if launch is None else _plain(launch.budget)
-        entry["launch_cap"] = None if launch is None else _plain(launch.cap)
+        launch = launches[gpu.index]
+        entry["launch_budget"] = _plain(launch.budget)
+        entry["launch_cap"] = _plain(launch.cap)
         entry["spec"] = _spec_json(
             lookup(gpu.pci_device_id, gpu.name, memory_total_bytes=gpu.memory_total_bytes)
         )
@@ -242,10 +243,10 @@ def render_text(result: ProbeResult, launches: dict[int, LaunchNow]) -> str:
         head += f"  [{result.source}]"
     lines = [head, ""]
     for gpu in result.gpus:
-        launch = launches.get(gpu.index)
-        cap = None if launch is None else launch.cap
-        lines.extend(_gpu_lines(gpu, None if launch is None or cap is not None else launch.budget))
-        if launch is not None and cap is not None:
+        launch = launches[gpu.index]
+        # from 0.34 the cap's line stands where the start-up check's would
+        lines.extend(_gpu_lines(gpu, launch.budget if launch.cap is None else None))
+        if launch.cap is not None:
             lines.append(f"  launch now  {launch.text}")
         lines.append("")
     for link in result.links:
